@@ -1,0 +1,52 @@
+"""Tiered exact-match answer cache: keys, policy, entries, replay and stores."""
+
+from __future__ import annotations
+
+from hasten.cache.entry import AnswerKind, CachedAnswer
+from hasten.cache.factory import BACKENDS, build_cache
+from hasten.cache.keys import cache_key
+from hasten.cache.memory import MemoryLRU
+from hasten.cache.policy import (
+    CacheDecision,
+    CacheDirectives,
+    ModelCachePolicy,
+    decide,
+    is_deterministic,
+    parse_cache_control,
+)
+from hasten.cache.redis_store import RedisStore
+from hasten.cache.replay import (
+    answer_body,
+    answer_frames,
+    body_to_chunks,
+    chunks_to_body,
+    is_usage_chunk,
+    sse_frames,
+)
+from hasten.cache.sqlite_store import SQLiteStore
+from hasten.cache.tiered import L2Store, TieredCache
+
+__all__ = [
+    "BACKENDS",
+    "AnswerKind",
+    "CacheDecision",
+    "CacheDirectives",
+    "CachedAnswer",
+    "L2Store",
+    "MemoryLRU",
+    "ModelCachePolicy",
+    "RedisStore",
+    "SQLiteStore",
+    "TieredCache",
+    "answer_body",
+    "answer_frames",
+    "body_to_chunks",
+    "build_cache",
+    "cache_key",
+    "chunks_to_body",
+    "decide",
+    "is_deterministic",
+    "is_usage_chunk",
+    "parse_cache_control",
+    "sse_frames",
+]

@@ -1,0 +1,164 @@
+"""A cached successful answer and its compact binary encoding."""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import orjson
+
+AnswerKind = Literal["json", "stream"]
+
+_FORMAT_VERSION = 1
+# Version byte + big-endian length of the orjson header that precedes the raw payload.
+_PREFIX = struct.Struct(">BI")
+# Rough per-entry bookkeeping (object, header fields) so many tiny entries still count.
+_FIXED_SIZE_BYTES = 96
+
+
+@dataclass(frozen=True, slots=True)
+class CachedAnswer:
+    """A whole successful upstream answer.
+
+    ``kind == "json"`` carries the response ``body``; ``kind == "stream"`` carries ``chunks``,
+    the SSE ``data`` payloads without the ``data: `` prefix and without ``[DONE]``.
+    """
+
+    kind: AnswerKind
+    endpoint: str
+    created_at: float
+    ttl_s: float
+    body: bytes | None = None
+    chunks: Sequence[bytes] | None = None
+    size_bytes: int = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.kind == "json":
+            if self.body is None:
+                raise ValueError("a json answer needs a body")
+            payload_bytes = len(self.body)
+        elif self.kind == "stream":
+            if self.chunks is None:
+                raise ValueError("a stream answer needs chunks")
+            payload_bytes = sum(len(chunk) for chunk in self.chunks)
+        else:
+            raise ValueError(f"unknown answer kind {self.kind!r}")
+        object.__setattr__(
+            self, "size_bytes", payload_bytes + len(self.endpoint) + _FIXED_SIZE_BYTES
+        )
+
+    @classmethod
+    def from_body(
+        cls, body: bytes, *, endpoint: str, ttl_s: float, created_at: float | None = None
+    ) -> CachedAnswer:
+        """A non-streamed answer created now (unless ``created_at`` is given)."""
+        return cls(
+            kind="json",
+            endpoint=endpoint,
+            created_at=time.time() if created_at is None else created_at,
+            ttl_s=ttl_s,
+            body=body,
+        )
+
+    @classmethod
+    def from_chunks(
+        cls,
+        chunks: Sequence[bytes],
+        *,
+        endpoint: str,
+        ttl_s: float,
+        created_at: float | None = None,
+    ) -> CachedAnswer:
+        """A streamed answer created now (unless ``created_at`` is given)."""
+        return cls(
+            kind="stream",
+            endpoint=endpoint,
+            created_at=time.time() if created_at is None else created_at,
+            ttl_s=ttl_s,
+            chunks=chunks,
+        )
+
+    @property
+    def expires_at(self) -> float:
+        return self.created_at + self.ttl_s
+
+    def is_fresh(self, now: float, max_age_s: float | None = None) -> bool:
+        """Within its TTL and, when the client sent ``max-age``, younger than that."""
+        age_s = now - self.created_at
+        if age_s >= self.ttl_s:
+            return False
+        return max_age_s is None or age_s < max_age_s
+
+    def encode(self) -> bytes:
+        """Version byte, small orjson header, then the raw payload bytes unescaped."""
+        header: dict[str, object] = {
+            "k": self.kind,
+            "e": self.endpoint,
+            "c": self.created_at,
+            "t": self.ttl_s,
+        }
+        if self.kind == "json":
+            assert self.body is not None
+            payload: Sequence[bytes] = (self.body,)
+        else:
+            assert self.chunks is not None
+            payload = self.chunks
+            header["n"] = [len(chunk) for chunk in payload]
+        header_bytes = orjson.dumps(header)
+        return b"".join((_PREFIX.pack(_FORMAT_VERSION, len(header_bytes)), header_bytes, *payload))
+
+    @classmethod
+    def decode(cls, data: bytes) -> CachedAnswer:
+        """Inverse of :meth:`encode`; raises ``ValueError`` on foreign or damaged data."""
+        if len(data) < _PREFIX.size:
+            raise ValueError("cached answer is truncated")
+        version, header_len = _PREFIX.unpack_from(data)
+        if version != _FORMAT_VERSION:
+            raise ValueError(f"unsupported cached answer version {version}")
+        start = _PREFIX.size + header_len
+        if start > len(data):
+            raise ValueError("cached answer header is truncated")
+        try:
+            header = orjson.loads(data[_PREFIX.size : start])
+            kind, endpoint = header["k"], header["e"]
+            created_at, ttl_s = float(header["c"]), float(header["t"])
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise ValueError("cached answer header is damaged") from exc
+        if not isinstance(endpoint, str):
+            raise ValueError("cached answer header is damaged")
+        if kind == "json":
+            return cls(
+                kind="json",
+                endpoint=endpoint,
+                created_at=created_at,
+                ttl_s=ttl_s,
+                body=data[start:],
+            )
+        lengths = header.get("n")
+        if kind != "stream" or not isinstance(lengths, list):
+            raise ValueError("cached answer header is damaged")
+        return cls(
+            kind="stream",
+            endpoint=endpoint,
+            created_at=created_at,
+            ttl_s=ttl_s,
+            chunks=_split(data, start, lengths),
+        )
+
+
+def _split(data: bytes, start: int, lengths: list[object]) -> list[bytes]:
+    view = memoryview(data)
+    chunks: list[bytes] = []
+    offset = start
+    for length in lengths:
+        if not isinstance(length, int) or length < 0:
+            raise ValueError("cached answer chunk table is damaged")
+        end = offset + length
+        chunks.append(bytes(view[offset:end]))
+        offset = end
+    if offset != len(data):
+        raise ValueError("cached answer payload does not match its chunk table")
+    return chunks

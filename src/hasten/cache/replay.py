@@ -1,0 +1,310 @@
+"""Serve a cached answer either way: merge stream chunks into a body, split a body into chunks.
+
+Pure functions on OpenAI wire shapes. ``endpoint`` is ``"chat"`` (chat.completion[.chunk]) or
+``"completions"`` (text_completion). Malformed input raises ``ValueError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import orjson
+
+from hasten.cache.entry import CachedAnswer
+
+CHAT = "chat"
+COMPLETIONS = "completions"
+
+_DONE_FRAME = b"data: [DONE]\n\n"
+_HEAD_FIELDS = ("id", "created", "model", "system_fingerprint", "service_tier")
+# Message fields with dedicated handling; any other message field rides on the role delta.
+_CHAT_MESSAGE_FIELDS = frozenset({"role", "content", "refusal", "tool_calls"})
+
+
+def chunks_to_body(chunks: Iterable[bytes], endpoint: str) -> bytes:
+    """Merges streamed chunk payloads into the equivalent non-streamed response body."""
+    _check_endpoint(endpoint)
+    head: dict[str, Any] = {}
+    choices: dict[int, _ChoiceMerge] = {}
+    usage: Any = None
+    try:
+        for raw in chunks:
+            chunk = orjson.loads(raw)
+            for name in _HEAD_FIELDS:
+                if head.get(name) is None and chunk.get(name) is not None:
+                    head[name] = chunk[name]
+            if chunk.get("usage") is not None:
+                usage = chunk["usage"]
+            for choice in chunk.get("choices") or ():
+                index = choice.get("index", 0)
+                merge = choices.get(index)
+                if merge is None:
+                    merge = choices[index] = _ChoiceMerge()
+                merge.add(choice)
+    except (AttributeError, TypeError) as exc:
+        raise ValueError("stream chunk does not have the OpenAI shape") from exc
+    is_chat = endpoint == CHAT
+    body: dict[str, Any] = {
+        "id": head.get("id"),
+        "object": "chat.completion" if is_chat else "text_completion",
+        "created": head.get("created"),
+        "model": head.get("model"),
+    }
+    for name in ("system_fingerprint", "service_tier"):
+        if name in head:
+            body[name] = head[name]
+    body["choices"] = [
+        choices[index].to_chat(index) if is_chat else choices[index].to_completion(index)
+        for index in sorted(choices)
+    ]
+    if usage is not None:
+        body["usage"] = usage
+    return orjson.dumps(body)
+
+
+class _ChoiceMerge:
+    """Accumulates the deltas of one choice index."""
+
+    __slots__ = ("extra", "finish_reason", "logprobs", "parts", "refusal", "role", "tool_calls")
+
+    def __init__(self) -> None:
+        self.role: str | None = None
+        self.parts: list[str] | None = None  # chat content or completion text
+        self.refusal: list[str] | None = None
+        self.tool_calls: dict[int, dict[str, Any]] = {}
+        self.logprobs: dict[str, Any] | None = None
+        self.finish_reason: str | None = None
+        self.extra: dict[str, Any] = {}
+
+    def add(self, choice: dict[str, Any]) -> None:
+        text = choice.get("text")
+        if text is not None:
+            self._append_text(text)
+        delta = choice.get("delta")
+        if delta:
+            self._add_delta(delta)
+        logprobs = choice.get("logprobs")
+        if logprobs is not None:
+            self._add_logprobs(logprobs)
+        if choice.get("finish_reason") is not None:
+            self.finish_reason = choice["finish_reason"]
+
+    def _append_text(self, text: str) -> None:
+        if self.parts is None:
+            self.parts = [text]
+        else:
+            self.parts.append(text)
+
+    def _add_delta(self, delta: dict[str, Any]) -> None:
+        for name, value in delta.items():
+            if value is None:
+                continue
+            if name == "content":
+                self._append_text(value)
+            elif name == "role":
+                self.role = value
+            elif name == "refusal":
+                if self.refusal is None:
+                    self.refusal = [value]
+                else:
+                    self.refusal.append(value)
+            elif name == "tool_calls":
+                for call_delta in value:
+                    self._add_tool_call(call_delta)
+            elif isinstance(value, str) and isinstance(self.extra.get(name), str):
+                self.extra[name] += value
+            else:
+                self.extra[name] = value
+
+    def _add_tool_call(self, call_delta: dict[str, Any]) -> None:
+        index = call_delta.get("index", len(self.tool_calls))
+        call = self.tool_calls.setdefault(index, {})
+        for name, value in call_delta.items():
+            if name == "index" or value is None:
+                continue
+            if isinstance(value, dict):
+                # Nested string fields (function name, arguments) arrive in pieces.
+                nested = call.setdefault(name, {})
+                for field_name, piece in value.items():
+                    previous = nested.get(field_name)
+                    if isinstance(piece, str) and isinstance(previous, str):
+                        nested[field_name] = previous + piece
+                    elif piece is not None or field_name not in nested:
+                        nested[field_name] = piece
+            else:
+                call[name] = value
+
+    def _add_logprobs(self, logprobs: dict[str, Any]) -> None:
+        if self.logprobs is None:
+            self.logprobs = {}
+        for name, value in logprobs.items():
+            previous = self.logprobs.get(name)
+            if isinstance(value, list):
+                self.logprobs[name] = [*previous, *value] if isinstance(previous, list) else value
+            elif value is not None or name not in self.logprobs:
+                self.logprobs[name] = value
+
+    def to_chat(self, index: int) -> dict[str, Any]:
+        message: dict[str, Any] = {
+            "role": self.role or "assistant",
+            "content": None if self.parts is None else "".join(self.parts),
+            "refusal": None if self.refusal is None else "".join(self.refusal),
+        }
+        if self.tool_calls:
+            message["tool_calls"] = [self.tool_calls[i] for i in sorted(self.tool_calls)]
+        message.update(self.extra)
+        return {
+            "index": index,
+            "message": message,
+            "logprobs": self.logprobs,
+            "finish_reason": self.finish_reason,
+        }
+
+    def to_completion(self, index: int) -> dict[str, Any]:
+        return {
+            "text": "" if self.parts is None else "".join(self.parts),
+            "index": index,
+            "logprobs": self.logprobs,
+            "finish_reason": self.finish_reason,
+        }
+
+
+def body_to_chunks(body: bytes, endpoint: str) -> list[bytes]:
+    """Splits a response body into OpenAI-style chunk payloads.
+
+    Per choice: the opening delta, the content, each tool call, then ``finish_reason``. When
+    the body has ``usage``, the last chunk is a usage chunk with empty ``choices``
+    (see :func:`is_usage_chunk`) that :func:`sse_frames` drops unless usage was asked for.
+    """
+    _check_endpoint(endpoint)
+    parsed = orjson.loads(body)
+    if not isinstance(parsed, dict):
+        raise ValueError("response body is not a JSON object")
+    is_chat = endpoint == CHAT
+    head: dict[str, Any] = {
+        "id": parsed.get("id"),
+        "object": "chat.completion.chunk" if is_chat else "text_completion",
+        "created": parsed.get("created"),
+        "model": parsed.get("model"),
+    }
+    for name in ("system_fingerprint", "service_tier"):
+        if parsed.get(name) is not None:
+            head[name] = parsed[name]
+    # Serialize the shared head once; every chunk is head + its own "choices".
+    prefix = orjson.dumps(head)[:-1] + b',"choices":'
+    chunks: list[bytes] = []
+    try:
+        for choice in parsed.get("choices") or ():
+            deltas = _chat_choice_chunks(choice) if is_chat else _completion_choice_chunks(choice)
+            chunks.extend(prefix + orjson.dumps([delta]) + b"}" for delta in deltas)
+    except (AttributeError, TypeError) as exc:
+        raise ValueError("response body does not have the OpenAI shape") from exc
+    if parsed.get("usage") is not None:
+        chunks.append(prefix + b'[],"usage":' + orjson.dumps(parsed["usage"]) + b"}")
+    return chunks
+
+
+def _chat_choice_chunks(choice: dict[str, Any]) -> list[dict[str, Any]]:
+    index = choice.get("index", 0)
+    message = choice.get("message") or {}
+    content = message.get("content")
+    refusal = message.get("refusal")
+    logprobs = choice.get("logprobs")
+    opening: dict[str, Any] = {
+        "role": message.get("role") or "assistant",
+        "content": None if content is None else "",
+        "refusal": None,
+    }
+    opening.update((k, v) for k, v in message.items() if k not in _CHAT_MESSAGE_FIELDS)
+    deltas = [{"index": index, "delta": opening, "logprobs": None, "finish_reason": None}]
+    if content or refusal or logprobs is not None:
+        body_delta: dict[str, Any] = {}
+        if content:
+            body_delta["content"] = content
+        if refusal:
+            body_delta["refusal"] = refusal
+        deltas.append(
+            {"index": index, "delta": body_delta, "logprobs": logprobs, "finish_reason": None}
+        )
+    for call_index, call in enumerate(message.get("tool_calls") or ()):
+        call_delta = {"index": call_index, **call}
+        deltas.append(
+            {
+                "index": index,
+                "delta": {"tool_calls": [call_delta]},
+                "logprobs": None,
+                "finish_reason": None,
+            }
+        )
+    deltas.append(
+        {
+            "index": index,
+            "delta": {},
+            "logprobs": None,
+            "finish_reason": choice.get("finish_reason"),
+        }
+    )
+    return deltas
+
+
+def _completion_choice_chunks(choice: dict[str, Any]) -> list[dict[str, Any]]:
+    index = choice.get("index", 0)
+    return [
+        {
+            "text": choice.get("text") or "",
+            "index": index,
+            "logprobs": choice.get("logprobs"),
+            "finish_reason": None,
+        },
+        {
+            "text": "",
+            "index": index,
+            "logprobs": None,
+            "finish_reason": choice.get("finish_reason"),
+        },
+    ]
+
+
+def is_usage_chunk(chunk: bytes) -> bool:
+    """True for the trailing usage-only chunk (empty ``choices``, non-null ``usage``)."""
+    if b'"usage"' not in chunk:
+        return False
+    try:
+        parsed = orjson.loads(chunk)
+    except orjson.JSONDecodeError:
+        return False
+    return (
+        isinstance(parsed, dict) and parsed.get("usage") is not None and not parsed.get("choices")
+    )
+
+
+def sse_frames(chunks: Sequence[bytes], include_usage: bool) -> list[bytes]:
+    """``data: ...`` frames ending with ``[DONE]``; the trailing usage chunk only on request."""
+    count = len(chunks)
+    if not include_usage and count and is_usage_chunk(chunks[-1]):
+        count -= 1
+    frames = [b"data: " + chunks[i] + b"\n\n" for i in range(count)]
+    frames.append(_DONE_FRAME)
+    return frames
+
+
+def answer_body(answer: CachedAnswer) -> bytes:
+    """The answer as a non-streamed response body, whatever form it was stored in."""
+    if answer.body is not None:
+        return answer.body
+    assert answer.chunks is not None
+    return chunks_to_body(answer.chunks, answer.endpoint)
+
+
+def answer_frames(answer: CachedAnswer, *, include_usage: bool) -> list[bytes]:
+    """The answer as SSE frames, whatever form it was stored in."""
+    if answer.chunks is not None:
+        return sse_frames(answer.chunks, include_usage)
+    assert answer.body is not None
+    return sse_frames(body_to_chunks(answer.body, answer.endpoint), include_usage)
+
+
+def _check_endpoint(endpoint: str) -> None:
+    if endpoint not in (CHAT, COMPLETIONS):
+        raise ValueError(f"unknown endpoint {endpoint!r}")

@@ -1,0 +1,267 @@
+"""L2, embedded default: answers in a SQLite file, off the event loop on one worker thread."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+from hasten.cache.entry import CachedAnswer
+
+_LOG = logging.getLogger("hasten.cache")
+_A = TypeVar("_A")
+_R = TypeVar("_R")
+
+_TABLE = "hasten_cache_v1"
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS {_TABLE} (
+    key TEXT PRIMARY KEY,
+    value BLOB NOT NULL,
+    expires_at REAL NOT NULL,
+    accessed_at REAL NOT NULL,
+    size_bytes INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS {_TABLE}_expires ON {_TABLE} (expires_at);
+CREATE INDEX IF NOT EXISTS {_TABLE}_accessed ON {_TABLE} (accessed_at);
+"""
+_SELECT = f"SELECT value, expires_at, accessed_at FROM {_TABLE} WHERE key = ?"
+_UPSERT = (
+    f"INSERT INTO {_TABLE} (key, value, expires_at, accessed_at, size_bytes)"
+    " VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value,"
+    " expires_at = excluded.expires_at, accessed_at = excluded.accessed_at,"
+    " size_bytes = excluded.size_bytes"
+)
+_TOUCH = f"UPDATE {_TABLE} SET accessed_at = ? WHERE key = ?"
+_DELETE = f"DELETE FROM {_TABLE} WHERE key = ?"
+_PURGE = f"DELETE FROM {_TABLE} WHERE expires_at <= ?"
+_TOTAL = f"SELECT total(size_bytes) FROM {_TABLE}"
+_OLDEST = f"SELECT key, size_bytes FROM {_TABLE} ORDER BY accessed_at"
+
+# Errors that will not go away by waiting: stop touching the file until restart.
+_PERMANENT_ERRORS = frozenset(
+    {"SQLITE_NOTADB", "SQLITE_CORRUPT", "SQLITE_CANTOPEN", "SQLITE_PERM", "SQLITE_AUTH"}
+)
+# LRU order only needs to be roughly right; don't turn every hit into a write.
+_TOUCH_INTERVAL_S = 60.0
+_PURGE_EVERY_PUTS = 512
+# Evict down to this fraction of the budget so eviction does not run on every put.
+_LOW_WATER_FRACTION = 0.9
+
+
+class SQLiteStore:
+    """Answers persisted in a WAL-mode SQLite file; survives restarts.
+
+    Every call runs on a dedicated worker thread. Failures never raise: a corrupt, unreadable
+    or locked database logs one warning, reads miss and writes are dropped (``is_healthy`` is
+    False). Locks and other transient errors are retried after ``retry_backoff_s``.
+    ``max_bytes`` bounds the stored payloads (approximate, least recently used go first).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        max_bytes: int = 1024 * 1024 * 1024,
+        busy_timeout_s: float = 0.1,
+        retry_backoff_s: float = 1.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = Path(path)
+        self.max_bytes = max_bytes
+        self._busy_timeout_s = busy_timeout_s
+        self._retry_backoff_s = retry_backoff_s
+        self._clock = clock
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hasten-sqlite")
+        # Everything below is only written from the worker thread.
+        self._conn: sqlite3.Connection | None = None
+        self._is_healthy = True
+        self._is_disabled = False
+        self._retry_at = 0.0  # time.monotonic() before which we don't touch the file
+        self._approx_bytes = 0.0
+        self._puts_since_purge = 0
+        self._is_closed = False
+
+    @property
+    def is_healthy(self) -> bool:
+        return self._is_healthy
+
+    async def get(self, key: str) -> CachedAnswer | None:
+        """The stored entry if present and unexpired; None on a miss or any failure."""
+        if not self._is_usable():
+            return None
+        return await self._submit(self._get_sync, key, None)
+
+    async def put(self, key: str, entry: CachedAnswer) -> bool:
+        """Stores ``entry`` until it expires; False if the write was dropped."""
+        if not self._is_usable():
+            return False
+        return await self._submit(self._put_sync, (key, entry), False)
+
+    async def delete(self, key: str) -> bool:
+        """Removes ``key``; True if a row was deleted."""
+        if not self._is_usable():
+            return False
+        return await self._submit(self._delete_sync, key, False)
+
+    async def close(self) -> None:
+        """Closes the database; later calls miss."""
+        if self._is_closed:
+            return
+        self._is_closed = True
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._close_sync)
+        self._executor.shutdown(wait=False)
+
+    def _is_usable(self) -> bool:
+        return not (self._is_closed or self._is_disabled or time.monotonic() < self._retry_at)
+
+    async def _submit(
+        self, operation: Callable[[sqlite3.Connection, _A], _R], arg: _A, default: _R
+    ) -> _R:
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(
+                self._executor, self._guarded, operation, arg, default
+            )
+        except RuntimeError:  # executor shut down by a concurrent close()
+            return default
+
+    # --- worker thread only below ---
+
+    def _guarded(
+        self, operation: Callable[[sqlite3.Connection, _A], _R], arg: _A, default: _R
+    ) -> _R:
+        if self._is_closed or self._is_disabled or time.monotonic() < self._retry_at:
+            return default
+        try:
+            if self._conn is None:
+                self._conn = self._open()
+            result = operation(self._conn, arg)
+        except (sqlite3.Error, OSError) as exc:
+            self._on_failure(exc)
+            return default
+        if not self._is_healthy:
+            self._is_healthy = True
+            _LOG.info("SQLite cache at %s recovered", self.path)
+        return result
+
+    def _open(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Autocommit: each statement is its own short transaction unless we BEGIN explicitly.
+        conn = sqlite3.connect(self.path, timeout=self._busy_timeout_s, isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            # A cache can lose the last writes on power loss; it cannot afford an fsync per put.
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.executescript(_SCHEMA)
+            self._approx_bytes = conn.execute(_TOTAL).fetchone()[0]
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _on_failure(self, exc: BaseException) -> None:
+        error_name = getattr(exc, "sqlite_errorname", None)
+        is_permanent = isinstance(exc, OSError) or error_name in _PERMANENT_ERRORS
+        if is_permanent:
+            self._is_disabled = True
+            self._close_sync()
+        else:
+            self._retry_at = time.monotonic() + self._retry_backoff_s
+            if self._conn is not None and self._conn.in_transaction:
+                self._rollback()
+        if self._is_healthy:
+            self._is_healthy = False
+            _LOG.warning(
+                "SQLite cache at %s unavailable (%s: %s); serving misses and dropping writes%s",
+                self.path,
+                error_name or type(exc).__name__,
+                exc,
+                " until restart" if is_permanent else "",
+            )
+
+    def _rollback(self) -> None:
+        assert self._conn is not None
+        try:
+            self._conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            self._close_sync()
+
+    def _get_sync(self, conn: sqlite3.Connection, key: str) -> CachedAnswer | None:
+        row = conn.execute(_SELECT, (key,)).fetchone()
+        if row is None:
+            return None
+        value, expires_at, accessed_at = row
+        now = self._clock()
+        if expires_at <= now:
+            return None  # purged in bulk by _put_sync, not on the read path
+        try:
+            entry = CachedAnswer.decode(value)
+        except ValueError:
+            self._best_effort(conn, _DELETE, (key,))
+            return None
+        if now - accessed_at > _TOUCH_INTERVAL_S:
+            self._best_effort(conn, _TOUCH, (now, key))
+        return entry
+
+    def _put_sync(self, conn: sqlite3.Connection, item: tuple[str, CachedAnswer]) -> bool:
+        key, entry = item
+        now = self._clock()
+        if not entry.is_fresh(now):
+            return True
+        value = entry.encode()
+        size_bytes = len(key) + len(value)
+        if size_bytes > self.max_bytes:
+            return False
+        conn.execute(_UPSERT, (key, value, entry.expires_at, now, size_bytes))
+        self._approx_bytes += size_bytes
+        self._puts_since_purge += 1
+        if self._puts_since_purge >= _PURGE_EVERY_PUTS:
+            self._puts_since_purge = 0
+            conn.execute(_PURGE, (now,))
+            self._approx_bytes = conn.execute(_TOTAL).fetchone()[0]
+        if self._approx_bytes > self.max_bytes:
+            self._evict(conn, now)
+        return True
+
+    def _evict(self, conn: sqlite3.Connection, now: float) -> None:
+        """Purges expired rows, then least recently used ones down to the low-water mark."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(_PURGE, (now,))
+            total_bytes = conn.execute(_TOTAL).fetchone()[0]
+            target_bytes = self.max_bytes * _LOW_WATER_FRACTION
+            victims: list[tuple[str]] = []
+            if total_bytes > self.max_bytes:
+                for key, size_bytes in conn.execute(_OLDEST):
+                    if total_bytes <= target_bytes:
+                        break
+                    victims.append((key,))
+                    total_bytes -= size_bytes
+            conn.executemany(_DELETE, victims)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        self._approx_bytes = total_bytes
+
+    def _delete_sync(self, conn: sqlite3.Connection, key: str) -> bool:
+        return conn.execute(_DELETE, (key,)).rowcount > 0
+
+    def _best_effort(self, conn: sqlite3.Connection, sql: str, params: tuple[object, ...]) -> None:
+        # Housekeeping on the read path must not turn a hit into a failure.
+        with contextlib.suppress(sqlite3.OperationalError):
+            conn.execute(sql, params)
+
+    def _close_sync(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+            self._conn = None
