@@ -1,0 +1,228 @@
+"""The gateway as a pure ASGI application: routing, lifecycle and the one error renderer."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from typing import Any
+
+import orjson
+
+from hasten.asgi import (
+    DISCONNECTED,
+    JSON_CONTENT_TYPE,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    send_response,
+)
+from hasten.auth import Authenticator
+from hasten.cache import build_cache
+from hasten.config import GatewayConfig
+from hasten.errors import HastenError, MethodNotAllowed, NotFound
+from hasten.gateway import Gateway
+from hasten.models import ModelRouter
+from hasten.proxy import CHAT, COMPLETIONS, EMBEDDINGS, Endpoint, handle
+from hasten.transport import AiohttpTransport, Transport
+from hasten.upstream import UpstreamClient
+
+_log = logging.getLogger("hasten")
+MODELS_TIMEOUT_S = 5.0
+
+# Both "/v1/x" and "/x": clients differ in whether their base URL ends with /v1.
+_ENDPOINTS: dict[str, Endpoint] = {
+    prefix + e.path: e for e in (CHAT, COMPLETIONS, EMBEDDINGS) for prefix in ("/v1", "")
+}
+_GET_PATHS = frozenset({"/healthz", "/readyz", "/v1/models", "/models", "/stats"})
+
+
+class HastenApp:
+    """ASGI entry point. Components are built at startup, never at import."""
+
+    def __init__(self, config: GatewayConfig, *, transport: Transport | None = None) -> None:
+        self.config = config
+        self._transport = transport
+        self.gateway: Gateway | None = None
+        self._startup_lock = asyncio.Lock()
+        self._is_stopping = False
+
+    async def startup(self) -> Gateway:
+        async with self._startup_lock:
+            if self.gateway is None:
+                self.gateway = self._build()
+        return self.gateway
+
+    def _build(self) -> Gateway:
+        cache_config = self.config.cache
+        cache = None
+        if cache_config.is_enabled:
+            cache = build_cache(
+                cache_config.backend,
+                l1_max_bytes=cache_config.l1_max_bytes,
+                sqlite_path=cache_config.sqlite_path,
+                redis_url=cache_config.redis_url,
+            )
+        transport = self._transport or AiohttpTransport()
+        return Gateway(
+            config=self.config,
+            router=ModelRouter(self.config),
+            auth=Authenticator(self.config.server.api_keys),
+            client=UpstreamClient(transport, rng=random.Random()),
+            cache=cache,
+        )
+
+    async def shutdown(self) -> None:
+        self._is_stopping = True
+        gateway, self.gateway = self.gateway, None
+        if gateway is None:
+            return
+        if gateway.cache is not None:
+            await gateway.cache.drain()
+            await gateway.cache.aclose()
+        await gateway.client.aclose()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self._http(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.startup()
+                except Exception as exc:
+                    _log.exception("startup failed")
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gateway = self.gateway or await self.startup()
+        request_id = gateway.request_ids.next()
+        is_started = False
+
+        async def tracked_send(message: Message) -> None:
+            nonlocal is_started
+            is_started = True
+            await send(message)
+
+        try:
+            await self._route(gateway, scope, receive, tracked_send, request_id)
+        except HastenError as exc:
+            _log_error(request_id, exc)
+            gateway.stats.count(f"error_{exc.status_code}")
+            if not is_started:
+                await _send_error(send, exc, request_id)
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is None or DISCONNECTED not in exc.args:
+                raise
+            task.uncancel()
+            gateway.stats.count("client_disconnects")
+        except Exception:
+            _log.exception("request %s: internal error", request_id)
+            gateway.stats.count("error_500")
+            if not is_started:
+                await _send_error(send, HastenError("internal server error"), request_id)
+
+    async def _route(
+        self, gateway: Gateway, scope: Scope, receive: Receive, send: Send, request_id: str
+    ) -> None:
+        path: str = scope["path"]
+        method: str = scope["method"]
+        endpoint = _ENDPOINTS.get(path)
+        if endpoint is not None:
+            if method != "POST":
+                raise MethodNotAllowed(f"{method} is not allowed on {path}; use POST")
+            await handle(gateway, endpoint, scope, receive, send, request_id)
+            return
+        if path not in _GET_PATHS:
+            raise NotFound(f"Unknown path {path}", code="unknown_url")
+        if method not in ("GET", "HEAD"):
+            raise MethodNotAllowed(f"{method} is not allowed on {path}; use GET")
+        if path == "/healthz":
+            await _send_json(send, 200, {"status": "ok"})
+        elif path == "/readyz":
+            await self._readyz(gateway, send)
+        elif path == "/stats":
+            await _send_json(send, 200, self._stats(gateway))
+        else:
+            await _send_json(send, 200, await _list_models(gateway))
+
+    async def _readyz(self, gateway: Gateway, send: Send) -> None:
+        if self._is_stopping:
+            await _send_json(send, 503, {"status": "stopping"})
+            return
+        await _send_json(send, 200, {"status": "ready", "cache": self._cache_state(gateway)})
+
+    def _cache_state(self, gateway: Gateway) -> dict[str, Any]:
+        if gateway.cache is None:
+            return {"enabled": False}
+        return {"enabled": True, "backend": self.config.cache.backend, **gateway.cache.stats()}
+
+    def _stats(self, gateway: Gateway) -> dict[str, Any]:
+        return {
+            "requests": dict(gateway.stats.counts),
+            "in_flight": len(gateway.coalescer),
+            "cache": self._cache_state(gateway),
+        }
+
+
+async def _list_models(gateway: Gateway) -> dict[str, Any]:
+    """Configured models and aliases, plus the upstream's own list behind a wildcard."""
+    data: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    if gateway.router.has_wildcard:
+        for item in await _upstream_models(gateway):
+            model_id = item.get("id")
+            if isinstance(model_id, str) and model_id not in seen:
+                seen.add(model_id)
+                data.append(item)
+    for name in gateway.router.listed_models():
+        if name not in seen:
+            seen.add(name)
+            data.append({"id": name, "object": "model", "created": 0, "owned_by": "hasten"})
+    return {"object": "list", "data": data}
+
+
+async def _upstream_models(gateway: Gateway) -> list[dict[str, Any]]:
+    targets = gateway.router.wildcard_targets()[:1]
+    if not targets:
+        return []
+    try:
+        call = await gateway.client.open(targets, "/models", b"", {"accept": "application/json"})
+        try:
+            body = await asyncio.wait_for(call.read(), MODELS_TIMEOUT_S)
+        finally:
+            call.response.close()
+        parsed = orjson.loads(body) if call.response.status == 200 else {}
+    except (HastenError, orjson.JSONDecodeError, TimeoutError) as exc:
+        _log.warning("could not list upstream models: %s", exc)
+        return []
+    items = parsed.get("data") if isinstance(parsed, dict) else None
+    return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+
+
+def _log_error(request_id: str, exc: HastenError) -> None:
+    level = logging.WARNING if exc.status_code >= 500 else logging.INFO
+    _log.log(level, "request %s: %d %s: %s", request_id, exc.status_code, exc.code, exc.message)
+
+
+async def _send_error(send: Send, exc: HastenError, request_id: str) -> None:
+    headers = [JSON_CONTENT_TYPE, (b"x-hasten-request-id", request_id.encode())]
+    if exc.retry_after_s is not None:
+        headers.append((b"retry-after", str(max(1, round(exc.retry_after_s))).encode()))
+    await send_response(send, exc.status_code, exc.to_json(), headers)
+
+
+async def _send_json(send: Send, status: int, payload: dict[str, Any]) -> None:
+    await send_response(send, status, orjson.dumps(payload), [JSON_CONTENT_TYPE])

@@ -1,0 +1,105 @@
+"""The ``hasten`` command: serve, simulate, bench, check-config."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from hasten import __version__
+from hasten.config import GatewayConfig, load_config
+from hasten.errors import ConfigError
+
+DESCRIPTION = """\
+hasten makes LLM applications answer faster: point your OpenAI SDK's base_url at it.
+
+commands:
+  serve         run the OpenAI-compatible gateway (streaming proxy, tiered exact cache,
+                request coalescing, retries and fallbacks). With no upstream configured it
+                fronts a built-in latency simulator, labelled as such at startup.
+  simulate      run the latency simulator: an OpenAI-compatible server producing
+                deterministic text with configurable TTFT, decode speed, jitter,
+                stragglers, errors, 429s and disconnects; the upstream for tests/benchmarks.
+  bench         load generator: drive any OpenAI-compatible URL and report TTFT,
+                end-to-end and inter-token latency percentiles, throughput and hit ratio.
+  check-config  validate a config file and print what it declares.
+"""
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.file, os.environ)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(_describe(args.file, config))
+    return 0
+
+
+def _describe(path: str, config: GatewayConfig) -> str:
+    lines = [f"{path}: OK"]
+    for upstream in config.upstreams.values():
+        key = "key set" if upstream.api_key else "no key"
+        lines.append(
+            f"  upstream {upstream.name}: {upstream.url} ({key}; retries "
+            f"{upstream.retry.max_retries}; timeouts connect "
+            f"{upstream.timeouts.connect_s:g}s, first byte "
+            f"{upstream.timeouts.first_byte_s:g}s, idle {upstream.timeouts.idle_s:g}s, "
+            f"total {upstream.timeouts.total_s:g}s)"
+        )
+    for route in config.models.values():
+        chain = " -> ".join((route.upstream, *route.fallbacks))
+        lines.append(f"  model {route.name}: {chain}")
+    for alias, target in config.aliases.items():
+        lines.append(f"  alias {alias} = {target}")
+    cache = config.cache
+    lines.append(
+        f"  cache: {'on' if cache.is_enabled else 'off'}, backend {cache.backend}, "
+        f"ttl {cache.ttl_s:g}s, deterministic only: {cache.is_deterministic_only}"
+    )
+    if not config.upstreams:
+        lines.append("  no upstreams: `hasten serve` will front the built-in simulator")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from hasten import server
+    from hasten.loadgen import cli as bench_cli
+    from hasten.simulator import server as sim_server
+
+    parser = argparse.ArgumentParser(
+        prog="hasten", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"hasten {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    serve = commands.add_parser("serve", help="run the gateway")
+    server.add_arguments(serve)
+    serve.set_defaults(func=server.run)
+    simulate = commands.add_parser("simulate", help="run the latency simulator")
+    sim_server.add_arguments(simulate)
+    simulate.set_defaults(func=sim_server.run)
+    bench = commands.add_parser("bench", help="run the load generator")
+    bench_cli.add_arguments(bench)
+    bench.set_defaults(func=bench_cli.run)
+    check = commands.add_parser("check-config", help="validate a config file")
+    check.add_argument("file", help="TOML config file")
+    check.set_defaults(func=_check_config)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

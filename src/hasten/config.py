@@ -1,0 +1,380 @@
+"""Gateway configuration: frozen dataclasses with named defaults, loaded from TOML.
+
+Precedence: command-line flags > environment variables > config file > defaults.
+Secrets are read from the environment (``api_key_env``) or the file, never logged:
+the dataclasses that hold them exclude the secret from ``repr``.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from hasten.cache.policy import ModelCachePolicy
+from hasten.errors import ConfigError
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024
+DEFAULT_L1_MAX_BYTES = 64 * 1024 * 1024
+DEFAULT_TTL_S = 3600.0
+DEFAULT_SQLITE_PATH = "hasten-cache.sqlite3"
+WILDCARD_MODEL = "*"
+CACHE_BACKENDS = ("memory", "sqlite", "redis")
+REPLAY_MODES = ("instant", "paced")
+
+
+@dataclass(frozen=True)
+class TimeoutConfig:
+    """Per-upstream timeouts; ``first_byte_s`` is time to the response headers."""
+
+    connect_s: float = 5.0
+    first_byte_s: float = 120.0
+    idle_s: float = 60.0
+    total_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class RetryConfig:
+    """Retries on connect errors, 429 and 5xx, before any byte reached the client."""
+
+    max_retries: int = 2
+    backoff_base_s: float = 0.2
+    backoff_max_s: float = 8.0
+    max_retry_after_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class UpstreamConfig:
+    name: str
+    url: str
+    api_key: str | None = field(default=None, repr=False)
+    timeouts: TimeoutConfig = TimeoutConfig()
+    retry: RetryConfig = RetryConfig()
+    max_connections: int = 256
+
+
+@dataclass(frozen=True)
+class ModelRoute:
+    """Where a model name goes: a primary upstream, then fallbacks in order."""
+
+    name: str
+    upstream: str
+    fallbacks: tuple[str, ...] = ()
+    upstream_model: str | None = None
+    cache: ModelCachePolicy | None = None
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    is_enabled: bool = True
+    backend: str = "sqlite"
+    sqlite_path: str = DEFAULT_SQLITE_PATH
+    redis_url: str | None = None
+    l1_max_bytes: int = DEFAULT_L1_MAX_BYTES
+    ttl_s: float = DEFAULT_TTL_S
+    is_deterministic_only: bool = True
+    replay: str = "instant"
+    replay_chunk_interval_ms: float = 20.0
+    is_shared_across_tenants: bool = False
+
+
+@dataclass(frozen=True)
+class TenantKey:
+    tenant: str
+    key: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    api_keys: tuple[TenantKey, ...] = ()
+    log_level: str = "info"
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    server: ServerConfig = ServerConfig()
+    upstreams: Mapping[str, UpstreamConfig] = field(default_factory=dict)
+    models: Mapping[str, ModelRoute] = field(default_factory=dict)
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    cache: CacheConfig = CacheConfig()
+
+    @property
+    def is_simulated(self) -> bool:
+        """True when no upstream is configured and the built-in simulator stands in."""
+        return not self.upstreams
+
+
+class _Table:
+    """A TOML table being read, which remembers its path for precise error messages."""
+
+    def __init__(self, data: Mapping[str, Any], path: str) -> None:
+        self.data = data
+        self.path = path
+        self.seen: set[str] = set()
+
+    def _where(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any) -> Any:
+        self.seen.add(key)
+        if key not in self.data:
+            return default
+        value = self.data[key]
+        # bool is an int in Python; a TOML `true` must not pass as a number.
+        is_bool_mismatch = isinstance(value, bool) and bool not in _as_tuple(kind)
+        if not isinstance(value, kind) or is_bool_mismatch:
+            raise ConfigError(
+                f"{self._where(key)}: expected {_kind_name(kind)}, got {type(value).__name__} "
+                f"{value!r}"
+            )
+        return value
+
+    def number(self, key: str, default: float, *, minimum: float = 0.0) -> float:
+        value = float(self.get(key, (int, float), default))
+        if value < minimum or (minimum == 0.0 and value <= 0.0 and key.endswith("_s")):
+            raise ConfigError(f"{self._where(key)}: must be > {minimum:g}, got {value:g}")
+        return value
+
+    def integer(self, key: str, default: int, *, minimum: int = 0) -> int:
+        value = int(self.get(key, int, default))
+        if value < minimum:
+            raise ConfigError(f"{self._where(key)}: must be >= {minimum}, got {value}")
+        return value
+
+    def table(self, key: str) -> _Table:
+        return _Table(self.get(key, dict, {}), self._where(key))
+
+    def finish(self) -> None:
+        unknown = sorted(set(self.data) - self.seen)
+        if unknown:
+            where = f"[{self.path}]" if self.path else "the top level"
+            raise ConfigError(
+                f"unknown key {unknown[0]!r} in {where} (known: {', '.join(sorted(self.seen))})"
+            )
+
+
+def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    names = {
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        bool: "true or false",
+        dict: "a table",
+        list: "a list",
+    }
+    return " or ".join(names.get(k, k.__name__) for k in _as_tuple(kind))
+
+
+def _secret(table: _Table, env: Mapping[str, str], *, what: str) -> str | None:
+    """Reads ``api_key`` or ``api_key_env`` (the name of an environment variable)."""
+    literal = table.get("api_key", str, None)
+    env_name = table.get("api_key_env", str, None)
+    if literal is not None and env_name is not None:
+        raise ConfigError(f"{table.path}: set api_key or api_key_env, not both")
+    if env_name is None:
+        return literal  # type: ignore[no-any-return]
+    value = env.get(env_name)
+    if not value:
+        raise ConfigError(
+            f"{table.path}.api_key_env: environment variable {env_name} for {what} is not set"
+        )
+    return value
+
+
+def _timeouts(table: _Table) -> TimeoutConfig:
+    d = TimeoutConfig()
+    return TimeoutConfig(
+        connect_s=table.number("connect_timeout_s", d.connect_s),
+        first_byte_s=table.number("first_byte_timeout_s", d.first_byte_s),
+        idle_s=table.number("idle_timeout_s", d.idle_s),
+        total_s=table.number("total_timeout_s", d.total_s),
+    )
+
+
+def _retry(table: _Table) -> RetryConfig:
+    d = RetryConfig()
+    return RetryConfig(
+        max_retries=table.integer("max_retries", d.max_retries),
+        backoff_base_s=table.number("backoff_base_s", d.backoff_base_s),
+        backoff_max_s=table.number("backoff_max_s", d.backoff_max_s),
+        max_retry_after_s=table.number("max_retry_after_s", d.max_retry_after_s),
+    )
+
+
+def check_url(url: str, where: str) -> str:
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"{where}: expected an http:// or https:// URL, got {url!r}")
+    return url.rstrip("/")
+
+
+def _upstream(name: str, table: _Table, env: Mapping[str, str]) -> UpstreamConfig:
+    url = table.get("url", str, None)
+    if url is None:
+        raise ConfigError(f"{table.path}: missing required key 'url'")
+    config = UpstreamConfig(
+        name=name,
+        url=check_url(url, f"{table.path}.url"),
+        api_key=_secret(table, env, what=f"upstream {name!r}"),
+        timeouts=_timeouts(table),
+        retry=_retry(table),
+        max_connections=table.integer("max_connections", 256, minimum=1),
+    )
+    table.finish()
+    return config
+
+
+def _model_cache(table: _Table, base: CacheConfig) -> ModelCachePolicy:
+    config = ModelCachePolicy(
+        is_enabled=table.get("enabled", bool, True),
+        is_deterministic_only=table.get("deterministic_only", bool, base.is_deterministic_only),
+        ttl_s=table.number("ttl_s", base.ttl_s),
+    )
+    table.finish()
+    return config
+
+
+def _route(
+    name: str, table: _Table, upstreams: Mapping[str, Any], cache: CacheConfig
+) -> ModelRoute:
+    upstream = table.get("upstream", str, None)
+    if upstream is None:
+        raise ConfigError(f"{table.path}: missing required key 'upstream'")
+    fallbacks = table.get("fallbacks", list, [])
+    for i, target in enumerate([upstream, *fallbacks]):
+        if not isinstance(target, str):
+            raise ConfigError(f"{table.path}.fallbacks[{i - 1}]: expected a string")
+        if target not in upstreams:
+            key = "upstream" if i == 0 else f"fallbacks[{i - 1}]"
+            known = ", ".join(sorted(upstreams)) or "none"
+            raise ConfigError(f"{table.path}.{key}: unknown upstream {target!r} (known: {known})")
+    has_cache = "cache" in table.data
+    route = ModelRoute(
+        name=name,
+        upstream=upstream,
+        fallbacks=tuple(fallbacks),
+        upstream_model=table.get("upstream_model", str, None),
+        cache=_model_cache(table.table("cache"), cache) if has_cache else None,
+    )
+    table.finish()
+    return route
+
+
+def _cache(table: _Table) -> CacheConfig:
+    d = CacheConfig()
+    config = CacheConfig(
+        is_enabled=table.get("enabled", bool, d.is_enabled),
+        backend=table.get("backend", str, d.backend),
+        sqlite_path=table.get("sqlite_path", str, d.sqlite_path),
+        redis_url=table.get("redis_url", str, d.redis_url),
+        l1_max_bytes=table.integer("l1_max_bytes", d.l1_max_bytes, minimum=0),
+        ttl_s=table.number("ttl_s", d.ttl_s),
+        is_deterministic_only=table.get("deterministic_only", bool, d.is_deterministic_only),
+        replay=table.get("replay", str, d.replay),
+        replay_chunk_interval_ms=table.number(
+            "replay_chunk_interval_ms", d.replay_chunk_interval_ms
+        ),
+        is_shared_across_tenants=table.get("shared_across_tenants", bool, False),
+    )
+    table.finish()
+    return check_cache(config, table.path)
+
+
+def check_cache(config: CacheConfig, where: str = "cache") -> CacheConfig:
+    if config.backend not in CACHE_BACKENDS:
+        raise ConfigError(
+            f"{where}.backend: expected one of {', '.join(CACHE_BACKENDS)}, got {config.backend!r}"
+        )
+    if config.replay not in REPLAY_MODES:
+        raise ConfigError(
+            f"{where}.replay: expected one of {', '.join(REPLAY_MODES)}, got {config.replay!r}"
+        )
+    if config.backend == "redis" and not (config.redis_url or "").startswith(
+        ("redis://", "rediss://", "unix://")
+    ):
+        raise ConfigError(f"{where}.redis_url: backend 'redis' needs a redis:// URL")
+    return config
+
+
+def _server(table: _Table, env: Mapping[str, str]) -> ServerConfig:
+    d = ServerConfig()
+    keys: list[TenantKey] = []
+    for i, item in enumerate(table.get("api_keys", list, [])):
+        if not isinstance(item, dict):
+            raise ConfigError(f"{table.path}.api_keys[{i}]: expected a table")
+        key_table = _Table(item, f"{table.path}.api_keys[{i}]")
+        tenant = key_table.get("tenant", str, None)
+        secret = _secret(key_table, env, what="a gateway key")
+        if tenant is None or secret is None:
+            raise ConfigError(f"{key_table.path}: needs 'tenant' and 'api_key' or 'api_key_env'")
+        key_table.finish()
+        keys.append(TenantKey(tenant=tenant, key=secret))
+    config = ServerConfig(
+        host=table.get("host", str, d.host),
+        port=table.integer("port", d.port, minimum=0),
+        max_body_bytes=table.integer("max_body_bytes", d.max_body_bytes, minimum=1),
+        api_keys=tuple(keys),
+        log_level=table.get("log_level", str, d.log_level),
+    )
+    table.finish()
+    return config
+
+
+def parse_config(data: Mapping[str, Any], env: Mapping[str, str]) -> GatewayConfig:
+    """Validates a parsed TOML document; raises ConfigError naming the offending key."""
+    root = _Table(data, "")
+    server = _server(root.table("server"), env)
+    cache = _cache(root.table("cache"))
+    upstream_tables = root.table("upstreams")
+    upstreams = {
+        name: _upstream(name, upstream_tables.table(name), env) for name in upstream_tables.data
+    }
+    upstream_tables.seen.update(upstream_tables.data)
+    model_tables = root.table("models")
+    models = {
+        name: _route(name, model_tables.table(name), upstreams, cache) for name in model_tables.data
+    }
+    if upstreams and not models:
+        raise ConfigError('models: no model routes; add e.g. [models."*"] upstream = "..."')
+    aliases = root.get("aliases", dict, {})
+    for alias, target in aliases.items():
+        if not isinstance(target, str):
+            raise ConfigError(f"aliases.{alias}: expected a model name string")
+        if target not in models and WILDCARD_MODEL not in models:
+            raise ConfigError(f"aliases.{alias}: points at unknown model {target!r}")
+    root.finish()
+    return GatewayConfig(
+        server=server, upstreams=upstreams, models=models, aliases=aliases, cache=cache
+    )
+
+
+def load_config(path: str | os.PathLike[str] | None, env: Mapping[str, str]) -> GatewayConfig:
+    """Loads a TOML file (or the embedded defaults when ``path`` is None)."""
+    if path is None:
+        return parse_config({}, env)
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    return parse_config(data, env)
+
+
+def with_upstream(config: GatewayConfig, url: str, api_key: str | None) -> GatewayConfig:
+    """Fronts one upstream for every model name (``hasten serve --upstream URL``)."""
+    upstream = UpstreamConfig(name="default", url=check_url(url, "--upstream"), api_key=api_key)
+    upstreams = {**config.upstreams, "default": upstream}
+    models = {**config.models, WILDCARD_MODEL: ModelRoute(name=WILDCARD_MODEL, upstream="default")}
+    return replace(config, upstreams=upstreams, models=models)

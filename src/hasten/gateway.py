@@ -1,0 +1,48 @@
+"""Everything a request needs, built once at startup and hung off one object."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+
+from hasten.auth import Authenticator
+from hasten.cache import TieredCache
+from hasten.config import GatewayConfig
+from hasten.flight import Coalescer
+from hasten.models import ModelRouter
+from hasten.upstream import UpstreamClient
+
+
+@dataclass
+class Stats:
+    """Request counters, served on ``GET /stats``."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+
+    def count(self, name: str, amount: int = 1) -> None:
+        self.counts[name] += amount
+
+
+class RequestIds:
+    """Cheap unique request ids: a per-process prefix plus a counter."""
+
+    def __init__(self) -> None:
+        self._prefix = os.urandom(4).hex()
+        self._counter = itertools.count(1)
+
+    def next(self) -> str:
+        return f"{self._prefix}-{next(self._counter):x}"
+
+
+@dataclass
+class Gateway:
+    config: GatewayConfig
+    router: ModelRouter
+    auth: Authenticator
+    client: UpstreamClient
+    cache: TieredCache | None
+    coalescer: Coalescer = field(default_factory=Coalescer)
+    stats: Stats = field(default_factory=Stats)
+    request_ids: RequestIds = field(default_factory=RequestIds)

@@ -1,0 +1,329 @@
+"""The completion path: validate, look up the cache, coalesce, call upstream, stream back.
+
+Three ways a request can be answered, chosen per request:
+- ``hit``: from the tiered cache, replayed as a stream or one JSON body as asked;
+- ``miss``: through a coalesced flight, recorded and stored when complete;
+- ``bypass``: not cacheable, so forwarded directly with nothing recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from hasten.asgi import (
+    JSON_CONTENT_TYPE,
+    SSE_HEADERS,
+    DisconnectWatcher,
+    Headers,
+    Receive,
+    Scope,
+    Send,
+    header,
+    read_body,
+    send_response,
+)
+from hasten.cache import (
+    CachedAnswer,
+    CacheDecision,
+    ModelCachePolicy,
+    cache_key,
+    decide,
+    parse_cache_control,
+)
+from hasten.cache.replay import answer_body, answer_frames
+from hasten.errors import HastenError, InvalidJSON, InvalidRequest
+from hasten.flight import Flight
+from hasten.gateway import Gateway
+from hasten.models import ResolvedModel
+from hasten.recorder import Recorder
+from hasten.upstream import UpstreamCall
+from hasten.validation import check_chat, check_completion, check_embedding
+
+# Upstream response headers worth passing back (rate limits, request ids, timings).
+_PASSED_HEADERS = frozenset(
+    {
+        "openai-processing-ms",
+        "openai-version",
+        "openai-organization",
+        "x-request-id",
+        "x-ratelimit-limit-requests",
+        "x-ratelimit-limit-tokens",
+        "x-ratelimit-remaining-requests",
+        "x-ratelimit-remaining-tokens",
+        "x-ratelimit-reset-requests",
+        "x-ratelimit-reset-tokens",
+        "retry-after",
+        "retry-after-ms",
+    }
+)
+_FORWARDED_REQUEST_HEADERS = (b"openai-organization", b"openai-project", b"openai-beta")
+_EMBEDDING_POLICY = ModelCachePolicy(is_deterministic_only=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    name: str
+    path: str
+    check: Callable[[dict[str, Any]], None]
+    is_streamable: bool
+
+
+CHAT = Endpoint("chat", "/chat/completions", check_chat, True)
+COMPLETIONS = Endpoint("completions", "/completions", check_completion, True)
+EMBEDDINGS = Endpoint("embeddings", "/embeddings", check_embedding, False)
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One client request on its way through the gateway."""
+
+    scope: Scope
+    send: Send
+    endpoint: Endpoint
+    body: dict[str, Any]
+    raw_body: bytes
+    model: ResolvedModel
+    tenant: str
+    is_stream: bool
+    started_s: float
+    request_id: str
+
+    def base_headers(self, cache_label: bytes, ttfb_ms: float | None) -> Headers:
+        gateway_ms = (time.perf_counter() - self.started_s) * 1000.0 - (ttfb_ms or 0.0)
+        timing = f"hasten;dur={gateway_ms:.3f}"
+        if ttfb_ms is not None:
+            timing += f", upstream;dur={ttfb_ms:.3f}"
+        return [
+            (b"x-hasten-cache", cache_label),
+            (b"x-hasten-request-id", self.request_id.encode()),
+            (b"server-timing", timing.encode()),
+        ]
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidJSON(f"We could not parse the JSON body of your request: {exc}") from None
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object.")
+    return body
+
+
+async def handle(
+    gateway: Gateway,
+    endpoint: Endpoint,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    request_id: str,
+) -> None:
+    """Serves one chat/completions/embeddings request end to end."""
+    started_s = time.perf_counter()
+    raw = await read_body(receive, scope, gateway.config.server.max_body_bytes)
+    body = parse_body(raw)
+    endpoint.check(body)
+    tenant = gateway.auth.tenant_for(header(scope, b"authorization"))
+    model = gateway.router.resolve(body["model"])
+    if model.is_renamed:
+        raw = orjson.dumps({**body, "model": model.upstream_model})
+    exchange = Exchange(
+        scope,
+        send,
+        endpoint,
+        body,
+        raw,
+        model,
+        tenant,
+        endpoint.is_streamable and body.get("stream") is True,
+        started_s,
+        request_id,
+    )
+    watcher = DisconnectWatcher(receive)
+    try:
+        await _dispatch(gateway, exchange)
+    finally:
+        watcher.finish()
+
+
+async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
+    decision = _decide(gateway, ex)
+    if gateway.cache is None or not (decision.is_lookup or decision.is_store):
+        gateway.stats.count("bypass")
+        await _forward_direct(gateway, ex)
+        return
+    namespace = "*" if gateway.config.cache.is_shared_across_tenants else ex.tenant
+    key = cache_key(ex.body, endpoint=ex.endpoint.name, model=ex.model.name, tenant=namespace)
+    if decision.is_lookup:
+        directives = parse_cache_control(_header_str(ex.scope, b"cache-control"))
+        entry = await gateway.cache.get(key, max_age_s=directives.max_age_s)
+        if entry is not None:
+            gateway.stats.count("hit")
+            await _serve_hit(gateway, ex, entry)
+            return
+    gateway.stats.count("miss" if decision.is_lookup else "bypass")
+    recorder = (
+        Recorder(gateway.cache, key, ex.endpoint.name, ex.is_stream, ttl_s=ex.model.cache.ttl_s)
+        if decision.is_store
+        else None
+    )
+    # Only lookups coalesce: a no-cache request asked for its own fresh answer.
+    flight_key = f"{key}:{int(ex.is_stream)}" if decision.is_lookup else f"solo:{ex.request_id}"
+    flight, is_new = gateway.coalescer.join(flight_key, lambda f: _pump(gateway, ex, f, recorder))
+    if not is_new:
+        gateway.stats.count("coalesced")
+    try:
+        await _serve_flight(ex, flight, b"miss" if decision.is_lookup else b"bypass")
+    finally:
+        gateway.coalescer.leave(flight)
+
+
+def _decide(gateway: Gateway, ex: Exchange) -> CacheDecision:
+    directives = parse_cache_control(_header_str(ex.scope, b"cache-control"))
+    policy = _EMBEDDING_POLICY if ex.endpoint is EMBEDDINGS else ex.model.cache
+    return decide(ex.body, policy, directives)
+
+
+def _header_str(scope: Scope, name: bytes) -> str | None:
+    value = header(scope, name)
+    return value.decode("latin-1") if value is not None else None
+
+
+def upstream_headers(scope: Scope, ex_is_stream: bool, is_passthrough: bool) -> dict[str, str]:
+    headers = {
+        "content-type": "application/json",
+        "accept": "text/event-stream" if ex_is_stream else "application/json",
+    }
+    for name in _FORWARDED_REQUEST_HEADERS:
+        value = header(scope, name)
+        if value is not None:
+            headers[name.decode()] = value.decode("latin-1")
+    if is_passthrough:
+        authorization = header(scope, b"authorization")
+        if authorization is not None:
+            headers["authorization"] = authorization.decode("latin-1")
+    return headers
+
+
+async def _open(gateway: Gateway, ex: Exchange) -> UpstreamCall:
+    headers = upstream_headers(ex.scope, ex.is_stream, not gateway.auth.is_enforcing)
+    gateway.stats.count("upstream_calls")
+    return await gateway.client.open(ex.model.targets, ex.endpoint.path, ex.raw_body, headers)
+
+
+def _response_headers(call_headers: Any, status: int, is_stream: bool) -> Headers:
+    headers: Headers = []
+    if is_stream and status == 200:
+        headers.extend(SSE_HEADERS)
+    else:
+        content_type = call_headers.get("content-type", "application/json")
+        headers.append((b"content-type", content_type.encode("latin-1")))
+    for name, value in call_headers.items():
+        lowered = name.lower()
+        if lowered in _PASSED_HEADERS:
+            headers.append((lowered.encode(), value.encode("latin-1")))
+    return headers
+
+
+async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
+    call = await _open(gateway, ex)
+    try:
+        status = call.response.status
+        headers = _response_headers(call.response.headers, status, ex.is_stream)
+        headers.extend(ex.base_headers(b"bypass", call.ttfb_ms))
+        if not ex.is_stream or status != 200:
+            body = await call.read()
+            await send_response(ex.send, status, body, headers)
+            return
+        await _stream_start(ex.send, status, headers)
+        await _stream_body(ex.send, call.iter_chunks())
+    finally:
+        call.response.close()
+
+
+async def _stream_start(send: Send, status: int, headers: Headers) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+
+
+async def _stream_body(
+    send: Send, chunks: AsyncIterator[bytes], error: Callable[[], HastenError | None] | None = None
+) -> None:
+    """Forwards chunks as they come; a failure ends the stream with an SSE error event."""
+    failure: HastenError | None = None
+    try:
+        async for chunk in chunks:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    except HastenError as exc:
+        failure = exc
+    if failure is None and error is not None:
+        failure = error()
+    if failure is not None:
+        event = b"data: " + failure.to_json() + b"\n\n"
+        await send({"type": "http.response.body", "body": event, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _pump(gateway: Gateway, ex: Exchange, flight: Flight, recorder: Recorder | None) -> None:
+    """Runs one upstream call into a flight; stores the answer when it completed cleanly."""
+    try:
+        call = await _open(gateway, ex)
+    except HastenError as exc:
+        flight.finish(exc)
+        return
+    try:
+        flight.start(call.response.status, call.response.headers, call.upstream.name, call.ttfb_ms)
+        is_ok = call.response.status == 200 and recorder is not None
+        try:
+            async for chunk in call.iter_chunks():
+                flight.push(chunk)
+                if is_ok:
+                    recorder.feed(chunk)  # type: ignore[union-attr]
+        except HastenError as exc:
+            flight.finish(exc)
+            return
+    finally:
+        call.response.close()
+    flight.finish()
+    if is_ok:
+        recorder.commit()  # type: ignore[union-attr]
+
+
+async def _serve_flight(ex: Exchange, flight: Flight, label: bytes) -> None:
+    await flight.wait_started()
+    headers = _response_headers(flight.headers, flight.status, ex.is_stream)
+    if not ex.is_stream or flight.status != 200:
+        body = await flight.read_all()
+        if flight.error is not None:
+            raise flight.error
+        headers.extend(ex.base_headers(label, flight.ttfb_ms))
+        await send_response(ex.send, flight.status, body, headers)
+        return
+    headers.extend(ex.base_headers(label, flight.ttfb_ms))
+    await _stream_start(ex.send, flight.status, headers)
+    await _stream_body(ex.send, flight.iter_chunks(), lambda: flight.error)
+
+
+async def _serve_hit(gateway: Gateway, ex: Exchange, entry: CachedAnswer) -> None:
+    headers = ex.base_headers(b"hit", None)
+    if not ex.is_stream:
+        await send_response(ex.send, 200, answer_body(entry), [JSON_CONTENT_TYPE, *headers])
+        return
+    options = ex.body.get("stream_options")
+    include_usage = isinstance(options, dict) and options.get("include_usage") is True
+    frames = answer_frames(entry, include_usage=include_usage)
+    await _stream_start(ex.send, 200, [*SSE_HEADERS, *headers])
+    if gateway.config.cache.replay == "instant":
+        await ex.send({"type": "http.response.body", "body": b"".join(frames), "more_body": False})
+        return
+    interval_s = gateway.config.cache.replay_chunk_interval_ms / 1000.0
+    for i, frame in enumerate(frames):
+        if i:
+            await asyncio.sleep(interval_s)
+        await ex.send({"type": "http.response.body", "body": frame, "more_body": True})
+    await ex.send({"type": "http.response.body", "body": b"", "more_body": False})

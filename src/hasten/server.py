@@ -1,0 +1,203 @@
+"""``hasten serve``: resolve the configuration, start the gateway (and the demo upstream)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import sys
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import uvicorn
+
+from hasten.app import HastenApp
+from hasten.config import (
+    WILDCARD_MODEL,
+    CacheConfig,
+    GatewayConfig,
+    ModelRoute,
+    UpstreamConfig,
+    check_cache,
+    load_config,
+    with_upstream,
+)
+
+# The embedded demo upstream answers like a slow-ish cloud model so the cache shows.
+DEMO_TTFT_MS = 300.0
+DEMO_DECODE_MS_PER_TOKEN = 20.0
+UPSTREAM_KEY_ENVS = ("HASTEN_UPSTREAM_API_KEY", "OPENAI_API_KEY")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--host", help="interface to listen on (default 127.0.0.1; env HASTEN_HOST)"
+    )
+    parser.add_argument(
+        "--port", type=int, help="port to listen on (default 8080; env HASTEN_PORT)"
+    )
+    parser.add_argument("--config", help="TOML config file (env HASTEN_CONFIG)")
+    parser.add_argument(
+        "--upstream",
+        help="front this OpenAI-compatible base URL for every "
+        "model, e.g. https://api.openai.com/v1 (env HASTEN_UPSTREAM); its key "
+        "comes from HASTEN_UPSTREAM_API_KEY or OPENAI_API_KEY",
+    )
+    parser.add_argument(
+        "--cache-backend",
+        choices=("memory", "sqlite", "redis"),
+        help="L2 cache tier (env HASTEN_CACHE_BACKEND)",
+    )
+    parser.add_argument("--sqlite-path", help="SQLite cache file (env HASTEN_SQLITE_PATH)")
+    parser.add_argument(
+        "--redis-url", help="redis:// URL; implies --cache-backend redis (env HASTEN_REDIS_URL)"
+    )
+    parser.add_argument("--no-cache", action="store_true", help="disable the answer cache")
+    parser.add_argument(
+        "--log-level",
+        default=None,
+        choices=("debug", "info", "warning", "error"),
+        help="log verbosity",
+    )
+
+
+def _pick(flag: Any, env: Mapping[str, str], name: str) -> Any:
+    return flag if flag is not None else env.get(name)
+
+
+def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> GatewayConfig:
+    """Flags beat environment variables, which beat the file, which beats the defaults."""
+    config = load_config(_pick(args.config, env, "HASTEN_CONFIG"), env)
+    server = config.server
+    host = _pick(args.host, env, "HASTEN_HOST")
+    port = _pick(args.port, env, "HASTEN_PORT")
+    server = replace(
+        server,
+        host=host or server.host,
+        port=int(port or server.port),
+        log_level=args.log_level or server.log_level,
+    )
+    config = replace(config, server=server, cache=_cache_overrides(config.cache, args, env))
+    upstream = _pick(args.upstream, env, "HASTEN_UPSTREAM")
+    if upstream:
+        key = next((env[name] for name in UPSTREAM_KEY_ENVS if env.get(name)), None)
+        config = with_upstream(config, upstream, key)
+    return config
+
+
+def _cache_overrides(
+    cache: CacheConfig, args: argparse.Namespace, env: Mapping[str, str]
+) -> CacheConfig:
+    redis_url = _pick(args.redis_url, env, "HASTEN_REDIS_URL")
+    backend = _pick(args.cache_backend, env, "HASTEN_CACHE_BACKEND")
+    if redis_url and backend is None:
+        backend = "redis"
+    cache = replace(
+        cache,
+        backend=backend or cache.backend,
+        sqlite_path=_pick(args.sqlite_path, env, "HASTEN_SQLITE_PATH") or cache.sqlite_path,
+        redis_url=redis_url or cache.redis_url,
+        is_enabled=cache.is_enabled and not args.no_cache,
+    )
+    return check_cache(cache, "--cache-backend/--redis-url")
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+def _uvicorn_server(app: Any, log_level: str) -> uvicorn.Server:
+    config = uvicorn.Config(
+        app,
+        log_level=log_level,
+        access_log=False,
+        http="httptools",
+        loop="none",
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+    )
+    return uvicorn.Server(config)
+
+
+async def _serve(config: GatewayConfig) -> None:
+    servers: list[tuple[uvicorn.Server, socket.socket]] = []
+    if config.is_simulated:
+        sim_sock = _bind("127.0.0.1", 0)
+        sim_url = f"http://127.0.0.1:{sim_sock.getsockname()[1]}/v1"
+        config = _with_demo_upstream(config, sim_url)
+        servers.append((_uvicorn_server(_demo_simulator(), "warning"), sim_sock))
+    sock = _bind(config.server.host, config.server.port)
+    servers.append((_uvicorn_server(HastenApp(config), config.server.log_level), sock))
+    print(_banner(config, sock), file=sys.stderr, flush=True)
+    await asyncio.gather(*(server.serve(sockets=[s]) for server, s in servers))
+
+
+def _demo_simulator() -> Any:
+    from hasten.simulator import SimConfig, build_app
+
+    return build_app(
+        SimConfig(
+            ttft_base_ms=DEMO_TTFT_MS,
+            decode_ms_per_token=DEMO_DECODE_MS_PER_TOKEN,
+            output_tokens=24,
+        )
+    )
+
+
+def _with_demo_upstream(config: GatewayConfig, url: str) -> GatewayConfig:
+    upstream = UpstreamConfig(name="simulator", url=url)
+    return replace(
+        config,
+        upstreams={"simulator": upstream},
+        models={WILDCARD_MODEL: ModelRoute(name=WILDCARD_MODEL, upstream="simulator")},
+    )
+
+
+def _banner(config: GatewayConfig, sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    lines = [f"hasten gateway on http://{host}:{port}/v1"]
+    for upstream in config.upstreams.values():
+        label = (
+            " (BUILT-IN SIMULATOR: synthetic text, not a real model)"
+            if upstream.name == "simulator"
+            else ""
+        )
+        lines.append(f"  upstream {upstream.name}: {upstream.url}{label}")
+    cache = config.cache
+    if cache.is_enabled:
+        where = {"sqlite": cache.sqlite_path, "redis": cache.redis_url, "memory": "in-process"}
+        lines.append(
+            f"  cache: L1 memory {cache.l1_max_bytes // (1024 * 1024)} MiB + "
+            f"{cache.backend} ({where[cache.backend]})"
+        )
+    else:
+        lines.append("  cache: disabled")
+    if config.server.api_keys:
+        lines.append(f"  gateway keys: {len(config.server.api_keys)} tenant key(s) enforced")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = resolve_config(args, os.environ)
+    logging.basicConfig(
+        level=config.server.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        import uvloop
+
+        runner: Any = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    with contextlib.suppress(KeyboardInterrupt):
+        runner(_serve(config))
+    return 0
