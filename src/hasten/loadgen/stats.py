@@ -1,0 +1,77 @@
+"""Pure summary statistics for latency samples: percentiles and a fixed-shape summary.
+
+Unit-agnostic: callers pass values in the unit they name the field after (``latency_ms``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+# Below this many samples p99.9 is just the maximum wearing a costume; omit it.
+MIN_SAMPLES_FOR_P99_9 = 1000
+
+
+def percentile(sorted_values: Sequence[float], fraction: float) -> float:
+    """Linear-interpolated percentile (numpy's default, "type 7") of ascending values.
+
+    ``fraction`` is in [0, 1]; ``sorted_values`` must be non-empty and ascending.
+    """
+    if not sorted_values:
+        raise ValueError("percentile of no values")
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"fraction must be within [0, 1], got {fraction}")
+    position = (len(sorted_values) - 1) * fraction
+    lower_index = math.floor(position)
+    upper_index = min(lower_index + 1, len(sorted_values) - 1)
+    lower = sorted_values[lower_index]
+    upper = sorted_values[upper_index]
+    value = lower + (position - lower_index) * (upper - lower)
+    # Rounding can push the interpolation an ulp outside its bracket; keep it monotone.
+    return min(max(value, lower), upper)
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """Distribution of one measured quantity."""
+
+    count: int
+    mean: float
+    min: float
+    p50: float
+    p95: float
+    p99: float
+    p99_9: float | None
+    max: float
+
+    def to_dict(self) -> dict[str, float | int | None]:
+        return asdict(self)
+
+
+def summarize(values: Sequence[float]) -> Summary | None:
+    """Summary of ``values`` (any order), or None when there are none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    count = len(ordered)
+    return Summary(
+        count=count,
+        mean=math.fsum(ordered) / count,
+        min=ordered[0],
+        p50=percentile(ordered, 0.50),
+        p95=percentile(ordered, 0.95),
+        p99=percentile(ordered, 0.99),
+        p99_9=percentile(ordered, 0.999) if count >= MIN_SAMPLES_FOR_P99_9 else None,
+        max=ordered[-1],
+    )
+
+
+def scaled(values: Sequence[float], factor: float) -> list[float]:
+    """``values`` multiplied by ``factor`` (seconds to milliseconds, typically)."""
+    return [value * factor for value in values]
+
+
+def ratio(numerator: float, denominator: float) -> float | None:
+    """numerator / denominator, or None when the denominator is zero."""
+    return numerator / denominator if denominator else None
