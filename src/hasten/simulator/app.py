@@ -1,0 +1,361 @@
+"""The simulator's ASGI app: routing and the OpenAI endpoints.
+
+Pure ASGI, no framework: the hot path is a dict lookup, one orjson parse, a hash-based word
+generator and a couple of sends. See the package docstring for endpoints and headers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import orjson
+
+from hasten.errors import HastenError, MethodNotAllowed, ModelNotFound, NotFound, RateLimited
+from hasten.simulator.config import SimConfig
+from hasten.simulator.control import ControlEndpoints
+from hasten.simulator.execution import StreamRun, WholeResponse, send_whole
+from hasten.simulator.faults import Fault, FaultKind, decide_fault
+from hasten.simulator.generation import GeneratedChoice, generate_choices
+from hasten.simulator.inputs import (
+    GenerationRequest,
+    Overrides,
+    parse_chat_request,
+    parse_completion_request,
+    parse_embedding_request,
+    parse_json_object,
+    parse_overrides,
+)
+from hasten.simulator.latency import ZERO_LATENCY_PLAN, LatencyPlan, plan_latency
+from hasten.simulator.payloads import (
+    ChatStreamEncoder,
+    CompletionStreamEncoder,
+    chat_completion_body,
+    embeddings_body,
+    model_dict,
+    models_body,
+    text_completion_body,
+    usage_dict,
+)
+from hasten.simulator.state import SimState
+from hasten.simulator.stats import Outcome
+from hasten.simulator.streaming import stream_schedule
+from hasten.simulator.textgen import embedding_vector, text_tokens
+from hasten.simulator.transport import (
+    ClientGone,
+    DisconnectWatcher,
+    Receive,
+    Scope,
+    Send,
+    error_headers,
+    read_body,
+    send_error,
+    send_json,
+)
+
+Handler = Callable[[Scope, Receive, Send, float], Awaitable[Outcome]]
+RequestParser = Callable[[dict[str, object]], GenerationRequest]
+
+API_PREFIX = "/v1/"
+MODEL_PATH_PREFIX = "/v1/models/"
+SIMULATED_500_MESSAGE = "The server had an error while processing your request."
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedCompletion:
+    """Everything decided about one chat/text completion before any byte is sent."""
+
+    request: GenerationRequest
+    is_chat: bool
+    choices: list[GeneratedChoice]
+    plan: LatencyPlan
+    fault: Fault
+    usage: dict[str, object]
+
+    @property
+    def num_steps(self) -> int:
+        return max((len(choice.pieces) for choice in self.choices), default=0)
+
+
+class SimulatorApp:
+    """An OpenAI-compatible upstream with a configurable latency and fault model."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.state = SimState(config)
+        self.control = ControlEndpoints(self.state)
+        # path -> (endpoint name counted in stats, or None for control paths; method -> handler)
+        self._routes: dict[str, tuple[str | None, dict[str, Handler]]] = {
+            "/v1/chat/completions": ("chat.completions", {"POST": self._chat}),
+            "/v1/completions": ("completions", {"POST": self._completions}),
+            "/v1/embeddings": ("embeddings", {"POST": self._embeddings}),
+            "/v1/models": ("models", {"GET": self._models}),
+            "/sim/stats": (None, {"GET": self.control.get_stats}),
+            "/sim/reset": (None, {"POST": self.control.reset}),
+            "/sim/config": (
+                None,
+                {"GET": self.control.get_config, "POST": self.control.set_config},
+            ),
+        }
+
+    @property
+    def config(self) -> SimConfig:
+        return self.state.config
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self._http(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+
+    def _route(self, path: str, method: str) -> tuple[str | None, Handler]:
+        route = self._routes.get(path)
+        if route is None:
+            if path.startswith(MODEL_PATH_PREFIX):
+                route = ("models", {"GET": self._model})
+            else:
+                return ("other" if path.startswith(API_PREFIX) else None), _not_found
+        endpoint, methods = route
+        return endpoint, methods.get(method, _method_not_allowed)
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        start_s = asyncio.get_running_loop().time()
+        endpoint, handler = self._route(scope["path"], scope["method"])
+        stats = self.state.stats
+        if endpoint is not None:
+            stats.record_request(endpoint)
+        # Anything that ends a request without a verdict (server shutdown) counts as cancelled.
+        outcome = Outcome.CANCELLED
+        try:
+            outcome = await handler(scope, receive, send, start_s)
+        except HastenError as error:
+            outcome = Outcome.BAD_REQUEST
+            try:
+                await send_error(send, error)
+            except ClientGone:
+                outcome = Outcome.CANCELLED
+        except ClientGone:
+            outcome = Outcome.CANCELLED
+        finally:
+            if endpoint is not None:
+                stats.record_outcome(outcome)
+
+    def _check_model(self, model: str) -> None:
+        config = self.state.config
+        if config.strict_models and model not in config.models:
+            raise ModelNotFound(f"The model `{model}` does not exist", param="model")
+
+    def _decide_fault(self, overrides: Overrides, num_tokens: int) -> Fault:
+        return decide_fault(
+            self.state.config,
+            self.state.rng,
+            num_tokens=num_tokens,
+            forced_kind=overrides.fail,
+            forced_after_chunks=overrides.fail_after_chunks,
+            forced_retry_after_s=overrides.retry_after_s,
+        )
+
+    def _plan(self, overrides: Overrides, num_prompt_tokens: int, num_cached: int) -> LatencyPlan:
+        config = self.state.config
+        if (
+            not config.has_latency
+            and overrides.first_token_ms is None
+            and overrides.decode_ms is None
+        ):
+            return ZERO_LATENCY_PLAN  # skip RNG draws: nothing would be slowed anyway
+        return plan_latency(
+            config,
+            self.state.rng,
+            num_prompt_tokens,
+            num_cached,
+            first_token_override_ms=overrides.first_token_ms,
+            decode_override_ms=overrides.decode_ms,
+        )
+
+    async def _send_fault(
+        self, send: Send, watcher: DisconnectWatcher, start_s: float, fault: Fault
+    ) -> Outcome:
+        """An up-front 429 or 500, after one network round trip."""
+        error: HastenError
+        if fault.kind is FaultKind.RATE_LIMIT:
+            error = RateLimited(
+                "Rate limit reached (simulated).", retry_after_s=fault.retry_after_s
+            )
+            outcome = Outcome.RATE_LIMITED
+        else:
+            error = HastenError(SIMULATED_500_MESSAGE)
+            outcome = Outcome.SERVER_ERROR
+        response = WholeResponse(error.status_code, error.to_json(), error_headers(error))
+        sent = await send_whole(send, watcher, start_s, self.state.config.rtt_ms, response)
+        return outcome if sent else Outcome.CANCELLED
+
+    # --- chat and text completions -------------------------------------------------------
+
+    async def _chat(self, scope: Scope, receive: Receive, send: Send, start_s: float) -> Outcome:
+        return await self._generate(scope, receive, send, start_s, parse_chat_request)
+
+    async def _completions(
+        self, scope: Scope, receive: Receive, send: Send, start_s: float
+    ) -> Outcome:
+        return await self._generate(scope, receive, send, start_s, parse_completion_request)
+
+    def _prepare(
+        self, request: GenerationRequest, overrides: Overrides, is_chat: bool
+    ) -> PreparedCompletion:
+        """Generates the text, decides the fault and, unless it fails up front, the pacing."""
+        state = self.state
+        choices = generate_choices(request, state.config.output_tokens, overrides.num_tokens)
+        num_completion_tokens = sum(len(choice.pieces) for choice in choices)
+        num_steps = max(len(choice.pieces) for choice in choices)
+        fault = self._decide_fault(overrides, num_steps)
+        if _fails_up_front(fault, request.stream):
+            return PreparedCompletion(request, is_chat, choices, ZERO_LATENCY_PLAN, fault, {})
+        num_prompt_tokens = len(request.prompt_tokens)
+        num_cached = state.prefix_cache.lookup_and_insert(request.model, request.prompt_tokens)
+        state.stats.num_prompt_tokens += num_prompt_tokens
+        state.stats.num_prefix_cache_hit_tokens += num_cached
+        plan = self._plan(overrides, num_prompt_tokens, num_cached)
+        usage = usage_dict(num_prompt_tokens, num_completion_tokens, num_cached)
+        return PreparedCompletion(request, is_chat, choices, plan, fault, usage)
+
+    async def _generate(
+        self, scope: Scope, receive: Receive, send: Send, start_s: float, parse: RequestParser
+    ) -> Outcome:
+        overrides = parse_overrides(scope["headers"])
+        request = parse(parse_json_object(await read_body(receive)))
+        self._check_model(request.model)
+        if request.stream:
+            self.state.stats.num_stream_requests += 1
+        prepared = self._prepare(request, overrides, is_chat=parse is parse_chat_request)
+        watcher = DisconnectWatcher(receive)
+        try:
+            if _fails_up_front(prepared.fault, request.stream):
+                return await self._send_fault(send, watcher, start_s, prepared.fault)
+            if request.stream:
+                return await self._stream(send, watcher, start_s, prepared)
+            return await self._respond_whole(send, watcher, start_s, prepared)
+        finally:
+            watcher.close()
+
+    async def _stream(
+        self,
+        send: Send,
+        watcher: DisconnectWatcher,
+        start_s: float,
+        prepared: PreparedCompletion,
+    ) -> Outcome:
+        state = self.state
+        request = prepared.request
+        is_chat = prepared.is_chat
+        encoder_type = ChatStreamEncoder if is_chat else CompletionStreamEncoder
+        encoder = encoder_type(
+            state.next_id("chatcmpl" if is_chat else "cmpl"),
+            int(time.time()),
+            request.model,
+            request.include_usage,
+        )
+        usage = prepared.usage if request.include_usage else None
+        events = stream_schedule(encoder, prepared.choices, prepared.plan, usage)
+        run = StreamRun(send, watcher, start_s)
+        try:
+            return await run.run(events, prepared.fault)
+        finally:
+            state.stats.num_completion_tokens += run.num_tokens_sent
+
+    async def _respond_whole(
+        self,
+        send: Send,
+        watcher: DisconnectWatcher,
+        start_s: float,
+        prepared: PreparedCompletion,
+    ) -> Outcome:
+        state = self.state
+        is_chat = prepared.is_chat
+        build_body = chat_completion_body if is_chat else text_completion_body
+        body = build_body(
+            state.next_id("chatcmpl" if is_chat else "cmpl"),
+            int(time.time()),
+            prepared.request.model,
+            prepared.choices,
+            prepared.usage,
+        )
+        is_cut = prepared.fault.kind is FaultKind.DISCONNECT
+        due_ms = prepared.plan.total_ms(prepared.num_steps)
+        if not await send_whole(
+            send, watcher, start_s, due_ms, WholeResponse(200, body), cut_midway=is_cut
+        ):
+            return Outcome.CANCELLED
+        if is_cut:
+            return Outcome.DISCONNECTED
+        state.stats.num_completion_tokens += sum(len(c.pieces) for c in prepared.choices)
+        return Outcome.COMPLETED
+
+    # --- embeddings and models -----------------------------------------------------------
+
+    async def _embeddings(
+        self, scope: Scope, receive: Receive, send: Send, start_s: float
+    ) -> Outcome:
+        overrides = parse_overrides(scope["headers"])
+        request = parse_embedding_request(parse_json_object(await read_body(receive)))
+        self._check_model(request.model)
+        state = self.state
+        num_tokens = sum(len(text_tokens(text)) for text in request.texts)
+        fault = self._decide_fault(overrides, 0)
+        watcher = DisconnectWatcher(receive)
+        try:
+            if _fails_up_front(fault, False):
+                return await self._send_fault(send, watcher, start_s, fault)
+            num_dims = request.num_dims or state.config.embedding_dims
+            vectors = [embedding_vector(request.model, text, num_dims) for text in request.texts]
+            body = embeddings_body(request.model, vectors, request.encoding_format, num_tokens)
+            state.stats.num_embedding_inputs += len(request.texts)
+            state.stats.num_embedding_tokens += num_tokens
+            # An embedding is a prefill with no decode: its latency is the time to first token.
+            due_ms = self._plan(overrides, num_tokens, 0).first_token_ms
+            is_cut = fault.kind is FaultKind.DISCONNECT
+            response = WholeResponse(200, body)
+            if not await send_whole(send, watcher, start_s, due_ms, response, cut_midway=is_cut):
+                return Outcome.CANCELLED
+            return Outcome.DISCONNECTED if is_cut else Outcome.COMPLETED
+        finally:
+            watcher.close()
+
+    async def _models(self, scope: Scope, receive: Receive, send: Send, start_s: float) -> Outcome:
+        await send_json(send, 200, models_body(self.state.config.models))
+        return Outcome.COMPLETED
+
+    async def _model(self, scope: Scope, receive: Receive, send: Send, start_s: float) -> Outcome:
+        model = scope["path"][len(MODEL_PATH_PREFIX) :]
+        config = self.state.config
+        if model not in config.models and (config.strict_models or not model):
+            raise ModelNotFound(f"The model `{model}` does not exist", param="model")
+        await send_json(send, 200, orjson.dumps(model_dict(model)))
+        return Outcome.COMPLETED
+
+
+def _fails_up_front(fault: Fault, stream: bool) -> bool:
+    """429s always come first; a 500 does unless a stream is told to fail after N chunks."""
+    if fault.kind is FaultKind.RATE_LIMIT:
+        return True
+    return fault.kind is FaultKind.SERVER_ERROR and (fault.after_chunks is None or not stream)
+
+
+async def _not_found(scope: Scope, receive: Receive, send: Send, start_s: float) -> Outcome:
+    raise NotFound(f"Unknown path {scope['path']}")
+
+
+async def _method_not_allowed(
+    scope: Scope, receive: Receive, send: Send, start_s: float
+) -> Outcome:
+    raise MethodNotAllowed(f"Method {scope['method']} not allowed on {scope['path']}")
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

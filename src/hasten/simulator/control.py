@@ -1,0 +1,61 @@
+"""The `/sim/*` control endpoints: read counters, reset them, read or change the config."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs
+
+import orjson
+
+from hasten.errors import ConfigError, InvalidRequest
+from hasten.simulator.inputs import parse_json_object
+from hasten.simulator.state import SimState
+from hasten.simulator.stats import Outcome
+from hasten.simulator.transport import Receive, Scope, Send, read_body, send_json
+
+_TRUE_VALUES = ("1", "true", "yes")
+
+
+class ControlEndpoints:
+    """Handlers share the app's `SimState`; each returns COMPLETED (not counted in stats)."""
+
+    def __init__(self, state: SimState) -> None:
+        self._state = state
+
+    def stats_json(self) -> bytes:
+        data = self._state.stats.to_dict()
+        data["num_prefix_cache_blocks"] = len(self._state.prefix_cache)
+        return orjson.dumps(data)
+
+    async def get_stats(
+        self, scope: Scope, receive: Receive, send: Send, start_s: float
+    ) -> Outcome:
+        await send_json(send, 200, self.stats_json())
+        return Outcome.COMPLETED
+
+    async def reset(self, scope: Scope, receive: Receive, send: Send, start_s: float) -> Outcome:
+        """Zeroes counters and reseeds the RNG; `?clear_prefix_cache=1` also empties the cache."""
+        await read_body(receive)
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        clear = any(value.lower() in _TRUE_VALUES for value in query.get("clear_prefix_cache", []))
+        self._state.reset(clear_prefix_cache=clear)
+        await send_json(send, 200, self.stats_json())
+        return Outcome.COMPLETED
+
+    async def get_config(
+        self, scope: Scope, receive: Receive, send: Send, start_s: float
+    ) -> Outcome:
+        await send_json(send, 200, orjson.dumps(self._state.config.to_dict()))
+        return Outcome.COMPLETED
+
+    async def set_config(
+        self, scope: Scope, receive: Receive, send: Send, start_s: float
+    ) -> Outcome:
+        """Applies the given fields on top of the current config; returns the whole new one."""
+        changes = parse_json_object(await read_body(receive))
+        try:
+            config = self._state.config.updated(changes)
+        except ConfigError as exc:
+            raise InvalidRequest(str(exc), code="invalid_config") from None
+        self._state.apply_config(config)
+        await send_json(send, 200, orjson.dumps(config.to_dict()))
+        return Outcome.COMPLETED

@@ -1,0 +1,82 @@
+"""Which failure, if any, a request suffers: drawn from the configured rates or forced by header.
+
+Pure: the decision uses only the `random.Random` it is given, so a fixed seed replays.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from enum import StrEnum
+
+from hasten.simulator.config import SimConfig
+
+
+class FaultKind(StrEnum):
+    NONE = "none"
+    SERVER_ERROR = "500"
+    RATE_LIMIT = "429"
+    DISCONNECT = "disconnect"
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """A decided failure. `after_chunks` is how many SSE events go out before it strikes.
+
+    For SERVER_ERROR, None means an up-front 500; a number means a mid-stream error event.
+    For DISCONNECT it is always set; non-stream responses are cut halfway through the body.
+    """
+
+    kind: FaultKind
+    after_chunks: int | None = None
+    retry_after_s: float = 0.0
+
+
+NO_FAULT = Fault(FaultKind.NONE)
+
+
+def default_disconnect_after_chunks(num_tokens: int) -> int:
+    """The role chunk plus half the content: enough that a client has started consuming."""
+    return 1 + num_tokens // 2
+
+
+def draw_fault_kind(config: SimConfig, rng: random.Random) -> FaultKind:
+    """One uniform draw split across the three rates; no draw at all when every rate is 0."""
+    if not config.has_faults:
+        return FaultKind.NONE
+    draw = rng.random()
+    if draw < config.error_rate:
+        return FaultKind.SERVER_ERROR
+    draw -= config.error_rate
+    if draw < config.rate_limit_rate:
+        return FaultKind.RATE_LIMIT
+    draw -= config.rate_limit_rate
+    if draw < config.disconnect_rate:
+        return FaultKind.DISCONNECT
+    return FaultKind.NONE
+
+
+def decide_fault(
+    config: SimConfig,
+    rng: random.Random,
+    *,
+    num_tokens: int,
+    forced_kind: FaultKind | None = None,
+    forced_after_chunks: int | None = None,
+    forced_retry_after_s: float | None = None,
+) -> Fault:
+    """The fault for one request; forced values (from headers) win over the random draw."""
+    kind = forced_kind if forced_kind is not None else draw_fault_kind(config, rng)
+    if kind is FaultKind.NONE:
+        return NO_FAULT
+    if kind is FaultKind.RATE_LIMIT:
+        retry_after_s = (
+            forced_retry_after_s if forced_retry_after_s is not None else config.retry_after_s
+        )
+        return Fault(kind, retry_after_s=retry_after_s)
+    if kind is FaultKind.DISCONNECT:
+        after = forced_after_chunks
+        if after is None:
+            after = default_disconnect_after_chunks(num_tokens)
+        return Fault(kind, after_chunks=after)
+    return Fault(kind, after_chunks=forced_after_chunks)

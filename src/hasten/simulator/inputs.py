@@ -1,0 +1,216 @@
+"""Parsing what clients send: JSON bodies into typed requests, `x-sim-*` headers into overrides.
+
+Every malformed input becomes an OpenAI-shaped 400 (`hasten.errors.InvalidRequest`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from hasten.errors import InvalidJSON, InvalidRequest
+from hasten.simulator.faults import FaultKind
+from hasten.simulator.textgen import chat_prompt_tokens, completion_prompt_tokens
+
+MAX_CHOICES = 128
+MAX_STOP_SEQUENCES = 4
+HEADER_PREFIX = b"x-sim-"
+
+
+@dataclass(frozen=True, slots=True)
+class Overrides:
+    """Per-request behaviour forced by `x-sim-*` headers (None: use the config)."""
+
+    first_token_ms: float | None = None
+    decode_ms: float | None = None
+    fail: FaultKind | None = None
+    fail_after_chunks: int | None = None
+    retry_after_s: float | None = None
+    num_tokens: int | None = None
+
+
+NO_OVERRIDES = Overrides()
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """A chat or text completion request, reduced to what the simulator needs."""
+
+    model: str
+    prompt_tokens: list[str]
+    prompt_json: bytes  # canonical prompt bytes that seed the generated text
+    stream: bool
+    include_usage: bool
+    num_choices: int
+    max_tokens: int | None
+    stops: tuple[str, ...]
+    seed: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingRequest:
+    model: str
+    texts: list[str]
+    num_dims: int | None
+    encoding_format: str
+
+
+def _header_number(name: str, raw: bytes) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise InvalidRequest(f"header {name} must be a number >= 0", param=name)
+    return value
+
+
+def _header_count(name: str, raw: bytes) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise InvalidRequest(f"header {name} must be an integer >= 0", param=name)
+    return value
+
+
+def _header_fault(raw: bytes) -> FaultKind:
+    try:
+        return FaultKind(raw.decode("latin-1").strip().lower())
+    except ValueError:
+        raise InvalidRequest(
+            "header x-sim-fail must be one of 500, 429, disconnect, none", param="x-sim-fail"
+        ) from None
+
+
+def parse_overrides(headers: Iterable[tuple[bytes, bytes]]) -> Overrides:
+    """Reads the `x-sim-*` headers; returns the shared NO_OVERRIDES when there are none."""
+    found: dict[str, Any] = {}
+    for raw_name, raw_value in headers:
+        if not raw_name.startswith(HEADER_PREFIX):
+            continue
+        name = raw_name.decode("latin-1")
+        if name == "x-sim-ttft-ms":
+            found["first_token_ms"] = _header_number(name, raw_value)
+        elif name == "x-sim-decode-ms":
+            found["decode_ms"] = _header_number(name, raw_value)
+        elif name == "x-sim-fail":
+            found["fail"] = _header_fault(raw_value)
+        elif name == "x-sim-fail-after-chunks":
+            found["fail_after_chunks"] = _header_count(name, raw_value)
+        elif name == "x-sim-retry-after":
+            found["retry_after_s"] = _header_number(name, raw_value)
+        elif name == "x-sim-tokens":
+            found["num_tokens"] = _header_count(name, raw_value)
+        else:
+            raise InvalidRequest(f"unknown simulator header {name}", param=name)
+    return Overrides(**found) if found else NO_OVERRIDES
+
+
+def parse_json_object(body: bytes) -> dict[str, Any]:
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidJSON(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidRequest("request body must be a JSON object")
+    return data
+
+
+def _model(data: dict[str, Any]) -> str:
+    model = data.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidRequest("you must provide a model parameter", param="model")
+    return model
+
+
+def _optional_int(data: dict[str, Any], name: str, minimum: int, maximum: int) -> int | None:
+    value = data.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise InvalidRequest(f"{name} must be an integer in [{minimum}, {maximum}]", param=name)
+    return value
+
+
+def _stops(data: dict[str, Any]) -> tuple[str, ...]:
+    stop = data.get("stop")
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        return (stop,) if stop else ()
+    if (
+        isinstance(stop, list)
+        and len(stop) <= MAX_STOP_SEQUENCES
+        and all(isinstance(item, str) for item in stop)
+    ):
+        return tuple(item for item in stop if item)
+    raise InvalidRequest("stop must be a string or a list of up to 4 strings", param="stop")
+
+
+def _generation(
+    data: dict[str, Any], prompt_tokens: list[str], prompt_json: bytes
+) -> GenerationRequest:
+    stream = data.get("stream") is True
+    options = data.get("stream_options")
+    include_usage = stream and isinstance(options, dict) and options.get("include_usage") is True
+    max_tokens = _optional_int(data, "max_completion_tokens", 1, 2**31)
+    if max_tokens is None:
+        max_tokens = _optional_int(data, "max_tokens", 1, 2**31)
+    return GenerationRequest(
+        model=_model(data),
+        prompt_tokens=prompt_tokens,
+        prompt_json=prompt_json,
+        stream=stream,
+        include_usage=include_usage,
+        num_choices=_optional_int(data, "n", 1, MAX_CHOICES) or 1,
+        max_tokens=max_tokens,
+        stops=_stops(data),
+        seed=_optional_int(data, "seed", -(2**63), 2**64),
+    )
+
+
+def parse_chat_request(data: dict[str, Any]) -> GenerationRequest:
+    messages = data.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("messages must be a non-empty array", param="messages")
+    if not all(isinstance(message, dict) for message in messages):
+        raise InvalidRequest("every message must be an object", param="messages")
+    return _generation(data, chat_prompt_tokens(messages), orjson.dumps(messages))
+
+
+def parse_completion_request(data: dict[str, Any]) -> GenerationRequest:
+    prompt = data.get("prompt")
+    if not isinstance(prompt, str | list):
+        raise InvalidRequest("prompt must be a string or an array", param="prompt")
+    return _generation(data, completion_prompt_tokens(prompt), orjson.dumps(prompt))
+
+
+def _embedding_texts(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and value:
+        if all(isinstance(item, str) for item in value):
+            return list(value)
+        if all(isinstance(item, int) for item in value):
+            return [" ".join(str(token_id) for token_id in value)]
+        if all(isinstance(item, list) for item in value):
+            return [" ".join(str(token_id) for token_id in item) for item in value]
+    raise InvalidRequest("input must be a string or a non-empty array", param="input")
+
+
+def parse_embedding_request(data: dict[str, Any]) -> EmbeddingRequest:
+    encoding_format = data.get("encoding_format") or "float"
+    if encoding_format not in ("float", "base64"):
+        raise InvalidRequest("encoding_format must be float or base64", param="encoding_format")
+    return EmbeddingRequest(
+        model=_model(data),
+        texts=_embedding_texts(data.get("input")),
+        num_dims=_optional_int(data, "dimensions", 1, 8192),
+        encoding_format=encoding_format,
+    )

@@ -1,0 +1,149 @@
+"""The latency model as pure math: prefix cache, time to first token, decode pacing.
+
+Nothing here sleeps or does I/O; the ASGI app asks for a `LatencyPlan` and executes it.
+Randomness comes only from the `random.Random` passed in, so a fixed seed replays exactly.
+
+Model, per request:
+    first_token_ms = (rtt_ms + ttft_base_ms
+                      + prefill_ms_per_token * uncached_prompt_tokens
+                      + prefill_cached_ms_per_token * cached_prompt_tokens) * jitter * straggler
+    token i (0-based) is emitted at first_token_ms + i * decode_ms_per_token * jitter' * straggler
+Jitter factors are log-normal with median 1 (one for the first token, one for decode), drawn
+once per request; a straggler (probability `straggler_prob`) multiplies both by
+`straggler_mult`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hasten.simulator.config import SimConfig
+
+
+class PrefixCache:
+    """Provider-style prompt prefix cache: an LRU of chained hashes of full token blocks.
+
+    Block i's key hashes block i's tokens together with block i-1's key, so a key names a
+    whole prefix; a prompt hits for as many leading blocks as are present. A trailing partial
+    block is never cached, as with real providers.
+    """
+
+    def __init__(self, block_tokens: int, capacity_blocks: int) -> None:
+        if block_tokens < 1:
+            raise ValueError("block_tokens must be >= 1")
+        self.block_tokens = block_tokens
+        self.capacity_blocks = max(0, capacity_blocks)
+        self._lru: OrderedDict[int, None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def clear(self) -> None:
+        self._lru.clear()
+
+    def resize(self, capacity_blocks: int) -> None:
+        self.capacity_blocks = max(0, capacity_blocks)
+        self._evict()
+
+    def block_keys(self, namespace: str, tokens: Sequence[str]) -> list[int]:
+        """Chained keys of every full block of `tokens`; `namespace` (the model) seeds the chain.
+
+        Python's str hash is salted per process, which is fine: keys never leave this process.
+        """
+        size = self.block_tokens
+        key = hash(namespace)
+        keys: list[int] = []
+        for start in range(0, len(tokens) - size + 1, size):
+            key = hash((key, *tokens[start : start + size]))
+            keys.append(key)
+        return keys
+
+    def lookup_and_insert(self, namespace: str, tokens: Sequence[str]) -> int:
+        """Returns how many leading tokens were cached, then caches every full block."""
+        if self.capacity_blocks == 0:
+            return 0
+        keys = self.block_keys(namespace, tokens)
+        lru = self._lru
+        num_hit_blocks = 0
+        for key in keys:
+            if key not in lru:
+                break
+            num_hit_blocks += 1
+        for key in keys:
+            if key in lru:
+                lru.move_to_end(key)
+            else:
+                lru[key] = None
+        self._evict()
+        return num_hit_blocks * self.block_tokens
+
+    def _evict(self) -> None:
+        while len(self._lru) > self.capacity_blocks:
+            self._lru.popitem(last=False)
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyPlan:
+    """When each token of one response is due, in ms from the request's arrival."""
+
+    first_token_ms: float
+    decode_ms_per_token: float
+    is_straggler: bool = False
+
+    def token_due_ms(self, token_index: int) -> float:
+        return self.first_token_ms + token_index * self.decode_ms_per_token
+
+    def total_ms(self, num_tokens: int) -> float:
+        """Time until the last of `num_tokens` tokens (the first token if there are none)."""
+        return self.token_due_ms(max(0, num_tokens - 1))
+
+
+ZERO_LATENCY_PLAN = LatencyPlan(first_token_ms=0.0, decode_ms_per_token=0.0)
+
+
+def ttft_ms(config: SimConfig, num_prompt_tokens: int, num_cached_tokens: int) -> float:
+    """Time to first token before jitter and network: base + prefill of cached/uncached tokens."""
+    num_cached = min(max(0, num_cached_tokens), max(0, num_prompt_tokens))
+    num_uncached = max(0, num_prompt_tokens) - num_cached
+    return (
+        config.ttft_base_ms
+        + config.prefill_ms_per_token * num_uncached
+        + config.prefill_cached_ms_per_token * num_cached
+    )
+
+
+def jitter_factor(rng: random.Random, sigma: float) -> float:
+    """Log-normal multiplier with median 1; exactly 1 (and no RNG draw) when sigma is 0."""
+    if sigma <= 0:
+        return 1.0
+    return rng.lognormvariate(0.0, sigma)
+
+
+def plan_latency(
+    config: SimConfig,
+    rng: random.Random,
+    num_prompt_tokens: int,
+    num_cached_tokens: int,
+    *,
+    first_token_override_ms: float | None = None,
+    decode_override_ms: float | None = None,
+) -> LatencyPlan:
+    """Draws one request's pacing. Overrides are exact: no jitter or straggler applies to them."""
+    is_straggler = config.straggler_prob > 0 and rng.random() < config.straggler_prob
+    slowdown = config.straggler_mult if is_straggler else 1.0
+    if first_token_override_ms is not None:
+        first_token = first_token_override_ms
+    else:
+        first_token = config.rtt_ms + ttft_ms(config, num_prompt_tokens, num_cached_tokens)
+        if first_token > 0:
+            first_token *= jitter_factor(rng, config.jitter_sigma) * slowdown
+    if decode_override_ms is not None:
+        decode = decode_override_ms
+    else:
+        decode = config.decode_ms_per_token * slowdown
+        if decode > 0:
+            decode *= jitter_factor(rng, config.jitter_sigma)
+    return LatencyPlan(first_token, decode, is_straggler)

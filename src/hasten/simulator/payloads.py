@@ -1,0 +1,213 @@
+"""OpenAI response shapes: whole JSON bodies and SSE chunks, encoded to bytes.
+
+Content chunks are the hot path of a stream, so they are spliced from a per-response prefix
+instead of serialising a fresh dict per token; the rest goes through orjson dicts.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+from collections.abc import Sequence
+from typing import Protocol
+
+import orjson
+
+from hasten.errors import HastenError
+from hasten.simulator.generation import GeneratedChoice
+
+SYSTEM_FINGERPRINT = "fp_hasten_sim"
+OWNED_BY = "hasten-simulator"
+DONE_EVENT = b"data: [DONE]\n\n"
+
+
+def usage_dict(
+    num_prompt_tokens: int, num_completion_tokens: int, num_cached_tokens: int
+) -> dict[str, object]:
+    return {
+        "prompt_tokens": num_prompt_tokens,
+        "completion_tokens": num_completion_tokens,
+        "total_tokens": num_prompt_tokens + num_completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": num_cached_tokens},
+    }
+
+
+def sse_event(payload: object) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+def error_event(error: HastenError) -> bytes:
+    """A mid-stream error as OpenAI sends it: an SSE event carrying the error object."""
+    return b"data: " + error.to_json() + b"\n\n"
+
+
+class StreamEncoder(Protocol):
+    def role(self, index: int) -> bytes: ...
+    def content(self, index: int, piece: str) -> bytes: ...
+    def finish(self, index: int, reason: str) -> bytes: ...
+    def usage(self, usage: dict[str, object]) -> bytes: ...
+
+
+def _envelope(completion_id: str, obj: str, created: int, model: str) -> dict[str, object]:
+    return {"id": completion_id, "object": obj, "created": created, "model": model}
+
+
+class ChatStreamEncoder:
+    """`chat.completion.chunk` events; with include_usage every chunk carries `usage: null`."""
+
+    def __init__(self, completion_id: str, created: int, model: str, include_usage: bool) -> None:
+        self._base = _envelope(completion_id, "chat.completion.chunk", created, model)
+        self._base["system_fingerprint"] = SYSTEM_FINGERPRINT
+        self._include_usage = include_usage
+        prefix = orjson.dumps(self._base)[:-1]  # drop the closing brace to splice choices in
+        self._content_prefix = b"data: " + prefix + b',"choices":[{"index":'
+        self._content_suffix = b',"logprobs":null,"finish_reason":null}]' + (
+            b',"usage":null}\n\n' if include_usage else b"}\n\n"
+        )
+
+    def _chunk(self, choice: dict[str, object]) -> bytes:
+        payload = {**self._base, "choices": [choice]}
+        if self._include_usage:
+            payload["usage"] = None
+        return sse_event(payload)
+
+    def role(self, index: int) -> bytes:
+        delta = {"role": "assistant", "content": "", "refusal": None}
+        return self._chunk(
+            {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}
+        )
+
+    def content(self, index: int, piece: str) -> bytes:
+        return b"".join(
+            (
+                self._content_prefix,
+                str(index).encode(),
+                b',"delta":{"content":',
+                orjson.dumps(piece),
+                b"}",
+                self._content_suffix,
+            )
+        )
+
+    def finish(self, index: int, reason: str) -> bytes:
+        return self._chunk({"index": index, "delta": {}, "logprobs": None, "finish_reason": reason})
+
+    def usage(self, usage: dict[str, object]) -> bytes:
+        return sse_event({**self._base, "choices": [], "usage": usage})
+
+
+class CompletionStreamEncoder:
+    """Legacy `text_completion` stream events; there is no role chunk."""
+
+    def __init__(self, completion_id: str, created: int, model: str, include_usage: bool) -> None:
+        self._base = _envelope(completion_id, "text_completion", created, model)
+        self._base["system_fingerprint"] = SYSTEM_FINGERPRINT
+        self._include_usage = include_usage
+        prefix = orjson.dumps(self._base)[:-1]
+        self._content_prefix = b"data: " + prefix + b',"choices":[{"text":'
+        self._content_suffix = b',"logprobs":null,"finish_reason":null}]' + (
+            b',"usage":null}\n\n' if include_usage else b"}\n\n"
+        )
+
+    def role(self, index: int) -> bytes:
+        return b""
+
+    def content(self, index: int, piece: str) -> bytes:
+        return b"".join(
+            (
+                self._content_prefix,
+                orjson.dumps(piece),
+                b',"index":',
+                str(index).encode(),
+                self._content_suffix,
+            )
+        )
+
+    def finish(self, index: int, reason: str) -> bytes:
+        choice = {"text": "", "index": index, "logprobs": None, "finish_reason": reason}
+        payload = {**self._base, "choices": [choice]}
+        if self._include_usage:
+            payload["usage"] = None
+        return sse_event(payload)
+
+    def usage(self, usage: dict[str, object]) -> bytes:
+        return sse_event({**self._base, "choices": [], "usage": usage})
+
+
+def chat_completion_body(
+    completion_id: str,
+    created: int,
+    model: str,
+    choices: Sequence[GeneratedChoice],
+    usage: dict[str, object],
+) -> bytes:
+    payload = _envelope(completion_id, "chat.completion", created, model)
+    payload["system_fingerprint"] = SYSTEM_FINGERPRINT
+    payload["choices"] = [
+        {
+            "index": index,
+            "message": {"role": "assistant", "content": choice.text, "refusal": None},
+            "logprobs": None,
+            "finish_reason": choice.finish_reason,
+        }
+        for index, choice in enumerate(choices)
+    ]
+    payload["usage"] = usage
+    return orjson.dumps(payload)
+
+
+def text_completion_body(
+    completion_id: str,
+    created: int,
+    model: str,
+    choices: Sequence[GeneratedChoice],
+    usage: dict[str, object],
+) -> bytes:
+    payload = _envelope(completion_id, "text_completion", created, model)
+    payload["system_fingerprint"] = SYSTEM_FINGERPRINT
+    payload["choices"] = [
+        {
+            "text": choice.text,
+            "index": index,
+            "logprobs": None,
+            "finish_reason": choice.finish_reason,
+        }
+        for index, choice in enumerate(choices)
+    ]
+    payload["usage"] = usage
+    return orjson.dumps(payload)
+
+
+def _encode_vector(vector: list[float], encoding_format: str) -> list[float] | str:
+    if encoding_format == "base64":
+        # Little-endian float32, which is what the openai SDK decodes by default.
+        return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+    return vector
+
+
+def embeddings_body(
+    model: str, vectors: Sequence[list[float]], encoding_format: str, num_tokens: int
+) -> bytes:
+    return orjson.dumps(
+        {
+            "object": "list",
+            "data": [
+                {
+                    "object": "embedding",
+                    "index": index,
+                    "embedding": _encode_vector(vector, encoding_format),
+                }
+                for index, vector in enumerate(vectors)
+            ],
+            "model": model,
+            "usage": {"prompt_tokens": num_tokens, "total_tokens": num_tokens},
+        }
+    )
+
+
+def model_dict(model: str) -> dict[str, object]:
+    return {"id": model, "object": "model", "created": 0, "owned_by": OWNED_BY}
+
+
+def models_body(models: Sequence[str]) -> bytes:
+    return orjson.dumps({"object": "list", "data": [model_dict(model) for model in models]})

@@ -1,0 +1,44 @@
+"""The mutable runtime state of one simulator app: config, RNG, prefix cache and counters.
+
+It lives on the app instance (never at module level) so several simulators can share a process.
+"""
+
+from __future__ import annotations
+
+import random
+
+from hasten.simulator.config import SimConfig
+from hasten.simulator.latency import PrefixCache
+from hasten.simulator.stats import SimStats
+
+
+class SimState:
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.rng = random.Random(config.seed)
+        self.prefix_cache = PrefixCache(config.prefix_block_tokens, config.prefix_cache_blocks)
+        self.stats = SimStats()
+        self._num_ids = 0
+
+    def next_id(self, prefix: str) -> str:
+        self._num_ids += 1
+        return f"{prefix}-sim{self._num_ids:012x}"
+
+    def apply_config(self, config: SimConfig) -> None:
+        """Swaps settings at runtime; requests already running keep their drawn plan."""
+        old = self.config
+        self.config = config
+        if config.seed != old.seed:
+            self.rng.seed(config.seed)
+        if config.prefix_block_tokens != old.prefix_block_tokens:
+            # Keys of a different block size can never match again: start empty.
+            self.prefix_cache = PrefixCache(config.prefix_block_tokens, config.prefix_cache_blocks)
+        else:
+            self.prefix_cache.resize(config.prefix_cache_blocks)
+
+    def reset(self, *, clear_prefix_cache: bool) -> None:
+        """Zeroes counters and reseeds the RNG so a benchmark run replays the same faults."""
+        self.stats.reset()
+        self.rng.seed(self.config.seed)
+        if clear_prefix_cache:
+            self.prefix_cache.clear()
