@@ -43,16 +43,18 @@ async def read_body(receive: Receive, scope: Scope, max_bytes: int) -> bytes:
             raise PayloadTooLarge(f"request body exceeds the limit of {max_bytes} bytes")
     message = await receive()
     body: bytes = message.get("body", b"")
+    if len(body) > max_bytes:
+        raise PayloadTooLarge(f"request body exceeds the limit of {max_bytes} bytes")
     if not message.get("more_body", False):
         if message["type"] == "http.disconnect":
-            raise asyncio.CancelledError
+            raise asyncio.CancelledError(DISCONNECTED)
         return body
     parts = [body]
     num_bytes = len(body)
     while message.get("more_body", False):
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise asyncio.CancelledError
+            raise asyncio.CancelledError(DISCONNECTED)
         chunk = message.get("body", b"")
         num_bytes += len(chunk)
         if num_bytes > max_bytes:

@@ -106,8 +106,9 @@ class Coalescer:
     def join(self, key: str, run: Callable[[Flight], Awaitable[None]]) -> tuple[Flight, bool]:
         """Returns the flight for ``key`` (starting ``run`` if new) and whether it was new."""
         flight = self._flights.get(key)
-        is_new = flight is None
-        if flight is None:
+        # A flight nobody waits for is being cancelled: a newcomer must not inherit that.
+        is_new = flight is None or flight.num_waiters <= 0
+        if flight is None or is_new:
             flight = Flight()
             self._flights[key] = flight
             flight.task = asyncio.get_running_loop().create_task(self._run(key, flight, run))

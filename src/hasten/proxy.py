@@ -161,8 +161,7 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
     namespace = "*" if gateway.config.cache.is_shared_across_tenants else ex.tenant
     key = cache_key(ex.body, endpoint=ex.endpoint.name, model=ex.model.name, tenant=namespace)
     if decision.is_lookup:
-        directives = parse_cache_control(_header_str(ex.scope, b"cache-control"))
-        entry = await gateway.cache.get(key, max_age_s=directives.max_age_s)
+        entry = await gateway.cache.get(key, max_age_s=decision.max_age_s)
         if entry is not None:
             gateway.stats.count("hit")
             await _serve_hit(gateway, ex, entry)

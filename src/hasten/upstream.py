@@ -90,6 +90,9 @@ class UpstreamClient:
         self._transport = transport
         self._rng = rng or random.Random()
 
+    async def aclose(self) -> None:
+        await self._transport.aclose()
+
     async def open(
         self,
         targets: Sequence[UpstreamConfig],
@@ -181,4 +184,6 @@ async def _buffer(call: UpstreamCall) -> BufferedResponse:
         body = b""
     finally:
         call.response.close()
-    return BufferedResponse(call.response.status, dict(call.response.headers), body)
+    # Lower-cased: aiohttp title-cases names, and the retry policy looks them up by name.
+    headers = {name.lower(): value for name, value in call.response.headers.items()}
+    return BufferedResponse(call.response.status, headers, body)

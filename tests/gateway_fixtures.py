@@ -1,0 +1,117 @@
+"""Builders for gateway integration tests: configs, a running gateway, scripted upstreams."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import httpx
+import orjson
+
+from hasten.app import HastenApp
+from hasten.config import (
+    CacheConfig,
+    GatewayConfig,
+    ModelRoute,
+    RetryConfig,
+    ServerConfig,
+    TenantKey,
+    TimeoutConfig,
+    UpstreamConfig,
+)
+from tests.servers import ServerThread
+
+FAST_RETRY = RetryConfig(max_retries=2, backoff_base_s=0.01, backoff_max_s=0.05)
+
+
+def make_config(
+    upstreams: dict[str, str],
+    *,
+    fallbacks: Sequence[str] = (),
+    cache: CacheConfig | None = None,
+    api_keys: Sequence[tuple[str, str]] = (),
+    timeouts: TimeoutConfig | None = None,
+    retry: RetryConfig = FAST_RETRY,
+    max_body_bytes: int | None = None,
+    models: Sequence[str] = ("*",),
+    aliases: dict[str, str] | None = None,
+) -> GatewayConfig:
+    """A config whose first upstream serves ``models``, falling back to ``fallbacks``."""
+    ups = {
+        name: UpstreamConfig(name=name, url=url, timeouts=timeouts or TimeoutConfig(), retry=retry)
+        for name, url in upstreams.items()
+    }
+    primary = next(iter(upstreams))
+    routes = {m: ModelRoute(name=m, upstream=primary, fallbacks=tuple(fallbacks)) for m in models}
+    server = ServerConfig(api_keys=tuple(TenantKey(tenant=t, key=k) for t, k in api_keys))
+    if max_body_bytes is not None:
+        server = replace(server, max_body_bytes=max_body_bytes)
+    return GatewayConfig(
+        server=server,
+        upstreams=ups,
+        models=routes,
+        aliases=aliases or {},
+        cache=cache or CacheConfig(backend="memory"),
+    )
+
+
+@contextmanager
+def running_gateway(config: GatewayConfig) -> Iterator[ServerThread]:
+    with ServerThread(HastenApp(config), lifespan="on") as server:
+        yield server
+
+
+def sim_stats(sim_url: str) -> dict[str, Any]:
+    return httpx.get(f"{sim_url}/sim/stats").json()  # type: ignore[no-any-return]
+
+
+def chat_body(content: str = "hello", **extra: Any) -> dict[str, Any]:
+    return {
+        "model": "sim-model",
+        "messages": [{"role": "user", "content": content}],
+        "temperature": 0,
+        **extra,
+    }
+
+
+@dataclass
+class ScriptedUpstream:
+    """An OpenAI-ish upstream answering from a script: one (status, headers, body) per call."""
+
+    script: list[tuple[int, dict[str, str], dict[str, Any]]]
+    calls: list[float] = field(default_factory=list)
+    clock: Callable[[], float] = field(default=lambda: asyncio.get_running_loop().time())
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        while (await receive()).get("more_body"):
+            pass
+        self.calls.append(self.clock())
+        index = min(len(self.calls) - 1, len(self.script) - 1)
+        status, headers, body = self.script[index]
+        payload = orjson.dumps(body)
+        raw_headers = [(b"content-type", b"application/json")]
+        raw_headers += [(k.encode(), v.encode()) for k, v in headers.items()]
+        await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+        await send({"type": "http.response.body", "body": payload})
+
+
+def completion(content: str) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "sim-model",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
