@@ -202,6 +202,8 @@ def body_to_chunks(body: bytes, endpoint: str) -> list[bytes]:
         raise ValueError("response body does not have the OpenAI shape") from exc
     if parsed.get("usage") is not None:
         chunks.append(prefix + b'[],"usage":' + orjson.dumps(parsed["usage"]) + b"}")
+    elif not chunks:
+        chunks.append(prefix + b"[]}")  # still tell the client which response this is
     return chunks
 
 
@@ -218,11 +220,11 @@ def _chat_choice_chunks(choice: dict[str, Any]) -> list[dict[str, Any]]:
     }
     opening.update((k, v) for k, v in message.items() if k not in _CHAT_MESSAGE_FIELDS)
     deltas = [{"index": index, "delta": opening, "logprobs": None, "finish_reason": None}]
-    if content or refusal or logprobs is not None:
+    if content or refusal is not None or logprobs is not None:
         body_delta: dict[str, Any] = {}
         if content:
             body_delta["content"] = content
-        if refusal:
+        if refusal is not None:
             body_delta["refusal"] = refusal
         deltas.append(
             {"index": index, "delta": body_delta, "logprobs": logprobs, "finish_reason": None}

@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hasten.cache.entry import CachedAnswer
+
+times = st.floats(min_value=0, max_value=4e9, allow_nan=False)
+ttls = st.floats(min_value=0, max_value=1e7, allow_nan=False)
+
+
+@settings(deadline=None)
+@given(body=st.binary(), endpoint=st.text(max_size=12), created_at=times, ttl_s=ttls)
+def test_json_answer_round_trips(
+    body: bytes, endpoint: str, created_at: float, ttl_s: float
+) -> None:
+    answer = CachedAnswer.from_body(body, endpoint=endpoint, ttl_s=ttl_s, created_at=created_at)
+    assert CachedAnswer.decode(answer.encode()) == answer
+
+
+@settings(deadline=None)
+@given(chunks=st.lists(st.binary(max_size=64), max_size=20), created_at=times, ttl_s=ttls)
+def test_stream_answer_round_trips(chunks: list[bytes], created_at: float, ttl_s: float) -> None:
+    answer = CachedAnswer.from_chunks(chunks, endpoint="chat", ttl_s=ttl_s, created_at=created_at)
+    decoded = CachedAnswer.decode(answer.encode())
+    assert decoded.kind == "stream"
+    assert list(decoded.chunks or ()) == chunks
+    assert (decoded.created_at, decoded.ttl_s, decoded.endpoint) == (created_at, ttl_s, "chat")
+
+
+def test_encoding_is_compact() -> None:
+    body = b'{"id":"x","choices":[{"message":{"content":"' + b"\\" * 1000 + b'"}}]}'
+    answer = CachedAnswer.from_body(body, endpoint="chat", ttl_s=60.0, created_at=1.0)
+    # The payload is stored raw, not re-escaped inside JSON.
+    assert len(answer.encode()) < len(body) + 64
+    assert answer.encode()[0] == 1  # version byte
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\x01",
+        b"\x02\x00\x00\x00\x02{}",  # unknown version
+        b"\x01\x00\x00\x00\xff{}",  # header longer than data
+        b"\x01\x00\x00\x00\x02{}",  # header without fields
+        b"\x01\x00\x00\x00\x04nope",
+        b'\x01\x00\x00\x00\x1e{"k":"x","e":"chat","c":1,"t":2}',
+        b'\x01\x00\x00\x00\x21{"k":"stream","e":"c","c":1,"t":2}',
+        b'\x01\x00\x00\x00\x29{"k":"stream","e":"c","c":1,"t":2,"n":[9]}ab',
+        b'\x01\x00\x00\x00\x1e{"k":"json","e":5,"c":1,"t":2}x',
+    ],
+)
+def test_decode_rejects_damaged_data(data: bytes) -> None:
+    with pytest.raises(ValueError):
+        CachedAnswer.decode(data)
+
+
+@settings(deadline=None)
+@given(st.binary())
+def test_decode_of_garbage_raises_only_value_error(data: bytes) -> None:
+    with contextlib.suppress(ValueError):
+        CachedAnswer.decode(data)
+
+
+def test_freshness() -> None:
+    answer = CachedAnswer.from_body(b"{}", endpoint="chat", ttl_s=100.0, created_at=1000.0)
+    assert answer.expires_at == 1100.0
+    assert answer.is_fresh(1000.0)
+    assert answer.is_fresh(1099.9)
+    assert not answer.is_fresh(1100.0)
+    assert answer.is_fresh(1010.0, max_age_s=11.0)
+    assert not answer.is_fresh(1010.0, max_age_s=10.0)
+    assert not answer.is_fresh(1000.0, max_age_s=0.0)
+
+
+def test_size_counts_payload() -> None:
+    small = CachedAnswer.from_chunks([b"a"], endpoint="chat", ttl_s=1.0)
+    big = CachedAnswer.from_chunks([b"a" * 1000, b"b" * 1000], endpoint="chat", ttl_s=1.0)
+    assert big.size_bytes - small.size_bytes == 1999
+
+
+def test_kind_needs_its_payload() -> None:
+    with pytest.raises(ValueError):
+        CachedAnswer(kind="json", endpoint="chat", created_at=0.0, ttl_s=1.0)
+    with pytest.raises(ValueError):
+        CachedAnswer(kind="stream", endpoint="chat", created_at=0.0, ttl_s=1.0)

@@ -1,0 +1,197 @@
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hasten.cache.keys import cache_key
+
+_EXCLUDED = ("stream", "stream_options", "user")
+
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**53), max_value=2**53)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12)
+)
+json_values = st.recursive(
+    scalars,
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4)
+    ),
+    max_leaves=24,
+)
+messages = st.lists(
+    st.fixed_dictionaries(
+        {"role": st.sampled_from(["system", "user", "assistant", "tool"]), "content": st.text()}
+    ),
+    min_size=1,
+    max_size=4,
+)
+bodies = st.fixed_dictionaries(
+    {"model": st.text(max_size=8), "messages": messages},
+    optional={
+        "temperature": st.floats(0, 2) | st.integers(0, 2),
+        "top_p": st.floats(0, 1),
+        "seed": st.integers(0, 2**31),
+        "n": st.integers(1, 4),
+        "max_tokens": st.integers(1, 4096),
+        "stop": st.lists(st.text(max_size=4), max_size=3) | st.text(max_size=4),
+        "logprobs": st.booleans(),
+        "response_format": st.dictionaries(st.text(max_size=6), json_values, max_size=3),
+        "tools": st.lists(st.dictionaries(st.text(max_size=6), json_values, max_size=3)),
+        "tool_choice": st.sampled_from(["auto", "none", "required"]),
+        "x_unknown": json_values,
+    },
+)
+
+
+def key(body: dict[str, Any], **overrides: str) -> str:
+    params = {"endpoint": "chat", "model": "gpt-test", "tenant": "t1", **overrides}
+    return cache_key(body, **params)
+
+
+def shuffled(value: Any, rnd: random.Random) -> Any:
+    if isinstance(value, dict):
+        items = list(value.items())
+        rnd.shuffle(items)
+        return {k: shuffled(v, rnd) for k, v in items}
+    if isinstance(value, list):
+        return [shuffled(v, rnd) for v in value]
+    return value
+
+
+def floats_for_ints(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: floats_for_ints(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [floats_for_ints(v) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def leaf_paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    if isinstance(value, dict) and value:
+        return [p for k, v in value.items() for p in leaf_paths(v, (*prefix, k))]
+    if isinstance(value, list) and value:
+        return [p for i, v in enumerate(value) for p in leaf_paths(v, (*prefix, i))]
+    return [prefix]
+
+
+def replaced(value: Any, path: tuple[Any, ...], new: Any) -> Any:
+    if not path:
+        return new
+    head, rest = path[0], path[1:]
+    if isinstance(value, dict):
+        return {k: replaced(v, rest, new) if k == head else v for k, v in value.items()}
+    return [replaced(v, rest, new) if i == head else v for i, v in enumerate(value)]
+
+
+def get_path(value: Any, path: tuple[Any, ...]) -> Any:
+    for part in path:
+        value = value[part]
+    return value
+
+
+@settings(deadline=None)
+@given(body=bodies, rnd=st.randoms(use_true_random=False))
+def test_key_ignores_key_order(body: dict[str, Any], rnd: random.Random) -> None:
+    assert key(shuffled(body, rnd)) == key(body)
+
+
+@settings(deadline=None)
+@given(body=bodies)
+def test_key_ignores_json_formatting(body: dict[str, Any]) -> None:
+    reformatted = orjson.loads(json.dumps(body, indent=3, separators=(" ,  ", " :  ")))
+    assert key(reformatted) == key(body)
+
+
+@settings(deadline=None)
+@given(body=bodies)
+def test_key_treats_integral_floats_as_ints(body: dict[str, Any]) -> None:
+    assert key(floats_for_ints(body)) == key(body)
+
+
+@settings(deadline=None)
+@given(body=bodies, stream=st.booleans(), user=st.text(), include_usage=st.booleans())
+def test_key_ignores_transport_fields(
+    body: dict[str, Any], stream: bool, user: str, include_usage: bool
+) -> None:
+    noisy = {
+        **body,
+        "stream": stream,
+        "user": user,
+        "stream_options": {"include_usage": include_usage},
+    }
+    assert key(noisy) == key(body)
+
+
+@settings(deadline=None)
+@given(body=bodies, data=st.data())
+def test_key_changes_when_any_leaf_changes(body: dict[str, Any], data: st.DataObject) -> None:
+    paths = [p for p in leaf_paths(body) if p and p[0] != "model"]
+    path = data.draw(st.sampled_from(paths))
+    old = get_path(body, path)
+    new = old + " " if isinstance(old, str) else ["mutated", old]
+    assert key(replaced(body, path, new)) != key(body)
+
+
+@settings(deadline=None)
+@given(body=bodies, name=st.text(min_size=1, max_size=8), value=json_values)
+def test_key_changes_when_a_field_is_added(body: dict[str, Any], name: str, value: Any) -> None:
+    if name in body or name in _EXCLUDED:
+        return
+    assert key({**body, name: value}) != key(body)
+
+
+@settings(deadline=None)
+@given(body=bodies)
+def test_key_depends_on_model_tenant_and_endpoint(body: dict[str, Any]) -> None:
+    base = key(body)
+    assert key(body, model="other-model") != base
+    assert key(body, tenant="t2") != base
+    assert key(body, endpoint="completions") != base
+
+
+def test_resolved_model_replaces_body_model() -> None:
+    body: dict[str, Any] = {"messages": [{"role": "user", "content": "hi"}]}
+    assert key({**body, "model": "alias"}) == key({**body, "model": "gpt-4o"}) == key(body)
+
+
+def test_examples() -> None:
+    base: dict[str, Any] = {
+        "messages": [{"role": "user", "content": "hi"}],
+        "temperature": 0,
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"x": 1}}}],
+    }
+    assert key(base) == key({**base, "temperature": 0.0})
+    assert key(base) == key({**base, "temperature": -0.0})
+    assert key(base) != key({**base, "temperature": 0.5})
+    assert key(base) != key({**base, "messages": [{"role": "user", "content": "hi "}]})
+    assert key(base) != key({**base, "messages": [{"role": "system", "content": "hi"}]})
+    assert key(base) != key({**base, "seed": 1})
+    assert key(base) != key({**base, "n": 2})
+    assert key(base) != key({**base, "logprobs": True})
+    assert key(base) != key({**base, "stop": ["\n"]})
+    assert key(base) != key({**base, "response_format": {"type": "json_object"}})
+    assert key(base) != key({**base, "tool_choice": "required"})
+    assert key({**base, "seed": 1}) != key({**base, "seed": True})
+    assert key({**base, "x": None}) != key(base)
+
+
+def test_key_is_a_hex_digest() -> None:
+    digest = key({"messages": []})
+    assert len(digest) == 64
+    int(digest, 16)
+
+
+def test_huge_numbers_do_not_break_the_key() -> None:
+    assert key({"x": 10**30}) != key({"x": 10**30 + 1})
+    assert key({"x": 1e300}) == key({"x": 1e300})
+    assert key({"x": 2**70}) == key({"x": float(2**70)})
