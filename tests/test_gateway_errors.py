@@ -32,6 +32,8 @@ def _assert_error(
 ) -> dict[str, Any]:
     assert response.status_code == status, response.text
     error = response.json()["error"]
+    assert response.headers["x-hasten-cache"] == "bypass"
+    assert response.headers["server-timing"].startswith("hasten;dur=")
     assert set(error) == {"message", "type", "param", "code"}
     assert error["message"] and "Traceback" not in error["message"]
     if param is not None:

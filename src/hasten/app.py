@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from typing import Any
 
 import orjson
@@ -107,6 +108,7 @@ class HastenApp:
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         gateway = self.gateway or await self.startup()
+        started_s = time.perf_counter()
         request_id = gateway.request_ids.next()
         is_started = False
 
@@ -121,7 +123,7 @@ class HastenApp:
             _log_error(request_id, exc)
             gateway.stats.count(f"error_{exc.status_code}")
             if not is_started:
-                await _send_error(send, exc, request_id)
+                await _send_error(send, exc, request_id, started_s)
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             if task is None or DISCONNECTED not in exc.args:
@@ -132,7 +134,7 @@ class HastenApp:
             _log.exception("request %s: internal error", request_id)
             gateway.stats.count("error_500")
             if not is_started:
-                await _send_error(send, HastenError("internal server error"), request_id)
+                await _send_error(send, HastenError("internal server error"), request_id, started_s)
 
     async def _route(
         self, gateway: Gateway, scope: Scope, receive: Receive, send: Send, request_id: str
@@ -217,8 +219,14 @@ def _log_error(request_id: str, exc: HastenError) -> None:
     _log.log(level, "request %s: %d %s: %s", request_id, exc.status_code, exc.code, exc.message)
 
 
-async def _send_error(send: Send, exc: HastenError, request_id: str) -> None:
-    headers = [JSON_CONTENT_TYPE, (b"x-hasten-request-id", request_id.encode())]
+async def _send_error(send: Send, exc: HastenError, request_id: str, started_s: float) -> None:
+    gateway_ms = (time.perf_counter() - started_s) * 1000.0
+    headers = [
+        JSON_CONTENT_TYPE,
+        (b"x-hasten-cache", b"bypass"),  # nothing was served from or stored in the cache
+        (b"x-hasten-request-id", request_id.encode()),
+        (b"server-timing", f"hasten;dur={gateway_ms:.3f}".encode()),
+    ]
     if exc.retry_after_s is not None:
         headers.append((b"retry-after", str(max(1, round(exc.retry_after_s))).encode()))
     await send_response(send, exc.status_code, exc.to_json(), headers)
