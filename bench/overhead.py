@@ -1,0 +1,301 @@
+"""Gateway overhead: the latency and cost hasten and the LiteLLM proxy add over a direct call.
+
+All three targets front the same zero-latency simulator on loopback, in one run, measured by
+the same in-process client (hasten's own load generator), with targets alternated round by
+round so machine noise lands on all of them alike. Prints one summary line plus JSON.
+
+    .venv/bin/python bench/overhead.py [--quick] [--no-litellm] [--json] [--write-docs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import litellm_env
+import orjson
+import overhead_docs
+from overhead_figures import THROUGHPUT_CONCURRENCY, Tally, figures, summary_line
+from server_process import ServerProcess, free_port
+
+from hasten.loadgen import LoadSettings, WorkloadSpec, run_load
+from hasten.loadgen.cli import run_coroutine
+from hasten.loadgen.report import LoadReport
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL = litellm_env.MODEL_NAME
+# Non-deterministic sampling makes hasten bypass its cache, so only the proxy path is timed.
+BYPASS_TEMPERATURE = 0.7
+READY_TIMEOUT_S = 120.0
+IDLE_SETTLE_S = 1.0
+BYTES_PER_MB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    num_rounds: int
+    num_sequential: int  # per target per round
+    num_warmup: int  # per target, once, before any round
+    throughput_duration_s: float  # per target per round
+    num_cache_hits: int
+
+
+FULL_PLAN = Plan(
+    num_rounds=5, num_sequential=200, num_warmup=200, throughput_duration_s=4.0, num_cache_hits=1000
+)
+QUICK_PLAN = Plan(
+    num_rounds=2, num_sequential=40, num_warmup=40, throughput_duration_s=1.5, num_cache_hits=200
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    name: str
+    base_url: str
+    processes: tuple[ServerProcess, ...]  # whose memory this target costs
+
+
+def hasten_executable() -> list[str]:
+    script = Path(sys.executable).parent / "hasten"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "hasten.cli"]
+
+
+def clean_environment() -> dict[str, str]:
+    """No HASTEN_* or upstream keys leak in from the caller's shell and change behaviour."""
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith("HASTEN_") and name != "OPENAI_API_KEY"
+    }
+
+
+@contextmanager
+def started_servers(
+    workdir: Path, *, with_litellm: bool, litellm_exe: Path | None
+) -> Iterator[tuple[dict[str, Target], dict[str, Any]]]:
+    """Simulator, hasten and (optionally) LiteLLM, started together, always stopped after."""
+    env = clean_environment()
+    hasten = hasten_executable()
+    sim_port, hasten_port, litellm_port = free_port(), free_port(), free_port()
+    sim_url = f"http://127.0.0.1:{sim_port}"
+    simulator = ServerProcess(
+        "simulator",
+        [*hasten, "simulate", "--host", "127.0.0.1", "--port", str(sim_port)],
+        log_path=workdir / "simulator.log",
+        env=env,
+    )
+    gateway = ServerProcess(
+        "hasten",
+        [*hasten, "serve", "--host", "127.0.0.1", "--port", str(hasten_port),
+         "--upstream", f"{sim_url}/v1", "--sqlite-path", str(workdir / "cache.sqlite3"),
+         "--log-level", "warning"],
+        log_path=workdir / "hasten.log",
+        env=env,
+    )  # fmt: skip
+    litellm = None
+    if with_litellm and litellm_exe is not None:
+        config = litellm_env.write_config(workdir, f"{sim_url}/v1")
+        litellm = ServerProcess(
+            "litellm",
+            litellm_env.command(litellm_exe, config, litellm_port),
+            log_path=workdir / "litellm.log",
+            env=litellm_env.environment(env),
+        )
+    processes = [p for p in (simulator, gateway, litellm) if p is not None]
+    with ExitStack() as stack:
+        for process in processes:
+            stack.callback(process.stop)
+            process.start()
+        simulator.wait_ready(f"{sim_url}/v1/models", READY_TIMEOUT_S)
+        gateway.wait_ready(f"http://127.0.0.1:{hasten_port}/healthz", READY_TIMEOUT_S)
+        targets = {
+            "direct": Target("direct", f"{sim_url}/v1", (simulator,)),
+            "hasten": Target("hasten", f"http://127.0.0.1:{hasten_port}/v1", (gateway,)),
+        }
+        if litellm is not None:
+            auth = {"Authorization": f"Bearer {litellm_env.MASTER_KEY}"}
+            litellm.wait_ready(
+                f"http://127.0.0.1:{litellm_port}/health/liveliness", READY_TIMEOUT_S, auth
+            )
+            targets["litellm"] = Target(
+                "litellm", f"http://127.0.0.1:{litellm_port}/v1", (litellm,)
+            )
+        start_s = {p.name: round(p.ready_after_s or 0.0, 2) for p in processes}
+        yield targets, {"ready_after_s": start_s, "commands": {p.name: p.argv for p in processes}}
+
+
+def settings_for(target: Target, seed: int, **changes: Any) -> LoadSettings:
+    """The one request shape every target gets; only the base URL differs."""
+    base: dict[str, Any] = {
+        "base_url": target.base_url,
+        "model": MODEL,
+        "api_key": litellm_env.MASTER_KEY,
+        "temperature": BYPASS_TEMPERATURE,
+        "workload": WorkloadSpec(seed=seed, prompt_num_words=24),
+        "seed": seed,
+        "keep_samples": True,
+        "timeout_s": 30.0,
+    }
+    base.update(changes)
+    return LoadSettings(**base)
+
+
+async def measure(targets: dict[str, Target], plan: Plan) -> dict[str, Tally]:
+    names = list(targets)
+    tallies = {name: Tally([], []) for name in names}
+    for name in names:  # warm connection pools, imports, JITs of each server once
+        warm = settings_for(targets[name], seed=1, num_requests=plan.num_warmup, concurrency=4)
+        tallies[name].add_errors(await run_load(warm))
+    for round_index in range(plan.num_rounds):
+        # Rotate who goes first so slow drift in the machine does not favour one target.
+        order = names[round_index % len(names) :] + names[: round_index % len(names)]
+        seed = 100 + round_index
+        for name in order:
+            await measure_round(targets[name], tallies[name], plan, seed)
+    return tallies
+
+
+async def measure_round(target: Target, tally: Tally, plan: Plan, seed: int) -> None:
+    sequential = await run_load(
+        settings_for(target, seed, num_requests=plan.num_sequential, num_warmup=2)
+    )
+    stream = await run_load(
+        settings_for(target, seed + 50, stream=True, num_requests=plan.num_sequential, num_warmup=2)
+    )
+    throughput = await run_load(
+        settings_for(
+            target,
+            seed + 90,
+            concurrency=THROUGHPUT_CONCURRENCY,
+            num_requests=None,
+            duration_s=plan.throughput_duration_s,
+            num_warmup=THROUGHPUT_CONCURRENCY,
+            keep_samples=False,
+        )
+    )
+    assert sequential.samples is not None and stream.samples is not None
+    tally.sequential_ms.extend(sequential.samples.latency_ms)
+    tally.stream_ttft_ms.extend(stream.samples.ttft_ms)
+    tally.num_throughput_ok += throughput.num_ok
+    tally.throughput_duration_s += throughput.duration_s
+    for report in (sequential, stream, throughput):
+        tally.add_errors(report)
+
+
+async def measure_cache_hits(target: Target, plan: Plan) -> LoadReport:
+    """One prompt at temperature 0, repeated: the first call fills the cache, the rest hit."""
+    settings = settings_for(
+        target,
+        seed=7,
+        temperature=0.0,
+        workload=WorkloadSpec(seed=7, num_unique=1),
+        num_warmup=5,
+        num_requests=plan.num_cache_hits,
+    )
+    return await run_load(settings)
+
+
+def rss_mb(targets: dict[str, Target]) -> dict[str, float]:
+    """Resident memory per server process tree (the direct target's server is the simulator)."""
+    time.sleep(IDLE_SETTLE_S)  # let in-flight work and GC settle before reading memory
+    return {
+        process.name: round(process.rss_bytes() / BYTES_PER_MB, 1)
+        for target in targets.values()
+        for process in target.processes
+    }
+
+
+def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
+    plan = QUICK_PLAN if args.quick else FULL_PLAN
+    result: dict[str, Any] = {
+        "benchmark": "gateway_overhead",
+        "command": command,
+        "quick": args.quick,
+    }
+    litellm_exe = None
+    if args.no_litellm:
+        result["litellm"] = {"available": False, "reason": "--no-litellm"}
+    else:
+        install = litellm_env.ensure_installed()
+        litellm_exe = install.executable
+        result["litellm"] = {
+            "available": install.executable is not None,
+            "version": install.version,
+            "install_s": None if install.install_s is None else round(install.install_s, 1),
+            "reason": install.reason,
+        }
+    result["plan"] = {
+        "num_rounds": plan.num_rounds,
+        "num_sequential_per_round": plan.num_sequential,
+        "num_warmup": plan.num_warmup,
+        "throughput_duration_s_per_round": plan.throughput_duration_s,
+        "num_cache_hits": plan.num_cache_hits,
+    }
+    result["machine"] = {"cores": os.cpu_count(), "python": sys.version.split()[0]}
+    workdir = Path(tempfile.mkdtemp(prefix="hasten-overhead-"))
+    try:
+        with started_servers(
+            workdir, with_litellm=litellm_exe is not None, litellm_exe=litellm_exe
+        ) as (
+            targets,
+            servers,
+        ):
+            result["servers"] = servers
+            rss_at_start_mb = rss_mb(targets)
+            tallies = run_coroutine(measure(targets, plan))
+            result["rss_mb"] = {
+                "idle_at_start": rss_at_start_mb,
+                "idle_after_load": rss_mb(targets),
+            }
+            cache_hits = run_coroutine(measure_cache_hits(targets["hasten"], plan))
+            result.update(figures(tallies, cache_hits))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return result
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer requests: under a minute")
+    parser.add_argument("--no-litellm", action="store_true", help="measure direct vs hasten only")
+    parser.add_argument("--json", action="store_true", help="print only the JSON object")
+    parser.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
+    return parser.parse_args(argv)
+
+
+def invocation(argv: list[str]) -> str:
+    def relative(path: str) -> str:
+        absolute = Path(path).absolute()
+        return str(absolute.relative_to(REPO)) if absolute.is_relative_to(REPO) else path
+
+    return shlex.join([relative(sys.executable), relative(sys.argv[0]), *argv])
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    try:
+        result = run(args, invocation(argv))
+    except RuntimeError as exc:
+        print(f"overhead benchmark failed: {exc}", file=sys.stderr)
+        return 1
+    if not args.json:
+        print(summary_line(result))
+    print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
+    if args.write_docs:
+        overhead_docs.write(REPO / "docs" / "benchmarks.md", result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

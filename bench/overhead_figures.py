@@ -1,0 +1,125 @@
+"""Turns the raw samples of bench/overhead.py into its figures and one summary line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hasten.loadgen.report import LoadReport
+from hasten.loadgen.stats import Summary, summarize
+
+THROUGHPUT_CONCURRENCY = 32
+
+
+@dataclass
+class Tally:
+    """Samples and counters for one target, merged over rounds."""
+
+    sequential_ms: list[float]
+    stream_ttft_ms: list[float]
+    num_throughput_ok: int = 0
+    throughput_duration_s: float = 0.0
+    num_requests: int = 0
+    num_errors: int = 0
+
+    def add_errors(self, report: LoadReport) -> None:
+        self.num_requests += report.num_requests
+        self.num_errors += report.num_errors
+
+
+def percentiles(samples: list[float]) -> dict[str, float | None]:
+    summary: Summary | None = summarize(samples)
+    if summary is None:
+        return {"p50": None, "p99": None, "count": 0}
+    return {"p50": round(summary.p50, 3), "p99": round(summary.p99, 3), "count": summary.count}
+
+
+def added(target: dict[str, Any], direct: dict[str, Any]) -> dict[str, float | None]:
+    return {
+        key: None
+        if target[key] is None or direct[key] is None
+        else round(target[key] - direct[key], 3)
+        for key in ("p50", "p99")
+    }
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    # A gateway that adds (within noise) nothing makes any ratio meaningless, not infinite.
+    if numerator is None or denominator is None or denominator <= 0.0:
+        return None
+    return round(numerator / denominator, 2)
+
+
+def figures(tallies: dict[str, Tally], cache_hits: LoadReport) -> dict[str, Any]:
+    sequential = {name: percentiles(t.sequential_ms) for name, t in tallies.items()}
+    stream = {name: percentiles(t.stream_ttft_ms) for name, t in tallies.items()}
+    throughput = {
+        name: round(t.num_throughput_ok / t.throughput_duration_s, 1)
+        if t.throughput_duration_s
+        else None
+        for name, t in tallies.items()
+    }
+    result: dict[str, Any] = {
+        "sequential_latency_ms": sequential,
+        "stream_ttft_ms": stream,
+        "added_ms": {
+            name: {
+                "sequential": added(sequential[name], sequential["direct"]),
+                "stream_ttft": added(stream[name], stream["direct"]),
+            }
+            for name in tallies
+            if name != "direct"
+        },
+        "throughput_rps": throughput,
+        "throughput_concurrency": THROUGHPUT_CONCURRENCY,
+        "cache_hit_ms": {
+            **percentiles(cache_hits.samples.latency_ms if cache_hits.samples else []),
+            "hit_ratio": cache_hits.hit_ratio,
+        },
+        "errors": {
+            name: {"requests": t.num_requests, "errors": t.num_errors}
+            for name, t in tallies.items()
+        },
+    }
+    if "litellm" in tallies:
+        hasten_added, litellm_added = result["added_ms"]["hasten"], result["added_ms"]["litellm"]
+        result["ratios"] = {
+            f"litellm_added_over_hasten_added_{kind}_{q}": ratio(
+                litellm_added[kind][q], hasten_added[kind][q]
+            )
+            for kind in ("sequential", "stream_ttft")
+            for q in ("p50", "p99")
+        }
+        result["ratios"]["hasten_over_litellm_throughput"] = ratio(
+            throughput["hasten"], throughput["litellm"]
+        )
+    return result
+
+
+def summary_line(result: dict[str, Any]) -> str:
+    seq, ttft = result["sequential_latency_ms"], result["added_ms"]
+    parts = [
+        f"overhead vs direct (direct p50 {seq['direct']['p50']} ms)",
+        "hasten adds {} / {} ms p50/p99 (stream TTFT {} / {})".format(
+            *_pair(ttft["hasten"]["sequential"]), *_pair(ttft["hasten"]["stream_ttft"])
+        ),
+    ]
+    if "litellm" in ttft:
+        parts.append(
+            "LiteLLM adds {} / {} ms (stream TTFT {} / {})".format(
+                *_pair(ttft["litellm"]["sequential"]), *_pair(ttft["litellm"]["stream_ttft"])
+            )
+        )
+    rps = result["throughput_rps"]
+    parts.append(
+        f"@{THROUGHPUT_CONCURRENCY}: "
+        + ", ".join(f"{name} {value} req/s" for name, value in rps.items())
+    )
+    parts.append(f"cache hit p50 {result['cache_hit_ms']['p50']} ms")
+    idle_mb = result["rss_mb"]["idle_after_load"]
+    parts.append("idle RSS " + ", ".join(f"{name} {mb} MB" for name, mb in idle_mb.items()))
+    return "; ".join(parts)
+
+
+def _pair(values: dict[str, float | None]) -> tuple[float | None, float | None]:
+    return values["p50"], values["p99"]

@@ -1,0 +1,142 @@
+"""A server under benchmark as a child process: start, wait until healthy, measure, stop.
+
+Each server gets its own session (process group) so stopping it also stops anything it
+spawned; memory is summed over the whole process tree for the same reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+POLL_INTERVAL_S = 0.1
+STOP_GRACE_S = 10.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerProcess:
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = log_path
+        self._env = dict(env) if env is not None else None
+        self._process: subprocess.Popen[bytes] | None = None
+        self.started_s = 0.0
+        self.ready_after_s: float | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self._process is not None, f"{self.name} was not started"
+        return self._process.pid
+
+    def start(self) -> ServerProcess:
+        with self.log_path.open("wb") as log:
+            self._process = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self._env,
+                start_new_session=True,
+            )
+        self.started_s = time.perf_counter()
+        return self
+
+    def wait_ready(
+        self, url: str, timeout_s: float, headers: Mapping[str, str] | None = None
+    ) -> None:
+        """Polls ``url`` until it answers 200; raises with the log's tail if it never does."""
+        assert self._process is not None
+        deadline_s = time.perf_counter() + timeout_s
+        request = urllib.request.Request(url, headers=dict(headers or {}))
+        while time.perf_counter() < deadline_s:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited early:\n{self.log_tail()}")
+            with (
+                contextlib.suppress(OSError, urllib.error.URLError),
+                urllib.request.urlopen(request, timeout=1.0) as response,
+            ):
+                if response.status == 200:
+                    self.ready_after_s = time.perf_counter() - self.started_s
+                    return
+            time.sleep(POLL_INTERVAL_S)
+        raise RuntimeError(f"{self.name} not ready after {timeout_s:.0f} s:\n{self.log_tail()}")
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the process and all its descendants."""
+        return sum(_rss_bytes(pid) for pid in _process_tree(self.pid))
+
+    def log_tail(self, num_lines: int = 15) -> str:
+        try:
+            lines = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return "(no log)"
+        return "\n".join(lines[-num_lines:])
+
+    def stop(self) -> None:
+        """SIGTERM to the whole group, SIGKILL after a grace period. Safe to call twice."""
+        process = self._process
+        if process is None or process.returncode is not None:
+            return
+        for sig, wait_s in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, STOP_GRACE_S)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, sig)
+            try:
+                process.wait(timeout=wait_s)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        # Stragglers that left the group would otherwise outlive the benchmark.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def _process_tree(root_pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # The command name is parenthesised and may hold spaces; fields follow the last ')'.
+        fields = stat[stat.rfind(")") + 2 :].split()
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    tree, frontier = [], [root_pid]
+    while frontier:
+        pid = frontier.pop()
+        tree.append(pid)
+        frontier.extend(children.get(pid, []))
+    return tree
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
