@@ -26,9 +26,11 @@ dev: $(VENV)/.installed-dev
 serve: $(VENV)/.installed
 	$(BIN)/hasten serve --host $(HOST) --port $(PORT) $(if $(CONFIG),--config $(CONFIG))
 
+LINT_PATHS := src tests $(wildcard bench)
+
 lint: dev
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
 
 typecheck: dev
 	$(BIN)/mypy
