@@ -1,0 +1,122 @@
+"""Unit tests for hasten.auth.Authenticator: gateway keys, tenants, pass-through mode."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hasten.auth import PUBLIC_TENANT, Authenticator
+from hasten.config import TenantKey
+from hasten.errors import Unauthorized
+
+KEYS = (TenantKey(tenant="team-a", key="key-a-123"), TenantKey(tenant="team-b", key="key-b-456"))
+
+
+@pytest.fixture
+def enforcing() -> Authenticator:
+    return Authenticator(KEYS)
+
+
+def test_enforcing_flag() -> None:
+    assert Authenticator(KEYS).is_enforcing
+    assert not Authenticator(()).is_enforcing
+
+
+def test_known_keys_map_to_tenants(enforcing: Authenticator) -> None:
+    assert enforcing.tenant_for(b"Bearer key-a-123") == "team-a"
+    assert enforcing.tenant_for(b"Bearer key-b-456") == "team-b"
+
+
+@pytest.mark.parametrize(
+    "header",
+    [b"bearer key-a-123", b"BEARER key-a-123", b"  Bearer key-a-123  ", b"Bearer   key-a-123"],
+)
+def test_scheme_case_and_whitespace_tolerated(enforcing: Authenticator, header: bytes) -> None:
+    assert enforcing.tenant_for(header) == "team-a"
+
+
+@pytest.mark.parametrize("header", [None, b"", b"   "])
+def test_missing_authorization_is_401(enforcing: Authenticator, header: bytes | None) -> None:
+    with pytest.raises(Unauthorized) as info:
+        enforcing.tenant_for(header)
+    assert info.value.status_code == 401
+    assert info.value.code == "invalid_api_key"
+    assert info.value.error_type == "authentication_error"
+    assert "missing" in info.value.message
+
+
+@pytest.mark.parametrize(
+    "header",
+    [b"Bearer wrong", b"Bearer key-a-12", b"Bearer key-a-1234", b"Bearer KEY-A-123"],
+)
+def test_invalid_key_is_401(enforcing: Authenticator, header: bytes) -> None:
+    with pytest.raises(Unauthorized, match="invalid API key") as info:
+        enforcing.tenant_for(header)
+    assert info.value.status_code == 401
+
+
+@pytest.mark.parametrize(
+    "header", [b"Bearer", b"Bearer ", b"Basic a2V5LWEtMTIz", b"key-a-123", b"Token key-a-123"]
+)
+def test_malformed_authorization_is_401(enforcing: Authenticator, header: bytes) -> None:
+    with pytest.raises(Unauthorized) as info:
+        enforcing.tenant_for(header)
+    assert info.value.status_code == 401
+
+
+def test_error_messages_never_echo_the_key(enforcing: Authenticator) -> None:
+    with pytest.raises(Unauthorized) as info:
+        enforcing.tenant_for(b"Bearer sk-leaked-secret")
+    assert "sk-leaked-secret" not in str(info.value)
+    assert b"sk-leaked-secret" not in info.value.to_json()
+
+
+def test_plaintext_keys_not_stored(enforcing: Authenticator) -> None:
+    state = repr(vars(enforcing))
+    assert "key-a-123" not in state
+    assert "key-b-456" not in state
+
+
+def test_passthrough_without_key_is_public() -> None:
+    auth = Authenticator(())
+    assert auth.tenant_for(None) == PUBLIC_TENANT == "public"
+    assert auth.tenant_for(b"") == PUBLIC_TENANT
+    assert auth.tenant_for(b"Bearer ") == PUBLIC_TENANT
+
+
+def test_passthrough_distinct_keys_distinct_tenants() -> None:
+    auth = Authenticator(())
+    a = auth.tenant_for(b"Bearer sk-one")
+    b = auth.tenant_for(b"Bearer sk-two")
+    assert a != b
+    assert PUBLIC_TENANT not in (a, b)
+    assert a.startswith("key-")
+    assert "sk-one" not in a
+
+
+def test_passthrough_tenant_stable_across_instances_and_formatting() -> None:
+    first = Authenticator(()).tenant_for(b"Bearer sk-one")
+    assert Authenticator(()).tenant_for(b"Bearer sk-one") == first
+    assert Authenticator(()).tenant_for(b"bearer  sk-one ") == first
+
+
+@settings(deadline=None)
+@given(st.binary(min_size=1, max_size=40), st.binary(min_size=1, max_size=40))
+def test_passthrough_tenants_distinct_property(key_a: bytes, key_b: bytes) -> None:
+    key_a, key_b = key_a.strip() or b"x", key_b.strip() or b"y"
+    auth = Authenticator(())
+    tenant_a = auth.tenant_for(b"Bearer " + key_a)
+    tenant_b = auth.tenant_for(b"Bearer " + key_b)
+    assert tenant_a == auth.tenant_for(b"Bearer " + key_a)
+    assert (tenant_a == tenant_b) == (key_a == key_b)
+    assert tenant_a != PUBLIC_TENANT
+
+
+def test_unauthorized_renders_openai_shape(enforcing: Authenticator) -> None:
+    with pytest.raises(Unauthorized) as info:
+        enforcing.tenant_for(None)
+    body = info.value.to_dict()["error"]
+    assert isinstance(body, dict)
+    assert body["type"] == "authentication_error"
+    assert body["code"] == "invalid_api_key"
