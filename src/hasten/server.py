@@ -26,6 +26,7 @@ from hasten.config import (
     load_config,
     with_upstream,
 )
+from hasten.errors import ConfigError
 
 # The embedded demo upstream answers like a slow-ish cloud model so the cache shows.
 DEMO_TTFT_MS = 300.0
@@ -78,7 +79,7 @@ def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> GatewayC
     server = replace(
         server,
         host=host or server.host,
-        port=int(port or server.port),
+        port=_port(port, server.port),
         log_level=args.log_level or server.log_level,
     )
     config = replace(config, server=server, cache=_cache_overrides(config.cache, args, env))
@@ -87,6 +88,19 @@ def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> GatewayC
         key = next((env[name] for name in UPSTREAM_KEY_ENVS if env.get(name)), None)
         config = with_upstream(config, upstream, key)
     return config
+
+
+def _port(value: Any, default: int) -> int:
+    # 0 is a real port (ask the OS for a free one), so test for "unset", not falsiness.
+    if value is None or value == "":
+        return default
+    try:
+        port = int(value)
+    except ValueError:
+        raise ConfigError(f"HASTEN_PORT: expected a port number, got {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--port/HASTEN_PORT: expected 0-65535, got {port}")
+    return port
 
 
 def _cache_overrides(
