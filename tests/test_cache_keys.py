@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import random
+from types import MappingProxyType
 from typing import Any
 
 import orjson
@@ -195,3 +196,13 @@ def test_huge_numbers_do_not_break_the_key() -> None:
     assert key({"x": 10**30}) != key({"x": 10**30 + 1})
     assert key({"x": 1e300}) == key({"x": 1e300})
     assert key({"x": 2**70}) == key({"x": float(2**70)})
+
+
+def test_other_mapping_and_sequence_types_match_plain_json() -> None:
+    plain = {"messages": [{"role": "user", "content": "hi"}], "stop": ["a", "b"], "x": 1.0}
+    exotic = {
+        "messages": (MappingProxyType({"role": "user", "content": "hi"}),),
+        "stop": ("a", "b"),
+        "x": 1,
+    }
+    assert key(exotic) == key(plain)

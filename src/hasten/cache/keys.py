@@ -26,30 +26,56 @@ def cache_key(body: Mapping[str, Any], *, endpoint: str, model: str, tenant: str
     Insensitive to key order, formatting and ``0`` vs ``0.0``; sensitive to anything else.
     """
     canonical_body = {
-        name: _canonical(value) for name, value in body.items() if name not in _EXCLUDED_FIELDS
+        name: _normalized(value) if _needs_normalizing(value) else value
+        for name, value in body.items()
+        if name not in _EXCLUDED_FIELDS
     }
     canonical_body["model"] = model
     envelope = {"v": _KEY_VERSION, "endpoint": endpoint, "tenant": tenant, "body": canonical_body}
-    return hashlib.blake2b(
-        orjson.dumps(envelope, option=orjson.OPT_SORT_KEYS), digest_size=32
-    ).hexdigest()
+    return hashlib.sha256(orjson.dumps(envelope, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-def _canonical(value: Any) -> Any:
-    """Normalizes numbers recursively; key order is handled by ``OPT_SORT_KEYS``."""
-    if isinstance(value, str | bool) or value is None:
+def _needs_normalizing(value: Any) -> bool:
+    """Cheap scan so the common body (no integral floats) is hashed without being copied."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return False
+    # Plain loops: generator-based any() costs several times more per node here.
+    if kind is dict:
+        for item in value.values():  # noqa: SIM110
+            if _needs_normalizing(item):
+                return True
+        return False
+    if kind is list:
+        for item in value:  # noqa: SIM110
+            if _needs_normalizing(item):
+                return True
+        return False
+    if kind is float:
+        return bool(value.is_integer()) and _MIN_INT <= value <= _MAX_INT
+    if kind is int:
+        return not _MIN_INT <= value <= _MAX_INT
+    return True  # subclasses, tuples, other mappings: let _normalized sort them out
+
+
+def _normalized(value: Any) -> Any:
+    """Integral floats become ints; key order is left to ``OPT_SORT_KEYS``."""
+    kind = type(value)
+    if kind is str or value is None:
         return value
+    if kind is dict or (kind is not str and isinstance(value, Mapping)):
+        return {str(name): _normalized(item) for name, item in value.items()}
+    if kind is list or kind is tuple:
+        return [_normalized(item) for item in value]
+    if isinstance(value, bool):
+        return bool(value)
     if isinstance(value, float):
         if value.is_integer() and _MIN_INT <= value <= _MAX_INT:
             return int(value)
-        return value
+        return float(value)
     if isinstance(value, int):
         if _MIN_INT <= value <= _MAX_INT:
-            return value
+            return int(value)
         # Beyond 64 bits JSON parsers disagree anyway; keep it exact but serializable.
         return float(value) if float(value) == value else {"$bigint": str(value)}
-    if isinstance(value, Mapping):
-        return {str(name): _canonical(item) for name, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_canonical(item) for item in value]
     return value
