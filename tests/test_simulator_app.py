@@ -101,8 +101,27 @@ def test_chat_honours_max_tokens_n_and_stop(client: openai.OpenAI) -> None:
     full = client.chat.completions.create(model=MODEL, messages=MESSAGES)
     fourth_word = (full.choices[0].message.content or "").split()[3]
     stopped = client.chat.completions.create(model=MODEL, messages=MESSAGES, stop=[fourth_word])
+    stopped_text = stopped.choices[0].message.content or ""
     assert stopped.choices[0].finish_reason == "stop"
-    assert fourth_word not in (stopped.choices[0].message.content or "").split()[3:4]
+    assert fourth_word not in stopped_text
+    assert (full.choices[0].message.content or "").startswith(stopped_text)
+
+
+def test_chat_stream_with_several_choices(client: openai.OpenAI) -> None:
+    chunks = list(
+        client.chat.completions.create(
+            model=MODEL, messages=MESSAGES, stream=True, n=2, max_tokens=3
+        )
+    )
+    texts = ["", ""]
+    finish_reasons: list[str | None] = [None, None]
+    for chunk in chunks:
+        (choice,) = chunk.choices
+        texts[choice.index] += choice.delta.content or ""
+        finish_reasons[choice.index] = choice.finish_reason or finish_reasons[choice.index]
+    whole = client.chat.completions.create(model=MODEL, messages=MESSAGES, n=2, max_tokens=3)
+    assert texts == [choice.message.content for choice in whole.choices]
+    assert finish_reasons == ["length", "length"]
 
 
 def test_chat_stream_has_openai_chunk_shapes(client: openai.OpenAI) -> None:

@@ -282,7 +282,7 @@ def test_generation_honours_n_max_tokens_and_stop() -> None:
 def test_stream_schedule_orders_role_tokens_finish_usage() -> None:
     request = parse_completion_request({"model": "m", "prompt": "hi", "n": 2, "max_tokens": 3})
     choices = generate_choices(request, 16, None)
-    encoder = ChatStreamEncoder("id", 0, "m", include_usage=True)
+    encoder = ChatStreamEncoder("id", 0, "m", include_usage=True, num_choices=2)
     plan = LatencyPlan(first_token_ms=10, decode_ms_per_token=2)
     events = list(stream_schedule(encoder, choices, plan, {"prompt_tokens": 1}))
     assert [b'"role"' in data for _, data, _ in events[:2]] == [True, True]

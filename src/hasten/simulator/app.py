@@ -254,6 +254,7 @@ class SimulatorApp:
             int(time.time()),
             request.model,
             request.include_usage,
+            request.num_choices,
         )
         usage = prepared.usage if request.include_usage else None
         events = stream_schedule(encoder, prepared.choices, prepared.plan, usage)

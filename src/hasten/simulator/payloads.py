@@ -52,18 +52,23 @@ def _envelope(completion_id: str, obj: str, created: int, model: str) -> dict[st
     return {"id": completion_id, "object": obj, "created": created, "model": model}
 
 
-class ChatStreamEncoder:
-    """`chat.completion.chunk` events; with include_usage every chunk carries `usage: null`."""
+class _SplicingEncoder:
+    """Shared machinery: an envelope per response, content chunks spliced from bytes.
 
-    def __init__(self, completion_id: str, created: int, model: str, include_usage: bool) -> None:
-        self._base = _envelope(completion_id, "chat.completion.chunk", created, model)
+    A content chunk is `heads[index] + json(piece) + tails[index]`, precomputed per choice.
+    """
+
+    def __init__(
+        self, obj: str, completion_id: str, created: int, model: str, include_usage: bool
+    ) -> None:
+        self._base = _envelope(completion_id, obj, created, model)
         self._base["system_fingerprint"] = SYSTEM_FINGERPRINT
         self._include_usage = include_usage
-        prefix = orjson.dumps(self._base)[:-1]  # drop the closing brace to splice choices in
-        self._content_prefix = b"data: " + prefix + b',"choices":[{"index":'
-        self._content_suffix = b',"logprobs":null,"finish_reason":null}]' + (
-            b',"usage":null}\n\n' if include_usage else b"}\n\n"
-        )
+        # The envelope without its closing brace, so choices can be spliced in after it.
+        self._prefix = b"data: " + orjson.dumps(self._base)[:-1] + b',"choices":[{'
+        self._end = b',"usage":null}\n\n' if include_usage else b"}\n\n"
+        self._heads: list[bytes] = []
+        self._tails: list[bytes] = []
 
     def _chunk(self, choice: dict[str, object]) -> bytes:
         payload = {**self._base, "choices": [choice]}
@@ -71,67 +76,64 @@ class ChatStreamEncoder:
             payload["usage"] = None
         return sse_event(payload)
 
+    def content(self, index: int, piece: str) -> bytes:
+        return self._heads[index] + orjson.dumps(piece) + self._tails[index]
+
+    def usage(self, usage: dict[str, object]) -> bytes:
+        return sse_event({**self._base, "choices": [], "usage": usage})
+
+
+class ChatStreamEncoder(_SplicingEncoder):
+    """`chat.completion.chunk` events; with include_usage every chunk carries `usage: null`."""
+
+    def __init__(
+        self,
+        completion_id: str,
+        created: int,
+        model: str,
+        include_usage: bool,
+        num_choices: int,
+    ) -> None:
+        super().__init__("chat.completion.chunk", completion_id, created, model, include_usage)
+        self._heads = [
+            self._prefix + b'"index":%d,"delta":{"content":' % index for index in range(num_choices)
+        ]
+        tail = b'},"logprobs":null,"finish_reason":null}]' + self._end
+        self._tails = [tail] * num_choices
+
     def role(self, index: int) -> bytes:
         delta = {"role": "assistant", "content": "", "refusal": None}
         return self._chunk(
             {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}
         )
 
-    def content(self, index: int, piece: str) -> bytes:
-        return b"".join(
-            (
-                self._content_prefix,
-                str(index).encode(),
-                b',"delta":{"content":',
-                orjson.dumps(piece),
-                b"}",
-                self._content_suffix,
-            )
-        )
-
     def finish(self, index: int, reason: str) -> bytes:
         return self._chunk({"index": index, "delta": {}, "logprobs": None, "finish_reason": reason})
 
-    def usage(self, usage: dict[str, object]) -> bytes:
-        return sse_event({**self._base, "choices": [], "usage": usage})
 
-
-class CompletionStreamEncoder:
+class CompletionStreamEncoder(_SplicingEncoder):
     """Legacy `text_completion` stream events; there is no role chunk."""
 
-    def __init__(self, completion_id: str, created: int, model: str, include_usage: bool) -> None:
-        self._base = _envelope(completion_id, "text_completion", created, model)
-        self._base["system_fingerprint"] = SYSTEM_FINGERPRINT
-        self._include_usage = include_usage
-        prefix = orjson.dumps(self._base)[:-1]
-        self._content_prefix = b"data: " + prefix + b',"choices":[{"text":'
-        self._content_suffix = b',"logprobs":null,"finish_reason":null}]' + (
-            b',"usage":null}\n\n' if include_usage else b"}\n\n"
-        )
+    def __init__(
+        self,
+        completion_id: str,
+        created: int,
+        model: str,
+        include_usage: bool,
+        num_choices: int,
+    ) -> None:
+        super().__init__("text_completion", completion_id, created, model, include_usage)
+        self._heads = [self._prefix + b'"text":'] * num_choices
+        self._tails = [
+            b',"index":%d,"logprobs":null,"finish_reason":null}]' % index + self._end
+            for index in range(num_choices)
+        ]
 
     def role(self, index: int) -> bytes:
         return b""
 
-    def content(self, index: int, piece: str) -> bytes:
-        return b"".join(
-            (
-                self._content_prefix,
-                orjson.dumps(piece),
-                b',"index":',
-                str(index).encode(),
-                self._content_suffix,
-            )
-        )
-
     def finish(self, index: int, reason: str) -> bytes:
-        choice = {"text": "", "index": index, "logprobs": None, "finish_reason": reason}
-        payload = {**self._base, "choices": [choice]}
-        if self._include_usage:
-            payload["usage"] = None
-        return sse_event(payload)
-
-    def usage(self, usage: dict[str, object]) -> bytes:
-        return sse_event({**self._base, "choices": [], "usage": usage})
+        return self._chunk({"text": "", "index": index, "logprobs": None, "finish_reason": reason})
 
 
 def chat_completion_body(
