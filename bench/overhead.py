@@ -122,16 +122,25 @@ def started_servers(
             "direct": Target("direct", f"{sim_url}/v1", (simulator,)),
             "hasten": Target("hasten", f"http://127.0.0.1:{hasten_port}/v1", (gateway,)),
         }
+        servers: dict[str, Any] = {"commands": {p.name: p.argv for p in processes}}
         if litellm is not None:
             auth = {"Authorization": f"Bearer {litellm_env.MASTER_KEY}"}
-            litellm.wait_ready(
-                f"http://127.0.0.1:{litellm_port}/health/liveliness", READY_TIMEOUT_S, auth
-            )
-            targets["litellm"] = Target(
-                "litellm", f"http://127.0.0.1:{litellm_port}/v1", (litellm,)
-            )
-        start_s = {p.name: round(p.ready_after_s or 0.0, 2) for p in processes}
-        yield targets, {"ready_after_s": start_s, "commands": {p.name: p.argv for p in processes}}
+            try:
+                litellm.wait_ready(
+                    f"http://127.0.0.1:{litellm_port}/health/liveliness", READY_TIMEOUT_S, auth
+                )
+            except RuntimeError as exc:
+                # A comparison target that will not start must not cost us hasten's figures.
+                servers["litellm_error"] = str(exc)
+                litellm.stop()
+            else:
+                targets["litellm"] = Target(
+                    "litellm", f"http://127.0.0.1:{litellm_port}/v1", (litellm,)
+                )
+        servers["ready_after_s"] = {
+            p.name: round(p.ready_after_s, 2) for p in processes if p.ready_after_s is not None
+        }
+        yield targets, servers
 
 
 def settings_for(target: Target, seed: int, **changes: Any) -> LoadSettings:
@@ -188,6 +197,9 @@ async def measure_round(target: Target, tally: Tally, plan: Plan, seed: int) -> 
     tally.stream_ttft_ms.extend(stream.samples.ttft_ms)
     tally.num_throughput_ok += throughput.num_ok
     tally.throughput_duration_s += throughput.duration_s
+    tally.throughput_client_cpu_s += (
+        (throughput.client_cpu_percent or 0.0) / 100 * throughput.duration_s
+    )
     for report in (sequential, stream, throughput):
         tally.add_errors(report)
 
@@ -251,6 +263,8 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
             servers,
         ):
             result["servers"] = servers
+            if "litellm_error" in servers:
+                result["litellm"].update(available=False, reason=servers["litellm_error"])
             rss_at_start_mb = rss_mb(targets)
             tallies = run_coroutine(measure(targets, plan))
             result["rss_mb"] = {

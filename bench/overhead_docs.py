@@ -61,6 +61,10 @@ def render(result: dict[str, Any]) -> str:
             f"throughput, {result['throughput_concurrency']} clients, non-stream (req/s)",
             [f"{result['throughput_rps'][n]}" for n in names],
         ),
+        _row(
+            "measuring client's CPU during that (% of one core)",
+            [f"{result['throughput_client_cpu_percent'][n]}" for n in names],
+        ),
         _row("idle RSS at start (MB)", _rss_cells(result, "idle_at_start", names)),
         _row("idle RSS after the load (MB)", _rss_cells(result, "idle_after_load", names)),
     ]

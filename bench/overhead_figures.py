@@ -19,6 +19,7 @@ class Tally:
     stream_ttft_ms: list[float]
     num_throughput_ok: int = 0
     throughput_duration_s: float = 0.0
+    throughput_client_cpu_s: float = 0.0
     num_requests: int = 0
     num_errors: int = 0
 
@@ -72,6 +73,13 @@ def figures(tallies: dict[str, Tally], cache_hits: LoadReport) -> dict[str, Any]
         },
         "throughput_rps": throughput,
         "throughput_concurrency": THROUGHPUT_CONCURRENCY,
+        # Shows the measuring client is not what caps throughput (100 = one core busy).
+        "throughput_client_cpu_percent": {
+            name: round(100 * t.throughput_client_cpu_s / t.throughput_duration_s, 1)
+            if t.throughput_duration_s
+            else None
+            for name, t in tallies.items()
+        },
         "cache_hit_ms": {
             **percentiles(cache_hits.samples.latency_ms if cache_hits.samples else []),
             "hit_ratio": cache_hits.hit_ratio,
