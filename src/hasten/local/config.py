@@ -1,0 +1,99 @@
+"""Settings of the local engine: defaults, the ``[local]`` table of a TOML file, and checks."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from hasten.errors import ConfigError
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8091
+MODEL_ID = "local"
+
+
+def _default_num_threads() -> int:
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """``n_ctx`` is the KV cache size in tokens, shared by all sequences (unified cache)."""
+
+    model_path: Path | None = None
+    n_ctx: int = 4096
+    n_threads: int = 0  # 0: one per core, up to 8
+    max_seqs: int = 8
+    max_queue: int = 32
+    max_step_tokens: int = 256
+    num_cache_slots: int = 4
+    default_max_tokens: int = 512
+
+    def resolved(self) -> EngineConfig:
+        threads = self.n_threads if self.n_threads > 0 else _default_num_threads()
+        return replace(self, n_threads=threads)
+
+    def check(self) -> EngineConfig:
+        minimums = {
+            "n_ctx": 64,
+            "max_seqs": 1,
+            "max_queue": 0,
+            "max_step_tokens": self.max_seqs,
+            "num_cache_slots": 0,
+            "default_max_tokens": 1,
+        }
+        for name, minimum in minimums.items():
+            if getattr(self, name) < minimum:
+                raise ConfigError(f"local.{name} must be at least {minimum}")
+        if self.max_step_tokens > self.n_ctx:
+            raise ConfigError("local.max_step_tokens must not exceed local.n_ctx")
+        return self
+
+
+@dataclass(frozen=True)
+class LocalServerConfig:
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    engine: EngineConfig = EngineConfig()
+
+
+def parse_local_table(table: Mapping[str, Any]) -> LocalServerConfig:
+    """Reads ``[local]``: host, port and any ``EngineConfig`` field, by the same names."""
+    engine_names = {item.name for item in fields(EngineConfig)}
+    unknown = set(table) - engine_names - {"host", "port"}
+    if unknown:
+        raise ConfigError(f"unknown keys in [local]: {', '.join(sorted(unknown))}")
+    engine_values: dict[str, Any] = {}
+    for name in engine_names & set(table):
+        value = table[name]
+        if name == "model_path":
+            if not isinstance(value, str):
+                raise ConfigError("local.model_path must be a string")
+            engine_values[name] = Path(value)
+        elif not isinstance(value, int) or isinstance(value, bool):
+            raise ConfigError(f"local.{name} must be an integer")
+        else:
+            engine_values[name] = value
+    host = table.get("host", DEFAULT_HOST)
+    port = table.get("port", DEFAULT_PORT)
+    if not isinstance(host, str) or not isinstance(port, int):
+        raise ConfigError("local.host must be a string and local.port an integer")
+    return LocalServerConfig(host, port, EngineConfig(**engine_values).check())
+
+
+def load_local_config(path: str | os.PathLike[str] | None) -> LocalServerConfig:
+    if path is None:
+        return LocalServerConfig()
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read config {path}: {exc}") from exc
+    table = data.get("local", {})
+    if not isinstance(table, dict):
+        raise ConfigError("[local] must be a table")
+    return parse_local_table(table)

@@ -1,0 +1,97 @@
+"""Executes a scheduler ``StepPlan`` on llama.cpp: KV operations, one batched decode, sampling.
+
+Owns the llama context and the batch buffer; must only be used from the engine thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import llama_cpp
+import numpy as np
+
+from hasten.local.model import ContextParams, LocalModel
+from hasten.local.sampling import TokenSampler
+from hasten.local.scheduler import KvCopy, KvRemove, Sequence, StepPlan
+
+# llama_decode's "no free KV cells for this batch": recoverable by evicting cached prefixes.
+DECODE_NO_KV_SLOT = 1
+
+
+class DecodeError(RuntimeError):
+    def __init__(self, code: int) -> None:
+        super().__init__(f"llama_decode failed with code {code}")
+        self.code = code
+
+
+class Runner:
+    """One llama context whose unified KV cache holds ``params.n_seq_max`` sequences."""
+
+    def __init__(self, model: LocalModel, params: ContextParams) -> None:
+        self.model = model
+        self.params = params
+        self._ctx: Any = model.create_context(params)
+        self._memory: Any = llama_cpp.llama_get_memory(self._ctx)
+        self._batch: Any = llama_cpp.llama_batch_init(params.n_batch, 0, 1)
+        self._is_closed = False
+
+    def close(self) -> None:
+        if self._is_closed:
+            return
+        self._is_closed = True
+        llama_cpp.llama_batch_free(self._batch)
+        llama_cpp.llama_free(self._ctx)
+
+    def execute(
+        self, plan: StepPlan, samplers: Mapping[int, TokenSampler]
+    ) -> list[tuple[Sequence, int]]:
+        """Runs the plan; returns the token sampled for each chunk that asked for logits."""
+        self._apply_kv_ops(plan)
+        if not plan.chunks:
+            return []
+        output_rows = self._fill_batch(plan)
+        code = int(llama_cpp.llama_decode(self._ctx, self._batch))
+        if code != 0:
+            raise DecodeError(code)
+        sampled: list[tuple[Sequence, int]] = []
+        for sequence, row in output_rows:
+            pointer = llama_cpp.llama_get_logits_ith(self._ctx, row)
+            logits = np.ctypeslib.as_array(pointer, shape=(self.model.num_vocab,))
+            sampled.append((sequence, samplers[sequence.request_id].sample(logits)))
+        return sampled
+
+    def clear(self) -> None:
+        """Forgets every sequence's KV (after a failed decode left it unknown)."""
+        llama_cpp.llama_memory_clear(self._memory, False)
+
+    def _apply_kv_ops(self, plan: StepPlan) -> None:
+        for op in plan.kv_ops:
+            if isinstance(op, KvRemove):
+                llama_cpp.llama_memory_seq_rm(self._memory, op.seq_id, op.start_pos, -1)
+            elif isinstance(op, KvCopy):
+                llama_cpp.llama_memory_seq_cp(
+                    self._memory, op.src_seq_id, op.dst_seq_id, 0, op.num_tokens
+                )
+
+    def _fill_batch(self, plan: StepPlan) -> list[tuple[Sequence, int]]:
+        num_tokens = sum(len(chunk.token_ids) for chunk in plan.chunks)
+        if num_tokens > self.params.n_batch:
+            raise ValueError(f"step of {num_tokens} tokens exceeds n_batch={self.params.n_batch}")
+        batch = self._batch
+        row = 0
+        output_rows: list[tuple[Sequence, int]] = []
+        for chunk in plan.chunks:
+            last = len(chunk.token_ids) - 1
+            for offset, token_id in enumerate(chunk.token_ids):
+                batch.token[row] = token_id
+                batch.pos[row] = chunk.start_pos + offset
+                batch.n_seq_id[row] = 1
+                batch.seq_id[row][0] = chunk.seq_id
+                wants_logits = chunk.wants_logits and offset == last
+                batch.logits[row] = wants_logits
+                if wants_logits:
+                    output_rows.append((chunk.sequence, row))
+                row += 1
+        batch.n_tokens = row
+        return output_rows
