@@ -79,6 +79,7 @@ class SQLiteStore:
         self._retry_backoff_s = retry_backoff_s
         self._clock = clock
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hasten-sqlite")
+        self._is_closed = False
         # Everything below is only written from the worker thread.
         self._conn: sqlite3.Connection | None = None
         self._is_healthy = True
@@ -86,7 +87,6 @@ class SQLiteStore:
         self._retry_at = 0.0  # time.monotonic() before which we don't touch the file
         self._approx_bytes = 0.0
         self._puts_since_purge = 0
-        self._is_closed = False
 
     @property
     def is_healthy(self) -> bool:
