@@ -29,30 +29,42 @@ def server() -> Iterator[ServerThread]:
         yield srv
 
 
+@pytest.fixture(scope="module")
+def shared_http(server: ServerThread) -> Iterator[httpx.Client]:
+    # One client for the module: building a client per call costs more than the call.
+    with httpx.Client(base_url=server.url) as http:
+        yield http
+
+
+@pytest.fixture(scope="module")
+def shared_client(server: ServerThread) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=f"{server.url}/v1", api_key="test", max_retries=0) as client:
+        yield client
+
+
 @pytest.fixture
-def url(server: ServerThread) -> str:
+def http(shared_http: httpx.Client) -> httpx.Client:
     """A clean simulator per test: default config, zeroed counters, empty prefix cache."""
-    defaults = SimConfig().to_dict()
-    httpx.post(f"{server.url}/sim/config", json=defaults).raise_for_status()
-    httpx.post(f"{server.url}/sim/reset?clear_prefix_cache=1").raise_for_status()
-    return server.url
+    shared_http.post("/sim/config", json=SimConfig().to_dict()).raise_for_status()
+    shared_http.post("/sim/reset?clear_prefix_cache=1").raise_for_status()
+    return shared_http
 
 
 @pytest.fixture
-def client(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key="test", max_retries=0)
+def client(http: httpx.Client, shared_client: openai.OpenAI) -> openai.OpenAI:
+    return shared_client
 
 
-def stats(url: str) -> dict[str, Any]:
-    data: dict[str, Any] = httpx.get(f"{url}/sim/stats").json()
+def stats(http: httpx.Client) -> dict[str, Any]:
+    data: dict[str, Any] = http.get("/sim/stats").json()
     return data
 
 
-def wait_for_stats(url: str, **expected: int) -> dict[str, Any]:
+def wait_for_stats(http: httpx.Client, **expected: int) -> dict[str, Any]:
     """Polls until the counters match: the server notices disconnects asynchronously."""
     deadline = time.monotonic() + 10
     while True:
-        current = stats(url)
+        current = stats(http)
         if all(current[key] == value for key, value in expected.items()):
             return current
         if time.monotonic() > deadline:
@@ -142,9 +154,9 @@ def test_chat_stream_has_openai_chunk_shapes(client: openai.OpenAI) -> None:
     assert whole.choices[0].message.content == text
 
 
-def test_raw_stream_ends_with_done(url: str) -> None:
+def test_raw_stream_ends_with_done(http: httpx.Client) -> None:
     body = {"model": MODEL, "messages": MESSAGES, "stream": True, "max_tokens": 2}
-    response = httpx.post(f"{url}/v1/chat/completions", json=body)
+    response = http.post("/v1/chat/completions", json=body)
     assert response.headers["content-type"].startswith("text/event-stream")
     events = response.text.split("\n\n")
     assert events[-2:] == ["data: [DONE]", ""]
@@ -180,19 +192,21 @@ def test_text_completions_stream_and_not(client: openai.OpenAI) -> None:
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 4
 
 
-def test_embeddings_are_normalized_and_deterministic(client: openai.OpenAI, url: str) -> None:
+def test_embeddings_are_normalized_and_deterministic(
+    client: openai.OpenAI, http: httpx.Client
+) -> None:
     response = client.embeddings.create(model=MODEL, input=["red apple", "green pear"])
     vectors = [item.embedding for item in response.data]  # decoded from base64 by the SDK
     assert [len(v) for v in vectors] == [64, 64]
     assert abs(sum(x * x for x in vectors[0]) - 1.0) < 1e-4
     assert vectors[0] != vectors[1]
-    raw = httpx.post(
-        f"{url}/v1/embeddings", json={"model": MODEL, "input": "red apple", "dimensions": 8}
+    raw = http.post(
+        "/v1/embeddings", json={"model": MODEL, "input": "red apple", "dimensions": 8}
     ).json()
     assert len(raw["data"][0]["embedding"]) == 8
     single = client.embeddings.create(model=MODEL, input="red apple", encoding_format="float")
     assert single.data[0].embedding == pytest.approx(vectors[0], abs=1e-6)
-    assert stats(url)["num_embedding_inputs"] == 4
+    assert stats(http)["num_embedding_inputs"] == 4
 
 
 def test_models_list_and_lookup(client: openai.OpenAI) -> None:
@@ -203,12 +217,12 @@ def test_models_list_and_lookup(client: openai.OpenAI) -> None:
 # --- counters, control endpoints, prefix cache ---------------------------------------------
 
 
-def test_stats_count_requests_tokens_and_reset(client: openai.OpenAI, url: str) -> None:
+def test_stats_count_requests_tokens_and_reset(client: openai.OpenAI, http: httpx.Client) -> None:
     client.chat.completions.create(model=MODEL, messages=MESSAGES)
     list(client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True))
     client.completions.create(model=MODEL, prompt="hi", max_tokens=3)
     client.models.list()
-    data = stats(url)
+    data = stats(http)
     assert data["num_requests"] == 4
     assert data["num_requests_by_endpoint"] == {
         "chat.completions": 2, "completions": 1, "models": 1,
@@ -218,11 +232,11 @@ def test_stats_count_requests_tokens_and_reset(client: openai.OpenAI, url: str) 
     assert data["num_prompt_tokens"] == 6 + 6 + 1
     assert data["num_completion_tokens"] == 16 + 16 + 3
     assert_outcomes_add_up(data)
-    reset = httpx.post(f"{url}/sim/reset").json()
+    reset = http.post("/sim/reset").json()
     assert reset["num_requests"] == 0 and reset["num_completion_tokens"] == 0
 
 
-def test_prefix_cache_hits_are_reported(client: openai.OpenAI, url: str) -> None:
+def test_prefix_cache_hits_are_reported(client: openai.OpenAI, http: httpx.Client) -> None:
     messages: list[Any] = [{"role": "user", "content": LONG_PROMPT}]  # 101 prompt tokens
     cold = client.chat.completions.create(model=MODEL, messages=messages)
     warm = client.chat.completions.create(model=MODEL, messages=messages)
@@ -231,25 +245,27 @@ def test_prefix_cache_hits_are_reported(client: openai.OpenAI, url: str) -> None
     assert cold.usage.prompt_tokens_details.cached_tokens == 0
     assert warm.usage.prompt_tokens_details is not None
     assert warm.usage.prompt_tokens_details.cached_tokens == 96  # six full 16-token blocks
-    data = stats(url)
+    data = stats(http)
     assert data["num_prefix_cache_hit_tokens"] == 96
     assert data["prefix_cache_hit_ratio"] == pytest.approx(96 / 202)
     assert data["num_prefix_cache_blocks"] == 6
 
 
-def test_config_can_be_read_and_changed_at_runtime(client: openai.OpenAI, url: str) -> None:
-    updated = httpx.post(f"{url}/sim/config", json={"output_tokens": 3, "error_rate": 0.0})
+def test_config_can_be_read_and_changed_at_runtime(
+    client: openai.OpenAI, http: httpx.Client
+) -> None:
+    updated = http.post("/sim/config", json={"output_tokens": 3, "error_rate": 0.0})
     assert updated.status_code == 200 and updated.json()["output_tokens"] == 3
-    assert httpx.get(f"{url}/sim/config").json()["output_tokens"] == 3
+    assert http.get("/sim/config").json()["output_tokens"] == 3
     response = client.chat.completions.create(model=MODEL, messages=MESSAGES)
     assert response.usage is not None and response.usage.completion_tokens == 3
-    bad = httpx.post(f"{url}/sim/config", json={"error_rate": 2})
+    bad = http.post("/sim/config", json={"error_rate": 2})
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_config"
-    assert httpx.get(f"{url}/sim/config").json()["error_rate"] == 0.0
+    assert http.get("/sim/config").json()["error_rate"] == 0.0
 
 
-def test_configured_error_rate_injects_500s(client: openai.OpenAI, url: str) -> None:
-    httpx.post(f"{url}/sim/config", json={"error_rate": 1.0}).raise_for_status()
+def test_configured_error_rate_injects_500s(client: openai.OpenAI, http: httpx.Client) -> None:
+    http.post("/sim/config", json={"error_rate": 1.0}).raise_for_status()
     for _ in range(3):
         with pytest.raises(openai.InternalServerError):
             client.chat.completions.create(model=MODEL, messages=MESSAGES)
@@ -257,7 +273,7 @@ def test_configured_error_rate_injects_500s(client: openai.OpenAI, url: str) -> 
         model=MODEL, messages=MESSAGES, extra_headers={"x-sim-fail": "none"}
     )
     assert forced_ok.choices[0].message.content
-    data = stats(url)
+    data = stats(http)
     assert data["num_errors_injected"] == 3 and data["num_completed"] == 1
     assert data["num_prompt_tokens"] == 6  # failed requests never reached "prefill"
 
@@ -265,20 +281,20 @@ def test_configured_error_rate_injects_500s(client: openai.OpenAI, url: str) -> 
 # --- forced faults -------------------------------------------------------------------------
 
 
-def test_forced_500_is_openai_shaped(url: str) -> None:
-    response = httpx.post(
-        f"{url}/v1/chat/completions",
+def test_forced_500_is_openai_shaped(http: httpx.Client) -> None:
+    response = http.post(
+        "/v1/chat/completions",
         json={"model": MODEL, "messages": MESSAGES},
         headers={"x-sim-fail": "500"},
     )
     assert response.status_code == 500
     assert set(response.json()["error"]) == {"message", "type", "param", "code"}
-    assert stats(url)["num_errors_injected"] == 1
+    assert stats(http)["num_errors_injected"] == 1
 
 
-def test_forced_429_carries_retry_after(client: openai.OpenAI, url: str) -> None:
-    response = httpx.post(
-        f"{url}/v1/completions",
+def test_forced_429_carries_retry_after(client: openai.OpenAI, http: httpx.Client) -> None:
+    response = http.post(
+        "/v1/completions",
         json={"model": MODEL, "prompt": "hi"},
         headers={"x-sim-fail": "429", "x-sim-retry-after": "3"},
     )
@@ -290,10 +306,10 @@ def test_forced_429_carries_retry_after(client: openai.OpenAI, url: str) -> None
         client.chat.completions.create(
             model=MODEL, messages=MESSAGES, extra_headers={"x-sim-fail": "429"}
         )
-    assert stats(url)["num_rate_limited"] == 2
+    assert stats(http)["num_rate_limited"] == 2
 
 
-def test_mid_stream_error_event(client: openai.OpenAI, url: str) -> None:
+def test_mid_stream_error_event(client: openai.OpenAI, http: httpx.Client) -> None:
     stream = client.chat.completions.create(
         model=MODEL,
         messages=MESSAGES,
@@ -305,76 +321,80 @@ def test_mid_stream_error_event(client: openai.OpenAI, url: str) -> None:
         for chunk in stream:
             received.append(chunk)
     assert len(received) == 3
-    data = stats(url)
+    data = stats(http)
     assert data["num_errors_injected"] == 1 and data["num_completion_tokens"] == 2
 
 
-def test_forced_stream_disconnect_has_no_done(url: str) -> None:
+def test_forced_stream_disconnect_has_no_done(http: httpx.Client) -> None:
     body = {"model": MODEL, "messages": MESSAGES, "stream": True}
     headers = {"x-sim-fail": "disconnect", "x-sim-fail-after-chunks": "4"}
     events: list[str] = []
     with (
         pytest.raises(httpx.RemoteProtocolError),
-        httpx.stream("POST", f"{url}/v1/chat/completions", json=body, headers=headers) as response,
+        http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response,
     ):
         assert response.status_code == 200
         events.extend(line for line in response.iter_lines() if line)
     assert len(events) == 4 and "data: [DONE]" not in events
-    data = wait_for_stats(url, num_disconnects=1, num_in_flight=0)
+    data = wait_for_stats(http, num_disconnects=1, num_in_flight=0)
     assert data["num_completion_tokens"] == 3 and data["num_completed"] == 0
 
 
-def test_forced_non_stream_disconnect_cuts_the_body(client: openai.OpenAI, url: str) -> None:
+def test_forced_non_stream_disconnect_cuts_the_body(
+    client: openai.OpenAI, http: httpx.Client
+) -> None:
     with pytest.raises(httpx.RemoteProtocolError):
-        httpx.post(
-            f"{url}/v1/chat/completions",
+        http.post(
+            "/v1/chat/completions",
             json={"model": MODEL, "messages": MESSAGES},
             headers={"x-sim-fail": "disconnect"},
         )
     with pytest.raises(openai.APIConnectionError):
         client.embeddings.create(model=MODEL, input="x", extra_headers={"x-sim-fail": "disconnect"})
-    assert wait_for_stats(url, num_disconnects=2, num_in_flight=0)["num_completed"] == 0
+    assert wait_for_stats(http, num_disconnects=2, num_in_flight=0)["num_completed"] == 0
 
 
 # --- cancellation --------------------------------------------------------------------------
 
 
-def test_client_leaving_a_slow_stream_is_counted_as_cancelled(url: str) -> None:
+def test_client_leaving_a_slow_stream_is_counted_as_cancelled(http: httpx.Client) -> None:
     body = {"model": MODEL, "messages": MESSAGES, "stream": True}
     headers = {"x-sim-decode-ms": "20", "x-sim-tokens": "10000"}
-    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, headers=headers) as resp:
+    with http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as resp:
         lines = resp.iter_lines()
         first_events = [next(lines) for _ in range(4)]  # role, blank, first token, blank
     assert first_events[0].startswith("data: ")
-    data = wait_for_stats(url, num_cancelled=1, num_in_flight=0)
+    data = wait_for_stats(http, num_cancelled=1, num_in_flight=0)
     assert data["num_completed"] == 0
     assert 1 <= data["num_completion_tokens"] < 10000
     assert_outcomes_add_up(data)
 
 
-def test_client_leaving_a_slow_non_stream_request_is_counted_as_cancelled(url: str) -> None:
+def test_client_leaving_a_slow_non_stream_request_is_counted_as_cancelled(
+    http: httpx.Client,
+) -> None:
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(
-            f"{url}/v1/chat/completions",
+        http.post(
+            "/v1/chat/completions",
             json={"model": MODEL, "messages": MESSAGES},
             headers={"x-sim-ttft-ms": "60000"},
             timeout=0.3,
         )
-    data = wait_for_stats(url, num_cancelled=1, num_in_flight=0)
+    data = wait_for_stats(http, num_cancelled=1, num_in_flight=0)
     assert data["num_completed"] == 0 and data["num_completion_tokens"] == 0
 
 
-def test_in_flight_counts_requests_waiting_out_latency(url: str) -> None:
+def test_in_flight_counts_requests_waiting_out_latency(http: httpx.Client) -> None:
     body = {"model": MODEL, "messages": MESSAGES, "stream": True}
-    with httpx.stream(
-        "POST", f"{url}/v1/chat/completions", json=body, headers={"x-sim-decode-ms": "20"}
+    with http.stream(
+        "POST", "/v1/chat/completions", json=body, headers={"x-sim-decode-ms": "20"}
     ) as response:
         # Keep the iterator: dropping it early makes httpx close the connection.
         lines = response.iter_lines()
         next(lines)
-        assert stats(url)["num_in_flight"] == 1
+        assert stats(http)["num_in_flight"] == 1
         assert list(lines)[-2] == "data: [DONE]"
-    wait_for_stats(url, num_in_flight=0, num_completed=1)
+    wait_for_stats(http, num_in_flight=0, num_completed=1)
 
 
 # --- bad input -----------------------------------------------------------------------------
@@ -394,32 +414,30 @@ def test_in_flight_counts_requests_waiting_out_latency(url: str) -> None:
     ],
 )
 def test_bad_requests_get_openai_errors(
-    url: str, path: str, payload: bytes, status: int, param: str | None
+    http: httpx.Client, path: str, payload: bytes, status: int, param: str | None
 ) -> None:
-    response = httpx.post(f"{url}{path}", content=payload)
+    response = http.post(path, content=payload)
     assert response.status_code == status
     error = response.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
     assert error["param"] == param
-    data = stats(url)
+    data = stats(http)
     assert data["num_bad_requests"] == 1
     assert_outcomes_add_up(data)
 
 
-def test_wrong_method_bad_header_and_strict_models(url: str) -> None:
-    assert httpx.get(f"{url}/v1/chat/completions").status_code == 405
-    bad_header = httpx.post(
-        f"{url}/v1/chat/completions",
+def test_wrong_method_bad_header_and_strict_models(http: httpx.Client) -> None:
+    assert http.get("/v1/chat/completions").status_code == 405
+    bad_header = http.post(
+        "/v1/chat/completions",
         json={"model": MODEL, "messages": MESSAGES},
         headers={"x-sim-tokens": "many"},
     )
     assert bad_header.status_code == 400
     assert bad_header.json()["error"]["param"] == "x-sim-tokens"
-    httpx.post(f"{url}/sim/config", json={"strict_models": True}).raise_for_status()
-    unknown = httpx.post(
-        f"{url}/v1/chat/completions", json={"model": "gpt-unknown", "messages": MESSAGES}
-    )
+    http.post("/sim/config", json={"strict_models": True}).raise_for_status()
+    unknown = http.post("/v1/chat/completions", json={"model": "gpt-unknown", "messages": MESSAGES})
     assert unknown.status_code == 404
     assert unknown.json()["error"]["code"] == "model_not_found"
-    assert httpx.get(f"{url}/sim/unknown").status_code == 404
-    assert stats(url)["num_bad_requests"] == 3  # /sim/* paths are not counted
+    assert http.get("/sim/unknown").status_code == 404
+    assert stats(http)["num_bad_requests"] == 3  # /sim/* paths are not counted
