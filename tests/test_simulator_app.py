@@ -6,6 +6,7 @@ asserts how long anything took.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -441,3 +442,38 @@ def test_wrong_method_bad_header_and_strict_models(http: httpx.Client) -> None:
     assert unknown.json()["error"]["code"] == "model_not_found"
     assert http.get("/sim/unknown").status_code == 404
     assert stats(http)["num_bad_requests"] == 3  # /sim/* paths are not counted
+
+
+# --- concurrency ---------------------------------------------------------------------------
+
+
+async def test_concurrent_streams_and_an_abandoned_one(
+    server: ServerThread, http: httpx.Client
+) -> None:
+    async with openai.AsyncOpenAI(
+        base_url=f"{server.url}/v1", api_key="test", max_retries=0
+    ) as client:
+
+        async def one_stream(index: int) -> str:
+            stream = await client.chat.completions.create(
+                model=MODEL,
+                messages=[{"role": "user", "content": f"question {index}"}],
+                stream=True,
+                extra_headers={"x-sim-decode-ms": "1", "x-sim-ttft-ms": "5"},
+            )
+            return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+
+        texts = await asyncio.gather(*(one_stream(index) for index in range(20)))
+        assert len(set(texts)) == 20
+
+        abandoned = await client.chat.completions.create(
+            model=MODEL,
+            messages=MESSAGES,
+            stream=True,
+            extra_headers={"x-sim-decode-ms": "20", "x-sim-tokens": "10000"},
+        )
+        async for _ in abandoned:
+            break
+        await abandoned.close()
+    data = await asyncio.to_thread(wait_for_stats, http, num_cancelled=1, num_in_flight=0)
+    assert data["num_completed"] == 20 and data["num_stream_requests"] == 21

@@ -38,7 +38,8 @@ Per-request override headers (invalid values, or unknown `x-sim-*` names, give a
 
 Counting (GET /sim/stats): num_requests, num_requests_by_endpoint, num_stream_requests,
 num_completed, num_cancelled (client went away before the response finished: noticed while the
-simulator waits out latency, or when a send fails), num_errors_injected (500s),
+simulator waits out latency, or when a send fails; a zero-latency response never waits, so a
+client leaving during it is not seen), num_errors_injected (500s),
 num_rate_limited, num_disconnects (injected), num_bad_requests, num_in_flight,
 num_prompt_tokens, num_prefix_cache_hit_tokens, prefix_cache_hit_ratio,
 num_completion_tokens (tokens actually sent), num_embedding_inputs, num_embedding_tokens,
