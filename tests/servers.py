@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 
@@ -24,7 +24,7 @@ def free_port() -> int:
 class ServerThread:
     """Runs an ASGI app with uvicorn on a free loopback port in a background thread."""
 
-    def __init__(self, app: Any, *, lifespan: str = "auto") -> None:
+    def __init__(self, app: Any, *, lifespan: Literal["auto", "on", "off"] = "auto") -> None:
         self._sock = socket.socket()
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", 0))
