@@ -30,15 +30,17 @@ T = TypeVar("T")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     target = parser.add_argument_group("target")
-    target.add_argument("--base-url", default=DEFAULT_BASE_URL, help="OpenAI-compatible base URL")
-    target.add_argument("--model", default=DEFAULT_MODEL)
+    target.add_argument(
+        "--base-url", default=DEFAULT_BASE_URL, help="OpenAI-compatible base URL (%(default)s)"
+    )
+    target.add_argument("--model", default=DEFAULT_MODEL, help="(default: %(default)s)")
     target.add_argument("--api-key", help=f"bearer key (default: ${API_KEY_ENV})")
     target.add_argument("--endpoint", choices=("chat", "completions"), default="chat")
     target.add_argument("--stream", action=argparse.BooleanOptionalAction, default=False)
     target.add_argument(
         "--header", action="append", default=[], metavar="NAME:VALUE", help="extra header"
     )
-    target.add_argument("--timeout-s", type=float, default=60.0, help="per request")
+    target.add_argument("--timeout-s", type=float, default=60.0, help="per request (%(default)s)")
 
     workload = parser.add_argument_group("workload")
     workload.add_argument("--prompts", type=Path, help="JSONL (prompt/messages) or text lines")
@@ -47,7 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     order.add_argument("--repeat-ratio", type=float, help="fraction repeating an earlier prompt")
     order.add_argument("--zipf", type=float, metavar="S", help="Zipf popularity exponent")
     workload.add_argument("--prompt-words", type=int, default=32, help="synthetic prompt length")
-    workload.add_argument("--temperature", type=float, default=0.0, help="0 lets the cache apply")
+    workload.add_argument(
+        "--temperature", type=float, default=0.0, help="%(default)s lets the cache apply"
+    )
     workload.add_argument("--max-tokens", type=int)
     workload.add_argument("--seed", type=int, default=0)
 
