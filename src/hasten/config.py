@@ -16,6 +16,12 @@ from typing import Any
 
 from hasten.cache.policy import ModelCachePolicy
 from hasten.errors import ConfigError
+from hasten.routing.settings import (
+    DeploymentConfig,
+    RoutingConfig,
+    parse_deployment,
+    parse_routing,
+)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -60,13 +66,18 @@ class UpstreamConfig:
 
 @dataclass(frozen=True)
 class ModelRoute:
-    """Where a model name goes: a primary upstream, then fallbacks in order."""
+    """Where a model name goes: a primary upstream, then fallbacks in order.
+
+    With ``deployments`` in the TOML, ``upstream`` and ``fallbacks`` are derived from them
+    (best priority first) and ``routing.deployments`` holds weights, priorities and limits.
+    """
 
     name: str
     upstream: str
     fallbacks: tuple[str, ...] = ()
     upstream_model: str | None = None
     cache: ModelCachePolicy | None = None
+    routing: RoutingConfig = RoutingConfig()
 
 
 @dataclass(frozen=True)
@@ -248,9 +259,28 @@ def _model_cache(table: _Table, base: CacheConfig) -> ModelCachePolicy:
 def _route(
     name: str, table: _Table, upstreams: Mapping[str, Any], cache: CacheConfig
 ) -> ModelRoute:
+    deployments = _deployments(table, upstreams)
+    if deployments:
+        upstream, fallbacks = deployments[0].upstream, [d.upstream for d in deployments[1:]]
+    else:
+        upstream, fallbacks = _upstream_and_fallbacks(table, upstreams)
+    has_cache = "cache" in table.data
+    route = ModelRoute(
+        name=name,
+        upstream=upstream,
+        fallbacks=tuple(fallbacks),
+        upstream_model=table.get("upstream_model", str, None),
+        cache=_model_cache(table.table("cache"), cache) if has_cache else None,
+        routing=parse_routing(table.table("routing"), deployments),
+    )
+    table.finish()
+    return route
+
+
+def _upstream_and_fallbacks(table: _Table, upstreams: Mapping[str, Any]) -> tuple[str, list[Any]]:
     upstream = table.get("upstream", str, None)
     if upstream is None:
-        raise ConfigError(f"{table.path}: missing required key 'upstream'")
+        raise ConfigError(f"{table.path}: missing required key 'upstream' (or 'deployments')")
     fallbacks = table.get("fallbacks", list, [])
     for i, target in enumerate([upstream, *fallbacks]):
         if not isinstance(target, str):
@@ -259,16 +289,29 @@ def _route(
             key = "upstream" if i == 0 else f"fallbacks[{i - 1}]"
             known = ", ".join(sorted(upstreams)) or "none"
             raise ConfigError(f"{table.path}.{key}: unknown upstream {target!r} (known: {known})")
-    has_cache = "cache" in table.data
-    route = ModelRoute(
-        name=name,
-        upstream=upstream,
-        fallbacks=tuple(fallbacks),
-        upstream_model=table.get("upstream_model", str, None),
-        cache=_model_cache(table.table("cache"), cache) if has_cache else None,
-    )
-    table.finish()
-    return route
+    return upstream, fallbacks
+
+
+def _deployments(table: _Table, upstreams: Mapping[str, Any]) -> tuple[DeploymentConfig, ...]:
+    """``deployments = [{ upstream = "east", weight = 2 }, ...]``, sorted best priority first."""
+    items = table.get("deployments", list, None)
+    if items is None:
+        return ()
+    if "upstream" in table.data or "fallbacks" in table.data:
+        raise ConfigError(f"{table.path}: set 'deployments' or 'upstream'/'fallbacks', not both")
+    if not items:
+        raise ConfigError(f"{table.path}.deployments: needs at least one deployment")
+    parsed: list[DeploymentConfig] = []
+    for i, item in enumerate(items):
+        where = f"{table.path}.deployments[{i}]"
+        if not isinstance(item, dict):
+            raise ConfigError(f"{where}: expected a table like {{ upstream = \"name\" }}")
+        deployment = parse_deployment(_Table(item, where), upstreams)
+        if any(d.upstream == deployment.upstream for d in parsed):
+            raise ConfigError(f"{where}.upstream: {deployment.upstream!r} is listed twice")
+        parsed.append(deployment)
+    # Stable: equal priorities keep the order they were written in.
+    return tuple(sorted(parsed, key=lambda d: d.priority))
 
 
 def _cache(table: _Table) -> CacheConfig:

@@ -1,0 +1,12 @@
+"""Deciding where a request goes: pure logic, no I/O, no clocks of its own.
+
+``settings``   the per-model routing configuration and its TOML readers
+``estimates``  decaying TTFT / time-per-token estimates and recent-TTFT quantiles
+``breaker``    circuit breakers (consecutive failures, error rate, Retry-After cooldown)
+``budget``     the hedge budget over a sliding window
+``affinity``   prompt-prefix keys and consistent hashing with bounded load
+``pool``       one model's deployments: ranking (P2C / affinity / tiers) and bookkeeping
+
+Every method takes ``now_s`` from its caller, so tests drive time by hand; the I/O that
+carries decisions out lives in ``hasten.upstream`` and ``hasten.dispatch``.
+"""

@@ -1,0 +1,266 @@
+"""One model's deployments: where the next request goes, and what past requests taught us.
+
+``rank`` orders the deployments for one request. The first is the primary; the rest are,
+in order, the hedge target and the failover candidates:
+1. deployments whose breaker admits traffic and which are under ``max_concurrency``;
+   of those only the best (lowest) priority tier competes for primary;
+2. within the tier, a request with a prefix-affinity key takes its consistent-hash home
+   (bounded load), any other request power-of-two-choices: two deployments drawn by
+   weight, the lower cost wins, cost = expected latency x (in-flight + 1) / weight;
+3. then the rest of the tier and lower tiers, by cost;
+4. then deployments that are tripped or full, least bad first, so that when everything is
+   tripped the request is still tried somewhere rather than refused.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from hasten.routing.affinity import HashRing, choose_bounded
+from hasten.routing.breaker import CircuitBreaker
+from hasten.routing.budget import HedgeBudget
+from hasten.routing.estimates import LatencyEstimate
+from hasten.routing.settings import DeploymentConfig, RoutingConfig
+
+MAX_EXPECTED_TOKENS = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    order: tuple[str, ...]
+    reason: str  # how the primary was chosen: only, p2c, affinity, priority, least_bad
+
+
+class Deployment:
+    """Live state of one deployment: estimates, breaker, in-flight count, counters."""
+
+    def __init__(self, config: DeploymentConfig, routing: RoutingConfig) -> None:
+        self.config = config
+        self.name = config.upstream
+        self.estimate = LatencyEstimate(
+            ewma_decay_s=routing.ewma_decay_s, penalty_decay_s=routing.penalty_decay_s
+        )
+        self.breaker = CircuitBreaker(routing.breaker)
+        self.num_in_flight = 0
+        self.num_attempts = 0
+        self.num_wins = 0
+        self.num_failures = 0
+        self.num_cancelled = 0
+
+    def is_eligible(self, now_s: float) -> bool:
+        limit = self.config.max_concurrency
+        is_full = limit > 0 and self.num_in_flight >= limit
+        return not is_full and self.breaker.is_available(now_s)
+
+    def cost(self, now_s: float, expected_tokens: int, fallback_ttft_ms: float) -> float:
+        ttft_ms = self.estimate.ttft_ms(now_s)
+        latency_ms = fallback_ttft_ms if ttft_ms is None else ttft_ms
+        latency_ms += (self.estimate.tpot_ms or 0.0) * expected_tokens
+        return max(latency_ms, 1.0) * (self.num_in_flight + 1) / self.config.weight
+
+    def snapshot(self, now_s: float) -> dict[str, object]:
+        estimate = self.estimate
+        ttft_ms = estimate.ttft_ms(now_s)
+        typical_ms = estimate.typical_ttft_ms
+        return {
+            "weight": self.config.weight,
+            "priority": self.config.priority,
+            "max_concurrency": self.config.max_concurrency,
+            "in_flight": self.num_in_flight,
+            "ttft_ms": None if ttft_ms is None else round(ttft_ms, 2),
+            "ttft_typical_ms": None if typical_ms is None else round(typical_ms, 2),
+            "ttft_penalty_ms": round(estimate.penalty.value_ms(now_s), 2),
+            "ttft_p95_ms": estimate.quantile_ms(0.95),
+            "tpot_ms": None if estimate.tpot_ms is None else round(estimate.tpot_ms, 3),
+            "probe_rtt_ms": estimate.probe_rtt_ms,
+            "samples": estimate.num_samples,
+            "attempts": self.num_attempts,
+            "wins": self.num_wins,
+            "failures": self.num_failures,
+            "cancelled": self.num_cancelled,
+            "breaker": self.breaker.snapshot(now_s),
+        }
+
+
+class DeploymentPool:
+    def __init__(
+        self,
+        deployments: Sequence[DeploymentConfig],
+        routing: RoutingConfig,
+        rng: random.Random,
+    ) -> None:
+        if not deployments:
+            raise ValueError("a pool needs at least one deployment")
+        self.routing = routing
+        self.deployments = {d.upstream: Deployment(d, routing) for d in deployments}
+        self._rng = rng
+        self.budget = HedgeBudget(routing.hedge.budget, routing.hedge.budget_window_s)
+        self._ring = HashRing({d.upstream: d.weight for d in deployments})
+        self.num_requests = 0
+        self.num_hedges = 0
+
+    # --- deciding ---------------------------------------------------------------------
+
+    def rank(
+        self, now_s: float, *, affinity_key: int | None = None, expected_tokens: int = 0
+    ) -> Ranking:
+        deployments = list(self.deployments.values())
+        if len(deployments) == 1:
+            return Ranking((deployments[0].name,), "only")
+        expected_tokens = min(max(0, expected_tokens), MAX_EXPECTED_TOKENS)
+        fallback_ms = self._fallback_ttft_ms(now_s)
+
+        def cost(d: Deployment) -> float:
+            return d.cost(now_s, expected_tokens, fallback_ms)
+
+        eligible = [d for d in deployments if d.is_eligible(now_s)]
+        blocked = sorted(
+            (d for d in deployments if not d.is_eligible(now_s)),
+            key=lambda d: (d.breaker.badness(now_s), d.config.priority, cost(d)),
+        )
+        if not eligible:
+            return Ranking(tuple(d.name for d in blocked), "least_bad")
+        best_priority = min(d.config.priority for d in eligible)
+        tier = [d for d in eligible if d.config.priority == best_priority]
+        primary, reason = self._primary(tier, now_s, affinity_key, cost)
+        if len(tier) < len(deployments) and reason != "affinity" and len(tier) == 1:
+            reason = "priority"
+        rest = sorted(
+            (d for d in eligible if d is not primary), key=lambda d: (d.config.priority, cost(d))
+        )
+        order = (primary, *rest, *blocked)
+        return Ranking(tuple(d.name for d in order), reason)
+
+    def _primary(
+        self,
+        tier: list[Deployment],
+        now_s: float,
+        affinity_key: int | None,
+        cost: Callable[[Deployment], float],
+    ) -> tuple[Deployment, str]:
+        if len(tier) == 1:
+            return tier[0], "only"
+        if affinity_key is not None and self.routing.is_affinity_enabled:
+            loads = {d.name: d.num_in_flight for d in tier}
+            factor = self.routing.affinity_load_factor
+            name = choose_bounded(self._ring, affinity_key, loads, factor)
+            if name is not None:
+                return self.deployments[name], "affinity"
+        first, second = self._draw_two(tier)
+        return (first if cost(first) <= cost(second) else second), "p2c"
+
+    def _draw_two(self, tier: list[Deployment]) -> tuple[Deployment, Deployment]:
+        """Two distinct deployments, each drawn with probability proportional to its weight."""
+        weights = [d.config.weight for d in tier]
+        first_index = self._rng.choices(range(len(tier)), weights=weights)[0]
+        weights[first_index] = 0.0
+        second_index = self._rng.choices(range(len(tier)), weights=weights)[0]
+        return tier[first_index], tier[second_index]
+
+    def _fallback_ttft_ms(self, now_s: float) -> float:
+        """What an unmeasured deployment is assumed to cost: the best measured one, so that
+        new or long-idle deployments get tried rather than starved."""
+        known = [
+            t for d in self.deployments.values() if (t := d.estimate.ttft_ms(now_s)) is not None
+        ]
+        return min(known) if known else 1.0
+
+    def hedge_delay_s(self, name: str) -> float:
+        """Adaptive: the deployment's recent TTFT quantile, clamped to [min, max] delay."""
+        hedge = self.routing.hedge
+        estimate = self.deployments[name].estimate
+        delay_ms = hedge.max_delay_ms
+        if estimate.num_samples >= hedge.min_samples:
+            quantile_ms = estimate.quantile_ms(hedge.quantile)
+            if quantile_ms is not None:
+                delay_ms = min(hedge.max_delay_ms, max(hedge.min_delay_ms, quantile_ms))
+        return delay_ms / 1000.0
+
+    def ttft_timeout_s(self, name: str) -> float | None:
+        own = self.deployments[name].config.ttft_timeout_s
+        return own if own is not None else self.routing.ttft_timeout_s
+
+    def try_hedge(self, now_s: float) -> bool:
+        if not self.budget.try_spend(now_s):
+            return False
+        self.num_hedges += 1
+        return True
+
+    # --- learning ---------------------------------------------------------------------
+
+    def on_request(self, now_s: float) -> None:
+        self.num_requests += 1
+        self.budget.record_request(now_s)
+
+    def on_attempt_start(self, name: str, now_s: float) -> bool:
+        """Counts an attempt in flight; True if it is a half-open breaker probe."""
+        deployment = self.deployments[name]
+        deployment.num_in_flight += 1
+        deployment.num_attempts += 1
+        return deployment.breaker.on_attempt(now_s)
+
+    def on_attempt_end(self, name: str) -> None:
+        deployment = self.deployments[name]
+        deployment.num_in_flight = max(0, deployment.num_in_flight - 1)
+
+    def on_first_token(self, name: str, ttft_ms: float, now_s: float, *, is_probe: bool) -> None:
+        deployment = self.deployments[name]
+        deployment.num_wins += 1
+        deployment.estimate.observe_ttft(ttft_ms, now_s)
+        deployment.breaker.record_success(now_s, is_probe=is_probe)
+
+    def on_failure(
+        self,
+        name: str,
+        now_s: float,
+        *,
+        is_probe: bool,
+        reason: str,
+        elapsed_ms: float | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        deployment = self.deployments[name]
+        deployment.num_failures += 1
+        if elapsed_ms is not None:
+            deployment.estimate.observe_censored(elapsed_ms, now_s)
+        deployment.breaker.record_failure(
+            now_s, is_probe=is_probe, reason=reason, retry_after_s=retry_after_s
+        )
+
+    def on_cancelled(self, name: str, elapsed_ms: float, now_s: float, *, is_probe: bool) -> None:
+        """A hedge loser: neither success nor failure, but its TTFT was at least this."""
+        deployment = self.deployments[name]
+        deployment.num_cancelled += 1
+        deployment.estimate.observe_censored(elapsed_ms, now_s)
+        deployment.breaker.release_probe(is_probe)
+
+    def on_stream_end(self, name: str, now_s: float, *, tpot_ms: float | None, error: str) -> None:
+        deployment = self.deployments[name]
+        if tpot_ms is not None:
+            deployment.estimate.observe_tpot(tpot_ms)
+        if error:
+            deployment.num_failures += 1
+            deployment.breaker.record_failure(now_s, is_probe=False, reason=error)
+
+    def on_probe(self, name: str, now_s: float, rtt_ms: float | None, error: str) -> None:
+        deployment = self.deployments[name]
+        if rtt_ms is not None:
+            deployment.estimate.observe_probe(rtt_ms)
+        if error:
+            deployment.breaker.record_failure(now_s, is_probe=False, reason=f"probe: {error}")
+
+    def snapshot(self, now_s: float) -> dict[str, object]:
+        hedge = self.routing.hedge
+        return {
+            "requests": self.num_requests,
+            "hedges": self.num_hedges,
+            "hedging": hedge.is_enabled,
+            "hedge_budget": self.budget.snapshot(now_s),
+            "hedge_delay_ms": {
+                name: round(self.hedge_delay_s(name) * 1000.0, 2) for name in self.deployments
+            },
+            "affinity": self.routing.is_affinity_enabled,
+            "deployments": {n: d.snapshot(now_s) for n, d in self.deployments.items()},
+        }
