@@ -17,6 +17,7 @@ from hasten.asgi import (
     Receive,
     Scope,
     Send,
+    header,
     send_response,
 )
 from hasten.auth import Authenticator
@@ -36,7 +37,7 @@ MODELS_TIMEOUT_S = 5.0
 _ENDPOINTS: dict[str, Endpoint] = {
     prefix + e.path: e for e in (CHAT, COMPLETIONS, EMBEDDINGS) for prefix in ("/v1", "")
 }
-_GET_PATHS = frozenset({"/healthz", "/readyz", "/v1/models", "/models", "/stats"})
+_GET_PATHS = frozenset({"/healthz", "/readyz", "/v1/models", "/models", "/stats", "/admin/routing"})
 
 
 class HastenApp:
@@ -70,7 +71,7 @@ class HastenApp:
             config=self.config,
             router=ModelRouter(self.config),
             auth=Authenticator(self.config.server.api_keys),
-            client=UpstreamClient(transport, rng=random.Random()),
+            client=UpstreamClient(transport, rng=random.Random(), config=self.config),
             cache=cache,
         )
 
@@ -157,6 +158,10 @@ class HastenApp:
             await self._readyz(gateway, send)
         elif path == "/stats":
             await _send_json(send, 200, self._stats(gateway))
+        elif path == "/admin/routing":
+            # Guarded like every route when gateway keys are enforced (see auth.tenant_for).
+            gateway.auth.tenant_for(header(scope, b"authorization"))
+            await _send_json(send, 200, {"models": gateway.client.routing_state()})
         else:
             await _send_json(send, 200, await _list_models(gateway))
 

@@ -60,6 +60,11 @@ _PASSED_HEADERS = frozenset(
         "x-ratelimit-reset-tokens",
         "retry-after",
         "retry-after-ms",
+        # The router's account of the call (see hasten.dispatch.Decision).
+        "x-hasten-upstream",
+        "x-hasten-route",
+        "x-hasten-hedge",
+        "x-hasten-failover",
     }
 )
 _FORWARDED_REQUEST_HEADERS = (b"openai-organization", b"openai-project", b"openai-beta")
@@ -213,7 +218,14 @@ def upstream_headers(scope: Scope, ex_is_stream: bool, is_passthrough: bool) -> 
 async def _open(gateway: Gateway, ex: Exchange) -> UpstreamCall:
     headers = upstream_headers(ex.scope, ex.is_stream, not gateway.auth.is_enforcing)
     gateway.stats.count("upstream_calls")
-    return await gateway.client.open(ex.model.targets, ex.endpoint.path, ex.raw_body, headers)
+    # A client marks a request that must not run twice (so is never hedged) this way.
+    is_idempotent = header(ex.scope, b"x-hasten-idempotent") not in (b"false", b"0", b"no")
+    route = gateway.client.route_request(
+        ex.model.name, ex.body, is_stream=ex.is_stream, is_idempotent=is_idempotent
+    )
+    return await gateway.client.open(
+        ex.model.targets, ex.endpoint.path, ex.raw_body, headers, route=route
+    )
 
 
 def _response_headers(call_headers: Any, status: int, is_stream: bool) -> Headers:
@@ -234,7 +246,7 @@ async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
     call = await _open(gateway, ex)
     try:
         status = call.response.status
-        headers = _response_headers(call.response.headers, status, ex.is_stream)
+        headers = _response_headers(call.headers, status, ex.is_stream)
         headers.extend(ex.base_headers(b"bypass", call.ttfb_ms))
         if not ex.is_stream or status != 200:
             body = await call.read()
@@ -276,7 +288,7 @@ async def _pump(gateway: Gateway, ex: Exchange, flight: Flight, recorder: Record
         flight.finish(exc)
         return
     try:
-        flight.start(call.response.status, call.response.headers, call.upstream.name, call.ttfb_ms)
+        flight.start(call.response.status, call.headers, call.upstream.name, call.ttfb_ms)
         is_ok = call.response.status == 200 and recorder is not None
         try:
             async for chunk in call.iter_chunks():

@@ -211,6 +211,10 @@ class DeploymentPool:
         deployment.estimate.observe_ttft(ttft_ms, now_s)
         deployment.breaker.record_success(now_s, is_probe=is_probe)
 
+    def on_final_status(self, name: str, now_s: float, *, is_probe: bool) -> None:
+        """A final non-2xx answer (a 400, say): alive and well, latency not comparable."""
+        self.deployments[name].breaker.record_success(now_s, is_probe=is_probe)
+
     def on_failure(
         self,
         name: str,
