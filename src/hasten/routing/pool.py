@@ -125,8 +125,8 @@ class DeploymentPool:
         best_priority = min(d.config.priority for d in eligible)
         tier = [d for d in eligible if d.config.priority == best_priority]
         primary, reason = self._primary(tier, now_s, affinity_key, cost)
-        if len(tier) < len(deployments) and reason != "affinity" and len(tier) == 1:
-            reason = "priority"
+        if best_priority > min(d.config.priority for d in deployments):
+            reason = "priority"  # the better tier is tripped or full: a backup answers
         rest = sorted(
             (d for d in eligible if d is not primary), key=lambda d: (d.config.priority, cost(d))
         )
