@@ -77,7 +77,7 @@ class ModelRoute:
     fallbacks: tuple[str, ...] = ()
     upstream_model: str | None = None
     cache: ModelCachePolicy | None = None
-    routing: RoutingConfig = RoutingConfig()
+    routing: RoutingConfig = field(default_factory=RoutingConfig)
 
 
 @dataclass(frozen=True)
@@ -305,7 +305,7 @@ def _deployments(table: _Table, upstreams: Mapping[str, Any]) -> tuple[Deploymen
     for i, item in enumerate(items):
         where = f"{table.path}.deployments[{i}]"
         if not isinstance(item, dict):
-            raise ConfigError(f"{where}: expected a table like {{ upstream = \"name\" }}")
+            raise ConfigError(f'{where}: expected a table like {{ upstream = "name" }}')
         deployment = parse_deployment(_Table(item, where), upstreams)
         if any(d.upstream == deployment.upstream for d in parsed):
             raise ConfigError(f"{where}.upstream: {deployment.upstream!r} is listed twice")

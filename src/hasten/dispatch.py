@@ -238,7 +238,7 @@ class Dispatch:
         if self._last is None:
             return False
         name, failed = self._last
-        if failed.is_retryable_here and not self._has_untried_peer(name):
+        if failed.is_retryable_here and not self._can_move_on(name):
             upstream = self._upstreams[name]
             delay_s = retry_delay_s(
                 self._num_tries[name] - 1,
@@ -256,6 +256,15 @@ class Dispatch:
             return False
         self._start(following, is_hedge=False)
         return True
+
+    def _can_move_on(self, name: str) -> bool:
+        """True when failing over beats retrying here: an untried peer of equal priority
+        waits, or this deployment's breaker just opened (say, Retry-After) and any other
+        healthy one is left. Otherwise the same deployment is retried, as it always was."""
+        if self._has_untried_peer(name):
+            return True
+        is_tripped = not self._pool.deployments[name].breaker.is_available(time.monotonic())
+        return is_tripped and self._next_untried(is_eligible_only=True) is not None
 
     def _has_untried_peer(self, name: str) -> bool:
         priority = self._pool.deployments[name].config.priority

@@ -130,6 +130,10 @@ class DeploymentPool:
         rest = sorted(
             (d for d in eligible if d is not primary), key=lambda d: (d.config.priority, cost(d))
         )
+        if reason == "affinity" and affinity_key is not None:
+            # Failover and hedges follow the ring too, so a key's second home stays warm.
+            ring_rank = {name: i for i, name in enumerate(self._ring.walk(affinity_key))}
+            rest.sort(key=lambda d: (d.config.priority, ring_rank[d.name]))
         order = (primary, *rest, *blocked)
         return Ranking(tuple(d.name for d in order), reason)
 
