@@ -253,7 +253,12 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
         "throughput_duration_s_per_round": plan.throughput_duration_s,
         "num_cache_hits": plan.num_cache_hits,
     }
-    result["machine"] = {"cores": os.cpu_count(), "python": sys.version.split()[0]}
+    result["machine"] = {
+        "cores": os.cpu_count(),
+        "python": sys.version.split()[0],
+        # Others' work on a shared box shows up in every p99; record how busy it was.
+        "load_average_1m_at_start": round(os.getloadavg()[0], 2),
+    }
     workdir = Path(tempfile.mkdtemp(prefix="hasten-overhead-"))
     try:
         with started_servers(

@@ -106,11 +106,13 @@ def _provenance(result: dict[str, Any]) -> str:
         if litellm.get("available")
         else f"LiteLLM not measured ({litellm.get('reason')})"
     )
-    plan = result["plan"]
+    plan, machine = result["plan"], result["machine"]
     return (
-        f"Measured {time.strftime('%Y-%m-%d')} on {result['machine']['cores']} cores, Python "
-        f"{result['machine']['python']}, {version}; {plan['num_rounds']} rounds of "
-        f"{plan['num_sequential_per_round']} sequential requests per target and mode, "
+        f"Measured {time.strftime('%Y-%m-%d')} on {machine['cores']} cores (1-minute load "
+        f"average {machine['load_average_1m_at_start']} at the start: a shared machine, so p99s "
+        f"carry others' noise), Python {machine['python']}, {version}; "
+        f"{plan['num_rounds']} rounds of {plan['num_sequential_per_round']} sequential "
+        "requests per target and mode, "
         f"{plan['throughput_duration_s_per_round']} s of load per target per round."
     )
 
