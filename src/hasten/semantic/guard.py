@@ -1,0 +1,196 @@
+"""Near-miss guard: two questions that embed close together but differ in what decides the answer.
+
+Embeddings place "learn Python in 3 months" and "learn Java in 6 months" next to each other;
+the guard vetoes such a candidate when the two texts disagree on numbers, dates, units,
+negation, named entities, quoted strings, code identifiers or language. It is pure and
+deterministic: a :class:`TextSignature` is computed once per text (stored with cache entries)
+and two signatures are compared in a few microseconds.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from hasten.semantic import lexicon
+
+# Reasons, in the order they are checked (cheapest and most decisive first).
+LANGUAGE = "language"
+NEGATION = "negation"
+NUMBERS = "numbers"
+DATES = "dates"
+UNITS = "units"
+QUOTED = "quoted"
+CODE = "code"
+ENTITIES = "entities"
+REASONS = (LANGUAGE, NEGATION, NUMBERS, DATES, UNITS, QUOTED, CODE, ENTITIES)
+
+_QUOTED = re.compile(
+    r"\"([^\"]{1,200})\"|“([^”]{1,200})”|`([^`]{1,200})`|「([^」]{1,200})」|『([^』]{1,200})』"
+    r"|《([^》]{1,200})》|‘([^’]{1,200})’|(?:^|(?<=[\s(]))'([^']{1,200})'(?=[\s.,;:!?)]|$)"
+)
+_LATIN_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_.+#'’-]*[A-Za-z0-9_+#]|[A-Za-z]")
+_CODE_TOKEN = re.compile(
+    r"(?<!\S)--?[a-z][a-z0-9-]+"  # command-line flags
+    r"|(?<![\w.])(?:[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?:\(\))?"  # dotted.names
+    r"|[A-Za-z_][A-Za-z0-9_]*\(\)"  # call()
+    r"|[A-Za-z]*_[A-Za-z0-9_]+"  # snake_case
+    r"|[a-z]+[A-Z][A-Za-z0-9]*)"  # camelCase
+)
+_DIGITS = re.compile(r"(?<![\w.])[-+]?\d+(?:[,.]\d+)*(?:\.\d+)?")
+_HAN_NUMERAL = re.compile(r"[零〇一二两三四五六七八九十百千万亿]+")
+_SENTENCE_END = re.compile(r"[.!?。！？:;](?:\s+|$)")
+
+
+@dataclass(frozen=True, slots=True)
+class TextSignature:
+    """What decides the answer to a question, extracted once per text."""
+
+    language: str
+    is_negated: bool
+    numbers: frozenset[str]
+    dates: frozenset[str]
+    units: frozenset[str]
+    quantities: frozenset[str]
+    quoted: frozenset[str]
+    code: frozenset[str]
+    entities: frozenset[str]
+    words: frozenset[str]
+
+
+def signature(text: str) -> TextSignature:
+    """The decisive features of ``text``."""
+    quoted = frozenset(_normalize_quote(m) for m in _quoted_spans(text))
+    code = frozenset(m.group(0).rstrip(".") for m in _CODE_TOKEN.finditer(text))
+    lowered = text.lower()
+    words = [w.strip("'’.-") for w in _LATIN_WORD.findall(lowered)]
+    numbers, quantities = _numbers_and_quantities(lowered)
+    return TextSignature(
+        language=lexicon.language_of(lowered, words),
+        is_negated=lexicon.is_negated(lowered, words),
+        numbers=frozenset(numbers),
+        dates=frozenset(lexicon.date_words(lowered, words)),
+        units=frozenset(lexicon.unit_words(words)) | {q.split(" ", 1)[1] for q in quantities},
+        quantities=frozenset(quantities),
+        quoted=quoted,
+        code=code,
+        entities=frozenset(_entities(text)),
+        words=frozenset(_stem(part) for w in words for part in {w, *w.split(".")}),
+    )
+
+
+def near_miss(first: str, second: str) -> str | None:
+    """The reason the two questions may need different answers, or None if none was found."""
+    return compare(signature(first), signature(second))
+
+
+def compare(first: TextSignature, second: TextSignature) -> str | None:
+    """Symmetric: the first decisive difference between two signatures, or None."""
+    if first.language != second.language:
+        return LANGUAGE
+    if first.is_negated != second.is_negated:
+        return NEGATION
+    if first.numbers != second.numbers or first.quantities != second.quantities:
+        return NUMBERS
+    if first.dates != second.dates:
+        return DATES
+    if first.units != second.units:
+        return UNITS
+    if first.quoted != second.quoted:
+        return QUOTED
+    if first.code != second.code:
+        return CODE
+    if _has_entity_swap(first, second):
+        return ENTITIES
+    return None
+
+
+def _has_entity_swap(first: TextSignature, second: TextSignature) -> bool:
+    """An entity of one text that the other never mentions, in either direction.
+
+    Capitalisation is unreliable in user text ("google" / "Google"), so an entity counts as
+    mentioned when the other text has the word in any case.
+    """
+    return bool(first.entities - second.words) or bool(second.entities - first.words)
+
+
+def _quoted_spans(text: str) -> list[str]:
+    return [next(group for group in m.groups() if group) for m in _QUOTED.finditer(text)]
+
+
+def _normalize_quote(span: str) -> str:
+    return " ".join(span.split())
+
+
+def _stem(word: str) -> str:
+    """A crude English stem so plurals and possessives do not look like new entities."""
+    for suffix in ("'s", "’s", "ies", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
+    return word
+
+
+def _entities(text: str) -> set[str]:
+    """Capitalised words that do not start a sentence, acronyms and letter-digit mixes.
+
+    Title-cased or all-caps text carries no capitalisation signal, so only acronyms
+    with digits survive there.
+    """
+    entities: set[str] = set()
+    for sentence in _SENTENCE_END.split(text):
+        tokens = _LATIN_WORD.findall(sentence)
+        capitalized = sum(1 for token in tokens if token[0].isupper())
+        is_title_case = len(tokens) >= 3 and capitalized / len(tokens) > 0.6
+        for position, token in enumerate(tokens):
+            word = token.strip("'’.-")
+            if not word:
+                continue
+            has_digit = any(ch.isdigit() for ch in word)
+            is_inner_upper = any(ch.isupper() for ch in word[1:])
+            is_capitalized = word[0].isupper() and position > 0 and not is_title_case
+            if (
+                (has_digit and not word.isdigit())
+                or (is_inner_upper and not is_title_case)
+                or (is_capitalized and word.lower() not in lexicon.NOT_ENTITIES)
+            ):
+                entities.add(_stem(word.lower()))
+    return entities
+
+
+def _numbers_and_quantities(lowered: str) -> tuple[set[str], set[str]]:
+    """Numeric values (digits, English and Chinese number words) and value+unit pairs."""
+    numbers: set[str] = set()
+    quantities: set[str] = set()
+    for match in _DIGITS.finditer(lowered):
+        value = _normalize_number(match.group(0))
+        numbers.add(value)
+        unit = lexicon.unit_after(lowered, match.end()) or lexicon.currency_before(
+            lowered, match.start()
+        )
+        if unit:
+            quantities.add(f"{value} {unit}")
+    cleaned = lexicon.strip_idioms(lowered)
+    for match in _HAN_NUMERAL.finditer(cleaned):
+        han_value = lexicon.han_number(match.group(0))
+        if han_value is not None:
+            numbers.add(str(han_value))
+            unit = lexicon.unit_after(cleaned, match.end())
+            if unit:
+                quantities.add(f"{han_value} {unit}")
+    for word in re.findall(r"[a-z]+", lowered):
+        number_word = lexicon.NUMBER_WORDS.get(word)
+        if number_word is not None:
+            numbers.add(str(number_word))
+    return numbers, quantities
+
+
+def _normalize_number(raw: str) -> str:
+    """ "1,000" and "1000" compare equal; "3.50" and "3.5" too; a decimal comma stays decimal."""
+    text = raw.lstrip("+")
+    if re.fullmatch(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?", text):
+        text = text.replace(",", "")
+    elif text.count(",") == 1 and "." not in text:
+        text = text.replace(",", ".")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".") or "0"
+    return text.lstrip("0") or "0" if not text.startswith("-") else text

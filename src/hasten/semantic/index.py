@@ -1,0 +1,219 @@
+"""Vectors by partition: exact search while a partition is small, HNSW (usearch) once it grows.
+
+Every partition key (model, tenant, system prompt, history...) gets its own index, so a
+search never scans or filters other conversations' entries. Most partitions are tiny (one
+conversation's follow-ups) and an exact dot product over a few thousand rows takes tens of
+microseconds; partitions beyond ``max_flat_entries`` move to a usearch HNSW graph, which
+answers in well under a millisecond at a million entries. Not thread-safe: the store calls
+it from one worker thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+Vector = npt.NDArray[np.float32]
+
+DEFAULT_MAX_FLAT_ENTRIES = 4096
+
+
+@dataclass(slots=True)
+class _Flat:
+    """Exact search: a growing matrix plus the entry id of each row."""
+
+    dim: int
+    vectors: npt.NDArray[np.float32] = field(init=False)
+    ids: npt.NDArray[np.int64] = field(init=False)
+    rows: dict[int, int] = field(default_factory=dict)
+    num_rows: int = 0
+
+    def __post_init__(self) -> None:
+        self.vectors = np.zeros((16, self.dim), dtype=np.float32)
+        self.ids = np.zeros(16, dtype=np.int64)
+
+    def add(self, entry_id: int, vector: Vector) -> None:
+        if entry_id in self.rows:
+            self.vectors[self.rows[entry_id]] = vector
+            return
+        if self.num_rows == len(self.ids):
+            self.vectors = np.concatenate([self.vectors, np.zeros_like(self.vectors)])
+            self.ids = np.concatenate([self.ids, np.zeros_like(self.ids)])
+        self.vectors[self.num_rows] = vector
+        self.ids[self.num_rows] = entry_id
+        self.rows[entry_id] = self.num_rows
+        self.num_rows += 1
+
+    def remove(self, entry_id: int) -> bool:
+        row = self.rows.pop(entry_id, None)
+        if row is None:
+            return False
+        last = self.num_rows - 1
+        if row != last:  # move the last row into the hole to stay contiguous
+            self.vectors[row] = self.vectors[last]
+            self.ids[row] = self.ids[last]
+            self.rows[int(self.ids[row])] = row
+        self.num_rows = last
+        return True
+
+    def search(self, vector: Vector, k: int) -> list[tuple[int, float]]:
+        if self.num_rows == 0:
+            return []
+        similarities = self.vectors[: self.num_rows] @ vector
+        count = min(k, self.num_rows)
+        top = np.argpartition(-similarities, count - 1)[:count]
+        top = top[np.argsort(-similarities[top], kind="stable")]
+        return [(int(self.ids[row]), float(similarities[row])) for row in top]
+
+
+class _Hnsw:
+    """Approximate search on a usearch graph with half-precision vectors."""
+
+    def __init__(self, dim: int, *, connectivity: int, expansion_search: int) -> None:
+        from usearch.index import Index
+
+        self.index: Any = Index(
+            ndim=dim,
+            metric="ip",
+            dtype="f16",
+            connectivity=connectivity,
+            expansion_add=128,
+            expansion_search=expansion_search,
+        )
+
+    def add_many(self, ids: npt.NDArray[np.int64], vectors: npt.NDArray[np.float32]) -> None:
+        if len(ids):
+            self.index.add(ids.astype(np.uint64), vectors, threads=1)
+
+    def add(self, entry_id: int, vector: Vector) -> None:
+        if self.index.contains(entry_id):
+            self.index.remove(entry_id)
+        self.index.add(entry_id, vector, threads=1)
+
+    def remove(self, entry_id: int) -> bool:
+        return bool(self.index.remove(entry_id))
+
+    def search(self, vector: Vector, k: int) -> list[tuple[int, float]]:
+        if len(self.index) == 0:
+            return []
+        found = self.index.search(vector, k, threads=1)
+        # usearch's "ip" metric reports 1 - dot product as the distance.
+        return [
+            (int(key), 1.0 - float(distance))
+            for key, distance in zip(found.keys, found.distances, strict=True)
+        ]
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+
+class VectorIndex:
+    """Per-partition nearest-neighbour search over unit vectors (dot product = cosine)."""
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        max_flat_entries: int = DEFAULT_MAX_FLAT_ENTRIES,
+        connectivity: int = 16,
+        expansion_search: int = 64,
+    ) -> None:
+        self.dim = dim
+        self.max_flat_entries = max_flat_entries
+        self._connectivity = connectivity
+        self._expansion_search = expansion_search
+        self._partitions: dict[str, _Flat | _Hnsw] = {}
+
+    def has_partition(self, partition: str) -> bool:
+        return partition in self._partitions
+
+    def partition_size(self, partition: str) -> int:
+        index = self._partitions.get(partition)
+        if index is None:
+            return 0
+        return index.num_rows if isinstance(index, _Flat) else len(index)
+
+    def __len__(self) -> int:
+        return sum(self.partition_size(name) for name in self._partitions)
+
+    def load_partition(
+        self, partition: str, ids: Sequence[int] | npt.NDArray[np.int64], vectors: Vector
+    ) -> None:
+        """Replaces a partition with these rows (used when rebuilding from stored vectors)."""
+        id_array = np.asarray(ids, dtype=np.int64)
+        matrix = np.asarray(vectors, dtype=np.float32).reshape(len(id_array), self.dim)
+        if len(id_array) > self.max_flat_entries:
+            graph = self._new_graph()
+            graph.add_many(id_array, matrix)
+            self._partitions[partition] = graph
+            return
+        flat = _Flat(self.dim)
+        for entry_id, vector in zip(id_array, matrix, strict=True):
+            flat.add(int(entry_id), vector)
+        self._partitions[partition] = flat
+
+    def attach_graph(self, partition: str, path: Path) -> bool:
+        """Uses a saved graph for ``partition``; False if the file cannot be read."""
+        graph = self._new_graph()
+        try:
+            graph.index.load(str(path))
+        except Exception:  # corrupt or foreign file: the caller rebuilds from stored vectors
+            return False
+        if graph.index.ndim != self.dim:
+            return False
+        self._partitions[partition] = graph
+        return True
+
+    def save_graph(self, partition: str, path: Path) -> bool:
+        """Writes a partition's HNSW graph; False if the partition is flat or absent."""
+        index = self._partitions.get(partition)
+        if not isinstance(index, _Hnsw):
+            return False
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(".tmp")
+        index.index.save(str(temporary))
+        temporary.replace(path)  # atomic: a crash never leaves a half-written graph
+        return True
+
+    def graph_partitions(self) -> list[str]:
+        return [name for name, index in self._partitions.items() if isinstance(index, _Hnsw)]
+
+    def add(self, partition: str, entry_id: int, vector: Vector) -> None:
+        index = self._partitions.get(partition)
+        if index is None:
+            index = _Flat(self.dim)
+            self._partitions[partition] = index
+        index.add(entry_id, vector)
+        if isinstance(index, _Flat) and index.num_rows > self.max_flat_entries:
+            graph = self._new_graph()
+            graph.add_many(index.ids[: index.num_rows], index.vectors[: index.num_rows])
+            self._partitions[partition] = graph
+
+    def remove(self, partition: str, entry_id: int) -> bool:
+        index = self._partitions.get(partition)
+        if index is None:
+            return False
+        is_removed = index.remove(entry_id)
+        if self.partition_size(partition) == 0:
+            del self._partitions[partition]
+        return is_removed
+
+    def drop_partition(self, partition: str) -> None:
+        self._partitions.pop(partition, None)
+
+    def search(self, partition: str, vector: Vector, k: int) -> list[tuple[int, float]]:
+        """Up to ``k`` (entry id, cosine) pairs, most similar first."""
+        index = self._partitions.get(partition)
+        if index is None:
+            return []
+        return index.search(np.asarray(vector, dtype=np.float32), k)
+
+    def _new_graph(self) -> _Hnsw:
+        return _Hnsw(
+            self.dim, connectivity=self._connectivity, expansion_search=self._expansion_search
+        )

@@ -1,0 +1,86 @@
+"""Which cached question, if any, answers a new one: threshold, near-miss guard, ambiguity.
+
+Pure: it sees candidates (already found by the index and read from the store) and decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hasten.semantic.guard import TextSignature, compare
+
+# Decision reasons, reported in stats and logs.
+HIT = "hit"
+NO_CANDIDATE = "no_candidate"
+BELOW_THRESHOLD = "below_threshold"
+GUARD = "guard"
+AMBIGUOUS = "ambiguous"
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A stored question near the query."""
+
+    entry_id: int
+    similarity: float
+    signature: TextSignature
+    answer_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class MatchPolicy:
+    """``min_similarity``: cosine cut-off (depends on the embedder's score range).
+
+    ``max_distance_ratio``: ambiguity test. Two stored questions with different answers that
+    are both close to the query mean the cache once judged them different (or their answers
+    disagreed); the best one is used only if its cosine distance is clearly smaller than the
+    runner-up's, as in Lowe's ratio test for matching image features.
+    """
+
+    min_similarity: float
+    max_distance_ratio: float = 0.9
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """The decision; ``candidate`` is the best guard-passing candidate even on a miss."""
+
+    reason: str
+    candidate: Candidate | None = None
+    guard_reason: str | None = None
+
+    @property
+    def is_hit(self) -> bool:
+        return self.reason == HIT
+
+
+def choose(query: TextSignature, candidates: Sequence[Candidate], policy: MatchPolicy) -> Choice:
+    """The candidate to serve, or why none is served. Candidates may come in any order."""
+    ordered = sorted(candidates, key=lambda item: (-item.similarity, item.entry_id))
+    compatible: list[Candidate] = []
+    first_guard_reason: str | None = None
+    for candidate in ordered:
+        reason = compare(query, candidate.signature)
+        if reason is None:
+            compatible.append(candidate)
+        elif first_guard_reason is None and candidate.similarity >= policy.min_similarity:
+            first_guard_reason = reason
+    if not compatible:
+        if first_guard_reason is not None:
+            return Choice(GUARD, guard_reason=first_guard_reason)
+        return Choice(NO_CANDIDATE if not ordered else BELOW_THRESHOLD)
+    best = compatible[0]
+    if best.similarity < policy.min_similarity:
+        return Choice(BELOW_THRESHOLD, best)
+    runner_up = next((c for c in compatible[1:] if c.answer_key != best.answer_key), None)
+    if runner_up is not None and not is_unambiguous(
+        best.similarity, runner_up.similarity, policy.max_distance_ratio
+    ):
+        return Choice(AMBIGUOUS, best)
+    return Choice(HIT, best, guard_reason=first_guard_reason)
+
+
+def is_unambiguous(best: float, runner_up: float, max_distance_ratio: float) -> bool:
+    """Whether the best cosine is clearly closer than the runner-up's (strictly)."""
+    return (1.0 - best) < max_distance_ratio * (1.0 - runner_up)

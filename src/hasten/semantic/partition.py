@@ -1,0 +1,79 @@
+"""Split a chat request into what must match exactly and the one turn that may match loosely.
+
+Only the final user turn is compared by meaning. Everything else that shapes the answer
+(resolved model, tenant, system prompt, earlier turns, tools, response format, sampling
+parameters) goes into the partition key, so a follow-up such as "how old is she?" can only ever
+meet answers given in the very same conversation context.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hasten.cache.keys import cache_key
+
+# Bump when the partition's form changes so stale partitions can never match new requests.
+# The marker also keeps partition keys disjoint from exact-cache keys of the same body.
+_PARTITION_MARKER = "$hasten_semantic_partition"
+_PARTITION_VERSION = 1
+_WHITESPACE = re.compile(r"\s+")
+# Long prompts are documents, not questions: a near-duplicate document with one changed
+# paragraph embeds almost identically, so they are never matched by meaning.
+DEFAULT_MAX_TEXT_CHARS = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class SemanticQuery:
+    """The exact-match part (``partition_key``) and the text compared by meaning."""
+
+    partition_key: str
+    text: str
+
+
+def split_chat(
+    body: Mapping[str, Any],
+    *,
+    model: str,
+    tenant: str,
+    endpoint: str = "/v1/chat/completions",
+    max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
+) -> SemanticQuery | None:
+    """The partition key and final user text of a chat body; None when it is not cacheable
+    by meaning (no messages, last turn not from the user, non-text content, too long)."""
+    messages = body.get("messages")
+    if not isinstance(messages, Sequence) or isinstance(messages, str) or not messages:
+        return None
+    last = messages[-1]
+    if not isinstance(last, Mapping) or last.get("role") != "user":
+        return None
+    text = _user_text(last.get("content"))
+    if text is None or not text or len(text) > max_text_chars:
+        return None
+    # The exact-cache key of the body with the last turn's text taken out: the same canonical
+    # form (key order, 0 vs 0.0, transport fields ignored) as the exact cache.
+    last_rest = {name: value for name, value in last.items() if name != "content"}
+    context = dict(body)
+    context["messages"] = [*messages[:-1], last_rest]
+    context[_PARTITION_MARKER] = _PARTITION_VERSION
+    key = cache_key(context, endpoint=endpoint, model=model, tenant=tenant)
+    return SemanticQuery(partition_key=key, text=text)
+
+
+def _user_text(content: Any) -> str | None:
+    """Plain text of a user turn; None if it carries anything but text (images, audio, files)."""
+    if isinstance(content, str):
+        return _WHITESPACE.sub(" ", content).strip()
+    if not isinstance(content, Sequence) or isinstance(content, bytes):
+        return None
+    parts: list[str] = []
+    for part in content:
+        if not isinstance(part, Mapping) or part.get("type") != "text":
+            return None
+        value = part.get("text")
+        if not isinstance(value, str):
+            return None
+        parts.append(value)
+    return _WHITESPACE.sub(" ", " ".join(parts)).strip()

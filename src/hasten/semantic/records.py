@@ -1,0 +1,206 @@
+"""The semantic cache's SQLite file: one row per cached question (vector, text, answer key).
+
+Blocking; used only from the semantic store's worker thread. Vectors are stored as float16
+(half the bytes, cosine error ~1e-4), so any ANN index can be rebuilt from this file alone.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import orjson
+
+from hasten.semantic.budget import Observation
+
+_TABLE = "hasten_semantic_v1"
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS {_TABLE} (
+    id INTEGER PRIMARY KEY,
+    partition TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    model TEXT NOT NULL,
+    text TEXT NOT NULL,
+    vector BLOB NOT NULL,
+    answer_key TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    accessed_at REAL NOT NULL,
+    num_hits INTEGER NOT NULL DEFAULT 0,
+    size_bytes INTEGER NOT NULL,
+    observations BLOB
+);
+CREATE INDEX IF NOT EXISTS {_TABLE}_partition ON {_TABLE} (partition);
+CREATE INDEX IF NOT EXISTS {_TABLE}_tenant ON {_TABLE} (tenant);
+CREATE INDEX IF NOT EXISTS {_TABLE}_model ON {_TABLE} (model);
+CREATE INDEX IF NOT EXISTS {_TABLE}_expires ON {_TABLE} (expires_at);
+CREATE INDEX IF NOT EXISTS {_TABLE}_accessed ON {_TABLE} (accessed_at);
+CREATE INDEX IF NOT EXISTS {_TABLE}_hits ON {_TABLE} (num_hits, accessed_at);
+CREATE TABLE IF NOT EXISTS {_TABLE}_meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
+"""
+# Rough per-row overhead of SQLite plus the in-memory index (graph links, id maps).
+_ROW_OVERHEAD_BYTES = 256
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEntry:
+    """What a lookup needs of a candidate row."""
+
+    entry_id: int
+    partition: str
+    text: str
+    answer_key: str
+    expires_at: float
+    observations: tuple[Observation, ...]
+
+
+class Records:
+    """Rows of the semantic cache in one SQLite file (WAL mode)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def get_meta(self, name: str) -> bytes | None:
+        row = self.conn.execute(f"SELECT value FROM {_TABLE}_meta WHERE name = ?", (name,))
+        found = row.fetchone()
+        return bytes(found[0]) if found else None
+
+    def set_meta(self, name: str, value: bytes) -> None:
+        self.conn.execute(
+            f"INSERT INTO {_TABLE}_meta (name, value) VALUES (?, ?)"
+            " ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+            (name, value),
+        )
+
+    def clear(self) -> None:
+        self.conn.execute(f"DELETE FROM {_TABLE}")
+
+    def insert(
+        self,
+        *,
+        partition: str,
+        tenant: str,
+        model: str,
+        text: str,
+        vector: npt.NDArray[np.float32],
+        answer_key: str,
+        now: float,
+        ttl_s: float,
+    ) -> int:
+        blob = np.asarray(vector, dtype=np.float16).tobytes()
+        size_bytes = len(blob) + len(text.encode()) + len(answer_key) + _ROW_OVERHEAD_BYTES
+        cursor = self.conn.execute(
+            f"INSERT INTO {_TABLE} (partition, tenant, model, text, vector, answer_key,"
+            " created_at, expires_at, accessed_at, size_bytes) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (partition, tenant, model, text, blob, answer_key, now, now + ttl_s, now, size_bytes),
+        )
+        return int(cursor.lastrowid or 0)
+
+    def entries(self, ids: Sequence[int]) -> dict[int, StoredEntry]:
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        rows = self.conn.execute(
+            f"SELECT id, partition, text, answer_key, expires_at, observations FROM {_TABLE}"
+            f" WHERE id IN ({marks})",
+            tuple(ids),
+        )
+        return {
+            int(row[0]): StoredEntry(
+                int(row[0]), row[1], row[2], row[3], float(row[4]), _decode_observations(row[5])
+            )
+            for row in rows
+        }
+
+    def partition_vectors(
+        self, partition: str, dim: int
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        rows = self.conn.execute(
+            f"SELECT id, vector FROM {_TABLE} WHERE partition = ? ORDER BY id", (partition,)
+        ).fetchall()
+        ids = np.array([row[0] for row in rows], dtype=np.int64)
+        matrix = np.frombuffer(b"".join(row[1] for row in rows), dtype=np.float16)
+        return ids, matrix.reshape(len(rows), dim).astype(np.float32)
+
+    def partition_digest(self, partition: str) -> tuple[int, int]:
+        """(row count, sum of ids): tells whether a saved graph still matches the rows."""
+        row = self.conn.execute(
+            f"SELECT count(*), coalesce(sum(id), 0) FROM {_TABLE} WHERE partition = ?",
+            (partition,),
+        ).fetchone()
+        return int(row[0]), int(row[1])
+
+    def touch(self, entry_id: int, now: float) -> None:
+        self.conn.execute(
+            f"UPDATE {_TABLE} SET accessed_at = ?, num_hits = num_hits + 1 WHERE id = ?",
+            (now, entry_id),
+        )
+
+    def add_observation(self, entry_id: int, observation: Observation, keep: int) -> None:
+        row = self.conn.execute(
+            f"SELECT observations FROM {_TABLE} WHERE id = ?", (entry_id,)
+        ).fetchone()
+        if row is None:
+            return
+        kept = (*_decode_observations(row[0]), observation)[-keep:]
+        blob = orjson.dumps([[item.similarity, item.is_correct] for item in kept])
+        self.conn.execute(f"UPDATE {_TABLE} SET observations = ? WHERE id = ?", (blob, entry_id))
+
+    def totals(self) -> tuple[int, int]:
+        row = self.conn.execute(f"SELECT count(*), coalesce(sum(size_bytes), 0) FROM {_TABLE}")
+        count, size_bytes = row.fetchone()
+        return int(count), int(size_bytes)
+
+    def select_victims(self, *, policy: str, num_rows: int) -> list[tuple[int, str]]:
+        """The ``num_rows`` least recently (LRU) or least frequently (LFU) used rows."""
+        order = "accessed_at" if policy == "lru" else "num_hits, accessed_at"
+        rows = self.conn.execute(
+            f"SELECT id, partition FROM {_TABLE} ORDER BY {order} LIMIT ?", (num_rows,)
+        )
+        return [(int(row[0]), row[1]) for row in rows]
+
+    def select_where(
+        self,
+        *,
+        entry_id: int | None = None,
+        tenant: str | None = None,
+        model: str | None = None,
+        created_before: float | None = None,
+        expired_at: float | None = None,
+    ) -> list[tuple[int, str]]:
+        """Ids and partitions of rows matching every given condition (all rows if none)."""
+        clauses: list[str] = []
+        values: list[object] = []
+        for column, operator, value in (
+            ("id", "=", entry_id),
+            ("tenant", "=", tenant),
+            ("model", "=", model),
+            ("created_at", "<", created_before),
+            ("expires_at", "<=", expired_at),
+        ):
+            if value is not None:
+                clauses.append(f"{column} {operator} ?")
+                values.append(value)
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = self.conn.execute(f"SELECT id, partition FROM {_TABLE}{where}", values)
+        return [(int(row[0]), row[1]) for row in rows]
+
+    def delete(self, ids: Iterable[int]) -> None:
+        self.conn.executemany(f"DELETE FROM {_TABLE} WHERE id = ?", ((i,) for i in ids))
+
+
+def _decode_observations(blob: bytes | None) -> tuple[Observation, ...]:
+    if not blob:
+        return ()
+    return tuple(Observation(float(s), bool(c)) for s, c in orjson.loads(blob))

