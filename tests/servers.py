@@ -25,7 +25,8 @@ class ServerThread:
     """Runs an ASGI app with uvicorn on a free loopback port in a background thread."""
 
     def __init__(self, app: Any, *, lifespan: Literal["auto", "on", "off"] = "auto") -> None:
-        self._sock = socket.socket()
+        # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets it knows are TCP.
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", 0))
         self.port = int(self._sock.getsockname()[1])
