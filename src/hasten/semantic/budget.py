@@ -52,7 +52,7 @@ class BudgetPolicy:
     prior_intercept: float = 0.0
     prior_slope: float = 2.0
     prior_variance: float = 4.0
-    entry_variance: float = 1.0
+    entry_variance: float = 0.25
     max_explore_rate: float = 0.2
     max_verify_fraction: float = 0.25
     verify_burst: int = 20
@@ -134,15 +134,15 @@ class ErrorBudget:
     def decide(self, similarity: float, entry_observations: Sequence[Observation]) -> str:
         """EXPLOIT, EXPLORE or MISS for a candidate at ``similarity``."""
         self.num_decisions += 1
-        wrong_upper = self.wrong_upper_bound(similarity, entry_observations)
-        if wrong_upper <= self.policy.max_error_rate:
+        correct_low, correct_high = self.correct_bounds(similarity, entry_observations)
+        if 1.0 - correct_low <= self.policy.max_error_rate:
             explore_p = self.policy.max_explore_rate / (1.0 + len(entry_observations))
             if self._random.random() >= explore_p or not self._may_verify():
                 self.num_exploited += 1
                 return EXPLOIT
             self.num_explored += 1
             return EXPLORE
-        if 1.0 - wrong_upper < self.policy.min_correct_upper:
+        if correct_high < self.policy.min_correct_upper:
             return MISS  # hopeless: even optimistically this entry is wrong here
         if not self._may_verify():
             self.num_verify_skipped += 1
@@ -150,16 +150,15 @@ class ErrorBudget:
         self.num_explored += 1
         return EXPLORE
 
-    def wrong_upper_bound(
+    def correct_bounds(
         self, similarity: float, entry_observations: Sequence[Observation]
-    ) -> float:
-        """Upper confidence bound on P(the cached answer is wrong | similarity)."""
+    ) -> tuple[float, float]:
+        """Lower and upper confidence bounds on P(the cached answer is right | similarity)."""
         model = self.entry_model(entry_observations)
         x = np.array([1.0, self._scale(similarity)])
         mean = float(x @ model.mean)
-        spread = math.sqrt(max(float(x @ model.cov @ x), 0.0))
-        lower_logit = mean - self.policy.confidence_z * spread
-        return 1.0 - 1.0 / (1.0 + math.exp(-lower_logit))
+        spread = self.policy.confidence_z * math.sqrt(max(float(x @ model.cov @ x), 0.0))
+        return _sigmoid(mean - spread), _sigmoid(mean + spread)
 
     def entry_model(self, entry_observations: Sequence[Observation]) -> Gaussian:
         """The pooled model, bent by the entry's own evidence (entries differ in difficulty)."""
@@ -199,3 +198,10 @@ class ErrorBudget:
         xs = np.array([self._scale(item.similarity) for item in self._pooled])
         ys = np.array([1.0 if item.is_correct else 0.0 for item in self._pooled])
         self._pooled_model = fit_logistic(xs, ys, self._prior)
+
+
+def _sigmoid(logit: float) -> float:
+    if logit >= 0:
+        return 1.0 / (1.0 + math.exp(-logit))
+    exp_logit = math.exp(logit)
+    return exp_logit / (1.0 + exp_logit)

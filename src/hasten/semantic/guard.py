@@ -23,7 +23,7 @@ UNITS = "units"
 QUOTED = "quoted"
 CODE = "code"
 ENTITIES = "entities"
-REASONS = (LANGUAGE, NEGATION, NUMBERS, DATES, UNITS, QUOTED, CODE, ENTITIES)
+REASONS = (LANGUAGE, NEGATION, NUMBERS, UNITS, QUOTED, DATES, CODE, ENTITIES)
 
 _QUOTED = re.compile(
     r"\"([^\"]{1,200})\"|“([^”]{1,200})”|`([^`]{1,200})`|「([^」]{1,200})」|『([^』]{1,200})』"
@@ -37,7 +37,7 @@ _CODE_TOKEN = re.compile(
     r"|[A-Za-z]*_[A-Za-z0-9_]+"  # snake_case
     r"|[a-z]+[A-Z][A-Za-z0-9]*)"  # camelCase
 )
-_DIGITS = re.compile(r"(?<![\w.])[-+]?\d+(?:[,.]\d+)*(?:\.\d+)?")
+_DIGITS = re.compile(r"(?<![A-Za-z0-9_.])[-+]?\d+(?:[,.]\d+)*(?:\.\d+)?")
 _HAN_NUMERAL = re.compile(r"[零〇一二两三四五六七八九十百千万亿]+")
 _SENTENCE_END = re.compile(r"[.!?。！？:;](?:\s+|$)")
 
@@ -63,19 +63,22 @@ def signature(text: str) -> TextSignature:
     quoted = frozenset(_normalize_quote(m) for m in _quoted_spans(text))
     code = frozenset(m.group(0).rstrip(".") for m in _CODE_TOKEN.finditer(text))
     lowered = text.lower()
-    words = [w.strip("'’.-") for w in _LATIN_WORD.findall(lowered)]
+    words = [w.strip("'’.-").lower() for w in _LATIN_WORD.findall(text)]
     numbers, quantities = _numbers_and_quantities(lowered)
+    entities = frozenset(_entities(text))
     return TextSignature(
         language=lexicon.language_of(lowered, words),
         is_negated=lexicon.is_negated(lowered, words),
         numbers=frozenset(numbers),
         dates=frozenset(lexicon.date_words(lowered, words)),
-        units=frozenset(lexicon.unit_words(words)) | {q.split(" ", 1)[1] for q in quantities},
+        units=frozenset(lexicon.unit_words(lowered, words))
+        | {q.split(" ", 1)[1] for q in quantities},
         quantities=frozenset(quantities),
         quoted=quoted,
         code=code,
-        entities=frozenset(_entities(text)),
-        words=frozenset(_stem(part) for w in words for part in {w, *w.split(".")}),
+        entities=entities,
+        # An entity always counts as mentioned by its own text, whatever the tokenisation.
+        words=frozenset(_stem(part) for w in words for part in {w, *w.split(".")}) | entities,
     )
 
 
@@ -90,14 +93,14 @@ def compare(first: TextSignature, second: TextSignature) -> str | None:
         return LANGUAGE
     if first.is_negated != second.is_negated:
         return NEGATION
-    if first.numbers != second.numbers or first.quantities != second.quantities:
+    if first.numbers != second.numbers:
         return NUMBERS
-    if first.dates != second.dates:
-        return DATES
-    if first.units != second.units:
+    if first.units != second.units or first.quantities != second.quantities:
         return UNITS
     if first.quoted != second.quoted:
         return QUOTED
+    if first.dates != second.dates:
+        return DATES
     if first.code != second.code:
         return CODE
     if _has_entity_swap(first, second):
@@ -124,10 +127,16 @@ def _normalize_quote(span: str) -> str:
 
 def _stem(word: str) -> str:
     """A crude English stem so plurals and possessives do not look like new entities."""
-    for suffix in ("'s", "’s", "ies", "es", "s"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
-    return word
+    for suffix in ("'s", "’s"):
+        if word.endswith(suffix):
+            word = word[: -len(suffix)]
+    if len(word) <= 3 or word.endswith(("ss", "us", "is")):
+        return word
+    if word.endswith("ies"):
+        return word[:-3] + "y"
+    if word.endswith(("sses", "xes", "zes", "ches", "shes")):
+        return word[:-2]
+    return word[:-1] if word.endswith("s") else word
 
 
 def _entities(text: str) -> set[str]:
@@ -151,7 +160,11 @@ def _entities(text: str) -> set[str]:
             if (
                 (has_digit and not word.isdigit())
                 or (is_inner_upper and not is_title_case)
-                or (is_capitalized and word.lower() not in lexicon.NOT_ENTITIES)
+                or (
+                    is_capitalized
+                    and word.lower() not in lexicon.NOT_ENTITIES
+                    and not lexicon.is_unit_word(word.lower())
+                )
             ):
                 entities.add(_stem(word.lower()))
     return entities

@@ -99,6 +99,16 @@ _BOUND_ONLY_UNITS = frozenset(
     | {"月", "年", "米", "克", "升", "寸", "斤", "秒", "second", "rs", "degree", "degrees"}
     | {"星期", "个月", "岁"}
 )
+# Chinese unit words unambiguous enough to count anywhere, longest first.
+_HAN_FREE_UNITS = re.compile(
+    "|".join(
+        sorted(
+            (w for w in _UNITS if not w.isascii() and len(w) >= 2 and w not in _BOUND_ONLY_UNITS),
+            key=len,
+            reverse=True,
+        )
+    )
+)
 _UNIT_AFTER = re.compile(r"\s?(°c|°f|%|km/h|[a-z]+|[\u4e00-\u9fff]{1,3})")
 
 _CURRENCY_BEFORE = re.compile(r"(\$|€|£|¥|₹|rs|inr|usd|eur|rmb)\.?\s?$")
@@ -196,9 +206,15 @@ def date_words(lowered: str, words: Sequence[str]) -> set[str]:
     return found
 
 
-def unit_words(words: Sequence[str]) -> set[str]:
+def unit_words(lowered: str, words: Sequence[str]) -> set[str]:
     """Canonical units named anywhere in the text (unambiguous unit words only)."""
-    return {_UNITS[w] for w in words if w in _UNITS and w not in _BOUND_ONLY_UNITS}
+    found = {_UNITS[w] for w in words if w in _UNITS and w not in _BOUND_ONLY_UNITS}
+    found.update(_UNITS[w] for w in _HAN_FREE_UNITS.findall(lowered))
+    return found
+
+
+def is_unit_word(word: str) -> bool:
+    return word in _UNITS
 
 
 def unit_after(text: str, position: int) -> str | None:

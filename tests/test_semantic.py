@@ -1,0 +1,302 @@
+"""Semantic cache: partitions, tenants, TTL, invalidation, persistence, batching, budget."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hasten.semantic import budget, evaluate
+from hasten.semantic.embedder import AsyncEmbedder, Vectors, normalize
+from hasten.semantic.freshness import FreshnessPolicy
+from hasten.semantic.index import VectorIndex
+from hasten.semantic.partition import split_chat
+from hasten.semantic.store import SemanticCache, SemanticConfig
+
+
+class WordsEmbedder:
+    """Bag of hashed words: same words in any order and case embed identically."""
+
+    name = "test/words"
+    dim = 64
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        self.batches.append(len(texts))
+        rows = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in re.findall(r"\w+", text.lower()):
+                digest = hashlib.blake2b(word.encode(), digest_size=4).digest()
+                rows[row, int.from_bytes(digest, "little") % self.dim] += 1.0
+        return normalize(rows)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def chat(*turns: str, system: str | None = None, **fields: Any) -> dict[str, Any]:
+    messages: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
+    for index, turn in enumerate(turns):
+        messages.append({"role": "user" if index % 2 == 0 else "assistant", "content": turn})
+    return {"model": "gpt-x", "messages": messages, **fields}
+
+
+def make_cache(path: Path, clock: Clock | None = None, **overrides: Any) -> SemanticCache:
+    settings: dict[str, Any] = {"min_similarity": 0.9, **overrides}
+    config = SemanticConfig(path=path / "semantic.sqlite3", **settings)
+    return SemanticCache(WordsEmbedder(), config, clock=clock or Clock())
+
+
+async def test_paraphrase_hits_and_unrelated_misses(tmp_path: Path) -> None:
+    cache = make_cache(tmp_path)
+    await cache.insert(chat("How do I cook rice?"), model="m", tenant="t", answer_key="k1")
+    match = await cache.lookup(chat("how do i COOK rice"), model="m", tenant="t")
+    assert match is not None and match.answer_key == "k1" and match.similarity > 0.99
+    assert await cache.lookup(chat("Who painted the Mona Lisa?"), model="m", tenant="t") is None
+    await cache.close()
+
+
+async def test_follow_up_never_hits_another_conversation(tmp_path: Path) -> None:
+    cache = make_cache(tmp_path)
+    ada = chat("Who was Ada Lovelace?", "A mathematician.", "How old was she when she died?")
+    curie = chat("Who was Marie Curie?", "A physicist.", "How old was she when she died?")
+    await cache.insert(ada, model="m", tenant="t", answer_key="ada-age")
+    assert await cache.lookup(curie, model="m", tenant="t") is None
+    same = await cache.lookup(ada, model="m", tenant="t")
+    assert same is not None and same.answer_key == "ada-age"
+    await cache.close()
+
+
+def test_partition_covers_everything_but_the_last_user_turn() -> None:
+    base = split_chat(chat("hi there"), model="m", tenant="t")
+    assert base is not None and base.text == "hi there"
+
+    def key(body: dict[str, Any], model: str = "m", tenant: str = "t") -> str:
+        query = split_chat(body, model=model, tenant=tenant)
+        assert query is not None
+        return query.partition_key
+
+    assert key(chat("other words")) == base.partition_key
+    assert key(chat("hi there", stream=True, user="u1")) == base.partition_key
+    assert key(chat("hi there", temperature=0.0)) != base.partition_key
+    assert key(chat("hi there", temperature=0)) == key(chat("hi there", temperature=0.0))
+    assert key(chat("hi there", system="Be terse.")) != base.partition_key
+    assert key(chat("hi there", tools=[{"type": "function"}])) != base.partition_key
+    assert key(chat("hi there", response_format={"type": "json_object"})) != base.partition_key
+    assert key(chat("hi there"), model="m2") != base.partition_key
+    assert key(chat("hi there"), tenant="t2") != base.partition_key
+    image = {"type": "image_url", "image_url": {"url": "data:"}}
+    assert (
+        split_chat({"messages": [{"role": "user", "content": [image]}]}, model="m", tenant="t")
+        is None
+    )
+    assert split_chat(chat("q", "an answer"), model="m", tenant="t") is None
+    assert split_chat({"messages": []}, model="m", tenant="t") is None
+
+
+async def test_tenants_are_isolated(tmp_path: Path) -> None:
+    cache = make_cache(tmp_path)
+    await cache.insert(chat("What is our refund policy?"), model="m", tenant="a", answer_key="a1")
+    assert await cache.lookup(chat("What is our refund policy?"), model="m", tenant="b") is None
+    assert await cache.lookup(chat("What is our refund policy?"), model="m", tenant="a") is not None
+    await cache.close()
+
+
+async def test_guard_and_ambiguity_reject(tmp_path: Path) -> None:
+    cache = make_cache(tmp_path, min_similarity=0.5)
+    await cache.insert(chat("learn python in 3 months"), model="m", tenant="t", answer_key="k3")
+    assert await cache.lookup(chat("learn python in 6 months"), model="m", tenant="t") is None
+    assert cache.counters["guard_numbers"] == 1
+    # Two stored questions with different answers, equally close: refuse to pick one.
+    await cache.insert(chat("best rice cooker brand"), model="m", tenant="t", answer_key="x")
+    await cache.insert(chat("best rice cooker brand"), model="m", tenant="t", answer_key="y")
+    assert await cache.lookup(chat("brand best rice cooker"), model="m", tenant="t") is None
+    assert cache.counters["lookup_ambiguous"] == 1
+    await cache.close()
+
+
+async def test_ttl_freshness_and_invalidation(tmp_path: Path) -> None:
+    clock = Clock()
+    policy = FreshnessPolicy(default_ttl_s=100.0, short_ttl_s=10.0, model_ttl_s={"fast": 5.0})
+    cache = make_cache(tmp_path, clock, freshness=policy)
+    assert (
+        await cache.insert(chat("weather in Paris now"), model="m", tenant="t", answer_key="w")
+        is None
+    )
+    await cache.insert(chat("latest news headlines"), model="m", tenant="t", answer_key="n")
+    await cache.insert(chat("who wrote hamlet"), model="m", tenant="t", answer_key="h")
+    await cache.insert(chat("who wrote hamlet"), model="fast", tenant="t", answer_key="f")
+    clock.now += 6
+    assert await cache.lookup(chat("who wrote hamlet"), model="fast", tenant="t") is None
+    assert await cache.lookup(chat("latest news headlines"), model="m", tenant="t") is not None
+    clock.now += 5
+    assert await cache.lookup(chat("latest news headlines"), model="m", tenant="t") is None
+    assert await cache.lookup(chat("who wrote hamlet"), model="m", tenant="t") is not None
+    clock.now += 100
+    assert await cache.lookup(chat("who wrote hamlet"), model="m", tenant="t") is None
+    await cache.close()
+
+
+async def test_invalidate_by_id_tenant_model_age(tmp_path: Path) -> None:
+    clock = Clock()
+    cache = make_cache(tmp_path, clock)
+    first = await cache.insert(chat("alpha question"), model="m1", tenant="a", answer_key="1")
+    clock.now += 50
+    await cache.insert(chat("beta question"), model="m1", tenant="b", answer_key="2")
+    await cache.insert(chat("gamma question"), model="m2", tenant="b", answer_key="3")
+    await cache.insert(chat("delta question"), model="m2", tenant="a", answer_key="4")
+    assert first is not None and await cache.invalidate(entry_id=first) == 1
+    assert await cache.invalidate(tenant="b", model="m1") == 1
+    assert await cache.lookup(chat("beta question"), model="m1", tenant="b") is None
+    assert await cache.lookup(chat("gamma question"), model="m2", tenant="b") is not None
+    clock.now += 10
+    assert await cache.invalidate(older_than_s=5) == 2
+    assert await cache.invalidate() == 0
+    assert cache.stats()["entries"] == 0
+    await cache.close()
+
+
+async def test_wrong_hit_report_removes_entry(tmp_path: Path) -> None:
+    cache = make_cache(tmp_path)
+    await cache.insert(chat("capital of australia"), model="m", tenant="t", answer_key="c")
+    match = await cache.lookup(chat("capital of australia"), model="m", tenant="t")
+    assert match is not None and await cache.report_wrong_hit(match)
+    assert await cache.lookup(chat("capital of australia"), model="m", tenant="t") is None
+    await cache.close()
+
+
+@pytest.mark.parametrize("policy", ["lru", "lfu"])
+async def test_eviction_keeps_the_used_entries(tmp_path: Path, policy: str) -> None:
+    clock = Clock()
+    cache = make_cache(tmp_path, clock, max_entries=10, eviction=policy)
+    await cache.insert(chat("popular question zero"), model="m", tenant="t", answer_key="hot")
+    for index in range(30):
+        clock.now += 1
+        assert await cache.lookup(chat("popular question zero"), model="m", tenant="t")
+        await cache.insert(
+            chat(f"filler {index} text"), model="m", tenant="t", answer_key=str(index)
+        )
+    assert cache.stats()["entries"] <= 10
+    assert await cache.lookup(chat("popular question zero"), model="m", tenant="t") is not None
+    await cache.close()
+
+
+async def test_persistence_across_restart_and_graph_rebuild(tmp_path: Path) -> None:
+    cache = make_cache(tmp_path, max_flat_entries=8)
+    for index in range(20):
+        await cache.insert(
+            chat(f"topic {index} question"), model="m", tenant="t", answer_key=str(index)
+        )
+    await cache.close()
+    graphs = list((tmp_path / "semantic.sqlite3.graphs").glob("*.usearch"))
+    assert len(graphs) == 1
+
+    reopened = make_cache(tmp_path, max_flat_entries=8)
+    match = await reopened.lookup(chat("topic 7 question"), model="m", tenant="t")
+    assert match is not None and match.answer_key == "7"
+    assert reopened.counters["partitions_rebuilt"] == 0  # the saved graph was used
+    await reopened.close()
+
+    graphs[0].unlink()
+    rebuilt = make_cache(tmp_path, max_flat_entries=8)
+    match = await rebuilt.lookup(chat("topic 13 question"), model="m", tenant="t")
+    assert match is not None and match.answer_key == "13"
+    assert rebuilt.counters["partitions_rebuilt"] == 1
+    await rebuilt.close()
+
+
+async def test_concurrent_callers_share_batches() -> None:
+    embedder = WordsEmbedder()
+    front = AsyncEmbedder(embedder, max_batch=64)
+    texts = [f"question number {index}" for index in range(40)]
+    vectors = await asyncio.gather(*(front.embed(text) for text in texts))
+    assert len(vectors) == 40 and sum(embedder.batches) == 40
+    assert len(embedder.batches) < 40
+    np.testing.assert_allclose(vectors[3], embedder.embed([texts[3]])[0])
+    await front.close()
+
+
+def test_flat_and_graph_partitions_agree() -> None:
+    rng = np.random.default_rng(0)
+    vectors = normalize(rng.standard_normal((300, 32)))
+    flat = VectorIndex(32, max_flat_entries=1000)
+    graph = VectorIndex(32, max_flat_entries=10)
+    for entry_id, vector in enumerate(vectors):
+        flat.add("p", entry_id, vector)
+        graph.add("p", entry_id, vector)
+    for probe in range(0, 300, 37):
+        assert flat.search("p", vectors[probe], 1)[0][0] == probe
+        assert graph.search("p", vectors[probe], 1)[0][0] == probe
+    assert flat.remove("p", 5) and graph.remove("p", 5)
+    assert flat.search("p", vectors[5], 1)[0][0] != 5
+    assert graph.search("p", vectors[5], 1)[0][0] != 5
+    assert flat.search("other", vectors[0], 3) == []
+
+
+def test_error_budget_converges_within_budget() -> None:
+    """Synthetic entries whose answers are right above their own hidden threshold."""
+    rng = random.Random(7)
+    learner = budget.ErrorBudget(
+        budget.BudgetPolicy(max_error_rate=0.02, center_similarity=0.9, scale_similarity=0.03),
+        seed=1,
+    )
+    thresholds = [rng.uniform(0.86, 0.94) for _ in range(50)]
+    observations: list[list[budget.Observation]] = [[] for _ in thresholds]
+    num_wrong = num_served = 0
+    served_late = 0
+    num_lookups = 6000
+    for step in range(num_lookups):
+        entry = rng.randrange(len(thresholds))
+        similarity = rng.uniform(0.8, 1.0)
+        is_correct = similarity >= thresholds[entry]
+        action = learner.decide(similarity, observations[entry])
+        if action == budget.EXPLOIT:
+            num_served += 1
+            num_wrong += not is_correct
+            served_late += step >= num_lookups // 2
+        elif action == budget.EXPLORE:
+            observation = budget.Observation(similarity, is_correct)
+            observations[entry].append(observation)
+            learner.observe(similarity, is_correct)
+    assert num_wrong / num_lookups <= 0.02
+    assert served_late / (num_lookups / 2) > 0.1  # it learned to serve the safe region
+    stats = learner.stats()
+    assert stats["verify_fraction"] <= learner.policy.max_verify_fraction + 0.01
+
+
+async def test_budget_mode_asks_for_verification(tmp_path: Path) -> None:
+    cache = make_cache(tmp_path, max_error_rate=0.01)
+    await cache.insert(chat("how to boil an egg"), model="m", tenant="t", answer_key="egg")
+    match = await cache.lookup(chat("how to boil an egg"), model="m", tenant="t")
+    assert match is not None and match.is_verification  # no evidence yet: verify first
+    await cache.report_verification(match, is_correct=True)
+    assert cache.stats()["error_budget"]["observations"] == 1
+    await cache.close()
+
+
+async def test_evaluate_protocol_counts(tmp_path: Path) -> None:
+    pairs = [
+        evaluate.Pair("how do i cook rice", "cook rice how do i", 1),
+        evaluate.Pair("best way to learn python", "learn python best way", 1),
+        evaluate.Pair("what is the capital of peru", "capital of chile", 0),
+    ]
+    cache = make_cache(tmp_path, min_similarity=0.8)
+    (outcomes,) = await evaluate.evaluate(pairs, cache)
+    result = evaluate.metrics(outcomes, min_similarity=0.8)
+    assert result["correct"] == 2 and result["false"] == 0
+    assert result["precision"] == 1.0 and result["recall"] == 1.0
+    await cache.close()

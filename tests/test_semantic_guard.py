@@ -1,0 +1,126 @@
+"""Near-miss guard: decisive differences in English and Chinese, plus properties (hypothesis)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hasten.semantic import freshness, guard, lexicon
+
+SAME_MEANING = [
+    ("How can I become a software engineer at google?", "How do I become a software engineer at Google?"),
+    ("What are things women will never tell men?", "What are some things that women don't tell men?"),
+    ("Is $5 enough for lunch?", "Is 5 dollars enough for lunch?"),
+    ("How do I learn 1,000 words fast?", "How can I learn 1000 words fast?"),
+    ("Which headphones are best under 2000 rupees?", "Which headphone is best under Rs. 2000?"),
+    ("你是不是学生", "你是学生吗"),
+    ("一个小孩在骑马。", "孩子在骑马。"),
+    ("怎样学好英语", "如何学好英语"),
+    ("I have 3 apples", "I have three apples"),
+    ("我有三个苹果", "我有3个苹果"),
+]  # fmt: skip
+
+DIFFERENT = [
+    ("How do I learn Python in 3 months?", "How do I learn Python in 6 months?", guard.NUMBERS),
+    ("How do I learn Python?", "How do I learn Java?", guard.ENTITIES),
+    ("Why is the sky blue?", "Why isn't the sky blue?", guard.NEGATION),
+    ("What does os.path.join do?", "What does os.path.split do?", guard.CODE),
+    ("What does `fetchone` return?", "What does `fetchall` return?", guard.QUOTED),
+    ('Translate "thank you"', 'Translate "excuse me"', guard.QUOTED),
+    ("What is the weather on Monday?", "What is the weather on Friday?", guard.DATES),
+    ("How far is 5 km?", "How far is 5 miles?", guard.UNITS),
+    ("Convert 30 celsius", "Convert 30 fahrenheit", guard.UNITS),
+    ("How old is Obama?", "奥巴马多大了？", guard.LANGUAGE),
+    ("¿Cuántos años tiene Obama?", "How old is Obama?", guard.LANGUAGE),
+    ("三个男人在跳舞", "两个男人在跳舞", guard.NUMBERS),
+    ("我喜欢这部电影", "我不喜欢这部电影", guard.NEGATION),
+    ("他没有去北京", "他去北京了", guard.NEGATION),
+    ("今天的会议几点开始", "明天的会议几点开始", guard.DATES),
+    ("这本书多少元", "这本书多少美元", guard.UNITS),
+    ("《红楼梦》的作者是谁", "《西游记》的作者是谁", guard.QUOTED),
+    ("iPhone 14 battery life", "iPhone 15 battery life", guard.NUMBERS),
+]
+
+
+@pytest.mark.parametrize(("first", "second"), SAME_MEANING)
+def test_same_meaning_passes(first: str, second: str) -> None:
+    assert guard.near_miss(first, second) is None
+
+
+@pytest.mark.parametrize(("first", "second", "reason"), DIFFERENT)
+def test_decisive_difference_is_caught(first: str, second: str, reason: str) -> None:
+    assert guard.near_miss(first, second) == reason
+    assert guard.near_miss(second, first) == reason
+
+
+def test_chinese_numerals() -> None:
+    assert lexicon.han_number("十五") == 15
+    assert lexicon.han_number("两千零三") == 2003
+    assert lexicon.han_number("三万五千") == 35000
+    assert lexicon.han_number("一") is None
+
+
+_WORDS = st.sampled_from(
+    ["how", "do", "i", "learn", "cook", "rice", "fast", "the", "best", "way", "to", "a"]
+)
+_QUESTION = st.lists(_WORDS, min_size=2, max_size=10).map(" ".join)
+_TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=60)
+
+
+@given(_TEXT)
+@settings(max_examples=200, deadline=None)
+def test_text_never_differs_from_itself(text: str) -> None:
+    assert guard.near_miss(text, text) is None
+
+
+@given(_TEXT, _TEXT)
+@settings(max_examples=200, deadline=None)
+def test_symmetric_and_deterministic(first: str, second: str) -> None:
+    reason = guard.near_miss(first, second)
+    assert reason == guard.near_miss(second, first)
+    assert reason == guard.near_miss(first, second)
+    assert reason is None or reason in guard.REASONS
+
+
+@given(_QUESTION)
+@settings(max_examples=100, deadline=None)
+def test_case_and_spacing_do_not_matter(question: str) -> None:
+    assert guard.near_miss(question, "  " + question.upper().replace(" ", "  ") + "?") is None
+
+
+@given(_QUESTION, st.integers(0, 10_000), st.integers(0, 10_000))
+@settings(max_examples=150, deadline=None)
+def test_different_numbers_are_rejected(question: str, first: int, second: int) -> None:
+    reason = guard.near_miss(f"{question} {first}", f"{question} {second}")
+    assert (reason is None) == (first == second)
+
+
+@given(_QUESTION)
+@settings(max_examples=100, deadline=None)
+def test_negation_is_rejected(question: str) -> None:
+    assert guard.near_miss(f"why {question}", f"why not {question}") == guard.NEGATION
+
+
+@given(_QUESTION, st.sampled_from(["Paris", "London", "Tokyo"]), st.sampled_from(["Rome", "Oslo"]))
+@settings(max_examples=100, deadline=None)
+def test_swapped_entity_is_rejected(question: str, first: str, second: str) -> None:
+    assert guard.near_miss(f"{question} in {first}", f"{question} in {second}") is not None
+
+
+@given(_QUESTION, st.sampled_from(["北京", "上海"]), st.integers(2, 99), st.integers(2, 99))
+@settings(max_examples=100, deadline=None)
+def test_chinese_numbers_are_rejected(question: str, city: str, first: int, second: int) -> None:
+    reason = guard.near_miss(f"{city}{first}号", f"{city}{second}号")
+    assert (reason is None) == (first == second)
+
+
+def test_freshness_classes() -> None:
+    policy = freshness.FreshnessPolicy(default_ttl_s=3600, short_ttl_s=300)
+    assert freshness.ttl_s("What's the weather in Paris right now?", model="m", policy=policy) == 0
+    assert freshness.ttl_s("北京现在几点", model="m", policy=policy) == 0
+    assert freshness.ttl_s("latest iPhone model", model="m", policy=policy) == 300
+    assert freshness.ttl_s("今天有什么新闻", model="m", policy=policy) == 300
+    assert freshness.ttl_s("Who wrote Hamlet?", model="m", policy=policy) == 3600
+    per_model = freshness.FreshnessPolicy(model_ttl_s={"fast": 60.0})
+    assert freshness.ttl_s("Who wrote Hamlet?", model="fast", policy=per_model) == 60
