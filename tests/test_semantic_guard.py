@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from hasten.semantic import freshness, guard, lexicon
 
 SAME_MEANING = [
-    ("How can I become a software engineer at google?", "How do I become a software engineer at Google?"),
-    ("What are things women will never tell men?", "What are some things that women don't tell men?"),
+    ("How can I become an engineer at google?", "How do I become an engineer at Google?"),
+    ("What will women never tell men?", "What do women not tell men?"),
     ("Is $5 enough for lunch?", "Is 5 dollars enough for lunch?"),
     ("How do I learn 1,000 words fast?", "How can I learn 1000 words fast?"),
     ("Which headphones are best under 2000 rupees?", "Which headphone is best under Rs. 2000?"),
