@@ -270,15 +270,57 @@ def test_affinity_sticks_until_the_home_is_overloaded_or_down() -> None:
 
 
 def test_hedge_delay_adapts_within_floor_and_ceiling() -> None:
-    hedge = HedgeConfig(is_enabled=True, min_delay_ms=50, max_delay_ms=1000, min_samples=20)
+    hedge = HedgeConfig(
+        is_enabled=True, quantile=0.95, min_delay_ms=50, max_delay_ms=1000, min_samples=20
+    )
     pool = _pool(("a", "b"), routing=RoutingConfig(hedge=hedge))
     assert pool.hedge_delay_s("a") == 1.0  # too few samples: the ceiling
     _teach(pool, "a", 300.0, 100, 0.0)
     assert pool.hedge_delay_s("a") == pytest.approx(0.3)
+    slow = _pool(("a", "b"), routing=RoutingConfig(hedge=hedge))
+    _teach(slow, "a", 5000.0, 100, 0.0)
+    assert slow.hedge_delay_s("a") == pytest.approx(1.0)  # the ceiling
     _teach(pool, "b", 5.0, 100, 0.0)
     assert pool.hedge_delay_s("b") == pytest.approx(0.05)  # the floor
-    _teach(pool, "a", 5000.0, 200, 10.0)
-    assert pool.hedge_delay_s("a") == pytest.approx(1.0)
+
+
+def test_hedge_quantile_is_what_the_budget_affords() -> None:
+    hedge = HedgeConfig(quantile=0.9, budget=0.05, min_samples=1, max_delay_ms=10_000)
+    pool = _pool(("a", "b"), routing=RoutingConfig(hedge=hedge))
+    assert pool.hedge_quantile() == pytest.approx(0.96)
+    now_s = 0.0
+    for value in range(1, 101):
+        now_s = _teach(pool, "a", float(value), 1, now_s)
+    assert pool.hedge_delay_s("a") == pytest.approx(0.096)
+
+
+def test_a_degraded_deployment_is_hedged_on_the_fleets_clock() -> None:
+    hedge = HedgeConfig(min_samples=10, max_delay_ms=10_000)
+    pool = _pool(("a", "b"), routing=RoutingConfig(hedge=hedge))
+    now_s = _teach(pool, "a", 300.0, 50, 0.0)
+    _teach(pool, "b", 3000.0, 50, now_s)
+    assert pool.hedge_delay_s("b") == pytest.approx(0.3)
+
+
+def test_stragglers_cancelled_after_the_hedge_delay_stay_in_the_quantiles() -> None:
+    hedge = HedgeConfig(min_samples=10, max_delay_ms=10_000, quantile=0.5)
+    pool = _pool(("a", "b"), routing=RoutingConfig(hedge=hedge))
+    now_s = _teach(pool, "a", 100.0, 10, 0.0)
+    for _ in range(30):
+        now_s += 0.1
+        pool.on_attempt_start("a", now_s)
+        pool.on_cancelled("a", 900.0, now_s, is_probe=False)
+        pool.on_attempt_end("a")
+    assert pool.hedge_delay_s("a") == pytest.approx(0.9)
+
+
+def test_a_request_waiting_past_the_estimate_counts_before_any_sample() -> None:
+    pool = _pool(("a", "b"))
+    now_s = _teach(pool, "a", 100.0, 30, 0.0)
+    now_s = _teach(pool, "b", 150.0, 30, now_s)
+    pool.on_attempt_start("a", now_s)  # this one stalls...
+    assert pool.rank(now_s + 0.01).order[0] == "a"
+    assert pool.rank(now_s + 2.0).order[0] == "b"  # ...and two seconds on, it shows
 
 
 def test_pool_hedges_only_within_budget() -> None:

@@ -163,9 +163,13 @@ class Dispatch:
 
     def _win(self, info: _Running, ready: Ready, now_s: float) -> Won:
         if ready.is_token:
-            self._pool.on_first_token(info.name, ready.ttft_ms, now_s, is_probe=info.is_probe)
+            self._pool.on_first_token(
+                info.name, ready.ttft_ms, now_s, is_probe=info.is_probe, started_s=info.started_s
+            )
         else:  # a final 4xx: the deployment answered, but its latency says nothing
-            self._pool.on_final_status(info.name, now_s, is_probe=info.is_probe)
+            self._pool.on_final_status(
+                info.name, now_s, is_probe=info.is_probe, started_s=info.started_s
+            )
         if self._is_hedge_spent and self.decision.hedge != "denied":
             self.decision.hedge = "won" if info.is_hedge else "lost"
         self.decision.deployment = info.name
@@ -181,6 +185,7 @@ class Dispatch:
             reason=failed.reason,
             elapsed_ms=elapsed_ms if is_slow else None,
             retry_after_s=failed.retry_after_s if failed.reason == "429" else None,
+            started_s=info.started_s,
         )
         self._pool.on_attempt_end(info.name)
         self.decision.failovers.append(f"{info.name}={failed.reason}")
@@ -190,7 +195,9 @@ class Dispatch:
 
     def _record_cancelled(self, info: _Running, now_s: float) -> None:
         elapsed_ms = (now_s - info.started_s) * 1000.0
-        self._pool.on_cancelled(info.name, elapsed_ms, now_s, is_probe=info.is_probe)
+        self._pool.on_cancelled(
+            info.name, elapsed_ms, now_s, is_probe=info.is_probe, started_s=info.started_s
+        )
         self._pool.on_attempt_end(info.name)
 
     def _start(self, name: str, *, is_hedge: bool) -> None:

@@ -79,17 +79,21 @@ class LatencyEstimate:
         self._recent.append(ttft_ms)
         self._sorted = None
 
-    def observe_censored(self, elapsed_ms: float, now_s: float) -> None:
+    def observe_censored(self, elapsed_ms: float, now_s: float, *, is_tail: bool = False) -> None:
         """An attempt abandoned after ``elapsed_ms`` without a token: TTFT was at least that.
 
-        Only the penalty learns from it: the true value is unknown, so the typical value
-        and the quantiles (which set the hedge delay) stay uncontaminated.
+        The typical value does not learn from it (the true value is unknown); the penalty
+        does, and with ``is_tail`` so do the quantiles, as a lower bound that is still above
+        the quantiles that matter.
         """
         ewma = self._ttft_ewma_ms
         if ewma is None:
             self.penalty.raise_to(elapsed_ms, now_s)
         elif elapsed_ms > ewma:
             self.penalty.raise_to(elapsed_ms - ewma, now_s)
+        if is_tail:
+            self._recent.append(elapsed_ms)
+            self._sorted = None
 
     def observe_tpot(self, tpot_ms: float) -> None:
         current = self.tpot_ms

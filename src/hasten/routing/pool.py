@@ -25,6 +25,12 @@ from hasten.routing.estimates import LatencyEstimate
 from hasten.routing.settings import DeploymentConfig, RoutingConfig
 
 MAX_EXPECTED_TOKENS = 4096
+# LLM servers batch: one more request in flight slows each a little, not by a whole request
+# time as in a single queue, so in-flight counts add 25% each rather than multiply.
+LOAD_PENALTY_PER_REQUEST = 0.25
+# Hedging at the TTFT quantile the budget can afford: with a 5% budget, p96, so that
+# hedges wanted stay under the budget and none is refused to a real straggler.
+BUDGET_FILL = 0.8
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +50,7 @@ class Deployment:
         )
         self.breaker = CircuitBreaker(routing.breaker)
         self.num_in_flight = 0
+        self.waiting_since_s: list[float] = []  # attempts still waiting for a first token
         self.num_attempts = 0
         self.num_wins = 0
         self.num_failures = 0
@@ -54,11 +61,23 @@ class Deployment:
         is_full = limit > 0 and self.num_in_flight >= limit
         return not is_full and self.breaker.is_available(now_s)
 
+    def stop_waiting(self, started_s: float | None) -> None:
+        waiting = self.waiting_since_s
+        if started_s is not None and started_s in waiting:
+            waiting.remove(started_s)
+        elif waiting:
+            waiting.pop(0)
+
     def cost(self, now_s: float, expected_tokens: int, fallback_ttft_ms: float) -> float:
         ttft_ms = self.estimate.ttft_ms(now_s)
         latency_ms = fallback_ttft_ms if ttft_ms is None else ttft_ms
+        if self.waiting_since_s:
+            # A request already waiting longer than the estimate is evidence before any
+            # sample arrives: a deployment that just stalled loses traffic at once.
+            latency_ms = max(latency_ms, (now_s - self.waiting_since_s[0]) * 1000.0)
         latency_ms += (self.estimate.tpot_ms or 0.0) * expected_tokens
-        return max(latency_ms, 1.0) * (self.num_in_flight + 1) / self.config.weight
+        load = 1.0 + LOAD_PENALTY_PER_REQUEST * self.num_in_flight
+        return max(latency_ms, 1.0) * load / self.config.weight
 
     def snapshot(self, now_s: float) -> dict[str, object]:
         estimate = self.estimate
@@ -69,6 +88,7 @@ class Deployment:
             "priority": self.config.priority,
             "max_concurrency": self.config.max_concurrency,
             "in_flight": self.num_in_flight,
+            "waiting_for_first_token": len(self.waiting_since_s),
             "ttft_ms": None if ttft_ms is None else round(ttft_ms, 2),
             "ttft_typical_ms": None if typical_ms is None else round(typical_ms, 2),
             "ttft_penalty_ms": round(estimate.penalty.value_ms(now_s), 2),
@@ -171,16 +191,28 @@ class DeploymentPool:
         ]
         return min(known) if known else 1.0
 
-    def hedge_delay_s(self, name: str) -> float:
-        """Adaptive: the deployment's recent TTFT quantile, clamped to [min, max] delay."""
+    def hedge_quantile(self) -> float:
         hedge = self.routing.hedge
-        estimate = self.deployments[name].estimate
-        delay_ms = hedge.max_delay_ms
-        if estimate.num_samples >= hedge.min_samples:
-            quantile_ms = estimate.quantile_ms(hedge.quantile)
-            if quantile_ms is not None:
-                delay_ms = min(hedge.max_delay_ms, max(hedge.min_delay_ms, quantile_ms))
-        return delay_ms / 1000.0
+        return max(hedge.quantile, 1.0 - BUDGET_FILL * hedge.budget)
+
+    def hedge_delay_s(self, name: str) -> float:
+        """Adaptive: the TTFT quantile the budget affords, clamped to [min, max] delay.
+
+        The quantile is the deployment's own, or a faster deployment's if any is: the hedge
+        goes elsewhere, so a degraded deployment's own slow p96 must not postpone it.
+        """
+        hedge = self.routing.hedge
+        quantile = self.hedge_quantile()
+        measured = [
+            q
+            for d in self.deployments.values()
+            if d.estimate.num_samples >= hedge.min_samples
+            and (q := d.estimate.quantile_ms(quantile)) is not None
+        ]
+        if self.deployments[name].estimate.num_samples < hedge.min_samples or not measured:
+            return hedge.max_delay_ms / 1000.0
+        delay_ms = min(measured)
+        return min(hedge.max_delay_ms, max(hedge.min_delay_ms, delay_ms)) / 1000.0
 
     def ttft_timeout_s(self, name: str) -> float | None:
         own = self.deployments[name].config.ttft_timeout_s
@@ -202,6 +234,7 @@ class DeploymentPool:
         """Counts an attempt in flight; True if it is a half-open breaker probe."""
         deployment = self.deployments[name]
         deployment.num_in_flight += 1
+        deployment.waiting_since_s.append(now_s)
         deployment.num_attempts += 1
         return deployment.breaker.on_attempt(now_s)
 
@@ -209,15 +242,28 @@ class DeploymentPool:
         deployment = self.deployments[name]
         deployment.num_in_flight = max(0, deployment.num_in_flight - 1)
 
-    def on_first_token(self, name: str, ttft_ms: float, now_s: float, *, is_probe: bool) -> None:
+    def on_first_token(
+        self,
+        name: str,
+        ttft_ms: float,
+        now_s: float,
+        *,
+        is_probe: bool,
+        started_s: float | None = None,
+    ) -> None:
         deployment = self.deployments[name]
+        deployment.stop_waiting(started_s)
         deployment.num_wins += 1
         deployment.estimate.observe_ttft(ttft_ms, now_s)
         deployment.breaker.record_success(now_s, is_probe=is_probe)
 
-    def on_final_status(self, name: str, now_s: float, *, is_probe: bool) -> None:
+    def on_final_status(
+        self, name: str, now_s: float, *, is_probe: bool, started_s: float | None = None
+    ) -> None:
         """A final non-2xx answer (a 400, say): alive and well, latency not comparable."""
-        self.deployments[name].breaker.record_success(now_s, is_probe=is_probe)
+        deployment = self.deployments[name]
+        deployment.stop_waiting(started_s)
+        deployment.breaker.record_success(now_s, is_probe=is_probe)
 
     def on_failure(
         self,
@@ -228,21 +274,39 @@ class DeploymentPool:
         reason: str,
         elapsed_ms: float | None = None,
         retry_after_s: float | None = None,
+        started_s: float | None = None,
     ) -> None:
         deployment = self.deployments[name]
+        deployment.stop_waiting(started_s)
         deployment.num_failures += 1
         if elapsed_ms is not None:
-            deployment.estimate.observe_censored(elapsed_ms, now_s)
+            self._observe_censored(deployment, elapsed_ms, now_s)
         deployment.breaker.record_failure(
             now_s, is_probe=is_probe, reason=reason, retry_after_s=retry_after_s
         )
 
-    def on_cancelled(self, name: str, elapsed_ms: float, now_s: float, *, is_probe: bool) -> None:
+    def on_cancelled(
+        self,
+        name: str,
+        elapsed_ms: float,
+        now_s: float,
+        *,
+        is_probe: bool,
+        started_s: float | None = None,
+    ) -> None:
         """A hedge loser: neither success nor failure, but its TTFT was at least this."""
         deployment = self.deployments[name]
+        deployment.stop_waiting(started_s)
         deployment.num_cancelled += 1
-        deployment.estimate.observe_censored(elapsed_ms, now_s)
+        self._observe_censored(deployment, elapsed_ms, now_s)
         deployment.breaker.release_probe(is_probe)
+
+    def _observe_censored(self, deployment: Deployment, elapsed_ms: float, now_s: float) -> None:
+        # A primary abandoned after the hedge delay was a straggler: it must stay in the
+        # quantile window as "at least this slow", or hedged stragglers would vanish from it
+        # and the delay would creep down. A hedge cancelled early says nothing of the tail.
+        is_tail = elapsed_ms >= self.hedge_delay_s(deployment.name) * 1000.0
+        deployment.estimate.observe_censored(elapsed_ms, now_s, is_tail=is_tail)
 
     def on_stream_end(self, name: str, now_s: float, *, tpot_ms: float | None, error: str) -> None:
         deployment = self.deployments[name]
@@ -266,6 +330,7 @@ class DeploymentPool:
             "hedges": self.num_hedges,
             "hedging": hedge.is_enabled,
             "hedge_budget": self.budget.snapshot(now_s),
+            "hedge_quantile": self.hedge_quantile(),
             "hedge_delay_ms": {
                 name: round(self.hedge_delay_s(name) * 1000.0, 2) for name in self.deployments
             },
