@@ -248,8 +248,8 @@ async def affinity_phase(fleet: Fleet, model: str, num: int) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
-    num_tail = 300 if args.quick else 2000
-    num_affinity = 160 if args.quick else 800
+    num_tail = 240 if args.quick else 2000
+    num_affinity = 128 if args.quick else 800
     result: dict[str, Any] = {
         "benchmark": "routing",
         "command": command,

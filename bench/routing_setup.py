@@ -50,7 +50,8 @@ def gateway_toml(sims: dict[str, str]) -> str:
         deployments = ", ".join(f'{{ upstream = "{n}" }}' for n in names)
         lines.extend([f'[models."{model}"]', f"deployments = [{deployments}]"])
         lines.extend([f'[models."{model}".routing]', *routing])
-        lines.extend([f'[models."{model}".routing.hedge]', f"enabled = {str(hedge).lower()}", ""])
+        lines.extend([f'[models."{model}".routing.hedge]', f"enabled = {str(hedge).lower()}"])
+        lines.extend(["max_delay_ms = 1000", ""])
 
     route("sim-model", TAIL_SIMS, ["affinity = false"], True)
     route("sim-nohedge", TAIL_SIMS, ["affinity = false"], False)

@@ -82,9 +82,9 @@ class LatencyEstimate:
     def observe_censored(self, elapsed_ms: float, now_s: float, *, is_tail: bool = False) -> None:
         """An attempt abandoned after ``elapsed_ms`` without a token: TTFT was at least that.
 
-        The typical value does not learn from it (the true value is unknown); the penalty
-        does, and with ``is_tail`` so do the quantiles, as a lower bound that is still above
-        the quantiles that matter.
+        The penalty learns from it; with ``is_tail`` (abandoned past the hedge delay) the
+        typical value and the quantiles do too, taking the lower bound as the sample: it is
+        above the quantiles that matter, and shorter ones say nothing about the tail.
         """
         ewma = self._ttft_ewma_ms
         if ewma is None:
@@ -92,8 +92,9 @@ class LatencyEstimate:
         elif elapsed_ms > ewma:
             self.penalty.raise_to(elapsed_ms - ewma, now_s)
         if is_tail:
-            self._recent.append(elapsed_ms)
-            self._sorted = None
+            # A lower bound still beats silence: without it a deployment whose every slow
+            # answer is hedged away would keep its old, fast typical value forever.
+            self.observe_ttft(elapsed_ms, now_s)
 
     def observe_tpot(self, tpot_ms: float) -> None:
         current = self.tpot_ms

@@ -36,7 +36,7 @@ class HedgeConfig:
     quantile: float = DEFAULT_HEDGE_QUANTILE
     min_delay_ms: float = 50.0
     max_delay_ms: float = 2000.0
-    min_samples: int = 20  # below this many TTFT samples the delay is max_delay_ms
+    min_samples: int = 10  # below this many TTFT samples the delay is max_delay_ms
     budget: float = DEFAULT_HEDGE_BUDGET  # extra requests as a share of requests
     budget_window_s: float = 30.0
 
