@@ -28,7 +28,7 @@ QUESTION = [{"role": "user", "content": "Name three colours."}]
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[Engine]:
-    with Engine(EngineConfig(n_ctx=2048, n_threads=2, max_seqs=4, max_queue=8)) as running:
+    with Engine(EngineConfig(n_ctx=2048, n_threads=1, max_seqs=4, max_queue=8)) as running:
         yield running
 
 
@@ -247,7 +247,7 @@ def test_unknown_model_and_bad_request(client: openai.OpenAI) -> None:
 @pytest.fixture()
 def tiny_server() -> Iterator[tuple[Engine, ServerThread]]:
     """One sequence, one queue place: easy to fill."""
-    config = EngineConfig(n_ctx=1024, n_threads=2, max_seqs=1, max_queue=1, num_cache_slots=0)
+    config = EngineConfig(n_ctx=1024, n_threads=1, max_seqs=1, max_queue=1, num_cache_slots=0)
     with Engine(config) as engine, ServerThread(build_app(engine)) as srv:
         yield engine, srv
 

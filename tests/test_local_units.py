@@ -120,7 +120,7 @@ def test_common_prefix_len() -> None:
 
 
 def test_admits_up_to_max_seqs_and_queues_the_rest() -> None:
-    scheduler = _scheduler(max_queue=3)
+    scheduler = _scheduler(max_queue=1)
     sequences = [Sequence(i, [i * 10 + 1, 2], 4) for i in range(3)]
     for sequence in sequences:
         scheduler.add(sequence)
@@ -130,10 +130,12 @@ def test_admits_up_to_max_seqs_and_queues_the_rest() -> None:
 
 
 def test_queue_full_and_context_too_long() -> None:
-    scheduler = _scheduler(max_queue=1, max_kv_tokens=10)
+    scheduler = _scheduler(max_seqs=1, max_queue=1, max_kv_tokens=10)
     scheduler.add(Sequence(1, [1, 2], 4))
+    scheduler.schedule()
+    scheduler.add(Sequence(2, [1, 2], 4))
     with pytest.raises(QueueFull):
-        scheduler.add(Sequence(2, [1, 2], 4))
+        scheduler.add(Sequence(5, [1, 2], 4))
     with pytest.raises(ContextTooLong):
         scheduler.add(Sequence(3, [1] * 8, 4))
 

@@ -17,6 +17,8 @@ MODEL_ID = "local"
 
 
 def _default_num_threads() -> int:
+    # One per core: ggml's workers spin at barriers, so more threads than cores (or other
+    # busy processes on the same cores) slow every step down a lot; pass --n-threads then.
     return max(1, min(os.cpu_count() or 1, 8))
 
 

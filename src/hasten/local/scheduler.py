@@ -152,7 +152,8 @@ class Scheduler:
                 f"prompt ({len(sequence.prompt_ids)} tokens) plus max_tokens "
                 f"({sequence.max_new_tokens}) exceeds the context of {self.max_kv_tokens} tokens"
             )
-        if len(self.waiting) >= self.max_queue:
+        # Counted against the total so that max_queue=0 still admits into free slots.
+        if len(self.waiting) + len(self.running) >= self.max_seqs + self.max_queue:
             raise QueueFull(f"{len(self.waiting)} requests already waiting")
         self.waiting.append(sequence)
 

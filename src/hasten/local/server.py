@@ -6,7 +6,7 @@ Precedence: command-line flags > the ``[local]`` table of ``--config`` > default
 from __future__ import annotations
 
 import argparse
-import logging
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,7 +18,6 @@ from hasten.local.config import DEFAULT_HOST, DEFAULT_PORT, LocalServerConfig, l
 from hasten.local.engine import Engine
 from hasten.local.model import ModelNotFound
 
-_log = logging.getLogger(__name__)
 _ENGINE_FLAGS = ("n_ctx", "n_threads", "max_seqs", "max_queue")
 
 
@@ -54,8 +53,7 @@ def run(args: argparse.Namespace) -> int:
         config = resolve_config(args)
         engine = Engine(config.engine)
     except (ConfigError, ModelNotFound) as exc:
-        _log.error("%s", exc)
-        print(f"hasten local: {exc}")
+        print(f"hasten local: {exc}", file=sys.stderr)
         return 2
     with engine:
         server = uvicorn.Server(

@@ -1,0 +1,290 @@
+"""Local edge engine vs llama-cpp-python's bundled server, same GGUF, same thread count.
+
+Measures, for each server in turn (never both at once, they would share the cores):
+aggregate decode tok/s at 1, 2, 4, 8 concurrent streams; TTFT with a shared ~300-token
+system prompt, warm vs cold; streams cut off before their finish_reason; peak RSS.
+
+    .venv/bin/python bench/local.py --quick          # < 3 minutes
+    .venv/bin/python bench/local.py --json > out.json
+
+The baseline needs ``pip install 'llama-cpp-python[server]==0.3.36'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from hasten.local.model import default_model_path  # noqa: E402
+
+STREAM_LEVELS = (1, 2, 4, 8)
+SYSTEM_SENTENCE = "You are the support assistant of a hardware store that sells tools and paint. "
+TOPICS = ("a lighthouse", "a robot", "the sea", "a forest", "a city", "a dragon", "a cat", "rain")
+
+
+@dataclass
+class StreamResult:
+    num_tokens: int = 0
+    ttft_s: float | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+
+    @property
+    def is_cut_off(self) -> bool:
+        return self.finish_reason is None
+
+
+@dataclass
+class ServerReport:
+    name: str
+    decode_tok_s: dict[int, float] = field(default_factory=dict)
+    ttft_cold_ms: float = 0.0
+    ttft_warm_ms: float = 0.0
+    num_cut_off: int = 0
+    num_streams: int = 0
+    peak_rss_mb: float = 0.0
+
+    @property
+    def ttft_speedup(self) -> float:
+        return self.ttft_cold_ms / self.ttft_warm_ms if self.ttft_warm_ms else 0.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _server_command(name: str, model: Path, port: int, num_threads: int, n_ctx: int) -> list[str]:
+    if name == "hasten":
+        return [
+            sys.executable,
+            "-m",
+            "hasten.local.server",
+            "--model-path",
+            str(model),
+            "--port",
+            str(port),
+            "--n-threads",
+            str(num_threads),
+            "--n-ctx",
+            str(n_ctx),
+            "--max-seqs",
+            "8",
+            "--max-queue",
+            "64",
+        ]
+    return [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(model),
+        "--port",
+        str(port),
+        "--n_threads",
+        str(num_threads),
+        "--n_threads_batch",
+        str(num_threads),
+        "--n_ctx",
+        str(n_ctx),
+        "--model_alias",
+        "local",
+        "--verbose",
+        "False",
+    ]
+
+
+def _peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def _stream(
+    client: httpx.AsyncClient, messages: list[dict[str, str]], max_tokens: int, seed: int
+) -> StreamResult:
+    body = {
+        "model": "local",
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "temperature": 0.8,
+        "seed": seed,
+    }
+    result = StreamResult()
+    started_s = time.perf_counter()
+    try:
+        async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+            if response.status_code != 200:
+                result.error = f"HTTP {response.status_code}"
+                return result
+            async for line in response.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                choices = json.loads(line[6:]).get("choices") or [{}]
+                if choices[0].get("delta", {}).get("content"):
+                    result.num_tokens += 1
+                    if result.ttft_s is None:
+                        result.ttft_s = time.perf_counter() - started_s
+                result.finish_reason = choices[0].get("finish_reason") or result.finish_reason
+    except httpx.HTTPError as exc:
+        result.error = repr(exc)
+    return result
+
+
+async def _decode_level(
+    client: httpx.AsyncClient, num_streams: int, max_tokens: int, report: ServerReport
+) -> None:
+    def messages(index: int) -> list[dict[str, str]]:
+        topic = TOPICS[index % len(TOPICS)]
+        return [{"role": "user", "content": f"Write a long story about {topic}."}]
+
+    started_s = time.perf_counter()
+    results = await asyncio.gather(
+        *(_stream(client, messages(index), max_tokens, index) for index in range(num_streams))
+    )
+    elapsed_s = time.perf_counter() - started_s
+    report.decode_tok_s[num_streams] = sum(r.num_tokens for r in results) / elapsed_s
+    report.num_cut_off += sum(r.is_cut_off for r in results)
+    report.num_streams += num_streams
+
+
+async def _ttft_ms(client: httpx.AsyncClient, system: str, question: str) -> float:
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
+    result = await _stream(client, messages, 2, 0)
+    if result.ttft_s is None:
+        raise RuntimeError(f"no first token: {result}")
+    return result.ttft_s * 1000.0
+
+
+async def _measure(base_url: str, report: ServerReport, max_tokens: int, num_reps: int) -> None:
+    system = SYSTEM_SENTENCE * 20  # ~300 tokens
+    async with httpx.AsyncClient(base_url=base_url, timeout=600) as client:
+        await _stream(client, [{"role": "user", "content": "Hello"}], 4, 0)  # warm-up
+        for num_streams in STREAM_LEVELS:
+            await _decode_level(client, num_streams, max_tokens, report)
+        cold, warm = [], []
+        for rep in range(num_reps):
+            # A nonce up front defeats any prefix cache: the whole prompt is computed.
+            cold.append(await _ttft_ms(client, f"Session {rep} {time.time_ns()}. {system}", "Hi"))
+        await _ttft_ms(client, system, "Do you sell nails?")  # primes the shared prefix
+        for rep in range(num_reps):
+            warm.append(await _ttft_ms(client, system, f"Question {rep}: do you sell paint?"))
+        report.ttft_cold_ms = statistics.median(cold)
+        report.ttft_warm_ms = statistics.median(warm)
+
+
+def run_server(name: str, args: argparse.Namespace) -> ServerReport:
+    port = _free_port()
+    command = _server_command(name, args.model, port, args.threads, args.n_ctx)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    report = ServerReport(name)
+    try:
+        _wait_ready(f"http://127.0.0.1:{port}", proc)
+        asyncio.run(_measure(f"http://127.0.0.1:{port}", report, args.max_tokens, args.reps))
+        report.peak_rss_mb = _peak_rss_mb(proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    return report
+
+
+def _wait_ready(base_url: str, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            stderr = proc.stderr.read().decode() if proc.stderr else ""
+            raise RuntimeError(f"server exited: {stderr[-2000:]}")
+        try:
+            if httpx.get(f"{base_url}/v1/models", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("server did not start")
+
+
+def _print_table(reports: list[ServerReport]) -> None:
+    print(
+        f"{'server':<10}"
+        + "".join(f"{f'{n} str tok/s':>14}" for n in STREAM_LEVELS)
+        + f"{'TTFT cold':>11}{'TTFT warm':>11}{'speedup':>9}{'cut off':>9}{'peak MB':>9}"
+    )
+    for r in reports:
+        print(
+            f"{r.name:<10}"
+            + "".join(f"{r.decode_tok_s[n]:>14.1f}" for n in STREAM_LEVELS)
+            + f"{r.ttft_cold_ms:>9.0f}ms{r.ttft_warm_ms:>9.0f}ms{r.ttft_speedup:>8.1f}x"
+            + f"{r.num_cut_off:>5}/{r.num_streams:<3}{r.peak_rss_mb:>9.0f}"
+        )
+
+
+def _goals(reports: list[ServerReport]) -> dict[str, Any]:
+    ours = reports[0]
+    goals: dict[str, Any] = {
+        "scaling_8_vs_1": ours.decode_tok_s[8] / ours.decode_tok_s[1],
+        "warm_ttft_speedup": ours.ttft_speedup,
+        "num_cut_off": ours.num_cut_off,
+        "peak_rss_mb": ours.peak_rss_mb,
+    }
+    if len(reports) > 1:
+        base = reports[1]
+        goals["vs_baseline"] = {
+            n: ours.decode_tok_s[n] / base.decode_tok_s[n] for n in STREAM_LEVELS
+        }
+    return goals
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short streams, fewer repetitions")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--n-ctx", type=int, default=4096)
+    parser.add_argument("--model", type=Path, default=None)
+    parser.add_argument("--no-baseline", action="store_true", help="skip llama_cpp.server")
+    args = parser.parse_args(argv)
+    args.model = args.model or default_model_path()
+    args.max_tokens = 48 if args.quick else 128
+    args.reps = 3 if args.quick else 5
+    names = ["hasten"] + ([] if args.no_baseline else ["llama_cpp"])
+    reports = [run_server(name, args) for name in names]
+    goals = _goals(reports)
+    if args.json:
+        doc = {
+            "settings": {
+                "threads": args.threads,
+                "n_ctx": args.n_ctx,
+                "max_tokens": args.max_tokens,
+                "model": str(args.model),
+            },
+            "servers": [asdict(r) | {"ttft_speedup": r.ttft_speedup} for r in reports],
+            "goals": goals,
+        }
+        print(json.dumps(doc, indent=2))
+    else:
+        _print_table(reports)
+        print(json.dumps(goals))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
