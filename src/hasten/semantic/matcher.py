@@ -32,14 +32,17 @@ class Candidate:
 class MatchPolicy:
     """``min_similarity``: cosine cut-off (depends on the embedder's score range).
 
-    ``max_distance_ratio``: ambiguity test. Two stored questions with different answers that
-    are both close to the query mean the cache once judged them different (or their answers
-    disagreed); the best one is used only if its cosine distance is clearly smaller than the
-    runner-up's, as in Lowe's ratio test for matching image features.
+    Ambiguity: two stored questions with different answers that are both close to the query
+    mean the cache once judged them different (or their answers disagreed), so it cannot know
+    which one the query means. The best is served only if no other answer qualifies and its
+    cosine distance is clearly smaller than the runner-up's (``max_distance_ratio``, as in
+    Lowe's ratio test for matching image features).
     """
 
     min_similarity: float
     max_distance_ratio: float = 0.9
+    # Error-budget mode serves below the static cut-off: say where "qualifies" starts there.
+    qualifying_similarity: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +77,9 @@ def choose(query: TextSignature, candidates: Sequence[Candidate], policy: MatchP
     if best.similarity < policy.min_similarity:
         return Choice(BELOW_THRESHOLD, best)
     runner_up = next((c for c in compatible[1:] if c.answer_key != best.answer_key), None)
-    if runner_up is not None and not is_unambiguous(
-        best.similarity, runner_up.similarity, policy.max_distance_ratio
+    if runner_up is not None and (
+        runner_up.similarity >= (policy.qualifying_similarity or policy.min_similarity)
+        or not is_unambiguous(best.similarity, runner_up.similarity, policy.max_distance_ratio)
     ):
         return Choice(AMBIGUOUS, best)
     return Choice(HIT, best, guard_reason=first_guard_reason)

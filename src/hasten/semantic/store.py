@@ -284,7 +284,7 @@ class SemanticCache:
         ]
         policy = self.policy
         if self.budget is not None:  # thresholds are learned: let every candidate through
-            policy = matcher.MatchPolicy(-1.0, policy.max_distance_ratio)
+            policy = matcher.MatchPolicy(-1.0, policy.max_distance_ratio, policy.min_similarity)
         choice = matcher.choose(signature(text), candidates, policy)
         self.counters[f"lookup_{choice.reason}"] += 1
         if choice.guard_reason is not None:
@@ -366,7 +366,10 @@ class SemanticCache:
             self._index.remove(partition, entry_id)
             self._signatures.pop(entry_id, None)
         self.counters[reason] += len(rows)
-        self._num_entries, self._num_bytes = records.totals()
+        # Approximate bookkeeping: a full count is O(entries); _evict re-counts when it acts.
+        average_bytes = self._num_bytes / max(1, self._num_entries)
+        self._num_entries = max(0, self._num_entries - len(rows))
+        self._num_bytes = max(0, int(self._num_bytes - average_bytes * len(rows)))
 
     def _delete_sync(self, where: dict[str, Any], created_before: float | None) -> int:
         records = self._open()

