@@ -4,7 +4,8 @@ Public surface for the gateway::
 
     from hasten.semantic import SemanticCache, SemanticConfig, SemanticMatch, build_embedder
 
-    semantic = SemanticCache(build_embedder("e5"), SemanticConfig(path=state_dir / "semantic.sqlite3"))
+    config = SemanticConfig(path=state_dir / "semantic.sqlite3")
+    semantic = SemanticCache(build_embedder("e5"), config)
     match = await semantic.lookup(body, model=resolved_model, tenant=tenant)
     await semantic.insert(body, model=resolved_model, tenant=tenant, answer_key=exact_key)
     await semantic.report_verification(match, is_correct=...)   # error-budget mode
