@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -20,6 +23,7 @@ from hasten.local.scheduler import (
     StepPlan,
     common_prefix_len,
 )
+from hasten.local.server import add_arguments, resolve_config, run
 from hasten.local.textstream import TextStream
 
 # --- sampling ---------------------------------------------------------------------------
@@ -327,3 +331,23 @@ def test_at_most_one_multi_token_chunk_per_step() -> None:
     ]
     for plan in plans:
         assert sum(len(c.token_ids) > 1 for c in plan.chunks) <= 1
+
+
+def test_server_flags_override_the_config_file(tmp_path: Path) -> None:
+    config_file = tmp_path / "hasten.toml"
+    config_file.write_text("[local]\nport = 9100\nn_ctx = 2048\nmax_seqs = 2\n")
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--config", str(config_file), "--max-seqs", "4"])
+    config = resolve_config(args)
+    assert (config.host, config.port) == ("127.0.0.1", 9100)
+    assert (config.engine.n_ctx, config.engine.max_seqs) == (2048, 4)
+    defaults = resolve_config(parser.parse_args([]))
+    assert defaults.port == 8091 and defaults.engine.model_path is None
+
+
+def test_server_run_fails_cleanly_without_a_model(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--model-path", str(tmp_path / "missing.gguf")])
+    assert run(args) == 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import math
 import threading
 import time
@@ -26,6 +27,7 @@ from hasten.local.scheduler import QueueFull, Scheduler, Status, StepPlan
 from hasten.local.scheduler import Sequence as SchedSequence
 from hasten.local.textstream import TextStream
 
+_log = logging.getLogger(__name__)
 _IDLE_WAIT_S = 0.5
 _SERVICE_EMA_WEIGHT = 0.2
 
@@ -211,25 +213,42 @@ class Engine:
 
     def _run(self) -> None:
         while True:
-            with self._lock:
-                plan = self._next_plan()
-                if plan is None:
-                    return
-                samplers = {
-                    seq.request_id: self._requests[seq.request_id].sampler
-                    for seq in self.scheduler.running
-                }
             try:
-                sampled = self.runner.execute(plan, samplers)
-            except DecodeError as exc:
+                if not self._step():
+                    return
+            except Exception:
+                # A bug must not leave every client waiting forever on a dead thread.
+                _log.exception("local engine step failed")
                 with self._lock:
-                    self._recover(plan, exc)
-                continue
+                    self.runner.clear()
+                    self.scheduler.forget_kv()
+                    for request in list(self._requests.values()):
+                        self._finish(request, StreamEvent(error="local engine failure"))
+
+    def _step(self) -> bool:
+        """One schedule → run → deliver round; False once the engine stops."""
+        with self._lock:
+            plan = self._next_plan()
+            if plan is None:
+                return False
+            samplers = {
+                seq.request_id: self._requests[seq.request_id].sampler
+                for seq in self.scheduler.running
+            }
+        try:
+            sampled = self.runner.execute(plan, samplers)
+        except DecodeError as exc:
             with self._lock:
-                self.scheduler.complete(plan)
-                self.num_steps += 1
-                for sequence, token_id in sampled:
-                    self._on_token(self._requests[sequence.request_id], token_id)
+                self._recover(plan, exc)
+            return True
+        with self._lock:
+            self.scheduler.complete(plan)
+            self.num_steps += 1
+            for sequence, token_id in sampled:
+                request = self._requests.get(sequence.request_id)
+                if request is not None:
+                    self._on_token(request, token_id)
+        return True
 
     def _next_plan(self) -> StepPlan | None:
         """Waits (lock held) until there is work; None when the engine stops."""
