@@ -128,7 +128,8 @@ def test_admits_up_to_max_seqs_and_queues_the_rest() -> None:
     sequences = [Sequence(i, [i * 10 + 1, 2], 4) for i in range(3)]
     for sequence in sequences:
         scheduler.add(sequence)
-    scheduler.schedule()
+    _run_step(scheduler)
+    _run_step(scheduler)
     assert [seq.status for seq in sequences] == [Status.RUNNING, Status.RUNNING, Status.WAITING]
     assert sequences[0].slot is not sequences[1].slot
 
@@ -351,3 +352,14 @@ def test_server_run_fails_cleanly_without_a_model(tmp_path: Path) -> None:
     add_arguments(parser)
     args = parser.parse_args(["--model-path", str(tmp_path / "missing.gguf")])
     assert run(args) == 2
+
+
+def test_concurrent_requests_with_one_system_prompt_compute_it_once() -> None:
+    scheduler = _scheduler(max_seqs=3, max_queue=3, max_step_tokens=64)
+    system = list(range(1000, 1040))
+    sequences = [Sequence(i, [*system, i], 2) for i in range(3)]
+    for sequence in sequences:
+        scheduler.add(sequence)
+    computed = sum(len(c.token_ids) for _ in range(4) for c in _run_step(scheduler).chunks)
+    assert [seq.num_reused for seq in sequences] == [0, 40, 40]
+    assert computed < 41 + 2 * 3 + 8

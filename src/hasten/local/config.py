@@ -17,9 +17,10 @@ MODEL_ID = "local"
 
 
 def _default_num_threads() -> int:
-    # One per core: ggml's workers spin at barriers, so more threads than cores (or other
-    # busy processes on the same cores) slow every step down a lot; pass --n-threads then.
-    return max(1, min(os.cpu_count() or 1, 8))
+    # One core is left to the event loop, the gateway and clients: ggml's workers spin at
+    # barriers, so one busy thread too many stalls every step (measured on 2 cores under
+    # load: 2 threads 7-18 tok/s, 1 thread 86-137 tok/s for one stream).
+    return max(1, min((os.cpu_count() or 1) - 1, 8))
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class EngineConfig:
 
     model_path: Path | None = None
     n_ctx: int = 4096
-    n_threads: int = 0  # 0: one per core, up to 8
+    n_threads: int = 0  # 0: one per core but one, at least 1, at most 8
     max_seqs: int = 8
     max_queue: int = 32
     max_step_tokens: int = 256

@@ -211,6 +211,11 @@ class Scheduler:
 
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.max_seqs:
+            # Prefills run one at a time anyway (see _chunks); admitting the next request
+            # only once the current prefill is done lets it copy that prompt's prefix,
+            # so concurrent requests with one system prompt compute it once.
+            if any(self._num_pending(seq) > 1 for seq in self.running):
+                return
             sequence = self.waiting[0]
             if not self._place(sequence):
                 return  # FCFS: later requests wait behind the head rather than overtake it

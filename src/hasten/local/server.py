@@ -29,7 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--model-path", default=None, help="GGUF file (default: the bundled SmolLM2-135M)"
     )
     parser.add_argument("--n-ctx", type=int, default=None, help="KV cache tokens, all sequences")
-    parser.add_argument("--n-threads", type=int, default=None, help="CPU threads (0: per core)")
+    parser.add_argument(
+        "--n-threads", type=int, default=None, help="CPU threads (default: cores - 1)"
+    )
     parser.add_argument("--max-seqs", type=int, default=None, help="requests decoded together")
     parser.add_argument("--max-queue", type=int, default=None, help="waiting requests before 429")
 
