@@ -45,6 +45,9 @@ class Outcomes:
 
     similarities: list[float | None] = field(default_factory=list)
     is_own: list[bool] = field(default_factory=list)
+    # A served question that is textually identical to the query (the data repeats questions
+    # across rows): counted as wrong by the protocol although the answer fits.
+    is_identical: list[bool] = field(default_factory=list)
     labels: list[int] = field(default_factory=list)
     embed_ms: list[float] = field(default_factory=list)
     search_ms: list[float] = field(default_factory=list)
@@ -67,12 +70,13 @@ def load_pairs(path: Path, *, limit: int | None, seed: int) -> list[Pair]:
 
 def metrics(outcomes: Outcomes, *, min_similarity: float) -> dict[str, float]:
     """Precision, recall and false-hit rate counting hits at or above ``min_similarity``."""
-    num_correct = num_wrong = num_false = 0
-    for similarity, is_own, label in zip(
-        outcomes.similarities, outcomes.is_own, outcomes.labels, strict=True
+    num_correct = num_wrong = num_false = num_identical = 0
+    for similarity, is_own, is_identical, label in zip(
+        outcomes.similarities, outcomes.is_own, outcomes.is_identical, outcomes.labels, strict=True
     ):
         if similarity is None or similarity < min_similarity:
             continue
+        num_identical += is_identical and not (label == 1 and is_own)
         if label == 1 and is_own:
             num_correct += 1
         elif label == 1:
@@ -89,6 +93,7 @@ def metrics(outcomes: Outcomes, *, min_similarity: float) -> dict[str, float]:
         "precision": num_correct / num_hits if num_hits else 1.0,
         "recall": num_correct / num_positive if num_positive else 0.0,
         "false_hit_rate": (num_wrong + num_false) / max(1, len(outcomes.labels)),
+        "wrong_or_false_with_identical_text": num_identical,
     }
 
 
@@ -127,12 +132,15 @@ async def evaluate(
     for _ in range(num_passes):
         outcomes = Outcomes()
         for index in order:
-            await _lookup_one(cache, pairs[index], keys[index], outcomes)
+            await _lookup_one(cache, pairs, int(index), keys[index], outcomes)
         passes.append(outcomes)
     return passes
 
 
-async def _lookup_one(cache: SemanticCache, pair: Pair, key: str, outcomes: Outcomes) -> None:
+async def _lookup_one(
+    cache: SemanticCache, pairs: Sequence[Pair], index: int, key: str, outcomes: Outcomes
+) -> None:
+    pair = pairs[index]
     started = time.perf_counter()
     await cache.embedder.embed(pair.b)  # remembered: the lookup below reuses the vector
     embedded = time.perf_counter()
@@ -149,6 +157,8 @@ async def _lookup_one(cache: SemanticCache, pair: Pair, key: str, outcomes: Outc
         match = None
     outcomes.similarities.append(None if match is None else match.similarity)
     outcomes.is_own.append(is_own)
+    served = -1 if match is None else int(match.answer_key.removeprefix("row-"))
+    outcomes.is_identical.append(served >= 0 and pairs[served].a == pair.b)
 
 
 def _percentiles(values: Sequence[float]) -> dict[str, float]:
