@@ -263,6 +263,7 @@ def test_error_budget_converges_within_budget() -> None:
         entry = rng.randrange(len(thresholds))
         similarity = rng.uniform(0.8, 1.0)
         is_correct = similarity >= thresholds[entry]
+        learner.note_lookup()
         action = learner.decide(similarity, observations[entry])
         if action == budget.EXPLOIT:
             num_served += 1

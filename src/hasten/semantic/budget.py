@@ -54,6 +54,8 @@ class BudgetPolicy:
     prior_variance: float = 4.0
     entry_variance: float = 0.25
     max_explore_rate: float = 0.2
+    # No single hit may be riskier than this, however much budget is left.
+    max_hit_error_rate: float = 0.1
     max_verify_fraction: float = 0.25
     verify_burst: int = 20
     min_correct_upper: float = 0.02
@@ -108,6 +110,9 @@ class ErrorBudget:
         self.num_explored = 0
         self.num_verify_skipped = 0
         self.num_observed = 0
+        self.num_lookups = 0
+        # Sum of the upper bounds on P(wrong) of every served hit: errors we may have made.
+        self.expected_errors = 0.0
 
     @property
     def pooled_observations(self) -> list[Observation]:
@@ -135,13 +140,17 @@ class ErrorBudget:
         """EXPLOIT, EXPLORE or MISS for a candidate at ``similarity``."""
         self.num_decisions += 1
         correct_low, correct_high = self.correct_bounds(similarity, entry_observations)
-        if 1.0 - correct_low <= self.policy.max_error_rate:
+        wrong_high = 1.0 - correct_low
+        if wrong_high <= self.policy.max_error_rate:
             explore_p = self.policy.max_explore_rate / (1.0 + len(entry_observations))
             if self._random.random() >= explore_p or not self._may_verify():
-                self.num_exploited += 1
-                return EXPLOIT
+                return self._exploit(wrong_high)
             self.num_explored += 1
             return EXPLORE
+        if wrong_high <= self.policy.max_hit_error_rate and self._is_affordable(wrong_high):
+            # Lookups without a usable candidate are never wrong: their share of the budget
+            # pays for hits that are individually a little riskier than the budget.
+            return self._exploit(wrong_high)
         if correct_high < self.policy.min_correct_upper:
             return MISS  # hopeless: even optimistically this entry is wrong here
         if not self._may_verify():
@@ -180,8 +189,23 @@ class ErrorBudget:
             "explored": self.num_explored,
             "verify_skipped": self.num_verify_skipped,
             "observations": self.num_observed,
+            "lookups": self.num_lookups,
+            "expected_error_rate": self.expected_errors / max(1, self.num_lookups),
             "verify_fraction": self.num_explored / max(1, self.num_decisions),
         }
+
+    def note_lookup(self) -> None:
+        """Counts every lookup (with or without a candidate): the budget is per lookup."""
+        self.num_lookups += 1
+
+    def _is_affordable(self, wrong_high: float) -> bool:
+        allowed = self.policy.max_error_rate * max(self.num_lookups, self.num_decisions)
+        return self.expected_errors + wrong_high <= allowed
+
+    def _exploit(self, wrong_high: float) -> str:
+        self.num_exploited += 1
+        self.expected_errors += wrong_high
+        return EXPLOIT
 
     def _may_verify(self) -> bool:
         allowed = self.policy.max_verify_fraction * self.num_decisions + self.policy.verify_burst

@@ -145,6 +145,8 @@ class SemanticCache:
         if freshness.ttl_s(query.text, model=model, policy=self.config.freshness) <= 0:
             self.counters["skipped_volatile"] += 1
             return None
+        if self.budget is not None:
+            self.budget.note_lookup()
         vector = await self.embedder.embed(query.text)
         return await self._run(self._lookup_sync, query.partition_key, query.text, vector)
 
