@@ -301,3 +301,36 @@ async def test_evaluate_protocol_counts(tmp_path: Path) -> None:
     assert result["correct"] == 2 and result["false"] == 0
     assert result["precision"] == 1.0 and result["recall"] == 1.0
     await cache.close()
+
+
+def test_http_embedder_talks_openai_embeddings() -> None:
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from hasten.semantic.embedder import HttpEmbedder
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            assert self.path == "/v1/embeddings" and request["model"] == "emb"
+            data = [{"index": i, "embedding": [3.0, 4.0 + i]} for i in range(len(request["input"]))]
+            payload = json.dumps({"data": list(reversed(data))}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        vectors = HttpEmbedder(url, model="emb", dim=2).embed(["a", "b"])
+    finally:
+        server.shutdown()
+    np.testing.assert_allclose(vectors[0], [0.6, 0.8], rtol=1e-6)
+    assert np.isclose(float(np.linalg.norm(vectors[1])), 1.0)
