@@ -345,6 +345,7 @@ def gptcache_worker(dataset: str, limit: int) -> None:
     from gptcache import Cache, Config
     from gptcache.adapter.api import get, put
     from gptcache.manager import CacheBase, VectorBase, get_data_manager
+    from gptcache.processor.pre import get_prompt
     from gptcache.similarity_evaluation.distance import SearchDistanceEvaluation
 
     rows = [json.loads(line) for line in (DATA_DIR / f"{dataset}.jsonl").open() if line.strip()]
@@ -359,6 +360,7 @@ def gptcache_worker(dataset: str, limit: int) -> None:
             vectors[text] = model.query(text)
         return vectors[text]
 
+    # GPTCache flushes its faiss file at interpreter exit: keep the directory until then.
     with tempfile.TemporaryDirectory() as directory:
         cache = Cache()
         manager = get_data_manager(
@@ -367,7 +369,7 @@ def gptcache_worker(dataset: str, limit: int) -> None:
             max_size=len(rows) + 10,
         )
         # Threshold 0: GPTCache returns its nearest entry; cut-offs are applied afterwards.
-        cache.init(embedding_func=embed, data_manager=manager,
+        cache.init(pre_embedding_func=get_prompt, embedding_func=embed, data_manager=manager,
                    similarity_evaluation=SearchDistanceEvaluation(),
                    config=Config(similarity_threshold=0.0))  # fmt: skip
         for index, row in enumerate(rows):
@@ -382,6 +384,8 @@ def gptcache_worker(dataset: str, limit: int) -> None:
             served = -1 if answer is None else int(str(answer).split("-")[1])
             cosine = float(vectors[row["b"]] @ embed(rows[served]["a"])) if served >= 0 else -1
             outcomes.append((cosine, served == index, int(row["label"])))
+        cache.flush()
+        cache.data_manager = None  # nothing left to flush at exit
     print(json.dumps(_gptcache_report(outcomes, latencies)))
 
 
