@@ -3,6 +3,7 @@
     python bench/semantic.py embedders [--limit 2000]     # quality + latency per embedder
     python bench/semantic.py ann [--entries 100000]       # usearch vs hnswlib vs faiss vs exact
     python bench/semantic.py scale [--entries 1000000]    # search at 1M, embed+search at 100k
+    python bench/semantic.py guard                        # near-miss guard speed and vetoes
     python bench/semantic.py eviction                     # LRU vs LFU hit ratio (Zipf + drift)
     python bench/semantic.py gptcache [--limit 2000]      # GPTCache with the same embedder
 
@@ -258,6 +259,42 @@ async def _embed_plus_search(num_entries: int, dim: int) -> dict[str, Any]:
             "first_lookup_ms": round(latencies[0], 1)}  # fmt: skip
 
 
+def bench_guard(args: argparse.Namespace) -> None:
+    """Near-miss guard on the labelled pairs themselves: speed, and how often it vetoes
+    pairs of each label (a veto of a label-1 pair costs recall, of a label-0 pair saves a
+    false hit if the embedder would have matched it)."""
+    from collections import Counter
+
+    from hasten.semantic import guard
+
+    report: dict[str, Any] = {}
+    for dataset in DATASETS:
+        rows = [json.loads(line) for line in (DATA_DIR / f"{dataset}.jsonl").open()]
+        latencies, vetoes = [], {0: Counter(), 1: Counter()}
+        for row in rows:
+            started = time.perf_counter()
+            reason = guard.near_miss(row["a"], row["b"])
+            latencies.append((time.perf_counter() - started) * 1e6)
+            vetoes[int(row["label"])][reason or "pass"] += 1
+        report[dataset] = {
+            "pair_us": _percentiles(latencies),
+            **{
+                f"label_{label}": {
+                    "veto_rate": 1 - counts["pass"] / max(1, counts.total()),
+                    "by_reason": dict(counts),
+                }
+                for label, counts in vetoes.items()
+            },
+        }
+    qqp = report["qqp_dev"]
+    _emit(
+        f"guard: {qqp['pair_us']['p50']:.0f} us per pair (p50, both texts),"
+        f" qqp vetoes {qqp['label_0']['veto_rate']:.2f} of label-0 and"
+        f" {qqp['label_1']['veto_rate']:.2f} of label-1 pairs",
+        report,
+    )
+
+
 def bench_eviction(args: argparse.Namespace) -> None:
     report = {policy: asyncio.run(_eviction_run(policy, args)) for policy in ("lru", "lfu")}
     _emit(
@@ -414,15 +451,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("which", choices=("embedders", "ann", "scale", "eviction", "gptcache"))
+    parser.add_argument(
+        "which", choices=("embedders", "ann", "scale", "guard", "eviction", "gptcache")
+    )
     parser.add_argument("--limit", type=int, default=2000, help="qqp_dev sample size")
     parser.add_argument("--entries", type=int, default=None)
     parser.add_argument("--requests", type=int, default=20_000)
     args = parser.parse_args()
     if args.entries is None:
         args.entries = 1_000_000 if args.which == "scale" else 100_000
-    {"embedders": bench_embedders, "ann": bench_ann, "scale": bench_scale,
-     "eviction": bench_eviction, "gptcache": bench_gptcache}[args.which](args)  # fmt: skip
+    benches = {
+        "embedders": bench_embedders,
+        "ann": bench_ann,
+        "scale": bench_scale,
+        "guard": bench_guard,
+        "eviction": bench_eviction,
+        "gptcache": bench_gptcache,
+    }
+    benches[args.which](args)
 
 
 if __name__ == "__main__":
