@@ -37,7 +37,7 @@ DIFFERENT = [
     ("我喜欢这部电影", "我不喜欢这部电影", guard.NEGATION),
     ("他没有去北京", "他去北京了", guard.NEGATION),
     ("今天的会议几点开始", "明天的会议几点开始", guard.DATES),
-    ("这本书多少元", "这本书多少美元", guard.UNITS),
+    ("这本书多少人民币", "这本书多少美元", guard.UNITS),
     ("《红楼梦》的作者是谁", "《西游记》的作者是谁", guard.QUOTED),
     ("iPhone 14 battery life", "iPhone 15 battery life", guard.NUMBERS),
 ]

@@ -95,17 +95,37 @@ def compare(first: TextSignature, second: TextSignature) -> str | None:
         return NEGATION
     if first.numbers != second.numbers:
         return NUMBERS
-    if first.units != second.units or first.quantities != second.quantities:
+    if _is_contradiction(first.units, second.units) or _has_unit_swap(first, second):
         return UNITS
     if first.quoted != second.quoted:
         return QUOTED
-    if first.dates != second.dates:
+    if _is_contradiction(first.dates, second.dates):
         return DATES
     if first.code != second.code:
         return CODE
     if _has_entity_swap(first, second):
         return ENTITIES
     return None
+
+
+def _is_contradiction(first: frozenset[str], second: frozenset[str]) -> bool:
+    """Both texts state the feature and disagree. Units and dates named on one side only are
+    usually implied by the other ("per day" / "a day", "today" added for emphasis), so an
+    omission is not treated as a difference (measured: bench/semantic.py guard)."""
+    return bool(first) and bool(second) and first != second
+
+
+def _has_unit_swap(first: TextSignature, second: TextSignature) -> bool:
+    """The same number with a different unit on each side ("5 km" / "5 miles")."""
+    units_by_number: dict[str, set[str]] = {}
+    for quantity in first.quantities:
+        number, unit = quantity.split(" ", 1)
+        units_by_number.setdefault(number, set()).add(unit)
+    for quantity in second.quantities:
+        number, unit = quantity.split(" ", 1)
+        if number in units_by_number and unit not in units_by_number[number]:
+            return True
+    return False
 
 
 def _has_entity_swap(first: TextSignature, second: TextSignature) -> bool:
