@@ -120,6 +120,7 @@ class Engine:
             n_seq_max=self.scheduler.num_slots,
             n_batch=self.config.max_step_tokens,
             n_threads=self.config.n_threads,
+            n_threads_single_token=min(self.config.n_threads_single_token, self.config.n_threads),
         )
         self.runner = Runner(self.model, params)
         self._lock = threading.Condition()

@@ -66,6 +66,7 @@ class ContextParams:
     n_seq_max: int
     n_batch: int
     n_threads: int
+    n_threads_single_token: int
 
 
 class LocalModel:
@@ -113,7 +114,8 @@ class LocalModel:
         ctx_params.n_batch = params.n_batch
         ctx_params.n_ubatch = params.n_batch
         ctx_params.n_seq_max = params.n_seq_max
-        ctx_params.n_threads = params.n_threads
+        # llama.cpp uses n_threads for one-token ubatches, n_threads_batch for the rest.
+        ctx_params.n_threads = params.n_threads_single_token
         ctx_params.n_threads_batch = params.n_threads
         ctx_params.kv_unified = True
         ctx_params.no_perf = True

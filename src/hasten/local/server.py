@@ -30,7 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--n-ctx", type=int, default=None, help="KV cache tokens, all sequences")
     parser.add_argument(
-        "--n-threads", type=int, default=None, help="CPU threads (default: cores - 1)"
+        "--n-threads",
+        type=int,
+        default=None,
+        help="CPU threads for batches (default: one per core)",
     )
     parser.add_argument("--max-seqs", type=int, default=None, help="requests decoded together")
     parser.add_argument("--max-queue", type=int, default=None, help="waiting requests before 429")
