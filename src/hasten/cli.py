@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Sequence
@@ -23,6 +24,10 @@ commands:
                 stragglers, errors, 429s and disconnects; the upstream for tests/benchmarks.
   bench         load generator: drive any OpenAI-compatible URL and report TTFT,
                 end-to-end and inter-token latency percentiles, throughput and hit ratio.
+  local         serve the bundled local model (SmolLM2-135M on llama.cpp, continuous
+                batching, prefix reuse) as an OpenAI-compatible server on its own.
+  eval-cache    measure the semantic cache on labelled question pairs: precision,
+                recall, false-hit rate and lookup latency.
   check-config  validate a config file and print what it declares.
 """
 
@@ -63,25 +68,29 @@ def _describe(path: str, config: GatewayConfig) -> str:
     return "\n".join(lines)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from hasten import server
-    from hasten.loadgen import cli as bench_cli
-    from hasten.simulator import server as sim_server
+# Each command's module is imported only when that command runs: `hasten local` pulls in
+# llama.cpp and `hasten eval-cache` an embedding model, which `serve` must not pay for.
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("hasten.server", "run the gateway"),
+    "simulate": ("hasten.simulator.server", "run the latency simulator"),
+    "bench": ("hasten.loadgen.cli", "run the load generator"),
+    "local": ("hasten.local.server", "serve the local llama.cpp model on its own"),
+    "eval-cache": ("hasten.semantic.evaluate", "evaluate the semantic cache on labelled pairs"),
+}
 
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hasten", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--version", action="version", version=f"hasten {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    serve = commands.add_parser("serve", help="run the gateway")
-    server.add_arguments(serve)
-    serve.set_defaults(func=server.run)
-    simulate = commands.add_parser("simulate", help="run the latency simulator")
-    sim_server.add_arguments(simulate)
-    simulate.set_defaults(func=sim_server.run)
-    bench = commands.add_parser("bench", help="run the load generator")
-    bench_cli.add_arguments(bench)
-    bench.set_defaults(func=bench_cli.run)
+    for name, (module_name, help_text) in _COMMANDS.items():
+        sub = commands.add_parser(name, help=help_text)
+        if name == command:
+            module = importlib.import_module(module_name)
+            module.add_arguments(sub)
+            sub.set_defaults(func=module.run)
     check = commands.add_parser("check-config", help="validate a config file")
     check.add_argument("file", help="TOML config file")
     check.set_defaults(func=_check_config)
@@ -89,8 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    command = next((w for w in words if not w.startswith("-")), None)
+    parser = build_parser(command)
+    args = parser.parse_args(words)
     if args.command is None:
         parser.print_help()
         return 0
