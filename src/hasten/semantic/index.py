@@ -10,6 +10,7 @@ it from one worker thread.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,7 +89,8 @@ class _Hnsw:
 
     def add_many(self, ids: npt.NDArray[np.int64], vectors: npt.NDArray[np.float32]) -> None:
         if len(ids):
-            self.index.add(ids.astype(np.uint64), vectors, threads=1)
+            # Bulk (re)builds are one-off and block their partition anyway: use every core.
+            self.index.add(ids.astype(np.uint64), vectors, threads=os.cpu_count() or 1)
 
     def add(self, entry_id: int, vector: Vector) -> None:
         if self.index.contains(entry_id):
