@@ -341,3 +341,14 @@ def test_cache_misses_carry_routing_headers_through_the_flight() -> None:
         assert miss.headers["x-hasten-cache"] == "miss"
         assert miss.headers["x-hasten-upstream"] == "only"
         assert hit.headers["x-hasten-cache"] == "hit"
+
+
+def test_hedging_with_nowhere_to_hedge_just_waits() -> None:
+    with simulators(only=SimConfig(ttft_base_ms=600, output_tokens=3)) as sims:
+        config = routed_config(sims, RoutingConfig(hedge=ALWAYS_HEDGE))
+        with running_gateway(config) as gateway:
+            response = post_chat(gateway, chat_body("alone", stream=True))
+        assert response.status_code == 200
+        assert response.headers["x-hasten-upstream"] == "only"
+        assert "x-hasten-hedge" not in response.headers
+        assert len(content_pieces(stream_events(response))) == 3

@@ -302,9 +302,9 @@ class Dispatch:
         if hedge_at_s is None or now_s < hedge_at_s:
             return
         target = self._next_untried(is_eligible_only=True)
+        self._is_hedge_spent = True  # one chance per request, or the wait loop would spin
         if target is None:
             return
-        self._is_hedge_spent = True
         if not self._pool.try_hedge(now_s):
             self.decision.hedge = "denied"
             return
