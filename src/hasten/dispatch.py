@@ -170,7 +170,7 @@ class Dispatch:
             self._pool.on_final_status(
                 info.name, now_s, is_probe=info.is_probe, started_s=info.started_s
             )
-        if self._is_hedge_spent and self.decision.hedge != "denied":
+        if self.decision.hedge == "fired":
             self.decision.hedge = "won" if info.is_hedge else "lost"
         self.decision.deployment = info.name
         return Won(info.name, ready, info.is_probe, (now_s - self._started_s) * 1000.0)
@@ -308,6 +308,7 @@ class Dispatch:
         if not self._pool.try_hedge(now_s):
             self.decision.hedge = "denied"
             return
+        self.decision.hedge = "fired"
         self._start(target, is_hedge=True)
 
     async def _expire_ttft(self, now_s: float) -> None:
