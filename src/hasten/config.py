@@ -16,6 +16,8 @@ from typing import Any
 
 from hasten.cache.policy import ModelCachePolicy
 from hasten.errors import ConfigError
+from hasten.hybrid import HybridConfig, parse_hybrid
+from hasten.local.config import LocalServerConfig, parse_local_table
 from hasten.routing.settings import (
     DeploymentConfig,
     RoutingConfig,
@@ -116,6 +118,8 @@ class GatewayConfig:
     models: Mapping[str, ModelRoute] = field(default_factory=dict)
     aliases: Mapping[str, str] = field(default_factory=dict)
     cache: CacheConfig = CacheConfig()
+    local: LocalServerConfig | None = None  # the in-process llama.cpp engine, when enabled
+    hybrid: HybridConfig | None = None
 
     @property
     def is_simulated(self) -> bool:
@@ -396,9 +400,21 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str]) -> GatewayConf
             raise ConfigError(f"aliases.{alias}: expected a model name string")
         if target not in models and WILDCARD_MODEL not in models:
             raise ConfigError(f"aliases.{alias}: points at unknown model {target!r}")
+    local = parse_local_table(root.get("local", dict, {})) if "local" in data else None
+    hybrid = None
+    if "hybrid" in data:
+        hybrid = parse_hybrid(root.get("hybrid", dict, {}), known_models=models)
+        if hybrid.policy != "cloud-only" and local is None:
+            local = LocalServerConfig()  # a hybrid route needs the local engine running
     root.finish()
     return GatewayConfig(
-        server=server, upstreams=upstreams, models=models, aliases=aliases, cache=cache
+        server=server,
+        upstreams=upstreams,
+        models=models,
+        aliases=aliases,
+        cache=cache,
+        local=local,
+        hybrid=hybrid,
     )
 
 

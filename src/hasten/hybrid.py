@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal
+
+from hasten.errors import ConfigError
 
 Target = Literal["local", "cloud"]
 POLICIES = ("local-first", "cloud-first", "local-only", "cloud-only")
@@ -31,9 +33,9 @@ _MATH = re.compile(r"\\frac|\\sum|\\int|\$[^$]+\$|[∑∫√≤≥≠]|\d+\s*[*/
 class HybridConfig:
     """When a request counts as hard, and what each policy does with it."""
 
+    model: str = "auto"  # the name clients ask for to get hybrid routing
     policy: str = "local-first"
-    local_model: str = "local"
-    cloud_model: str = ""
+    cloud_model: str = ""  # a configured model route; its name is what both sides receive
     max_local_prompt_tokens: int = 1500
     max_local_output_tokens: int = 512
     max_local_turns: int = 8
@@ -112,3 +114,35 @@ def decide_hybrid(body: Mapping[str, Any], config: HybridConfig) -> HybridDecisi
     if reason is None:
         return HybridDecision("local", "cloud", "easy")
     return HybridDecision("cloud", "local", reason)
+
+
+def parse_hybrid(table: Mapping[str, Any], *, known_models: Mapping[str, Any]) -> HybridConfig:
+    """Reads ``[hybrid]``; the cloud side must name a configured model route."""
+    defaults = HybridConfig()
+    values: dict[str, Any] = {}
+    for item in fields(HybridConfig):
+        if item.name not in table:
+            continue
+        value, default = table[item.name], getattr(defaults, item.name)
+        is_number = isinstance(value, int | float) and not isinstance(value, bool)
+        if isinstance(default, str) and not isinstance(value, str):
+            raise ConfigError(f"hybrid.{item.name}: expected a string, got {value!r}")
+        if isinstance(default, int | float) and not (is_number and value > 0):
+            raise ConfigError(f"hybrid.{item.name}: expected a number > 0, got {value!r}")
+        values[item.name] = value
+    unknown = sorted(set(table) - {item.name for item in fields(HybridConfig)})
+    if unknown:
+        raise ConfigError(f"hybrid: unknown key {unknown[0]!r}")
+    config = HybridConfig(**values)
+    if config.policy not in POLICIES:
+        raise ConfigError(
+            f"hybrid.policy: expected one of {', '.join(POLICIES)}, got {config.policy!r}"
+        )
+    if config.policy != "local-only":
+        if not config.cloud_model:
+            raise ConfigError(f"hybrid.cloud_model: required for policy {config.policy!r}")
+        if config.cloud_model not in known_models and "*" not in known_models:
+            raise ConfigError(f"hybrid.cloud_model: unknown model {config.cloud_model!r}")
+    if config.model in known_models:
+        raise ConfigError(f"hybrid.model: {config.model!r} is also a [models] route")
+    return config

@@ -9,6 +9,7 @@ Three ways a request can be answered, chosen per request:
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -37,13 +38,17 @@ from hasten.cache import (
     parse_cache_control,
 )
 from hasten.cache.replay import answer_body, answer_frames
+from hasten.edge import route_name
 from hasten.errors import HastenError, InvalidJSON, InvalidRequest
 from hasten.flight import Flight
 from hasten.gateway import Gateway
+from hasten.hybrid import decide_hybrid
 from hasten.models import ResolvedModel
 from hasten.recorder import Recorder
 from hasten.upstream import UpstreamCall
 from hasten.validation import check_chat, check_completion, check_embedding
+
+_log = logging.getLogger("hasten.proxy")
 
 # Upstream response headers worth passing back (rate limits, request ids, timings).
 _PASSED_HEADERS = frozenset(
@@ -98,6 +103,7 @@ class Exchange:
     is_stream: bool
     started_s: float
     request_id: str
+    extra_headers: tuple[tuple[bytes, bytes], ...] = ()
 
     def base_headers(self, cache_label: bytes, ttfb_ms: float | None) -> Headers:
         gateway_ms = (time.perf_counter() - self.started_s) * 1000.0 - (ttfb_ms or 0.0)
@@ -108,6 +114,7 @@ class Exchange:
             (b"x-hasten-cache", cache_label),
             (b"x-hasten-request-id", self.request_id.encode()),
             (b"server-timing", timing.encode()),
+            *self.extra_headers,
         ]
 
 
@@ -135,7 +142,7 @@ async def handle(
     body = parse_body(raw)
     endpoint.check(body)
     tenant = gateway.auth.tenant_for(header(scope, b"authorization"))
-    model = gateway.router.resolve(body["model"])
+    model, extra_headers = _resolve(gateway, body, request_id)
     if model.is_renamed:
         raw = orjson.dumps({**body, "model": model.upstream_model})
     exchange = Exchange(
@@ -149,12 +156,26 @@ async def handle(
         endpoint.is_streamable and body.get("stream") is True,
         started_s,
         request_id,
+        extra_headers,
     )
     watcher = DisconnectWatcher(receive)
     try:
         await _dispatch(gateway, exchange)
     finally:
         watcher.finish()
+
+
+def _resolve(
+    gateway: Gateway, body: dict[str, Any], request_id: str
+) -> tuple[ResolvedModel, tuple[tuple[bytes, bytes], ...]]:
+    """The route for this request; a hybrid model name picks local or cloud per request."""
+    hybrid = gateway.config.hybrid
+    if hybrid is None or body["model"] != hybrid.model:
+        return gateway.router.resolve(body["model"]), ()
+    choice = decide_hybrid(body, hybrid)
+    _log.info("request %s: hybrid %s", request_id, choice.header)
+    model = gateway.router.resolve(route_name(hybrid.model, choice.target))
+    return model, ((b"x-hasten-hybrid", choice.header.encode()),)
 
 
 async def _dispatch(gateway: Gateway, ex: Exchange) -> None:

@@ -11,10 +11,11 @@ import socket
 import sys
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
+from hasten import edge
 from hasten.app import HastenApp
 from hasten.config import (
     WILDCARD_MODEL,
@@ -27,6 +28,10 @@ from hasten.config import (
     with_upstream,
 )
 from hasten.errors import ConfigError
+from hasten.local.config import LocalServerConfig
+
+if TYPE_CHECKING:
+    from hasten.local.engine import Engine
 
 # The embedded demo upstream answers like a slow-ish cloud model so the cache shows.
 DEMO_TTFT_MS = 300.0
@@ -58,6 +63,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--redis-url", help="redis:// URL; implies --cache-backend redis (env HASTEN_REDIS_URL)"
     )
     parser.add_argument("--no-cache", action="store_true", help="disable the answer cache")
+    parser.add_argument(
+        "--simulator",
+        action="store_true",
+        help="with no upstream configured, front the built-in latency simulator instead of "
+        "the local model",
+    )
     parser.add_argument(
         "--log-level",
         default=None,
@@ -144,17 +155,34 @@ def _uvicorn_server(app: Any, log_level: str) -> uvicorn.Server:
     return uvicorn.Server(config)
 
 
-async def _serve(config: GatewayConfig) -> None:
+async def _serve(config: GatewayConfig, *, is_simulator_default: bool) -> None:
     servers: list[tuple[uvicorn.Server, socket.socket]] = []
-    if config.is_simulated:
+    local = config.local
+    if local is None and config.is_simulated and not is_simulator_default:
+        local = LocalServerConfig() if edge.is_local_available() else None
+    engine = None
+    if local is not None:
+        engine, local_app = edge.start_engine(local)
+        local_sock = _bind("127.0.0.1", 0)
+        config = edge.with_local_upstream(config, _loopback_url(local_sock))
+        servers.append((_uvicorn_server(local_app, "warning"), local_sock))
+    elif config.is_simulated:
         sim_sock = _bind("127.0.0.1", 0)
-        sim_url = f"http://127.0.0.1:{sim_sock.getsockname()[1]}/v1"
-        config = _with_demo_upstream(config, sim_url)
+        config = _with_demo_upstream(config, _loopback_url(sim_sock))
         servers.append((_uvicorn_server(_demo_simulator(), "warning"), sim_sock))
+    config = edge.with_hybrid_routes(config)
     sock = _bind(config.server.host, config.server.port)
     servers.append((_uvicorn_server(HastenApp(config), config.server.log_level), sock))
-    print(_banner(config, sock), file=sys.stderr, flush=True)
-    await asyncio.gather(*(server.serve(sockets=[s]) for server, s in servers))
+    print(_banner(config, sock, engine), file=sys.stderr, flush=True)
+    try:
+        await asyncio.gather(*(server.serve(sockets=[s]) for server, s in servers))
+    finally:
+        if engine is not None:
+            engine.close()
+
+
+def _loopback_url(sock: socket.socket) -> str:
+    return f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
 
 
 def _demo_simulator() -> Any:
@@ -178,10 +206,24 @@ def _with_demo_upstream(config: GatewayConfig, url: str) -> GatewayConfig:
     )
 
 
-def _banner(config: GatewayConfig, sock: socket.socket) -> str:
+def _banner(config: GatewayConfig, sock: socket.socket, engine: Engine | None) -> str:
     host, port = sock.getsockname()[:2]
     lines = [f"hasten gateway on http://{host}:{port}/v1"]
+    if engine is not None:
+        lines.append(
+            f"  upstream local: LOCAL MODEL {engine.model.path.name} on llama.cpp "
+            f"({engine.config.n_threads} threads, {engine.config.max_seqs} sequences); "
+            f"model name 'local'" + (", and every other name" if not _has_cloud(config) else "")
+        )
+    if config.hybrid is not None:
+        hybrid = config.hybrid
+        lines.append(
+            f"  hybrid model '{hybrid.model}': {hybrid.policy} "
+            f"(cloud: {hybrid.cloud_model or 'none'})"
+        )
     for upstream in config.upstreams.values():
+        if upstream.name == edge.LOCAL and engine is not None:
+            continue
         label = (
             " (BUILT-IN SIMULATOR: synthetic text, not a real model)"
             if upstream.name == "simulator"
@@ -202,6 +244,10 @@ def _banner(config: GatewayConfig, sock: socket.socket) -> str:
     return "\n".join(lines)
 
 
+def _has_cloud(config: GatewayConfig) -> bool:
+    return any(name != edge.LOCAL for name in config.upstreams)
+
+
 def run(args: argparse.Namespace) -> int:
     config = resolve_config(args, os.environ)
     logging.basicConfig(
@@ -215,5 +261,5 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         runner = asyncio.run
     with contextlib.suppress(KeyboardInterrupt):
-        runner(_serve(config))
+        runner(_serve(config, is_simulator_default=args.simulator))
     return 0

@@ -62,13 +62,24 @@ class EngineFailed(HastenError):
 
 
 def build_app(
-    engine: Engine, *, model_id: str = MODEL_ID, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    engine: Engine,
+    *,
+    model_id: str = MODEL_ID,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    is_any_model: bool = False,
 ) -> ASGIApp:
-    return LocalApp(engine, model_id=model_id, max_body_bytes=max_body_bytes)
+    return LocalApp(
+        engine, model_id=model_id, max_body_bytes=max_body_bytes, is_any_model=is_any_model
+    )
 
 
 class LocalApp:
-    def __init__(self, engine: Engine, *, model_id: str, max_body_bytes: int) -> None:
+    def __init__(
+        self, engine: Engine, *, model_id: str, max_body_bytes: int, is_any_model: bool = False
+    ) -> None:
+        # Behind the gateway the engine answers whatever name a route sends it: a hybrid
+        # route forwards the cloud model's name to both, so a fallback needs no rewrite.
+        self.is_any_model = is_any_model
         self.engine = engine
         self.model_id = model_id
         self.max_body_bytes = max_body_bytes
@@ -128,7 +139,7 @@ class LocalApp:
         except orjson.JSONDecodeError:
             raise InvalidJSON("request body is not valid JSON") from None
         request = parse_chat_request(data)
-        if request.model != self.model_id:
+        if request.model != self.model_id and not self.is_any_model:
             raise ModelNotFound(f"model '{request.model}' not found", param="model")
         generation = self._submit(request)
         watcher = DisconnectWatcher(receive)
