@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 from dataclasses import replace
@@ -11,7 +12,8 @@ import pytest
 from hasten.routing.affinity import HashRing, bounded_capacity, choose_bounded, prefix_key
 from hasten.routing.breaker import BreakerState, CircuitBreaker
 from hasten.routing.budget import HedgeBudget
-from hasten.routing.estimates import LatencyEstimate
+from hasten.routing.estimates import LatencyEstimate, second_largest
+from hasten.routing.homes import HomeTable, choose_home
 from hasten.routing.pool import DeploymentPool
 from hasten.routing.settings import BreakerConfig, DeploymentConfig, HedgeConfig, RoutingConfig
 
@@ -40,31 +42,58 @@ def _teach(pool: DeploymentPool, name: str, ttft_ms: float, num: int, start_s: f
 # --- estimates ------------------------------------------------------------------------
 
 
-def test_estimate_follows_level_and_jumps_on_a_slow_sample() -> None:
+def test_estimate_follows_level_and_ignores_a_lone_straggler() -> None:
     estimate = LatencyEstimate(ewma_decay_s=10.0, penalty_decay_s=5.0)
     assert estimate.ttft_ms(0.0) is None
     for i in range(50):
         estimate.observe_ttft(300.0, i * 0.1)
     assert estimate.ttft_ms(5.0) == pytest.approx(300.0)
     estimate.observe_ttft(3000.0, 5.0)
-    assert estimate.ttft_ms(5.0) >= 3000.0  # the peak counts at once
-    # ...and is forgiven with time (one e-fold per penalty_decay_s), leaving only its
-    # share in the typical value.
-    faded = estimate.ttft_ms(30.0)
+    # One straggler moves only the typical value, by its 1/16 share.
+    lone = estimate.ttft_ms(5.0)
+    assert lone is not None and 300.0 < lone < 500.0
+
+
+def test_corroborated_slowness_counts_at_once_and_fades() -> None:
+    estimate = LatencyEstimate(ewma_decay_s=10.0, penalty_decay_s=5.0)
+    for i in range(50):
+        estimate.observe_ttft(300.0, i * 0.1)
+    estimate.observe_ttft(1500.0, 5.0)
+    estimate.observe_ttft(1500.0, 5.1)
+    assert estimate.ttft_ms(5.1) == pytest.approx(1500.0 * math.exp(-0.1 / 5.0))
     typical = estimate.typical_ttft_ms
-    assert faded is not None and typical is not None
-    assert faded < typical + 30.0 and typical < 500.0
+    faded = estimate.ttft_ms(30.0)
+    assert faded is not None and faded == pytest.approx(typical)
+    # Most recent samples slow: a level shift, which the typical value follows 4x faster.
+    for i in range(3):
+        estimate.observe_ttft(1500.0, 5.2 + 0.1 * i)
+    typical = estimate.typical_ttft_ms
+    assert typical is not None and typical > 300.0 + 0.4 * 1200.0
 
 
-def test_censored_samples_raise_penalty_but_not_quantiles() -> None:
+def test_two_requests_waiting_are_evidence_one_is_not() -> None:
+    estimate = LatencyEstimate(ewma_decay_s=10.0, penalty_decay_s=5.0)
+    for i in range(20):
+        estimate.observe_ttft(100.0, i * 0.1)
+    assert estimate.ttft_ms(2.0, [900.0]) == pytest.approx(100.0)
+    assert estimate.ttft_ms(2.0, [900.0, 700.0]) == pytest.approx(700.0)
+
+
+def test_censored_samples_are_evidence_but_not_quantiles() -> None:
     estimate = LatencyEstimate(ewma_decay_s=10.0, penalty_decay_s=5.0)
     for i in range(20):
         estimate.observe_ttft(100.0, i * 0.1)
     estimate.observe_censored(900.0, 2.0)
-    assert estimate.ttft_ms(2.0) == pytest.approx(900.0)
+    estimate.observe_censored(800.0, 2.0)
+    assert estimate.ttft_ms(2.0) == pytest.approx(800.0)
     assert estimate.quantile_ms(0.99) == 100.0
     estimate.observe_censored(50.0, 2.0)  # shorter than typical: says nothing
-    assert estimate.ttft_ms(2.0) == pytest.approx(900.0)
+    assert estimate.ttft_ms(2.0) == pytest.approx(800.0)
+
+
+def test_second_largest() -> None:
+    assert second_largest([]) == 0.0 and second_largest([5.0]) == 0.0
+    assert second_largest([1.0, 9.0, 3.0, 9.0]) == 9.0 and second_largest([4.0, 2.0]) == 2.0
 
 
 def test_quantile_is_nearest_rank() -> None:
@@ -314,13 +343,23 @@ def test_stragglers_cancelled_after_the_hedge_delay_stay_in_the_quantiles() -> N
     assert pool.hedge_delay_s("a") == pytest.approx(0.9)
 
 
-def test_a_request_waiting_past_the_estimate_counts_before_any_sample() -> None:
+def test_requests_waiting_past_the_estimate_count_before_any_sample() -> None:
     pool = _pool(("a", "b"))
     now_s = _teach(pool, "a", 100.0, 30, 0.0)
     now_s = _teach(pool, "b", 150.0, 30, now_s)
-    pool.on_attempt_start("a", now_s)  # this one stalls...
-    assert pool.rank(now_s + 0.01).order[0] == "a"
-    assert pool.rank(now_s + 2.0).order[0] == "b"  # ...and two seconds on, it shows
+    pool.on_attempt_start("a", now_s)  # this one stalls: a straggler, perhaps...
+    assert pool.rank(now_s + 2.0).order[0] == "a"
+    pool.on_attempt_start("a", now_s + 0.1)  # ...but a second one too: a stall
+    assert pool.rank(now_s + 2.0).order[0] == "b"
+
+
+def test_an_avoided_deployment_drifts_back_and_is_retried() -> None:
+    pool = _pool(("a", "b"), routing=RoutingConfig(explore_decay_s=30.0))
+    now_s = _teach(pool, "a", 1500.0, 30, 0.0)  # degraded: avoided from here on
+    now_s = _teach(pool, "b", 300.0, 30, now_s)
+    pool.on_attempt_start("b", now_s)  # b stays busy, a gets no samples
+    assert pool.rank(now_s + 1.0).order[0] == "b"
+    assert pool.rank(now_s + 120.0).order[0] == "a"  # 4 time constants on: worth a retry
 
 
 def test_pool_hedges_only_within_budget() -> None:
@@ -334,3 +373,55 @@ def test_pool_hedges_only_within_budget() -> None:
 def test_ttft_timeout_per_deployment_overrides_the_model_default() -> None:
     pool = _pool(("a", "b"), routing=RoutingConfig(ttft_timeout_s=2.0), a={"ttft_timeout_s": 0.5})
     assert pool.ttft_timeout_s("a") == 0.5 and pool.ttft_timeout_s("b") == 2.0
+
+
+# --- homes: balanced by keys, stable, bounded ------------------------------------------
+
+
+def test_homes_are_balanced_by_number_of_keys() -> None:
+    ring = HashRing({n: 1.0 for n in ("a", "b", "c", "d")})
+    weights = dict.fromkeys(("a", "b", "c", "d"), 1.0)
+    for trial in range(50):
+        table = HomeTable(max_keys=1000)
+        keys = [random.Random(trial * 100 + i).getrandbits(64) for i in range(16)]
+        homes = Counter(table.place(k, list(ring.walk(k)), weights) for k in keys)
+        assert sorted(homes.values()) == [4, 4, 4, 4]
+        # A placed key keeps its home; most keys live where the ring puts them.
+        assert all(table.place(k, list(ring.walk(k)), weights) == table.lookup(k) for k in keys)
+        assert sum(table.lookup(k) == next(ring.walk(k)) for k in keys) >= 6
+
+
+def test_home_table_is_bounded_and_frees_the_counts_it_forgets() -> None:
+    table = HomeTable(max_keys=3)
+    weights = {"a": 1.0, "b": 1.0}
+    for key in range(5):
+        table.place(key, ["a", "b"], weights)
+    assert len(table) == 3 and table.lookup(0) is None and table.lookup(4) is not None
+    assert table.num_keys("a") + table.num_keys("b") == 3
+
+
+def test_heavier_deployments_are_home_to_more_keys() -> None:
+    assert choose_home(["a", "b"], {"a": 1, "b": 0}, {"a": 3.0, "b": 1.0}, 1.0) == "a"
+    assert choose_home(["a", "b"], {"a": 3, "b": 0}, {"a": 3.0, "b": 1.0}, 1.0) == "b"
+
+
+def test_pool_affinity_uses_balanced_homes_and_spills_when_overloaded() -> None:
+    pool = _pool(("a", "b", "c", "d"))
+    keys = [random.Random(i).getrandbits(64) for i in range(16)]
+    homes = Counter(pool.rank(0.0, affinity_key=k).order[0] for k in keys)
+    assert sorted(homes.values()) == [4, 4, 4, 4]
+    home = pool.rank(0.0, affinity_key=keys[0]).order[0]
+    for _ in range(6):  # capacity: ceil(2.0 * 7 / 4) = 4 in flight
+        pool.on_attempt_start(home, 0.0)
+    ranking = pool.rank(0.0, affinity_key=keys[0])
+    assert ranking.order[0] != home and ranking.reason == "affinity_spill"
+
+
+def test_cold_start_hedges_on_the_fleets_pooled_samples() -> None:
+    hedge = HedgeConfig(min_samples=10, max_delay_ms=2000)
+    pool = _pool(("a", "b", "c"), routing=RoutingConfig(hedge=hedge))
+    assert pool.hedge_delay_s("a") == 2.0
+    now_s = 0.0
+    for name in ("a", "b", "c"):
+        now_s = _teach(pool, name, 300.0, 4, now_s)  # 12 pooled, 4 each
+    assert pool.hedge_delay_s("c") == pytest.approx(0.3)

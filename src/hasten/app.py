@@ -234,6 +234,7 @@ async def _send_error(send: Send, exc: HastenError, request_id: str, started_s: 
     ]
     if exc.retry_after_s is not None:
         headers.append((b"retry-after", str(max(1, round(exc.retry_after_s))).encode()))
+    headers.extend((name.encode(), value.encode()) for name, value in exc.headers.items())
     await send_response(send, exc.status_code, exc.to_json(), headers)
 
 

@@ -122,8 +122,20 @@ class Dispatch:
         self._start(self._order[0], is_hedge=False)
         try:
             return await self._race()
+        except HastenError as exc:
+            exc.headers.update(self._failure_headers())
+            raise
         finally:
             await self._cancel_running()
+
+    def _failure_headers(self) -> dict[str, str]:
+        """The routing headers of a request that failed: who was tried last, and what broke."""
+        if not self.decision.deployment:
+            if self._last is not None:
+                self.decision.deployment = self._last[0]
+            elif self._order:
+                self.decision.deployment = self._order[0]
+        return self.decision.headers()
 
     async def _race(self) -> Won:
         while True:

@@ -29,6 +29,8 @@ class HastenError(Exception):
         self.param = param
         self.code = code if code is not None else self.default_code
         self.retry_after_s = retry_after_s
+        # Extra response headers, e.g. the router's x-hasten-upstream account of a failure.
+        self.headers: dict[str, str] = {}
 
     def to_dict(self) -> dict[str, object]:
         return {

@@ -1,49 +1,60 @@
 """Decaying latency estimates of one deployment, and quantiles of its recent TTFTs.
 
-TTFT is tracked as a typical value plus a peak penalty (after Finagle's peak-EWMA): a slow
-sample raises the estimate at once, so a deployment that starts degrading loses traffic
-within a few requests, while the penalty fades with time so one straggler is soon forgiven
-and a recovered deployment is tried again. Times come from the caller (``now_s``).
+TTFT is tracked as a typical value (a time-weighted EWMA) raised by *corroborated* slowness:
+the second-slowest of the last few samples (each fading with time), or the median wait of
+the requests still waiting for their first token when two or more are. Corroborated, not
+one slow sample, because with a heavy tail (a few percent of stragglers at 10x) a single
+peak would keep every healthy deployment penalised much of the time and send traffic to a
+really degraded one. And the median of the waiting, not their maximum, because stragglers
+wait ten times longer, so they are a quarter of what is waiting at any moment on a healthy
+deployment, while on a degraded one every waiting request is late. When most recent samples
+sit above the typical value (a level shift, not a tail), the EWMA follows 4x faster.
+Times come from the caller (``now_s``).
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable
 
 MIN_EWMA_ALPHA = 1.0 / 16.0  # a busy deployment still follows a level shift in ~16 samples
+# Once most recent samples are slow, the typical value follows 4x faster: the evidence fades
+# within penalty_decay_s, and by then the EWMA must have learnt the new level.
+SHIFT_EWMA_ALPHA = 0.25
+SHIFT_MARGIN = 1.25  # "slow" for the shift test: above the typical value by this factor
 TPOT_ALPHA = 0.2
 NUM_RECENT_SAMPLES = 256
+NUM_EVIDENCE_SAMPLES = 8  # two stragglers at 3% among 8 samples: ~2% of the time
 
 
-class DecayingPenalty:
-    """A value that jumps up on demand and decays exponentially with time towards zero."""
+def second_largest(values: Iterable[float]) -> float:
+    """The second-largest value (0 when there are fewer than two)."""
+    first = second = 0.0
+    for value in values:
+        if value > first:
+            first, second = value, first
+        elif value > second:
+            second = value
+    return second
 
-    __slots__ = ("_at_s", "_decay_s", "_value_ms")
 
-    def __init__(self, decay_s: float) -> None:
-        self._decay_s = decay_s
-        self._value_ms = 0.0
-        self._at_s = 0.0
-
-    def value_ms(self, now_s: float) -> float:
-        if self._value_ms <= 0.0:
-            return 0.0
-        return self._value_ms * math.exp(-max(0.0, now_s - self._at_s) / self._decay_s)
-
-    def raise_to(self, value_ms: float, now_s: float) -> None:
-        if value_ms > self.value_ms(now_s):
-            self._value_ms, self._at_s = value_ms, now_s
+def lower_median(values: list[float]) -> float:
+    """The lower median (of two, the smaller); 0 for no values."""
+    if not values:
+        return 0.0
+    return sorted(values)[(len(values) - 1) // 2]
 
 
 class LatencyEstimate:
-    """TTFT (typical + peak penalty), time per output token, probe RTT, recent TTFTs."""
+    """TTFT (typical + corroborated slowness), time per output token, probe RTT, recent TTFTs."""
 
     def __init__(self, *, ewma_decay_s: float, penalty_decay_s: float) -> None:
         self._decay_s = ewma_decay_s
+        self._penalty_decay_s = penalty_decay_s
         self._ttft_ewma_ms: float | None = None
-        self._updated_s = 0.0
-        self.penalty = DecayingPenalty(penalty_decay_s)
+        self.updated_s: float | None = None  # when the last TTFT sample (or bound) arrived
+        self._evidence: deque[tuple[float, float]] = deque(maxlen=NUM_EVIDENCE_SAMPLES)
         self.tpot_ms: float | None = None
         self.probe_rtt_ms: float | None = None
         self.num_samples = 0
@@ -54,47 +65,60 @@ class LatencyEstimate:
     def typical_ttft_ms(self) -> float | None:
         return self._ttft_ewma_ms
 
-    def ttft_ms(self, now_s: float) -> float | None:
-        """The estimate used for choosing; None before any sample or probe."""
+    def slowness_ms(self, now_s: float, waiting_ms: Iterable[float] = ()) -> float:
+        """Corroborated slowness: the second-slowest recent sample (fading with age), or the
+        median wait of the requests still waiting when there are two or more."""
+        faded = (
+            ttft_ms * math.exp(-max(0.0, now_s - at_s) / self._penalty_decay_s)
+            for at_s, ttft_ms in self._evidence
+        )
+        waiting = list(waiting_ms)
+        waited_ms = lower_median(waiting) if len(waiting) >= 2 else 0.0
+        return max(second_largest(faded), waited_ms)
+
+    def ttft_ms(self, now_s: float, waiting_ms: Iterable[float] = ()) -> float | None:
+        """The estimate used for choosing; None before any sample, probe or waiting request."""
+        slowness_ms = self.slowness_ms(now_s, waiting_ms)
         base = self._ttft_ewma_ms if self._ttft_ewma_ms is not None else self.probe_rtt_ms
         if base is None:
-            return None
+            return slowness_ms or None
         # A round trip is a floor: no answer can come faster than the network allows.
-        floor = self.probe_rtt_ms or 0.0
-        return max(base, floor) + self.penalty.value_ms(now_s)
+        return max(base, self.probe_rtt_ms or 0.0, slowness_ms)
 
     def observe_ttft(self, ttft_ms: float, now_s: float) -> None:
+        self._learn(ttft_ms, now_s)
+        self.num_samples += 1
+        self._recent.append(ttft_ms)
+        self._sorted = None
+
+    def _learn(self, ttft_ms: float, now_s: float) -> None:
+        self._evidence.append((now_s, ttft_ms))
         ewma = self._ttft_ewma_ms
         if ewma is None:
             self._ttft_ewma_ms = ttft_ms
         else:
             # Time-weighted (an old estimate counts for less), but never frozen when busy.
-            elapsed_s = max(0.0, now_s - self._updated_s)
+            elapsed_s = max(0.0, now_s - (self.updated_s or now_s))
             alpha = max(MIN_EWMA_ALPHA, 1.0 - math.exp(-elapsed_s / self._decay_s))
+            recent_ms = lower_median([sample for _, sample in self._evidence])
+            if ttft_ms > ewma and recent_ms > SHIFT_MARGIN * ewma:
+                alpha = max(alpha, SHIFT_EWMA_ALPHA)
             self._ttft_ewma_ms = ewma + alpha * (ttft_ms - ewma)
-            if ttft_ms > ewma:
-                self.penalty.raise_to(ttft_ms - ewma, now_s)
-        self._updated_s = now_s
-        self.num_samples += 1
-        self._recent.append(ttft_ms)
-        self._sorted = None
+        self.updated_s = now_s
 
     def observe_censored(self, elapsed_ms: float, now_s: float, *, is_tail: bool = False) -> None:
         """An attempt abandoned after ``elapsed_ms`` without a token: TTFT was at least that.
 
-        The penalty learns from it; with ``is_tail`` (abandoned past the hedge delay) the
-        typical value and the quantiles do too, taking the lower bound as the sample: it is
-        above the quantiles that matter, and shorter ones say nothing about the tail.
+        It is evidence of slowness at once; with ``is_tail`` (abandoned past the hedge delay)
+        the quantiles learn from it too, taking the lower bound as the sample: it is above
+        the quantiles that matter, and shorter ones say nothing about the tail.
         """
-        ewma = self._ttft_ewma_ms
-        if ewma is None:
-            self.penalty.raise_to(elapsed_ms, now_s)
-        elif elapsed_ms > ewma:
-            self.penalty.raise_to(elapsed_ms - ewma, now_s)
         if is_tail:
             # A lower bound still beats silence: without it a deployment whose every slow
             # answer is hedged away would keep its old, fast typical value forever.
             self.observe_ttft(elapsed_ms, now_s)
+        elif self._ttft_ewma_ms is None or elapsed_ms > self._ttft_ewma_ms:
+            self._evidence.append((now_s, elapsed_ms))
 
     def observe_tpot(self, tpot_ms: float) -> None:
         current = self.tpot_ms
@@ -104,11 +128,18 @@ class LatencyEstimate:
         current = self.probe_rtt_ms
         self.probe_rtt_ms = rtt_ms if current is None else current + 0.3 * (rtt_ms - current)
 
+    def recent_samples(self) -> list[float]:
+        return list(self._recent)
+
     def quantile_ms(self, quantile: float) -> float | None:
         """Nearest-rank quantile of the recent TTFT samples; None when there are none."""
         if not self._recent:
             return None
         if self._sorted is None:
             self._sorted = sorted(self._recent)
-        index = min(len(self._sorted) - 1, max(0, math.ceil(quantile * len(self._sorted)) - 1))
-        return self._sorted[index]
+        return nearest_rank(self._sorted, quantile)
+
+
+def nearest_rank(ordered: list[float], quantile: float) -> float:
+    index = min(len(ordered) - 1, max(0, math.ceil(quantile * len(ordered)) - 1))
+    return ordered[index]

@@ -4,9 +4,11 @@
 in order, the hedge target and the failover candidates:
 1. deployments whose breaker admits traffic and which are under ``max_concurrency``;
    of those only the best (lowest) priority tier competes for primary;
-2. within the tier, a request with a prefix-affinity key takes its consistent-hash home
-   (bounded load), any other request power-of-two-choices: two deployments drawn by
-   weight, the lower cost wins, cost = expected latency x (in-flight + 1) / weight;
+2. within the tier, a request with a prefix-affinity key takes its key's home (a table that
+   keeps homes balanced by number of keys, see ``homes``) unless the home holds more than
+   ``affinity_load_factor`` x the average in flight, then the next on the key's ring;
+   any other request power-of-two-choices: two deployments drawn by weight, the lower cost
+   wins, cost = expected latency x (1 + 0.25 x in flight) / weight;
 3. then the rest of the tier and lower tiers, by cost;
 4. then deployments that are tripped or full, least bad first, so that when everything is
    tripped the request is still tried somewhere rather than refused.
@@ -14,14 +16,16 @@ in order, the hedge target and the failover candidates:
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from hasten.routing.affinity import HashRing, choose_bounded
+from hasten.routing.affinity import HashRing, bounded_capacity, choose_bounded
 from hasten.routing.breaker import CircuitBreaker
 from hasten.routing.budget import HedgeBudget
-from hasten.routing.estimates import LatencyEstimate
+from hasten.routing.estimates import LatencyEstimate, nearest_rank
+from hasten.routing.homes import HomeTable
 from hasten.routing.settings import DeploymentConfig, RoutingConfig
 
 MAX_EXPECTED_TOKENS = 4096
@@ -36,7 +40,8 @@ BUDGET_FILL = 0.8
 @dataclass(frozen=True, slots=True)
 class Ranking:
     order: tuple[str, ...]
-    reason: str  # how the primary was chosen: only, p2c, affinity, priority, least_bad
+    reason: str  # how the primary was chosen: only, p2c, affinity, affinity_spill, priority,
+    # least_bad
 
 
 class Deployment:
@@ -68,20 +73,32 @@ class Deployment:
         elif waiting:
             waiting.pop(0)
 
-    def cost(self, now_s: float, expected_tokens: int, fallback_ttft_ms: float) -> float:
-        ttft_ms = self.estimate.ttft_ms(now_s)
-        latency_ms = fallback_ttft_ms if ttft_ms is None else ttft_ms
-        if self.waiting_since_s:
-            # A request already waiting longer than the estimate is evidence before any
-            # sample arrives: a deployment that just stalled loses traffic at once.
-            latency_ms = max(latency_ms, (now_s - self.waiting_since_s[0]) * 1000.0)
-        latency_ms += (self.estimate.tpot_ms or 0.0) * expected_tokens
+    def waiting_ms(self, now_s: float) -> list[float]:
+        return [(now_s - started_s) * 1000.0 for started_s in self.waiting_since_s]
+
+    def expected_ttft_ms(self, now_s: float, fleet_ms: float, explore_decay_s: float) -> float:
+        """The TTFT estimate, drifting back to the fleet's (``fleet_ms``) while unsampled.
+
+        Requests waiting right now are current evidence and do not drift: two of them
+        waiting longer than the estimate already outweigh it.
+        """
+        estimate = self.estimate
+        learnt_ms = estimate.ttft_ms(now_s)
+        if learnt_ms is None:
+            learnt_ms = fleet_ms
+        elif learnt_ms > fleet_ms and estimate.updated_s is not None:
+            idle_s = max(0.0, now_s - estimate.updated_s)
+            learnt_ms = fleet_ms + (learnt_ms - fleet_ms) * math.exp(-idle_s / explore_decay_s)
+        return max(learnt_ms, estimate.slowness_ms(now_s, self.waiting_ms(now_s)))
+
+    def cost(self, ttft_ms: float, expected_tokens: int) -> float:
+        latency_ms = ttft_ms + (self.estimate.tpot_ms or 0.0) * expected_tokens
         load = 1.0 + LOAD_PENALTY_PER_REQUEST * self.num_in_flight
         return max(latency_ms, 1.0) * load / self.config.weight
 
     def snapshot(self, now_s: float) -> dict[str, object]:
         estimate = self.estimate
-        ttft_ms = estimate.ttft_ms(now_s)
+        ttft_ms = estimate.ttft_ms(now_s, self.waiting_ms(now_s))
         typical_ms = estimate.typical_ttft_ms
         return {
             "weight": self.config.weight,
@@ -91,7 +108,7 @@ class Deployment:
             "waiting_for_first_token": len(self.waiting_since_s),
             "ttft_ms": None if ttft_ms is None else round(ttft_ms, 2),
             "ttft_typical_ms": None if typical_ms is None else round(typical_ms, 2),
-            "ttft_penalty_ms": round(estimate.penalty.value_ms(now_s), 2),
+            "ttft_slowness_ms": round(estimate.slowness_ms(now_s, self.waiting_ms(now_s)), 2),
             "ttft_p95_ms": estimate.quantile_ms(0.95),
             "tpot_ms": None if estimate.tpot_ms is None else round(estimate.tpot_ms, 3),
             "probe_rtt_ms": estimate.probe_rtt_ms,
@@ -118,6 +135,9 @@ class DeploymentPool:
         self._rng = rng
         self.budget = HedgeBudget(routing.hedge.budget, routing.hedge.budget_window_s)
         self._ring = HashRing({d.upstream: d.weight for d in deployments})
+        self._homes = HomeTable(
+            max_keys=routing.affinity_max_keys, key_load_factor=routing.affinity_key_load_factor
+        )
         self.num_requests = 0
         self.num_hedges = 0
 
@@ -130,10 +150,11 @@ class DeploymentPool:
         if len(deployments) == 1:
             return Ranking((deployments[0].name,), "only")
         expected_tokens = min(max(0, expected_tokens), MAX_EXPECTED_TOKENS)
-        fallback_ms = self._fallback_ttft_ms(now_s)
+        fleet_ms = self._fleet_ttft_ms(now_s)
+        explore_decay_s = self.routing.explore_decay_s
 
         def cost(d: Deployment) -> float:
-            return d.cost(now_s, expected_tokens, fallback_ms)
+            return d.cost(d.expected_ttft_ms(now_s, fleet_ms, explore_decay_s), expected_tokens)
 
         eligible = [d for d in deployments if d.is_eligible(now_s)]
         blocked = sorted(
@@ -150,7 +171,7 @@ class DeploymentPool:
         rest = sorted(
             (d for d in eligible if d is not primary), key=lambda d: (d.config.priority, cost(d))
         )
-        if reason == "affinity" and affinity_key is not None:
+        if reason.startswith("affinity") and affinity_key is not None:
             # Failover and hedges follow the ring too, so a key's second home stays warm.
             ring_rank = {name: i for i, name in enumerate(self._ring.walk(affinity_key))}
             rest.sort(key=lambda d: (d.config.priority, ring_rank[d.name]))
@@ -167,11 +188,9 @@ class DeploymentPool:
         if len(tier) == 1:
             return tier[0], "only"
         if affinity_key is not None and self.routing.is_affinity_enabled:
-            loads = {d.name: d.num_in_flight for d in tier}
-            factor = self.routing.affinity_load_factor
-            name = choose_bounded(self._ring, affinity_key, loads, factor)
-            if name is not None:
-                return self.deployments[name], "affinity"
+            chosen = self._affinity_primary(tier, affinity_key)
+            if chosen is not None:
+                return chosen
         first, second = self._draw_two(tier)
         return (first if cost(first) <= cost(second) else second), "p2c"
 
@@ -183,9 +202,28 @@ class DeploymentPool:
         second_index = self._rng.choices(range(len(tier)), weights=weights)[0]
         return tier[first_index], tier[second_index]
 
-    def _fallback_ttft_ms(self, now_s: float) -> float:
-        """What an unmeasured deployment is assumed to cost: the best measured one, so that
-        new or long-idle deployments get tried rather than starved."""
+    def _affinity_primary(
+        self, tier: list[Deployment], affinity_key: int
+    ) -> tuple[Deployment, str] | None:
+        """The key's home when it is up and not overloaded, else the next on its ring."""
+        best_priority = min(d.config.priority for d in self.deployments.values())
+        homes = {
+            d.name: d.config.weight
+            for d in self.deployments.values()
+            if d.config.priority == best_priority
+        }
+        candidates = [name for name in self._ring.walk(affinity_key) if name in homes]
+        home = self._homes.place(affinity_key, candidates, homes)
+        loads = {d.name: d.num_in_flight for d in tier}
+        capacity = bounded_capacity(list(loads.values()), self.routing.affinity_load_factor)
+        if loads.get(home, capacity) < capacity:
+            return self.deployments[home], "affinity"
+        name = choose_bounded(self._ring, affinity_key, loads, self.routing.affinity_load_factor)
+        return None if name is None else (self.deployments[name], "affinity_spill")
+
+    def _fleet_ttft_ms(self, now_s: float) -> float:
+        """What an unmeasured deployment is assumed to cost, and where an unsampled one drifts
+        back to: the best measured estimate, so new or avoided deployments get (re)tried."""
         known = [
             t for d in self.deployments.values() if (t := d.estimate.ttft_ms(now_s)) is not None
         ]
@@ -198,20 +236,28 @@ class DeploymentPool:
     def hedge_delay_s(self, name: str) -> float:
         """Adaptive: the TTFT quantile the budget affords, clamped to [min, max] delay.
 
-        The quantile is the deployment's own, or a faster deployment's if any is: the hedge
-        goes elsewhere, so a degraded deployment's own slow p96 must not postpone it.
+        The quantile is the fastest well-measured deployment's: the hedge goes elsewhere, so
+        a degraded (or new) deployment's own slow or unknown p96 must not postpone it. Before
+        any deployment has ``min_samples``, the fleet's samples pooled are the prior: with
+        few of them the nearest rank is their maximum, a conservative delay, but a far
+        earlier one than ``max_delay_ms`` for a cold start.
         """
+        del name  # every deployment is hedged on the fleet's clock
         hedge = self.routing.hedge
         quantile = self.hedge_quantile()
+        estimates = [d.estimate for d in self.deployments.values()]
         measured = [
             q
-            for d in self.deployments.values()
-            if d.estimate.num_samples >= hedge.min_samples
-            and (q := d.estimate.quantile_ms(quantile)) is not None
+            for e in estimates
+            if e.num_samples >= hedge.min_samples and (q := e.quantile_ms(quantile)) is not None
         ]
-        if self.deployments[name].estimate.num_samples < hedge.min_samples or not measured:
-            return hedge.max_delay_ms / 1000.0
-        delay_ms = min(measured)
+        if measured:
+            delay_ms = min(measured)
+        else:
+            pooled = sorted(s for e in estimates for s in e.recent_samples())
+            if len(pooled) < hedge.min_samples or not pooled:
+                return hedge.max_delay_ms / 1000.0
+            delay_ms = nearest_rank(pooled, quantile)
         return min(hedge.max_delay_ms, max(hedge.min_delay_ms, delay_ms)) / 1000.0
 
     def ttft_timeout_s(self, name: str) -> float | None:

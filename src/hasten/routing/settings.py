@@ -60,9 +60,17 @@ class RoutingConfig:
     is_affinity_enabled: bool = True
     affinity_min_prefix_chars: int = 1024
     affinity_max_prefix_chars: int = 32_768
-    affinity_load_factor: float = 1.25
+    # Spill a key's request off its home when the home holds this many times the average
+    # in-flight load. LLM servers batch, so a few more requests in flight cost little, while
+    # a spilled request re-reads its whole prefix and evicts someone else's: 2, not 1.25.
+    affinity_load_factor: float = 2.0
+    affinity_key_load_factor: float = 1.0  # homes differ by at most ceil(this x fair share)
+    affinity_max_keys: int = 100_000  # the home table forgets least recently used keys
     ewma_decay_s: float = 10.0
     penalty_decay_s: float = 5.0
+    # A deployment without recent samples drifts back towards the fleet's best estimate with
+    # this time constant, so an avoided one is retried now and then and a recovery is seen.
+    explore_decay_s: float = 30.0
     probe_interval_s: float = 0.0  # 0: no active round-trip probes
     deployments: tuple[DeploymentConfig, ...] = field(default=())
 
@@ -183,14 +191,24 @@ def parse_routing(table: TableReader, deployments: tuple[DeploymentConfig, ...])
             "affinity_max_prefix_chars", d.affinity_max_prefix_chars, minimum=1
         ),
         affinity_load_factor=table.number("affinity_load_factor", d.affinity_load_factor),
+        affinity_key_load_factor=table.number(
+            "affinity_key_load_factor", d.affinity_key_load_factor
+        ),
+        affinity_max_keys=table.integer("affinity_max_keys", d.affinity_max_keys, minimum=1),
         ewma_decay_s=table.number("ewma_decay_s", d.ewma_decay_s),
         penalty_decay_s=table.number("penalty_decay_s", d.penalty_decay_s),
+        explore_decay_s=table.number("explore_decay_s", d.explore_decay_s),
         probe_interval_s=_non_negative(table, "probe_interval_s", d.probe_interval_s),
         deployments=deployments,
     )
     if config.affinity_load_factor < 1.0:
         raise ConfigError(
             f"{table.path}.affinity_load_factor: must be >= 1, got {config.affinity_load_factor:g}"
+        )
+    if config.affinity_key_load_factor < 1.0:
+        raise ConfigError(
+            f"{table.path}.affinity_key_load_factor: must be >= 1, "
+            f"got {config.affinity_key_load_factor:g}"
         )
     if config.affinity_min_prefix_chars > config.affinity_max_prefix_chars:
         raise ConfigError(
