@@ -6,10 +6,12 @@ import asyncio
 import logging
 import random
 import time
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from hasten import admin
 from hasten.asgi import (
     DISCONNECTED,
     JSON_CONTENT_TYPE,
@@ -21,7 +23,7 @@ from hasten.asgi import (
     send_response,
 )
 from hasten.auth import Authenticator
-from hasten.cache import build_cache
+from hasten.cache import TieredCache, build_cache
 from hasten.config import GatewayConfig
 from hasten.errors import HastenError, MethodNotAllowed, NotFound
 from hasten.gateway import Gateway
@@ -29,6 +31,9 @@ from hasten.models import ModelRouter
 from hasten.proxy import CHAT, COMPLETIONS, EMBEDDINGS, Endpoint, handle
 from hasten.transport import AiohttpTransport, Transport
 from hasten.upstream import UpstreamClient
+
+if TYPE_CHECKING:
+    from hasten.semantic_tier import SemanticTier
 
 _log = logging.getLogger("hasten")
 MODELS_TIMEOUT_S = 5.0
@@ -73,6 +78,7 @@ class HastenApp:
             auth=Authenticator(self.config.server.api_keys),
             client=UpstreamClient(transport, rng=random.Random(), config=self.config),
             cache=cache,
+            semantic=_semantic_tier(self.config, cache),
         )
 
     async def shutdown(self) -> None:
@@ -80,6 +86,8 @@ class HastenApp:
         gateway, self.gateway = self.gateway, None
         if gateway is None:
             return
+        if gateway.semantic is not None:
+            await gateway.semantic.aclose()
         if gateway.cache is not None:
             await gateway.cache.drain()
             await gateway.cache.aclose()
@@ -142,6 +150,9 @@ class HastenApp:
     ) -> None:
         path: str = scope["path"]
         method: str = scope["method"]
+        if path in admin.PATHS:
+            await admin.handle(gateway, scope, receive, send)
+            return
         endpoint = _ENDPOINTS.get(path)
         if endpoint is not None:
             if method != "POST":
@@ -182,6 +193,30 @@ class HastenApp:
             "in_flight": len(gateway.coalescer),
             "cache": self._cache_state(gateway),
         }
+
+
+def _semantic_tier(config: GatewayConfig, cache: TieredCache | None) -> SemanticTier | None:
+    """Loads the embedder only when the semantic tier is switched on (it costs memory)."""
+    settings = config.semantic
+    if not settings.is_enabled or cache is None:
+        return None
+    from hasten.semantic import FreshnessPolicy, SemanticCache, SemanticConfig, build_embedder
+    from hasten.semantic_tier import SemanticTier
+
+    semantic = SemanticCache(
+        build_embedder(settings.embedder, num_threads=settings.num_threads),
+        SemanticConfig(
+            path=Path(settings.path),
+            min_similarity=settings.min_similarity,
+            max_error_rate=settings.max_error_rate,
+            max_entries=settings.max_entries,
+            eviction=settings.eviction,
+            freshness=FreshnessPolicy(
+                default_ttl_s=settings.default_ttl_s, short_ttl_s=settings.short_ttl_s
+            ),
+        ),
+    )
+    return SemanticTier(semantic, cache)
 
 
 async def _list_models(gateway: Gateway) -> dict[str, Any]:

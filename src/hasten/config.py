@@ -18,6 +18,7 @@ from hasten.cache.policy import ModelCachePolicy
 from hasten.errors import ConfigError
 from hasten.hybrid import HybridConfig, parse_hybrid
 from hasten.local.config import LocalServerConfig, parse_local_table
+from hasten.semantic_config import SemanticSettings, parse_semantic
 from hasten.routing.settings import (
     DeploymentConfig,
     RoutingConfig,
@@ -120,6 +121,7 @@ class GatewayConfig:
     cache: CacheConfig = CacheConfig()
     local: LocalServerConfig | None = None  # the in-process llama.cpp engine, when enabled
     hybrid: HybridConfig | None = None
+    semantic: SemanticSettings = SemanticSettings()
 
     @property
     def is_simulated(self) -> bool:
@@ -406,8 +408,10 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str]) -> GatewayConf
         hybrid = parse_hybrid(root.get("hybrid", dict, {}), known_models=models)
         if hybrid.policy != "cloud-only" and local is None:
             local = LocalServerConfig()  # a hybrid route needs the local engine running
+    semantic = parse_semantic(root.get("semantic", dict, {}))
     root.finish()
     return GatewayConfig(
+        semantic=semantic,
         server=server,
         upstreams=upstreams,
         models=models,

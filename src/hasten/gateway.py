@@ -6,6 +6,7 @@ import itertools
 import os
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from hasten.auth import Authenticator
 from hasten.cache import TieredCache
@@ -13,6 +14,9 @@ from hasten.config import GatewayConfig
 from hasten.flight import Coalescer
 from hasten.models import ModelRouter
 from hasten.upstream import UpstreamClient
+
+if TYPE_CHECKING:
+    from hasten.semantic_tier import SemanticTier
 
 
 @dataclass
@@ -43,6 +47,7 @@ class Gateway:
     auth: Authenticator
     client: UpstreamClient
     cache: TieredCache | None
+    semantic: SemanticTier | None = None
     coalescer: Coalescer = field(default_factory=Coalescer)
     stats: Stats = field(default_factory=Stats)
     request_ids: RequestIds = field(default_factory=RequestIds)

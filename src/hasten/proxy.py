@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -47,6 +47,9 @@ from hasten.models import ResolvedModel
 from hasten.recorder import Recorder
 from hasten.upstream import UpstreamCall
 from hasten.validation import check_chat, check_completion, check_embedding
+
+if TYPE_CHECKING:
+    from hasten.semantic import SemanticMatch
 
 _log = logging.getLogger("hasten.proxy")
 
@@ -186,27 +189,63 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
         return
     namespace = "*" if gateway.config.cache.is_shared_across_tenants else ex.tenant
     key = cache_key(ex.body, endpoint=ex.endpoint.name, model=ex.model.name, tenant=namespace)
+    to_verify = None
     if decision.is_lookup:
         entry = await gateway.cache.get(key, max_age_s=decision.max_age_s)
         if entry is not None:
             gateway.stats.count("hit")
-            await _serve_hit(gateway, ex, entry)
+            await _serve_hit(gateway, ex, entry, b"hit")
             return
+        if gateway.semantic is not None and ex.endpoint is CHAT:
+            found, to_verify = await gateway.semantic.find(
+                ex.body, model=ex.model.name, tenant=namespace, max_age_s=decision.max_age_s
+            )
+            if found is not None:
+                gateway.stats.count("semantic_hit")
+                await _serve_hit(gateway, ex, found.entry, b"semantic", found.headers())
+                return
     gateway.stats.count("miss" if decision.is_lookup else "bypass")
-    recorder = (
-        Recorder(gateway.cache, key, ex.endpoint.name, ex.is_stream, ttl_s=ex.model.cache.ttl_s)
-        if decision.is_store
-        else None
-    )
+    stored = _Stored(gateway, ex, key, namespace, to_verify) if decision.is_store else None
     # Only lookups coalesce: a no-cache request asked for its own fresh answer.
     flight_key = f"{key}:{int(ex.is_stream)}" if decision.is_lookup else f"solo:{ex.request_id}"
-    flight, is_new = gateway.coalescer.join(flight_key, lambda f: _pump(gateway, ex, f, recorder))
+    flight, is_new = gateway.coalescer.join(flight_key, lambda f: _pump(gateway, ex, f, stored))
     if not is_new:
         gateway.stats.count("coalesced")
     try:
         await _serve_flight(ex, flight, b"miss" if decision.is_lookup else b"bypass")
     finally:
         gateway.coalescer.leave(flight)
+
+
+class _Stored:
+    """Where a complete answer goes: the exact tiers, then the semantic index."""
+
+    __slots__ = ("_ex", "_gateway", "_key", "_tenant", "_to_verify", "recorder")
+
+    def __init__(
+        self, gateway: Gateway, ex: Exchange, key: str, tenant: str, to_verify: SemanticMatch | None
+    ) -> None:
+        assert gateway.cache is not None
+        self._gateway, self._ex, self._key, self._tenant = gateway, ex, key, tenant
+        self._to_verify = to_verify
+        ttl_s = ex.model.cache.ttl_s
+        self.recorder = Recorder(gateway.cache, key, ex.endpoint.name, ex.is_stream, ttl_s=ttl_s)
+
+    def commit(self) -> None:
+        if not self.recorder.commit():
+            return
+        semantic = self._gateway.semantic
+        if semantic is None or self._ex.endpoint is not CHAT:
+            return
+        semantic.remember(
+            self._ex.body,
+            model=self._ex.model.name,
+            tenant=self._tenant,
+            key=self._key,
+            ttl_s=self._ex.model.cache.ttl_s,
+        )
+        if self._to_verify is not None:
+            semantic.verify(self._to_verify, self._key)
 
 
 def _decide(gateway: Gateway, ex: Exchange) -> CacheDecision:
@@ -301,7 +340,7 @@ async def _stream_body(
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-async def _pump(gateway: Gateway, ex: Exchange, flight: Flight, recorder: Recorder | None) -> None:
+async def _pump(gateway: Gateway, ex: Exchange, flight: Flight, stored: _Stored | None) -> None:
     """Runs one upstream call into a flight; stores the answer when it completed cleanly."""
     try:
         call = await _open(gateway, ex)
@@ -310,6 +349,7 @@ async def _pump(gateway: Gateway, ex: Exchange, flight: Flight, recorder: Record
         return
     try:
         flight.start(call.response.status, call.headers, call.upstream.name, call.ttfb_ms)
+        recorder = stored.recorder if stored is not None else None
         is_ok = call.response.status == 200 and recorder is not None
         try:
             async for chunk in call.iter_chunks():
@@ -323,7 +363,7 @@ async def _pump(gateway: Gateway, ex: Exchange, flight: Flight, recorder: Record
         call.response.close()
     flight.finish()
     if is_ok:
-        recorder.commit()  # type: ignore[union-attr]
+        stored.commit()  # type: ignore[union-attr]
 
 
 async def _serve_flight(ex: Exchange, flight: Flight, label: bytes) -> None:
@@ -341,8 +381,16 @@ async def _serve_flight(ex: Exchange, flight: Flight, label: bytes) -> None:
     await _stream_body(ex.send, flight.iter_chunks(), lambda: flight.error)
 
 
-async def _serve_hit(gateway: Gateway, ex: Exchange, entry: CachedAnswer) -> None:
-    headers = ex.base_headers(b"hit", None)
+async def _serve_hit(
+    gateway: Gateway,
+    ex: Exchange,
+    entry: CachedAnswer,
+    label: bytes,
+    extra_headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    headers = ex.base_headers(label, None)
+    if extra_headers:
+        headers.extend(extra_headers)
     if not ex.is_stream:
         await send_response(ex.send, 200, answer_body(entry), [JSON_CONTENT_TYPE, *headers])
         return

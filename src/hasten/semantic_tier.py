@@ -1,0 +1,134 @@
+"""The semantic cache on the request path: after an exact miss, find an answer by meaning.
+
+A semantic entry only points at an exact-cache key, so an answer is stored once and every
+tier's freshness rules still apply. In error-budget mode some would-be hits are sent to
+the upstream instead; the fresh answer is compared with the cached one and the verdict
+tunes that entry's own threshold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+
+from hasten.cache import CachedAnswer, TieredCache
+from hasten.cache.replay import answer_body
+from hasten.semantic import SemanticCache, SemanticMatch
+
+_log = logging.getLogger("hasten.semantic")
+# Two answers "agree" when their texts embed this close: deterministic answers to the
+# same question differ in wording far less than answers to different questions.
+ANSWER_AGREEMENT_SIMILARITY = 0.95
+MAX_BACKGROUND_TASKS = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class SemanticHit:
+    entry: CachedAnswer
+    match: SemanticMatch
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        return [
+            (b"x-hasten-semantic-similarity", f"{self.match.similarity:.4f}".encode()),
+            (b"x-hasten-semantic-entry", str(self.match.entry_id).encode()),
+        ]
+
+
+class SemanticTier:
+    """Glue between the gateway's exact cache and ``SemanticCache``."""
+
+    def __init__(self, semantic: SemanticCache, cache: TieredCache) -> None:
+        self.semantic = semantic
+        self._cache = cache
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    async def find(
+        self, body: dict[str, Any], *, model: str, tenant: str, max_age_s: float | None
+    ) -> tuple[SemanticHit | None, SemanticMatch | None]:
+        """(a hit to serve, or a match to verify against the upstream's fresh answer)."""
+        try:
+            match = await self.semantic.lookup(body, model=model, tenant=tenant)
+        except Exception:
+            _log.exception("semantic lookup failed; answering from upstream")
+            return None, None
+        if match is None:
+            return None, None
+        if match.is_verification:
+            return None, match
+        entry = await self._cache.get(match.answer_key, max_age_s=max_age_s)
+        if entry is None:
+            return None, None  # the answer expired or was evicted from the exact tiers
+        return SemanticHit(entry, match), None
+
+    def remember(
+        self, body: dict[str, Any], *, model: str, tenant: str, key: str, ttl_s: float
+    ) -> None:
+        """Indexes a freshly stored answer by meaning, in the background."""
+        self._spawn(
+            self.semantic.insert(body, model=model, tenant=tenant, answer_key=key, ttl_s=ttl_s)
+        )
+
+    def verify(self, match: SemanticMatch, fresh_key: str) -> None:
+        """Compares a fresh answer with the one the match would have served."""
+        self._spawn(self._verify(match, fresh_key))
+
+    async def _verify(self, match: SemanticMatch, fresh_key: str) -> None:
+        cached = await self._cache.get(match.answer_key)
+        fresh = await self._cache.get(fresh_key)
+        if cached is None or fresh is None:
+            return
+        cached_text, fresh_text = _answer_text(cached), _answer_text(fresh)
+        if cached_text is None or fresh_text is None:
+            return
+        is_correct = await self._agree(cached_text, fresh_text)
+        await self.semantic.report_verification(match, is_correct=is_correct)
+
+    async def _agree(self, one: str, two: str) -> bool:
+        if " ".join(one.split()) == " ".join(two.split()):
+            return True
+        vectors = [await self.semantic.embedder.embed(text) for text in (one, two)]
+        return float(np.dot(vectors[0], vectors[1])) >= ANSWER_AGREEMENT_SIMILARITY
+
+    async def report_wrong(self, entry_id: int, similarity: float, tenant: str) -> bool:
+        """User feedback on a served hit: teach the entry's threshold, then evict it."""
+        match = SemanticMatch(entry_id=entry_id, similarity=similarity, answer_key="")
+        await self.semantic.report_verification(match, is_correct=False)
+        self.semantic.counters["reported_wrong"] += 1
+        return await self.semantic.invalidate(entry_id=entry_id, tenant=tenant) > 0
+
+    def _spawn(self, work: Coroutine[Any, Any, Any]) -> None:
+        if len(self._tasks) >= MAX_BACKGROUND_TASKS:
+            work.close()  # overloaded: skipping an index write only costs a future hit
+            return
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            _log.warning("semantic background task failed: %s", task.exception())
+
+    async def drain(self) -> None:
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def aclose(self) -> None:
+        await self.drain()
+        await self.semantic.close()
+
+
+def _answer_text(entry: CachedAnswer) -> str | None:
+    try:
+        parsed = orjson.loads(answer_body(entry))
+        message = parsed["choices"][0]["message"]
+        content = message.get("content")
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, ValueError):
+        return None
+    return content if isinstance(content, str) else None

@@ -1,0 +1,159 @@
+"""The semantic tier through the gateway, driven by the openai SDK against the simulator."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from hasten.config import CacheConfig, GatewayConfig
+from hasten.semantic_config import SemanticSettings
+from hasten.simulator import SimConfig, build_app
+from tests.gateway_fixtures import make_config, running_gateway, sim_stats
+from tests.servers import ServerThread
+
+QUESTION = "What is the capital of France?"
+PARAPHRASE = "Which city is the capital of France?"
+
+
+def _config(sim_url: str, tmp: Path, **keys: str) -> GatewayConfig:
+    config = make_config(
+        {"sim": sim_url + "/v1"},
+        cache=CacheConfig(backend="sqlite", sqlite_path=str(tmp / "exact.sqlite3")),
+        api_keys=list(keys.items()),
+    )
+    semantic = SemanticSettings(is_enabled=True, path=str(tmp / "semantic.sqlite3"))
+    return replace(config, semantic=semantic)
+
+
+@pytest.fixture()
+def sim() -> Iterator[ServerThread]:
+    with ServerThread(build_app(SimConfig())) as server:
+        yield server
+
+
+def _ask(
+    client: openai.OpenAI, text: str, history: list[dict[str, str]] | None = None, **extra: object
+) -> openai.APIResponse:  # type: ignore[type-arg]
+    messages = [*(history or []), {"role": "user", "content": text}]
+    return client.chat.completions.with_raw_response.create(  # type: ignore[call-overload, no-any-return]
+        model="sim-model", messages=messages, temperature=0, **extra
+    )
+
+
+def _wait_indexed(gateway: ServerThread, num_entries: int, key: str = "") -> None:
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    for _ in range(200):
+        stats = httpx.get(f"{gateway.url}/admin/cache/stats", headers=headers).json()
+        if stats["semantic"]["entries"] >= num_entries:
+            return
+        import time
+
+        time.sleep(0.02)
+    raise AssertionError(f"semantic index never reached {num_entries} entries: {stats}")
+
+
+def test_paraphrase_hits_stream_and_not(sim: ServerThread, tmp_path: Path) -> None:
+    with running_gateway(_config(sim.url, tmp_path)) as gateway:
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="k", max_retries=0)
+        first = _ask(client, QUESTION)
+        assert first.headers["x-hasten-cache"] == "miss"
+        _wait_indexed(gateway, 1)
+        again = _ask(client, PARAPHRASE)
+        assert again.headers["x-hasten-cache"] == "semantic"
+        assert float(again.headers["x-hasten-semantic-similarity"]) > 0.9
+        assert again.headers["x-hasten-semantic-entry"]
+        answer = first.parse().choices[0].message.content
+        assert again.parse().choices[0].message.content == answer
+        stream = client.chat.completions.create(
+            model="sim-model",
+            messages=[{"role": "user", "content": PARAPHRASE}],
+            temperature=0,
+            stream=True,
+        )
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == answer
+        assert sim_stats(sim.url)["num_requests"] == 1
+
+
+def test_other_conversation_does_not_hit(sim: ServerThread, tmp_path: Path) -> None:
+    with running_gateway(_config(sim.url, tmp_path)) as gateway:
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="k", max_retries=0)
+        obama = [
+            {"role": "user", "content": "Tell me about Barack Obama."},
+            {"role": "assistant", "content": "He was the 44th US president."},
+        ]
+        biden = [
+            {"role": "user", "content": "Tell me about Joe Biden."},
+            {"role": "assistant", "content": "He was the 46th US president."},
+        ]
+        _ask(client, "How old is he?", obama)
+        _wait_indexed(gateway, 1)
+        assert _ask(client, "How old is he?", biden).headers["x-hasten-cache"] == "miss"
+        assert _ask(client, "How old is he now?", obama).headers["x-hasten-cache"] in (
+            "semantic",
+            "miss",
+        )  # same conversation: allowed to hit, never required
+
+
+def test_tenants_are_isolated(sim: ServerThread, tmp_path: Path) -> None:
+    with running_gateway(_config(sim.url, tmp_path, a="key-a", b="key-b")) as gateway:
+        a = openai.OpenAI(base_url=gateway.url + "/v1", api_key="key-a", max_retries=0)
+        b = openai.OpenAI(base_url=gateway.url + "/v1", api_key="key-b", max_retries=0)
+        _ask(a, QUESTION)
+        _wait_indexed(gateway, 1, "key-a")
+        assert _ask(b, PARAPHRASE).headers["x-hasten-cache"] == "miss"
+        assert _ask(a, PARAPHRASE).headers["x-hasten-cache"] == "semantic"
+
+
+def test_report_wrong_hit_evicts_and_invalidate_by_model(sim: ServerThread, tmp_path: Path) -> None:
+    with running_gateway(_config(sim.url, tmp_path)) as gateway:
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="k", max_retries=0)
+        _ask(client, QUESTION)
+        _wait_indexed(gateway, 1)
+        hit = _ask(client, PARAPHRASE)
+        entry_id = int(hit.headers["x-hasten-semantic-entry"])
+        report = httpx.post(
+            f"{gateway.url}/admin/cache/report",
+            json={"entry_id": entry_id, "similarity": 0.99},
+            headers={"authorization": "Bearer k"},
+        )
+        assert report.json() == {"evicted": True}
+        assert _ask(client, "Which city is France's capital?").headers["x-hasten-cache"] == "miss"
+        _wait_indexed(gateway, 1)
+        gone = httpx.post(
+            f"{gateway.url}/admin/cache/invalidate",
+            json={"model": "sim-model"},
+            headers={"authorization": "Bearer k"},
+        )
+        assert gone.json()["semantic_deleted"] >= 1
+        bad = httpx.post(
+            f"{gateway.url}/admin/cache/report",
+            json={"entry_id": "x"},
+            headers={"authorization": "Bearer k"},
+        )
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "entry_id"
+
+
+def test_import_warms_and_persists_across_restart(sim: ServerThread, tmp_path: Path) -> None:
+    config = _config(sim.url, tmp_path)
+    lines = (
+        b'{"question": "How tall is Mount Everest?", "answer": "8,849 metres.", '
+        b'"model": "sim-model"}\n'
+    )
+    with running_gateway(config) as gateway:
+        result = httpx.post(
+            f"{gateway.url}/admin/cache/import",
+            content=lines,
+            headers={"authorization": "Bearer k"},
+        )
+        assert result.json() == {"imported": 1}
+    with running_gateway(config) as gateway:
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="k", max_retries=0)
+        reply = _ask(client, "What is the height of Mount Everest?")
+        assert reply.headers["x-hasten-cache"] == "semantic"
+        assert reply.parse().choices[0].message.content == "8,849 metres."
+    assert sim_stats(sim.url)["num_requests"] == 0
