@@ -18,13 +18,13 @@ from hasten.cache.policy import ModelCachePolicy
 from hasten.errors import ConfigError
 from hasten.hybrid import HybridConfig, parse_hybrid
 from hasten.local.config import LocalServerConfig, parse_local_table
-from hasten.semantic_config import SemanticSettings, parse_semantic
 from hasten.routing.settings import (
     DeploymentConfig,
     RoutingConfig,
     parse_deployment,
     parse_routing,
 )
+from hasten.semantic_config import SemanticSettings, parse_semantic
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -121,7 +121,7 @@ class GatewayConfig:
     cache: CacheConfig = CacheConfig()
     local: LocalServerConfig | None = None  # the in-process llama.cpp engine, when enabled
     hybrid: HybridConfig | None = None
-    semantic: SemanticSettings = SemanticSettings()
+    semantic: SemanticSettings = field(default_factory=SemanticSettings)
 
     @property
     def is_simulated(self) -> bool:
