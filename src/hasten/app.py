@@ -28,9 +28,10 @@ from hasten.config import GatewayConfig
 from hasten.errors import HastenError, MethodNotAllowed, NotFound
 from hasten.gateway import Gateway
 from hasten.models import ModelRouter
-from hasten.proxy import CHAT, COMPLETIONS, EMBEDDINGS, Endpoint, handle
+from hasten.proxy import handle
 from hasten.transport import AiohttpTransport, Transport
 from hasten.upstream import UpstreamClient
+from hasten.validation import CHAT, COMPLETIONS, EMBEDDINGS, Endpoint
 
 if TYPE_CHECKING:
     from hasten.semantic_tier import SemanticTier

@@ -39,14 +39,14 @@ from hasten.cache import (
 )
 from hasten.cache.replay import answer_body, answer_frames
 from hasten.edge import route_name
-from hasten.errors import HastenError, InvalidJSON, InvalidRequest
+from hasten.errors import HastenError
 from hasten.flight import Flight
 from hasten.gateway import Gateway
 from hasten.hybrid import decide_hybrid
 from hasten.models import ResolvedModel
 from hasten.recorder import Recorder
 from hasten.upstream import UpstreamCall
-from hasten.validation import check_chat, check_completion, check_embedding
+from hasten.validation import CHAT, EMBEDDINGS, Endpoint, parse_body
 
 if TYPE_CHECKING:
     from hasten.semantic import SemanticMatch
@@ -79,19 +79,6 @@ _FORWARDED_REQUEST_HEADERS = (b"openai-organization", b"openai-project", b"opena
 _EMBEDDING_POLICY = ModelCachePolicy(is_deterministic_only=False)
 
 
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    name: str
-    path: str
-    check: Callable[[dict[str, Any]], None]
-    is_streamable: bool
-
-
-CHAT = Endpoint("chat", "/chat/completions", check_chat, True)
-COMPLETIONS = Endpoint("completions", "/completions", check_completion, True)
-EMBEDDINGS = Endpoint("embeddings", "/embeddings", check_embedding, False)
-
-
 @dataclass(slots=True)
 class Exchange:
     """One client request on its way through the gateway."""
@@ -119,16 +106,6 @@ class Exchange:
             (b"server-timing", timing.encode()),
             *self.extra_headers,
         ]
-
-
-def parse_body(raw: bytes) -> dict[str, Any]:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidJSON(f"We could not parse the JSON body of your request: {exc}") from None
-    if not isinstance(body, dict):
-        raise InvalidRequest("The request body must be a JSON object.")
-    return body
 
 
 async def handle(

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from hasten.errors import InvalidRequest
+import orjson
+
+from hasten.errors import InvalidJSON, InvalidRequest
 
 _NUMBER = (int, float)
 
@@ -99,3 +102,26 @@ def check_embedding(body: dict[str, Any]) -> None:
         lambda v: isinstance(v, str | list) and v != [],
         "a string or a non-empty array",
     )
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidJSON(f"We could not parse the JSON body of your request: {exc}") from None
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object.")
+    return body
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    name: str
+    path: str
+    check: Callable[[dict[str, Any]], None]
+    is_streamable: bool
+
+
+CHAT = Endpoint("chat", "/chat/completions", check_chat, True)
+COMPLETIONS = Endpoint("completions", "/completions", check_completion, True)
+EMBEDDINGS = Endpoint("embeddings", "/embeddings", check_embedding, False)
