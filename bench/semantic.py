@@ -283,7 +283,7 @@ def bench_guard(args: argparse.Namespace) -> None:
             "pair_us": _percentiles(latencies),
             **{
                 f"label_{label}": {
-                    "veto_rate": 1 - counts["pass"] / max(1, counts.total()),
+                    "veto_rate": (1 - counts["pass"] / counts.total()) if counts else None,
                     "by_reason": dict(counts),
                 }
                 for label, counts in vetoes.items()
