@@ -38,6 +38,9 @@ def test_deployments_and_routing_tables_parse() -> None:
             "routing": {
                 "ttft_timeout_s": 3,
                 "affinity_load_factor": 1.5,
+                "affinity_key_load_factor": 1.2,
+                "affinity_max_keys": 500,
+                "explore_decay_s": 12,
                 "probe_interval_s": 0,
                 "hedge": {"enabled": True, "quantile": 0.9, "budget": 0.1, "max_delay_ms": 800},
                 "breaker": {"consecutive_failures": 3, "cooldown_s": 2},
@@ -53,6 +56,8 @@ def test_deployments_and_routing_tables_parse() -> None:
     )
     assert routing.deployments[1].is_prompt_cache_key
     assert routing.ttft_timeout_s == 3.0 and routing.affinity_load_factor == 1.5
+    assert routing.affinity_key_load_factor == 1.2 and routing.affinity_max_keys == 500
+    assert routing.explore_decay_s == 12.0
     assert routing.hedge.is_enabled and routing.hedge.quantile == 0.9
     assert routing.hedge.budget == 0.1 and routing.hedge.max_delay_ms == 800
     assert routing.breaker.max_consecutive_failures == 3 and routing.breaker.cooldown_s == 2
@@ -109,6 +114,10 @@ def test_plain_routes_get_default_routing() -> None:
         (
             {"upstream": "east", "routing": {"affinity_load_factor": 0.5}},
             "models.gpt.routing.affinity_load_factor: must be >= 1",
+        ),
+        (
+            {"upstream": "east", "routing": {"affinity_key_load_factor": 0.9}},
+            "models.gpt.routing.affinity_key_load_factor: must be >= 1",
         ),
         (
             {"upstream": "east", "routing": {"breaker": {"consecutive_failures": 0}}},
