@@ -334,3 +334,16 @@ def test_http_embedder_talks_openai_embeddings() -> None:
         server.shutdown()
     np.testing.assert_allclose(vectors[0], [0.6, 0.8], rtol=1e-6)
     assert np.isclose(float(np.linalg.norm(vectors[1])), 1.0)
+
+
+async def test_embedder_failure_is_a_miss_not_an_error(tmp_path: Path) -> None:
+    class Broken(WordsEmbedder):
+        def embed(self, texts: Sequence[str]) -> Vectors:
+            raise OSError("embedding upstream down")
+
+    config = SemanticConfig(path=tmp_path / "s.sqlite3", min_similarity=0.9)
+    cache = SemanticCache(Broken(), config)
+    assert await cache.insert(chat("q one"), model="m", tenant="t", answer_key="k") is None
+    assert await cache.lookup(chat("q one"), model="m", tenant="t") is None
+    assert cache.stats()["lookup_errors"] == 1 and cache.stats()["insert_errors"] == 1
+    await cache.close()

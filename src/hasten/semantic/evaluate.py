@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from hasten.semantic.embedder import AsyncEmbedder, Vectors, build_embedder
-from hasten.semantic.store import SemanticCache, SemanticConfig
+from hasten.semantic.settings import SemanticConfig
+from hasten.semantic.store import SemanticCache
 
 _MODEL = "eval-model"
 _TENANT = "eval"

