@@ -180,3 +180,26 @@ def test_passthrough_keys_are_separate_namespaces(sim: ServerThread) -> None:
         _post(gateway, chat_body("mine"), **one)
         assert _post(gateway, chat_body("mine"), **two).headers["x-hasten-cache"] == "miss"
         assert _post(gateway, chat_body("mine"), **one).headers["x-hasten-cache"] == "hit"
+
+
+def test_paced_replay_spaces_the_frames(sim: ServerThread) -> None:
+    cache = CacheConfig(backend="memory", replay="paced", replay_chunk_interval_ms=10)
+    with running_gateway(make_config({"sim": sim.url + "/v1"}, cache=cache)) as gateway:
+        body = chat_body("paced", stream=True)
+        first = _post(gateway, body)
+        started_s = time.perf_counter()
+        replay = _post(gateway, body)
+        elapsed_s = time.perf_counter() - started_s
+    assert replay.headers["x-hasten-cache"] == "hit"
+    assert replay.text == first.text
+    num_frames = replay.text.count("data: ")
+    # A lower bound only: sleeps never end early, so this cannot flake on a slow machine.
+    assert elapsed_s >= (num_frames - 1) * 0.010
+
+
+def test_every_response_carries_the_standard_headers(sim: ServerThread) -> None:
+    with running_gateway(make_config({"sim": sim.url + "/v1"})) as gateway:
+        for path in ("/healthz", "/readyz", "/v1/models", "/stats"):
+            response = httpx.get(gateway.url + path)
+            assert response.headers["x-hasten-cache"] == "bypass", path
+            assert response.headers["server-timing"].startswith("hasten;dur="), path

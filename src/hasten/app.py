@@ -124,7 +124,9 @@ class HastenApp:
 
         async def tracked_send(message: Message) -> None:
             nonlocal is_started
-            is_started = True
+            if not is_started:
+                is_started = True
+                _stamp(message, started_s)
             await send(message)
 
         try:
@@ -272,6 +274,19 @@ async def _send_error(send: Send, exc: HastenError, request_id: str, started_s: 
         headers.append((b"retry-after", str(max(1, round(exc.retry_after_s))).encode()))
     headers.extend((name.encode(), value.encode()) for name, value in exc.headers.items())
     await send_response(send, exc.status_code, exc.to_json(), headers)
+
+
+def _stamp(start: Message, started_s: float) -> None:
+    """Gives responses that did not set them (health, models, admin) the standard headers."""
+    headers = start["headers"]
+    if any(name == b"x-hasten-cache" for name, _ in headers):
+        return
+    gateway_ms = (time.perf_counter() - started_s) * 1000.0
+    start["headers"] = [
+        *headers,
+        (b"x-hasten-cache", b"bypass"),
+        (b"server-timing", f"hasten;dur={gateway_ms:.3f}".encode()),
+    ]
 
 
 async def _send_json(send: Send, status: int, payload: dict[str, Any]) -> None:
