@@ -425,3 +425,16 @@ def test_cold_start_hedges_on_the_fleets_pooled_samples() -> None:
     for name in ("a", "b", "c"):
         now_s = _teach(pool, name, 300.0, 4, now_s)  # 12 pooled, 4 each
     assert pool.hedge_delay_s("c") == pytest.approx(0.3)
+
+
+def test_hedges_do_not_go_where_an_estimate_merely_drifted_back() -> None:
+    pool = _pool(("a", "b", "c"), routing=RoutingConfig(explore_decay_s=30.0))
+    now_s = _teach(pool, "c", 1500.0, 30, 0.0)  # degraded, then avoided for two minutes
+    now_s = _teach(pool, "a", 300.0, 30, now_s + 120.0)
+    now_s = _teach(pool, "b", 300.0, 30, now_s)
+    for name in ("a", "b"):
+        for _ in range(2):
+            pool.on_attempt_start(name, now_s)
+    for _ in range(50):
+        order = pool.rank(now_s).order
+        assert order[-1] == "c" or order[0] == "c"  # explored as a primary, never a rescue

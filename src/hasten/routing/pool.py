@@ -168,8 +168,16 @@ class DeploymentPool:
         primary, reason = self._primary(tier, now_s, affinity_key, cost)
         if best_priority > min(d.config.priority for d in deployments):
             reason = "priority"  # the better tier is tripped or full: a backup answers
+
+        def learnt_cost(d: Deployment) -> float:
+            return d.cost(d.expected_ttft_ms(now_s, fleet_ms, math.inf), expected_tokens)
+
+        # Hedges and failovers rescue a late request: they go where the evidence says fast,
+        # not where an avoided deployment's estimate has merely drifted back (exploration is
+        # for the primary, whose cost is one ordinary request).
         rest = sorted(
-            (d for d in eligible if d is not primary), key=lambda d: (d.config.priority, cost(d))
+            (d for d in eligible if d is not primary),
+            key=lambda d: (d.config.priority, learnt_cost(d)),
         )
         if reason.startswith("affinity") and affinity_key is not None:
             # Failover and hedges follow the ring too, so a key's second home stays warm.
