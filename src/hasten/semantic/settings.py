@@ -35,7 +35,9 @@ class SemanticMatch:
 class SemanticConfig:
     """Settings; ``min_similarity`` None means the embedder's measured default.
 
-    ``max_error_rate`` switches on error-budget mode (per-entry learned thresholds).
+    ``max_error_rate`` switches on error-budget mode (per-entry learned thresholds); in it no
+    single hit may be riskier than ``max_hit_error_rate`` and at most ``max_verify_fraction``
+    of the decisions are verified against a fresh upstream answer.
     """
 
     path: Path
@@ -47,5 +49,7 @@ class SemanticConfig:
     eviction: str = "lru"
     freshness: FreshnessPolicy = field(default_factory=FreshnessPolicy)
     max_error_rate: float | None = None
+    max_hit_error_rate: float = 0.1
+    max_verify_fraction: float = 0.25
     max_flat_entries: int = DEFAULT_MAX_FLAT_ENTRIES
     seed: int = 0

@@ -76,7 +76,10 @@ class SemanticCache:
             if config.max_error_rate is None
             else budget_mod.ErrorBudget(
                 budget_mod.BudgetPolicy(
-                    max_error_rate=config.max_error_rate, center_similarity=min_similarity
+                    max_error_rate=config.max_error_rate,
+                    center_similarity=min_similarity,
+                    max_hit_error_rate=config.max_hit_error_rate,
+                    max_verify_fraction=config.max_verify_fraction,
                 ),
                 seed=config.seed,
             )
