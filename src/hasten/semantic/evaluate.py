@@ -180,6 +180,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-similarity", type=float, default=None)
     parser.add_argument("--max-distance-ratio", type=float, default=0.9)
     parser.add_argument("--error-budget", type=float, default=None, help="e.g. 0.01")
+    parser.add_argument(
+        "--max-hit-error-rate", type=float, default=0.1, help="error budget: per-hit risk cap"
+    )
     parser.add_argument("--passes", type=int, default=1, help="lookup passes (error budget)")
     parser.add_argument("--sweep", action="store_true", help="also report every cut-off")
 
@@ -208,6 +211,7 @@ async def _run(args: argparse.Namespace, pairs: Sequence[Pair]) -> dict[str, Any
             min_similarity=args.min_similarity,
             max_distance_ratio=args.max_distance_ratio,
             max_error_rate=args.error_budget,
+            max_hit_error_rate=args.max_hit_error_rate,
             seed=args.seed,
         )
         cache = SemanticCache(embedder, config)
