@@ -26,12 +26,14 @@ class EngineConfig:
 
     model_path: Path | None = None
     n_ctx: int = 4096
-    n_threads: int = 0  # for batches of several tokens; 0: one per core, at most 8
-    # A lone decoding token gains nothing from more threads on small models (measured:
-    # 164 vs 169 tok/s with 1 vs 2 threads), while ggml's spinning barriers make extra
-    # threads collapse when other processes share the cores (2 threads: 7-18 tok/s,
-    # 1 thread: 86-137 tok/s for one stream on 2 busy cores).
+    n_threads: int = 0  # the most threads a step may use; 0: one per core, at most 8
+    # Lone decoding tokens start on this many threads; a small model gains nothing from
+    # more (measured: 164 vs 170 tok/s with 1 vs 2 threads on an idle core).
     n_threads_single_token: int = 1
+    # Each step size tries another thread count after this many steps and keeps the
+    # faster (see threads.py): 2 threads doubled batched decode on an idle core but
+    # collapsed 10-50x when other processes shared the cores. 0: fixed counts.
+    thread_probe_steps: int = 8
     max_seqs: int = 8
     max_queue: int = 32
     max_step_tokens: int = 256
@@ -46,6 +48,7 @@ class EngineConfig:
         minimums = {
             "n_ctx": 64,
             "n_threads_single_token": 1,
+            "thread_probe_steps": 0,
             "max_seqs": 1,
             "max_queue": 0,
             "max_step_tokens": self.max_seqs,

@@ -26,6 +26,7 @@ from hasten.local.sampling import SamplingParams, TokenSampler
 from hasten.local.scheduler import QueueFull, Scheduler, Status, StepPlan
 from hasten.local.scheduler import Sequence as SchedSequence
 from hasten.local.textstream import TextStream
+from hasten.local.threads import ThreadTuner
 
 _log = logging.getLogger(__name__)
 _IDLE_WAIT_S = 0.5
@@ -123,6 +124,11 @@ class Engine:
             n_threads_single_token=min(self.config.n_threads_single_token, self.config.n_threads),
         )
         self.runner = Runner(self.model, params)
+        self.threads = ThreadTuner(
+            max_threads=params.n_threads,
+            single_token_threads=params.n_threads_single_token,
+            probe_every_steps=self.config.thread_probe_steps,
+        )
         self._lock = threading.Condition()
         self._requests: dict[int, _Request] = {}
         self._cancelled: set[int] = set()
@@ -236,16 +242,19 @@ class Engine:
                 seq.request_id: self._requests[seq.request_id].sampler
                 for seq in self.scheduler.running
             }
+        num_tokens = sum(len(chunk.token_ids) for chunk in plan.chunks)
+        num_threads = self.threads.choose(num_tokens)
         try:
-            sampled = self.runner.execute(plan, samplers)
+            result = self.runner.execute(plan, samplers, num_threads)
         except DecodeError as exc:
             with self._lock:
                 self._recover(plan, exc)
             return True
+        self.threads.record(num_tokens, num_threads, result.decode_s)
         with self._lock:
             self.scheduler.complete(plan)
             self.num_steps += 1
-            for sequence, token_id in sampled:
+            for sequence, token_id in result.sampled:
                 request = self._requests.get(sequence.request_id)
                 if request is not None:
                     self._on_token(request, token_id)

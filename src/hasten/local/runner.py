@@ -5,14 +5,16 @@ Owns the llama context and the batch buffer; must only be used from the engine t
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import llama_cpp
 import numpy as np
 
 from hasten.local.model import ContextParams, LocalModel
-from hasten.local.sampling import TokenSampler
+from hasten.local.sampling import TokenSampler, sample_rows
 from hasten.local.scheduler import KvCopy, KvRemove, Sequence, StepPlan
 
 # llama_decode's "no free KV cells for this batch": recoverable by evicting cached prefixes.
@@ -25,6 +27,16 @@ class DecodeError(RuntimeError):
         self.code = code
 
 
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """The token sampled for each chunk that asked for logits, and what the decode cost."""
+
+    sampled: list[tuple[Sequence, int]]
+    num_tokens: int = 0
+    num_threads: int = 0
+    decode_s: float = 0.0
+
+
 class Runner:
     """One llama context whose unified KV cache holds ``params.n_seq_max`` sequences."""
 
@@ -35,6 +47,7 @@ class Runner:
         self._memory: Any = llama_cpp.llama_get_memory(self._ctx)
         self._batch: Any = llama_cpp.llama_batch_init(params.n_batch, 0, 1)
         self._is_closed = False
+        self._num_threads = 0
 
     def close(self) -> None:
         if self._is_closed:
@@ -44,22 +57,30 @@ class Runner:
         llama_cpp.llama_free(self._ctx)
 
     def execute(
-        self, plan: StepPlan, samplers: Mapping[int, TokenSampler]
-    ) -> list[tuple[Sequence, int]]:
-        """Runs the plan; returns the token sampled for each chunk that asked for logits."""
+        self, plan: StepPlan, samplers: Mapping[int, TokenSampler], num_threads: int = 0
+    ) -> StepResult:
+        """Runs the plan with ``num_threads`` (0: the context's own settings) and samples."""
         self._apply_kv_ops(plan)
         if not plan.chunks:
-            return []
+            return StepResult([])
         output_rows = self._fill_batch(plan)
+        if num_threads > 0 and num_threads != self._num_threads:
+            llama_cpp.llama_set_n_threads(self._ctx, num_threads, num_threads)
+            self._num_threads = num_threads
+        started_s = time.perf_counter()
         code = int(llama_cpp.llama_decode(self._ctx, self._batch))
+        decode_s = time.perf_counter() - started_s
         if code != 0:
             raise DecodeError(code)
         sampled: list[tuple[Sequence, int]] = []
-        for sequence, row in output_rows:
-            pointer = llama_cpp.llama_get_logits_ith(self._ctx, row)
-            logits = np.ctypeslib.as_array(pointer, shape=(self.model.num_vocab,))
-            sampled.append((sequence, samplers[sequence.request_id].sample(logits)))
-        return sampled
+        if output_rows:
+            # Outputs are stored in batch order, one vocabulary-wide row per logits flag.
+            pointer = llama_cpp.llama_get_logits(self._ctx)
+            logits = np.ctypeslib.as_array(pointer, shape=(len(output_rows), self.model.num_vocab))
+            sequences = [sequence for sequence, _ in output_rows]
+            tokens = sample_rows(logits, [samplers[seq.request_id] for seq in sequences])
+            sampled = list(zip(sequences, tokens, strict=True))
+        return StepResult(sampled, int(self._batch.n_tokens), self._num_threads, decode_s)
 
     def clear(self) -> None:
         """Forgets every sequence's KV (after a failed decode left it unknown)."""
