@@ -157,3 +157,21 @@ def test_import_warms_and_persists_across_restart(sim: ServerThread, tmp_path: P
         assert reply.headers["x-hasten-cache"] == "semantic"
         assert reply.parse().choices[0].message.content == "8,849 metres."
     assert sim_stats(sim.url)["num_requests"] == 0
+
+
+def test_opposite_command_does_not_hit(sim: ServerThread, tmp_path: Path) -> None:
+    # e5 scores this pair about 0.965, above the default cut-off: only the guard tells them apart.
+    with running_gateway(_config(sim.url, tmp_path)) as gateway:
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="k", max_retries=0)
+        assert _ask(client, "Turn on the lights in the kitchen").headers["x-hasten-cache"] == "miss"
+        _wait_indexed(gateway, 1)
+        off = _ask(client, "Turn off the lights in the kitchen")
+        assert off.headers["x-hasten-cache"] == "miss"
+        assert "x-hasten-semantic-entry" not in off.headers
+        stats = httpx.get(f"{gateway.url}/admin/cache/stats").json()["semantic"]
+        assert stats["guard_polarity"] == 1  # found above the cut-off, then vetoed
+        assert _ask(client, "Switch on the lights in the kitchen").headers["x-hasten-cache"] in (
+            "semantic",
+            "miss",
+        )  # the same command in other words may hit, never required
+        assert sim_stats(sim.url)["num_requests"] >= 2

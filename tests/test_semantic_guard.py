@@ -124,3 +124,90 @@ def test_freshness_classes() -> None:
     assert freshness.ttl_s("Who wrote Hamlet?", model="m", policy=policy) == 3600
     per_model = freshness.FreshnessPolicy(model_ttl_s={"fast": 60.0})
     assert freshness.ttl_s("Who wrote Hamlet?", model="fast", policy=per_model) == 60
+
+
+POLAR_DIFFERENT = [
+    ("Turn on the lights in the kitchen", "Turn off the lights in the kitchen"),
+    ("Turn the kitchen lights off", "Switch on the kitchen lights"),
+    ("How do I enable two-factor login?", "How do I disable two-factor login?"),
+    ("What is the best way to sell a used car?", "What's the best way to buy a used car?"),
+    ("How do I scroll up in tmux?", "How do I scroll down in tmux?"),
+    ("打开厨房的灯", "关闭厨房的灯"),
+    ("请开灯", "请关灯"),
+    ("股价为什么上涨", "股价为什么下跌"),
+    ("吃饭之前可以喝水吗", "吃饭之后可以喝水吗"),
+]
+POLAR_SAME = [
+    ("What is one thing to see in Paris?", "What's one thing to see in Paris?"),
+    ("How do I set up a VPN?", "How do I shut down a VPN?"),  # phrasal verbs, not directions
+    ("What are the pros and cons of Rust?", "What are the cons of Rust?"),  # both sides: none
+    ("How do I turn on dark mode?", "How do I enable dark mode?"),
+    ("What is on TV tonight?", "What is off TV tonight?"),  # prepositions, not switches
+    ("二手车买卖注意什么", "二手车卖出注意什么"),  # 买卖 (trade) takes no side
+    ("这个开关怎么用", "这个关闭按钮怎么用"),  # 开关 (a switch) takes no side
+]
+
+
+@pytest.mark.parametrize(("first", "second"), POLAR_DIFFERENT)
+def test_opposites_are_caught(first: str, second: str) -> None:
+    assert guard.near_miss(first, second) == guard.POLARITY
+    assert guard.near_miss(second, first) == guard.POLARITY
+
+
+@pytest.mark.parametrize(("first", "second"), POLAR_SAME)
+def test_no_polarity_veto_without_a_flip(first: str, second: str) -> None:
+    assert guard.near_miss(first, second) != guard.POLARITY
+
+
+def _opposites(is_ascii: bool) -> list[tuple[str, str]]:
+    return [
+        (one, other)
+        for ones, others in lexicon.POLARITY_AXES.values()
+        for one in sorted(ones)
+        for other in sorted(others)
+        if one.isascii() == is_ascii and other.isascii() == is_ascii
+    ]
+
+
+_FILLER = st.lists(
+    st.sampled_from(["how", "do", "i", "the", "file", "price", "of", "a", "car", "why", "to"]),
+    max_size=6,
+).map(" ".join)
+_HAN_FILLER = st.sampled_from(["", "请", "怎么", "如何", "我想", "为什么要"])
+_HAN_OBJECT = st.sampled_from(["", "厨房的灯", "文件", "价格", "手机", "呢"])
+
+
+@given(_FILLER, st.sampled_from(_opposites(is_ascii=True)), _FILLER)
+@settings(max_examples=200, deadline=None)
+def test_one_swapped_english_opposite_is_vetoed(
+    before: str, pair: tuple[str, str], after: str
+) -> None:
+    one, other = (f"{before} {word} {after}" for word in pair)
+    assert guard.near_miss(one, other) == guard.POLARITY
+    assert guard.near_miss(other, one) == guard.POLARITY
+    assert guard.near_miss(one, one) is None
+
+
+@given(_HAN_FILLER, st.sampled_from(_opposites(is_ascii=False)), _HAN_OBJECT)
+@settings(max_examples=200, deadline=None)
+def test_one_swapped_chinese_opposite_is_vetoed(
+    before: str, pair: tuple[str, str], after: str
+) -> None:
+    one, other = (f"{before}{word}{after}" for word in pair)
+    assert guard.near_miss(one, other) == guard.POLARITY
+    assert guard.near_miss(other, one) == guard.POLARITY
+    assert guard.near_miss(other, other) is None
+
+
+_POLAR_WORDS = sorted({word for pair in _opposites(is_ascii=True) for word in pair})
+
+
+@given(
+    st.lists(st.sampled_from([*_POLAR_WORDS, "turn", "on", "off", "up", "down", "it"]), max_size=8),
+    st.lists(st.sampled_from([*_POLAR_WORDS, "turn", "on", "off", "up", "down", "it"]), max_size=8),
+)
+@settings(max_examples=300, deadline=None)
+def test_polarity_is_symmetric(first: list[str], second: list[str]) -> None:
+    one, other = " ".join(first), " ".join(second)
+    assert guard.near_miss(one, other) == guard.near_miss(other, one)
+    assert guard.near_miss(one, one) is None

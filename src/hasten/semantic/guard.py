@@ -2,7 +2,8 @@
 
 Embeddings place "learn Python in 3 months" and "learn Java in 6 months" next to each other;
 the guard vetoes such a candidate when the two texts disagree on numbers, dates, units,
-negation, named entities, quoted strings, code identifiers or language. It is pure and
+negation, opposites ("turn on" / "turn off", "buy" / "sell"), named entities, quoted
+strings, code identifiers or language. It is pure and
 deterministic: a :class:`TextSignature` is computed once per text (stored with cache entries)
 and two signatures are compared in a few microseconds.
 """
@@ -17,13 +18,14 @@ from hasten.semantic import lexicon
 # Reasons, in the order they are checked (cheapest and most decisive first).
 LANGUAGE = "language"
 NEGATION = "negation"
+POLARITY = "polarity"
 NUMBERS = "numbers"
 DATES = "dates"
 UNITS = "units"
 QUOTED = "quoted"
 CODE = "code"
 ENTITIES = "entities"
-REASONS = (LANGUAGE, NEGATION, NUMBERS, UNITS, QUOTED, DATES, CODE, ENTITIES)
+REASONS = (LANGUAGE, NEGATION, POLARITY, NUMBERS, UNITS, QUOTED, DATES, CODE, ENTITIES)
 
 _QUOTED = re.compile(
     r"\"([^\"]{1,200})\"|“([^”]{1,200})”|`([^`]{1,200})`|「([^」]{1,200})」|『([^』]{1,200})』"
@@ -48,6 +50,7 @@ class TextSignature:
 
     language: str
     is_negated: bool
+    polarity: frozenset[str]
     numbers: frozenset[str]
     dates: frozenset[str]
     units: frozenset[str]
@@ -69,6 +72,7 @@ def signature(text: str) -> TextSignature:
     return TextSignature(
         language=lexicon.language_of(lowered, words),
         is_negated=lexicon.is_negated(lowered, words),
+        polarity=lexicon.polarity_sides(lowered),
         numbers=frozenset(numbers),
         dates=frozenset(lexicon.date_words(lowered, words)),
         units=frozenset(lexicon.unit_words(lowered, words))
@@ -93,6 +97,8 @@ def compare(first: TextSignature, second: TextSignature) -> str | None:
         return LANGUAGE
     if first.is_negated != second.is_negated:
         return NEGATION
+    if lexicon.has_polarity_flip(first.polarity, second.polarity):
+        return POLARITY
     if first.numbers != second.numbers:
         return NUMBERS
     if _is_contradiction(first.units, second.units) or _has_unit_swap(first, second):
