@@ -39,9 +39,10 @@ def test_tuner_follows_a_change_of_load() -> None:
 
 def test_buckets_are_independent() -> None:
     tuner = ThreadTuner(max_threads=2, probe_every_steps=4)
-    _run(tuner, 1, {1: 0.006, 2: 0.012}, 50)
+    assert set(_run(tuner, 1, {1: 0.006, 2: 0.001}, 50)) == {1}  # lone tokens: fixed
+    _run(tuner, 2, {1: 0.006, 2: 0.012}, 50)
     _run(tuner, 8, {1: 0.006, 2: 0.003}, 50)
-    assert tuner.best_threads() == {1: 1, 4: 2}
+    assert tuner.best_threads() == {1: 1, 2: 1, 4: 2}
 
 
 def test_sample_rows_matches_each_requests_own_sampler() -> None:
