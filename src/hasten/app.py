@@ -217,6 +217,8 @@ def _semantic_tier(config: GatewayConfig, cache: TieredCache | None) -> Semantic
             freshness=FreshnessPolicy(
                 default_ttl_s=settings.default_ttl_s, short_ttl_s=settings.short_ttl_s
             ),
+            # Replicas sharing a Redis exact cache share semantic entries through it too.
+            redis_url=config.cache.redis_url if config.cache.backend == "redis" else None,
         ),
     )
     return SemanticTier(semantic, cache)

@@ -97,15 +97,32 @@ class Records:
         answer_key: str,
         now: float,
         ttl_s: float,
+        entry_id: int | None = None,
     ) -> int:
+        """A new row; ``entry_id`` None lets SQLite pick (local mode), else it is kept as is."""
         blob = np.asarray(vector, dtype=np.float16).tobytes()
         size_bytes = len(blob) + len(text.encode()) + len(answer_key) + _ROW_OVERHEAD_BYTES
         cursor = self.conn.execute(
-            f"INSERT INTO {_TABLE} (partition, tenant, model, text, vector, answer_key,"
-            " created_at, expires_at, accessed_at, size_bytes) VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (partition, tenant, model, text, blob, answer_key, now, now + ttl_s, now, size_bytes),
-        )
+            f"INSERT INTO {_TABLE} (id, partition, tenant, model, text, vector, answer_key,"
+            " created_at, expires_at, accessed_at, size_bytes) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (entry_id, partition, tenant, model, text, blob, answer_key, now, now + ttl_s, now,
+             size_bytes),
+        )  # fmt: skip
         return int(cursor.lastrowid or 0)
+
+    def has(self, entry_id: int) -> bool:
+        row = self.conn.execute(f"SELECT 1 FROM {_TABLE} WHERE id = ?", (entry_id,))
+        return row.fetchone() is not None
+
+    def next_id_from(self, base: int) -> int:
+        """The next id at or above ``base`` (ids handed out without the shared counter)."""
+        row = self.conn.execute(f"SELECT max(id) FROM {_TABLE} WHERE id >= ?", (base,))
+        found = row.fetchone()[0]
+        return base if found is None else int(found) + 1
+
+    def select_ids_below(self, limit: int) -> list[tuple[int, str]]:
+        rows = self.conn.execute(f"SELECT id, partition FROM {_TABLE} WHERE id < ?", (limit,))
+        return [(int(row[0]), row[1]) for row in rows]
 
     def entries(self, ids: Sequence[int]) -> dict[int, StoredEntry]:
         if not ids:

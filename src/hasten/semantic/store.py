@@ -15,6 +15,10 @@ Only the final user turn is compared by meaning; everything else must match exac
 another, so the event loop never blocks. Vectors and metadata live in one SQLite file
 (beside the exact cache); HNSW graphs of large partitions are saved next to it and rebuilt
 from the stored vectors whenever missing or stale.
+
+With ``redis_url`` set (the gateway does so when its exact cache is in Redis), that file is
+this replica's copy of a shared tier: entries are also written to Redis and a background
+``Follower`` applies the other replicas' inserts and invalidations (see ``shared``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -34,12 +38,14 @@ import orjson
 from hasten.semantic import budget as budget_mod
 from hasten.semantic import freshness, matcher
 from hasten.semantic.embedder import AsyncEmbedder, Embedder
+from hasten.semantic.follower import Follower
 from hasten.semantic.graphs import GraphFiles
 from hasten.semantic.guard import TextSignature, signature
 from hasten.semantic.index import VectorIndex
 from hasten.semantic.partition import split_chat
 from hasten.semantic.records import Records, StoredEntry
 from hasten.semantic.settings import DEFAULT_MIN_SIMILARITY, SemanticConfig, SemanticMatch
+from hasten.semantic.shared import LOCAL_ID_BASE, DeleteEvent, Event, SharedEntry, SharedTier
 
 __all__ = ["DEFAULT_MIN_SIMILARITY", "SemanticCache", "SemanticConfig", "SemanticMatch"]
 
@@ -50,6 +56,7 @@ _PURGE_EVERY_INSERTS = 256
 # Evict down to this fraction of the limits so eviction does not run on every insert.
 _LOW_WATER_FRACTION = 0.9
 _NUM_SIGNATURES_KEPT = 65_536
+_CURSOR_META = "shared_stream_id"
 
 
 class SemanticCache:
@@ -98,6 +105,12 @@ class SemanticCache:
         self._num_bytes = 0
         self._inserts_since_purge = 0
         self.counters: Counter[str] = Counter()
+        self.shared = None
+        if config.redis_url is not None:
+            namespace = f"{config.redis_namespace}{model.name}:{model.dim}:"
+            self.shared = SharedTier(config.redis_url, namespace=namespace)
+        self._follower: Follower | None = None
+        self._follow_task: asyncio.Task[None] | None = None
 
     async def lookup(
         self, body: Mapping[str, Any], *, model: str, tenant: str
@@ -112,6 +125,7 @@ class SemanticCache:
             return None
         if self.budget is not None:
             self.budget.note_lookup()
+        self.start()
         try:
             vector = await self.embedder.embed(query.text)
             return await self._run(self._lookup_sync, query.partition_key, query.text, vector)
@@ -142,15 +156,26 @@ class SemanticCache:
         if entry_ttl_s <= 0:
             self.counters["insert_skipped_volatile"] += 1
             return None
+        self.start()
         try:
             vector = await self.embedder.embed(query.text)
-            return await self._run(
+            now = self._clock()
+            shared_id = None if self.shared is None else await self.shared.next_id()
+            entry_id = await self._run(
                 self._insert_sync, query.partition_key, tenant, model, query.text, vector,
-                answer_key, entry_ttl_s,
+                answer_key, entry_ttl_s, now, shared_id,
             )  # fmt: skip
         except Exception:
             self._note_error("insert")
             return None
+        if self.shared is not None and shared_id is not None:
+            entry = SharedEntry(
+                entry_id, query.partition_key, tenant, model, query.text,
+                np.asarray(vector, dtype=np.float16).tobytes(), answer_key, now, now + entry_ttl_s,
+            )  # fmt: skip
+            is_published = await self.shared.publish_insert(entry)
+            self.counters["shared_published" if is_published else "shared_publish_dropped"] += 1
+        return entry_id
 
     async def report_verification(self, match: SemanticMatch, *, is_correct: bool) -> None:
         """Error-budget mode: whether the entry's answer agreed with a fresh upstream answer."""
@@ -173,11 +198,45 @@ class SemanticCache:
     ) -> int:
         """Removes entries matching every given condition (all of them if none); the count."""
         created_before = None if older_than_s is None else self._clock() - older_than_s
-        return await self._run(
-            self._delete_sync,
-            {"entry_id": entry_id, "tenant": tenant, "model": model},
-            created_before,
+        event = DeleteEvent(
+            {"entry_id": entry_id, "tenant": tenant, "model": model}, created_before
         )
+        rows = await self._run(self._delete_sync, event)
+        if self.shared is not None:
+            is_published = await self.shared.publish_delete(event, [i for i, _ in rows])
+            self.counters["shared_published" if is_published else "shared_publish_dropped"] += 1
+        return len(rows)
+
+    @property
+    def follower(self) -> Follower | None:
+        """The task keeping this replica in step with the shared tier, once started."""
+        return self._follower
+
+    def start(self) -> None:
+        """Starts following the shared tier (idempotent; needs a running event loop)."""
+        if self.shared is None or self._follow_task is not None:
+            return
+        self._follower = Follower(self.shared, self)
+        self._follow_task = asyncio.get_running_loop().create_task(self._follower.run())
+
+    # --- the follower's view of this replica (``follower.LocalCopy``) ---
+
+    async def load_cursor(self) -> bytes | None:
+        return await self._run(lambda: self._open().get_meta(_CURSOR_META))
+
+    async def save_cursor(self, cursor: bytes) -> None:
+        await self._run(lambda: self._open().set_meta(_CURSOR_META, cursor))
+
+    async def apply(self, events: Sequence[Event]) -> None:
+        await self._run(self._apply_sync, events)
+
+    async def keep_only(self, shared_ids: set[int]) -> None:
+        def drop() -> None:
+            records = self._open()
+            rows = records.select_ids_below(LOCAL_ID_BASE)
+            self._remove(records, [row for row in rows if row[0] not in shared_ids], "dropped")
+
+        await self._run(drop)
 
     def _note_error(self, operation: str) -> None:
         self.counters[f"{operation}_errors"] += 1
@@ -201,7 +260,12 @@ class SemanticCache:
         return report
 
     async def close(self) -> None:
-        """Saves large partitions' graphs and closes the file."""
+        """Stops following, saves large partitions' graphs and closes the file."""
+        if self._follow_task is not None:
+            self._follow_task.cancel()
+            await asyncio.gather(self._follow_task, return_exceptions=True)
+        if self.shared is not None:
+            await self.shared.aclose()
         await self._run(self._close_sync)
         self._executor.shutdown(wait=True)
         await self.embedder.close()
@@ -300,16 +364,43 @@ class SemanticCache:
         vector: npt.NDArray[np.float32],
         answer_key: str,
         ttl_s: float,
+        now: float,
+        entry_id: int | None,
     ) -> int:
         records = self._open()
         self._partition(records, partition)
-        now = self._clock()
+        if entry_id is None and self.shared is not None:  # Redis away: a local-only id
+            entry_id = records.next_id_from(LOCAL_ID_BASE)
         entry_id = records.insert(
             partition=partition, tenant=tenant, model=model, text=text, vector=vector,
-            answer_key=answer_key, now=now, ttl_s=ttl_s,
+            answer_key=answer_key, now=now, ttl_s=ttl_s, entry_id=entry_id,
         )  # fmt: skip
         self._index.add(partition, entry_id, vector)
+        self._note_insert(records, text, now)
         self.counters["inserts"] += 1
+        return entry_id
+
+    def _apply_sync(self, events: Sequence[Event]) -> None:
+        """Another replica's inserts and invalidations, idempotently."""
+        records = self._open()
+        now = self._clock()
+        for event in events:
+            if isinstance(event, DeleteEvent):
+                self._delete_sync(event, reason="invalidated_shared")
+            elif event is not None and event.expires_at > now and not records.has(event.entry_id):
+                vector = np.frombuffer(event.vector_f16, dtype=np.float16).astype(np.float32)
+                records.insert(
+                    partition=event.partition, tenant=event.tenant, model=event.model,
+                    text=event.text, vector=vector, answer_key=event.answer_key,
+                    now=event.created_at, ttl_s=event.expires_at - event.created_at,
+                    entry_id=event.entry_id,
+                )  # fmt: skip
+                if event.partition in self._loaded:  # else loaded from the file on first use
+                    self._index.add(event.partition, event.entry_id, vector)
+                self._note_insert(records, event.text, now)
+                self.counters["shared_applied"] += 1
+
+    def _note_insert(self, records: Records, text: str, now: float) -> None:
         self._num_entries += 1
         self._num_bytes += len(text.encode()) + 2 * self._dim + 256
         self._inserts_since_purge += 1
@@ -317,7 +408,6 @@ class SemanticCache:
             self._inserts_since_purge = 0
             self._remove(records, records.select_where(expired_at=now), "expired")
         self._evict(records)
-        return entry_id
 
     def _evict(self, records: Records) -> None:
         if (
@@ -352,11 +442,13 @@ class SemanticCache:
         self._num_entries = max(0, self._num_entries - len(rows))
         self._num_bytes = max(0, int(self._num_bytes - average_bytes * len(rows)))
 
-    def _delete_sync(self, where: dict[str, Any], created_before: float | None) -> int:
+    def _delete_sync(
+        self, event: DeleteEvent, reason: str = "invalidated"
+    ) -> list[tuple[int, str]]:
         records = self._open()
-        rows = records.select_where(created_before=created_before, **where)
-        self._remove(records, rows, "invalidated")
-        return len(rows)
+        rows = records.select_where(created_before=event.created_before, **event.where)
+        self._remove(records, rows, reason)
+        return rows
 
     def _observe_sync(self, entry_id: int, similarity: float, is_correct: bool) -> None:
         if self.budget is None:

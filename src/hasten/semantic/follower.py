@@ -1,0 +1,97 @@
+"""Keeps a replica's local copy of the semantic cache in step with the shared Redis tier.
+
+A background task: resume from the saved stream position (or rebuild from the entry
+hashes when there is none or it was trimmed off the stream), then apply events as a short
+blocking XREAD returns them. Any failure means "Redis is away": wait, then resume again.
+See ``shared`` for the data layout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Protocol
+
+from hasten.semantic.shared import FAILURES, Event, SharedTier, is_before
+
+_LOG = logging.getLogger("hasten.semantic")
+_REBUILD_BATCH = 500
+
+
+class LocalCopy(Protocol):
+    """What the follower needs of the replica's own store."""
+
+    async def load_cursor(self) -> bytes | None: ...
+
+    async def save_cursor(self, cursor: bytes) -> None: ...
+
+    async def apply(self, events: Sequence[Event]) -> None: ...
+
+    async def keep_only(self, shared_ids: set[int]) -> None:
+        """Drops shared entries (ids below ``LOCAL_ID_BASE``) that Redis no longer holds."""
+
+
+def needs_rebuild(saved: bytes | None, first: bytes | None, last: bytes) -> bool:
+    """Whether events after ``saved`` may be missing from the stream (pure)."""
+    if saved is None:
+        return True
+    if first is not None and is_before(saved, first):
+        return True  # trimmed past our position
+    return is_before(last, saved)  # a position from another (or a flushed) Redis
+
+
+class Follower:
+    """Applies the shared stream to a local copy until cancelled."""
+
+    def __init__(self, shared: SharedTier, local: LocalCopy) -> None:
+        self.shared = shared
+        self.local = local
+        self.num_applied = 0
+        self.num_rebuilds = 0
+        self.num_failures = 0
+        self.is_connected = False
+
+    async def run(self) -> None:
+        cursor: bytes | None = None
+        while True:
+            try:
+                if cursor is None:
+                    cursor = await self._resume()
+                    self.is_connected = True
+                events = await self.shared.read(cursor)
+                if events:
+                    await self.local.apply([event for _, event in events])
+                    cursor = events[-1][0]
+                    await self.local.save_cursor(cursor)
+                    self.num_applied += len(events)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Redis away or a bad event: never stop following
+                self._on_failure(exc)
+                cursor = None
+                await asyncio.sleep(self.shared.retry_backoff_s)
+
+    def _on_failure(self, exc: Exception) -> None:
+        self.num_failures += 1
+        if self.is_connected or self.num_failures == 1:
+            is_expected = isinstance(exc, FAILURES)
+            _LOG.warning(
+                "semantic shared tier: following stopped (%s); retrying", exc,
+                exc_info=not is_expected,
+            )  # fmt: skip
+        self.is_connected = False
+
+    async def _resume(self) -> bytes:
+        saved = await self.local.load_cursor()
+        first, last = await self.shared.stream_bounds()
+        if not needs_rebuild(saved, first, last) and saved is not None:
+            return saved
+        # Take the position first: events racing the scan are applied again (idempotent).
+        ids = await self.shared.scan_ids()
+        for start in range(0, len(ids), _REBUILD_BATCH):
+            await self.local.apply(await self.shared.load(ids[start : start + _REBUILD_BATCH]))
+        await self.local.keep_only(set(ids))
+        await self.local.save_cursor(last)
+        self.num_rebuilds += 1
+        return last
