@@ -6,6 +6,7 @@ system prompt, warm vs cold; streams cut off before their finish_reason; peak RS
 
     .venv/bin/python bench/local.py --quick          # < 3 minutes
     .venv/bin/python bench/local.py --json > out.json
+    .venv/bin/python bench/local.py --ceiling --no-servers   # raw llama.cpp batched decode
 
 The baseline needs ``pip install 'llama-cpp-python[server]==0.3.36'``.
 """
@@ -253,6 +254,54 @@ def _goals(reports: list[ServerReport]) -> dict[str, Any]:
     return goals
 
 
+def raw_decode_tok_s(model_path: Path, num_threads: int, num_seqs: int, num_steps: int) -> float:
+    """llama.cpp alone, in-process: ``num_seqs`` sequences decoding one token each per step.
+
+    The ceiling for the engine's batching: what one batched ``llama_decode`` gains over
+    ``num_seqs`` single-token ones on this CPU, with no Python, HTTP or sampling around it.
+    """
+    import llama_cpp
+
+    from hasten.local.model import ContextParams, LocalModel
+
+    model = LocalModel(model_path)
+    ctx = model.create_context(ContextParams(2048, num_seqs, 256, num_threads, num_threads))
+    batch = llama_cpp.llama_batch_init(256, 0, 1)
+    prompt = model.tokenize(model.render_chat([{"role": "user", "content": "Tell a story."}]))
+
+    def decode(rows: list[tuple[int, int, int]]) -> None:
+        for index, (token, pos, seq_id) in enumerate(rows):
+            batch.token[index], batch.pos[index] = token, pos
+            batch.n_seq_id[index], batch.seq_id[index][0] = 1, seq_id
+            batch.logits[index] = True
+        batch.n_tokens = len(rows)
+        if llama_cpp.llama_decode(ctx, batch) != 0:
+            raise RuntimeError("llama_decode failed")
+
+    try:
+        for seq_id in range(num_seqs):
+            decode([(token, pos, seq_id) for pos, token in enumerate(prompt)])
+        started_s = time.perf_counter()
+        for step in range(num_steps):
+            decode([(100 + seq_id, len(prompt) + step, seq_id) for seq_id in range(num_seqs)])
+        return num_seqs * num_steps / (time.perf_counter() - started_s)
+    finally:
+        llama_cpp.llama_batch_free(batch)
+        llama_cpp.llama_free(ctx)
+        model.close()
+
+
+def _ceiling(args: argparse.Namespace) -> dict[str, dict[int, float]]:
+    counts = sorted({1, args.threads})
+    return {
+        f"{threads}_threads": {
+            num_seqs: raw_decode_tok_s(args.model, threads, num_seqs, 32 if args.quick else 96)
+            for num_seqs in STREAM_LEVELS
+        }
+        for threads in counts
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short streams, fewer repetitions")
@@ -261,28 +310,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-ctx", type=int, default=4096)
     parser.add_argument("--model", type=Path, default=None)
     parser.add_argument("--no-baseline", action="store_true", help="skip llama_cpp.server")
+    parser.add_argument("--no-servers", action="store_true", help="skip both servers")
+    parser.add_argument(
+        "--ceiling", action="store_true", help="also measure raw llama.cpp batched decode"
+    )
     args = parser.parse_args(argv)
     args.model = args.model or default_model_path()
     args.max_tokens = 48 if args.quick else 128
     args.reps = 3 if args.quick else 5
-    names = ["hasten"] + ([] if args.no_baseline else ["llama_cpp"])
+    load_before = os.getloadavg()
+    ceiling = _ceiling(args) if args.ceiling else None
+    names = [] if args.no_servers else ["hasten"] + ([] if args.no_baseline else ["llama_cpp"])
     reports = [run_server(name, args) for name in names]
-    goals = _goals(reports)
+    goals = _goals(reports) if reports else {}
+    settings = {
+        "threads": args.threads,
+        "n_ctx": args.n_ctx,
+        "max_tokens": args.max_tokens,
+        "model": str(args.model),
+        # Other jobs on the machine change every figure here: recorded with them.
+        "load_avg_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+    }
     if args.json:
         doc = {
-            "settings": {
-                "threads": args.threads,
-                "n_ctx": args.n_ctx,
-                "max_tokens": args.max_tokens,
-                "model": str(args.model),
-            },
+            "settings": settings,
             "servers": [asdict(r) | {"ttft_speedup": r.ttft_speedup} for r in reports],
             "goals": goals,
+            "raw_decode_tok_s": ceiling,
         }
         print(json.dumps(doc, indent=2))
     else:
-        _print_table(reports)
-        print(json.dumps(goals))
+        if reports:
+            _print_table(reports)
+        print(json.dumps({"goals": goals, "settings": settings, "raw_decode_tok_s": ceiling}))
     return 0
 
 

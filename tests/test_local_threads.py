@@ -1,56 +1,71 @@
-"""The thread tuner (pure) and batched sampling across rows."""
+"""The step-mode tuner (pure) and batched sampling across rows."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from hasten.local.sampling import SamplingParams, TokenSampler, sample_rows
-from hasten.local.threads import ThreadTuner
+from hasten.local.threads import StepMode, ThreadTuner
+
+ONE, TWO, SPLIT = StepMode(1), StepMode(2), StepMode(1, is_split=True)
 
 
-def _run(tuner: ThreadTuner, num_tokens: int, cost_s: dict[int, float], steps: int) -> list[int]:
+def _run(
+    tuner: ThreadTuner,
+    num_tokens: int,
+    cost_s: dict[StepMode, float],
+    steps: int,
+    is_splittable: bool = False,
+) -> list[StepMode]:
     chosen = []
     for _ in range(steps):
-        threads = tuner.choose(num_tokens)
-        tuner.record(num_tokens, threads, cost_s[threads] * num_tokens)
-        chosen.append(threads)
+        mode = tuner.choose(num_tokens, is_splittable)
+        tuner.record(num_tokens, is_splittable, mode, cost_s[mode] * num_tokens)
+        chosen.append(mode)
     return chosen
 
 
 def test_fixed_counts_when_probing_is_off() -> None:
     tuner = ThreadTuner(max_threads=2, single_token_threads=1, probe_every_steps=0)
-    assert tuner.choose(1) == 1 and tuner.choose(8) == 2
+    assert tuner.choose(1) == ONE and tuner.choose(8, True) == TWO
 
 
 def test_tuner_moves_to_the_faster_count_and_rarely_probes_the_slower() -> None:
     tuner = ThreadTuner(max_threads=2, probe_every_steps=4, max_probe_every_steps=64)
-    chosen = _run(tuner, 8, {1: 0.006, 2: 0.003}, 200)
-    assert chosen[0] == 1 and chosen[-1] == 2
-    assert chosen[20:].count(1) <= 4  # backed off: the losing count is tried ever more rarely
-    assert tuner.best_threads() == {4: 2}
+    chosen = _run(tuner, 8, {ONE: 0.006, TWO: 0.003}, 200)
+    assert chosen[0] == ONE and chosen[-1] == TWO
+    assert chosen[20:].count(ONE) <= 4  # backed off: the loser is tried ever more rarely
+    assert tuner.best_modes() == {"8+": "2 threads"}
 
 
 def test_tuner_follows_a_change_of_load() -> None:
     tuner = ThreadTuner(max_threads=2, probe_every_steps=4, max_probe_every_steps=16)
-    _run(tuner, 8, {1: 0.006, 2: 0.003}, 50)
-    chosen = _run(tuner, 8, {1: 0.006, 2: 0.100}, 20)  # another process takes a core
-    assert chosen[2:].count(1) >= 16
+    _run(tuner, 8, {ONE: 0.006, TWO: 0.003}, 50)
+    chosen = _run(tuner, 8, {ONE: 0.006, TWO: 0.100}, 20)  # another process takes a core
+    assert chosen[2:].count(ONE) >= 16
 
 
-def test_buckets_are_independent() -> None:
+def test_splitting_is_tried_only_for_steps_of_single_tokens() -> None:
+    costs = {ONE: 0.008, TWO: 0.010, SPLIT: 0.006}
     tuner = ThreadTuner(max_threads=2, probe_every_steps=4)
-    assert set(_run(tuner, 1, {1: 0.006, 2: 0.001}, 50)) == {1}  # lone tokens: fixed
-    _run(tuner, 2, {1: 0.006, 2: 0.012}, 50)
-    _run(tuner, 8, {1: 0.006, 2: 0.003}, 50)
-    assert tuner.best_threads() == {1: 1, 2: 1, 4: 2}
+    assert _run(tuner, 2, costs, 40, is_splittable=True)[-1] == SPLIT
+    assert SPLIT not in _run(tuner, 2, costs, 40, is_splittable=False)
+
+
+def test_lone_tokens_keep_their_count_and_buckets_are_independent() -> None:
+    tuner = ThreadTuner(max_threads=2, probe_every_steps=4)
+    assert set(_run(tuner, 1, {ONE: 0.006, TWO: 0.001}, 50)) == {ONE}
+    _run(tuner, 2, {ONE: 0.006, TWO: 0.012}, 50)
+    _run(tuner, 8, {ONE: 0.006, TWO: 0.003}, 50)
+    assert tuner.best_modes() == {"1+": "1 threads", "2+": "1 threads", "8+": "2 threads"}
 
 
 def test_sample_rows_matches_each_requests_own_sampler() -> None:
     rng = np.random.default_rng(0)
     logits = rng.normal(size=(3, 1000)).astype(np.float32)
-    params = [SamplingParams(temperature=0.0), SamplingParams(seed=5), SamplingParams(top_p=0.9)]
-    batched = [TokenSampler.from_params(p) for p in params[:2]]
-    alone = [TokenSampler.from_params(p) for p in params[:2]]
+    params = [SamplingParams(temperature=0.0), SamplingParams(seed=5)]
+    batched = [TokenSampler.from_params(p) for p in params]
+    alone = [TokenSampler.from_params(p) for p in params]
     rows = [sample_rows(logits[:2], batched) for _ in range(10)]
     assert [row[0] for row in rows] == [int(np.argmax(logits[0]))] * 10
     assert [row[1] for row in rows] == [alone[1].sample(logits[1]) for _ in range(10)]

@@ -243,14 +243,15 @@ class Engine:
                 for seq in self.scheduler.running
             }
         num_tokens = sum(len(chunk.token_ids) for chunk in plan.chunks)
-        num_threads = self.threads.choose(num_tokens)
+        is_splittable = num_tokens == len(plan.chunks)
+        mode = self.threads.choose(num_tokens, is_splittable)
         try:
-            result = self.runner.execute(plan, samplers, num_threads)
+            result = self.runner.execute(plan, samplers, mode)
         except DecodeError as exc:
             with self._lock:
                 self._recover(plan, exc)
             return True
-        self.threads.record(num_tokens, num_threads, result.decode_s)
+        self.threads.record(num_tokens, is_splittable, mode, result.elapsed_s)
         with self._lock:
             self.scheduler.complete(plan)
             self.num_steps += 1

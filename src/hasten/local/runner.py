@@ -15,7 +15,8 @@ import numpy as np
 
 from hasten.local.model import ContextParams, LocalModel
 from hasten.local.sampling import TokenSampler, sample_rows
-from hasten.local.scheduler import KvCopy, KvRemove, Sequence, StepPlan
+from hasten.local.scheduler import Chunk, KvCopy, KvRemove, Sequence, StepPlan
+from hasten.local.threads import StepMode
 
 # llama_decode's "no free KV cells for this batch": recoverable by evicting cached prefixes.
 DECODE_NO_KV_SLOT = 1
@@ -32,9 +33,7 @@ class StepResult:
     """The token sampled for each chunk that asked for logits, and what the decode cost."""
 
     sampled: list[tuple[Sequence, int]]
-    num_tokens: int = 0
-    num_threads: int = 0
-    decode_s: float = 0.0
+    elapsed_s: float = 0.0
 
 
 class Runner:
@@ -57,30 +56,33 @@ class Runner:
         llama_cpp.llama_free(self._ctx)
 
     def execute(
-        self, plan: StepPlan, samplers: Mapping[int, TokenSampler], num_threads: int = 0
+        self, plan: StepPlan, samplers: Mapping[int, TokenSampler], mode: StepMode | None = None
     ) -> StepResult:
-        """Runs the plan with ``num_threads`` (0: the context's own settings) and samples."""
+        """Runs the plan in ``mode`` (None: the context's own thread counts) and samples.
+
+        ``elapsed_s`` covers decoding and sampling: a split step samples row by row.
+        """
         self._apply_kv_ops(plan)
         if not plan.chunks:
             return StepResult([])
-        output_rows = self._fill_batch(plan)
-        if num_threads > 0 and num_threads != self._num_threads:
-            llama_cpp.llama_set_n_threads(self._ctx, num_threads, num_threads)
-            self._num_threads = num_threads
+        mode = mode or StepMode(0)
+        if mode.num_threads > 0 and mode.num_threads != self._num_threads:
+            llama_cpp.llama_set_n_threads(self._ctx, mode.num_threads, mode.num_threads)
+            self._num_threads = mode.num_threads
         started_s = time.perf_counter()
-        code = int(llama_cpp.llama_decode(self._ctx, self._batch))
-        decode_s = time.perf_counter() - started_s
-        if code != 0:
-            raise DecodeError(code)
-        sampled: list[tuple[Sequence, int]] = []
-        if output_rows:
-            # Outputs are stored in batch order, one vocabulary-wide row per logits flag.
-            pointer = llama_cpp.llama_get_logits(self._ctx)
-            logits = np.ctypeslib.as_array(pointer, shape=(len(output_rows), self.model.num_vocab))
-            sequences = [sequence for sequence, _ in output_rows]
-            tokens = sample_rows(logits, [samplers[seq.request_id] for seq in sequences])
-            sampled = list(zip(sequences, tokens, strict=True))
-        return StepResult(sampled, int(self._batch.n_tokens), self._num_threads, decode_s)
+        if not mode.is_split:
+            sampled = self._decode_and_sample(plan.chunks, samplers)
+            return StepResult(sampled, time.perf_counter() - started_s)
+        sampled = []
+        try:
+            for chunk in plan.chunks:
+                sampled += self._decode_and_sample([chunk], samplers)
+        except DecodeError:
+            # Undo the chunks that did land, so the step can be planned again unchanged.
+            for chunk in plan.chunks:
+                llama_cpp.llama_memory_seq_rm(self._memory, chunk.seq_id, chunk.start_pos, -1)
+            raise
+        return StepResult(sampled, time.perf_counter() - started_s)
 
     def clear(self) -> None:
         """Forgets every sequence's KV (after a failed decode left it unknown)."""
@@ -95,14 +97,30 @@ class Runner:
                     self._memory, op.src_seq_id, op.dst_seq_id, 0, op.num_tokens
                 )
 
-    def _fill_batch(self, plan: StepPlan) -> list[tuple[Sequence, int]]:
-        num_tokens = sum(len(chunk.token_ids) for chunk in plan.chunks)
+    def _decode_and_sample(
+        self, chunks: list[Chunk], samplers: Mapping[int, TokenSampler]
+    ) -> list[tuple[Sequence, int]]:
+        output_rows = self._fill_batch(chunks)
+        code = int(llama_cpp.llama_decode(self._ctx, self._batch))
+        if code != 0:
+            raise DecodeError(code)
+        if not output_rows:
+            return []
+        # Outputs are stored in batch order, one vocabulary-wide row per logits flag.
+        pointer = llama_cpp.llama_get_logits(self._ctx)
+        logits = np.ctypeslib.as_array(pointer, shape=(len(output_rows), self.model.num_vocab))
+        sequences = [sequence for sequence, _ in output_rows]
+        tokens = sample_rows(logits, [samplers[seq.request_id] for seq in sequences])
+        return list(zip(sequences, tokens, strict=True))
+
+    def _fill_batch(self, chunks: list[Chunk]) -> list[tuple[Sequence, int]]:
+        num_tokens = sum(len(chunk.token_ids) for chunk in chunks)
         if num_tokens > self.params.n_batch:
             raise ValueError(f"step of {num_tokens} tokens exceeds n_batch={self.params.n_batch}")
         batch = self._batch
         row = 0
         output_rows: list[tuple[Sequence, int]] = []
-        for chunk in plan.chunks:
+        for chunk in chunks:
             last = len(chunk.token_ids) - 1
             for offset, token_id in enumerate(chunk.token_ids):
                 batch.token[row] = token_id

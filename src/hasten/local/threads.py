@@ -1,28 +1,46 @@
-"""Picks how many CPU threads each decode step uses, from measured step times.
+"""Decides how each decode step runs on the CPU (threads, one batch or one token at a time),
+from measured step times.
 
 Pure (no llama.cpp, no clock): the engine reports what each step cost, and asks before
 the next one. Why measure rather than configure: on a small model every ggml graph has
 hundreds of barriers, so extra threads pay off only while each has a core to itself. On
 2 cores, measured in-process, 8 single-token sequences ran at 290-300 tok/s with 2 threads
 on an otherwise idle core but at 12-210 tok/s when another process held it, where 1
-thread kept 160-180 tok/s. Which is faster changes with the machine's other load, so the
-tuner keeps the best known count per step size and re-tries the others now and then,
-backing off while they keep losing.
+thread kept 160-180 tok/s. And on one thread a batch of single tokens costs more than
+the same tokens decoded one by one (2 tokens: 16 vs 12 ms; the quantised matmuls gain
+nothing from a second column and the output layer takes a slower path), until about 8.
+Which mode is fastest changes with the machine's other load, so the tuner keeps the best
+known mode per kind of step and re-tries the others now and then, backing off while they
+keep losing.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# A step's cost per token depends on its size (fixed overheads amortise), so step sizes
-# are compared only within a power-of-two bucket: 1, 2-3, 4-7, 8-15, 16-31, 32+ tokens.
-_MAX_BUCKET = 6
+# A step's cost per token depends on its size (fixed overheads amortise), so steps are
+# compared only within a power-of-two bucket (1, 2-3, 4-7, 8-15, 16-31, 32+ tokens), and
+# steps of single tokens only (which can be split) apart from steps with a prefill chunk.
+_MAX_SIZE_CLASS = 6
 _EMA_WEIGHT = 0.3
+# A losing mode waits at least this many times its cost ratio to the best before its next
+# try, so losing probes take at most ~1/20 of the time however badly a mode collapses.
+_PROBE_COST_FACTOR = 20
+
+
+@dataclass(frozen=True, slots=True)
+class StepMode:
+    """``num_threads`` per ``llama_decode``; ``is_split``: one decode per sequence."""
+
+    num_threads: int
+    is_split: bool = False
 
 
 @dataclass(slots=True)
 class _Arm:
-    num_threads: int
+    mode: StepMode
+    probe_interval_steps: int
+    steps_until_probe: int
     s_per_token: float | None = None
 
 
@@ -30,97 +48,114 @@ class _Arm:
 class _Bucket:
     arms: list[_Arm]
     best: _Arm
-    probe_interval_steps: int
-    steps_until_probe: int
     probing: _Arm | None = None
-    next_probe_index: int = 0
 
 
 @dataclass(slots=True)
 class ThreadTuner:
-    """``probe_every_steps`` 0: fixed counts (``single_token_threads`` for lone tokens,
-    ``max_threads`` for the rest). Otherwise lone tokens keep ``single_token_threads`` and
-    a bigger step tries another count after that many steps of its bucket, the interval
-    doubling up to ``max_probe_every_steps`` while the tried count loses, and starting
+    """``probe_every_steps`` 0: fixed (``single_token_threads`` for lone tokens,
+    ``max_threads`` for batches). Otherwise lone tokens keep ``single_token_threads`` and
+    a bigger step tries another mode after that many steps of its bucket, the interval
+    doubling up to ``max_probe_every_steps`` while the tried mode loses, and starting
     again from ``probe_every_steps`` once one wins.
     """
 
     max_threads: int
     single_token_threads: int = 1
     probe_every_steps: int = 8
-    max_probe_every_steps: int = 512
-    _buckets: dict[int, _Bucket] = field(default_factory=dict, repr=False)
+    max_probe_every_steps: int = 2048
+    _buckets: dict[tuple[int, bool], _Bucket] = field(default_factory=dict, repr=False)
 
-    def choose(self, num_tokens: int) -> int:
+    def choose(self, num_tokens: int, is_splittable: bool = False) -> StepMode:
+        """``is_splittable``: the step holds several sequences of one token each."""
         if self.probe_every_steps == 0:
-            return self.single_token_threads if num_tokens == 1 else self.max_threads
-        bucket = self._bucket(num_tokens)
-        bucket.steps_until_probe -= 1
-        others = [arm for arm in bucket.arms if arm is not bucket.best]
-        if bucket.steps_until_probe > 0 or not others:
-            bucket.probing = None
-            return bucket.best.num_threads
-        bucket.probing = others[bucket.next_probe_index % len(others)]
-        bucket.next_probe_index += 1
-        return bucket.probing.num_threads
+            threads = self.single_token_threads if num_tokens == 1 else self.max_threads
+            return StepMode(threads)
+        bucket = self._bucket(num_tokens, is_splittable)
+        bucket.probing = None
+        for arm in bucket.arms:
+            if arm is not bucket.best:
+                arm.steps_until_probe -= 1
+                if arm.steps_until_probe <= 0 and bucket.probing is None:
+                    bucket.probing = arm
+        return (bucket.probing or bucket.best).mode
 
-    def record(self, num_tokens: int, num_threads: int, elapsed_s: float) -> None:
-        """What the step just chosen for ``num_tokens`` cost with ``num_threads``."""
+    def record(
+        self, num_tokens: int, is_splittable: bool, mode: StepMode, elapsed_s: float
+    ) -> None:
+        """What the step just chosen for these arguments cost in ``mode``."""
         if self.probe_every_steps == 0 or num_tokens < 1:
             return
-        bucket = self._bucket(num_tokens)
+        bucket = self._bucket(num_tokens, is_splittable)
         sample = elapsed_s / num_tokens
         probe, bucket.probing = bucket.probing, None
-        if probe is not None and probe.num_threads == num_threads:
-            # A probe is judged on its own fresh sample: the machine's load may have changed
-            # since this count last ran, which is the reason for probing at all.
-            probe.s_per_token = sample
-            best = bucket.best.s_per_token
-            if best is None or sample < best:
-                bucket.best = probe
-                bucket.probe_interval_steps = self.probe_every_steps
-            else:
-                bucket.probe_interval_steps = min(
-                    2 * bucket.probe_interval_steps, self.max_probe_every_steps
-                )
-            bucket.steps_until_probe = bucket.probe_interval_steps
+        if probe is not None and probe.mode == mode:
+            self._judge_probe(bucket, probe, sample)
             return
         arm = bucket.best
-        if arm.num_threads != num_threads:
+        if arm.mode != mode:
             return
         if arm.s_per_token is None:
             arm.s_per_token = sample
         else:
             arm.s_per_token += _EMA_WEIGHT * (sample - arm.s_per_token)
-        # The best count got slower than another one last measured (load arrived): try the
+        # The best mode got slower than another one last measured (load arrived): try the
         # other now rather than after a backed-off interval of collapsed steps.
-        if any(
-            other.s_per_token is not None and other.s_per_token < arm.s_per_token
-            for other in bucket.arms
-        ):
-            bucket.probe_interval_steps = self.probe_every_steps
-            bucket.steps_until_probe = min(bucket.steps_until_probe, 1)
+        for other in bucket.arms:
+            if other.s_per_token is not None and other.s_per_token < arm.s_per_token:
+                other.probe_interval_steps = self.probe_every_steps
+                other.steps_until_probe = min(other.steps_until_probe, 1)
 
-    def best_threads(self) -> dict[int, int]:
-        """Current choice per bucket (1: lone tokens, 2: 2-3 tokens, ...), for stats."""
-        return {key: bucket.best.num_threads for key, bucket in sorted(self._buckets.items())}
+    def best_modes(self) -> dict[str, str]:
+        """Current choice per bucket, e.g. ``{"8-15 split": "1 thread, split"}``, for stats."""
+        return {
+            f"{1 << (size - 1)}+{' split' if split else ''}": (
+                f"{bucket.best.mode.num_threads} threads"
+                + (", split" if bucket.best.mode.is_split else "")
+            )
+            for (size, split), bucket in sorted(self._buckets.items())
+        }
 
-    def _bucket(self, num_tokens: int) -> _Bucket:
-        key = min(max(num_tokens, 1).bit_length(), _MAX_BUCKET)
+    def _judge_probe(self, bucket: _Bucket, probe: _Arm, sample: float) -> None:
+        # A probe is judged on its own fresh sample: the machine's load may have changed
+        # since this mode last ran, which is the reason for probing at all.
+        probe.s_per_token = sample
+        best = bucket.best
+        if best.s_per_token is None or sample < best.s_per_token:
+            best.probe_interval_steps = best.steps_until_probe = self.probe_every_steps
+            bucket.best = probe
+            return
+        cost_ratio = sample / max(best.s_per_token, 1e-9)
+        probe.probe_interval_steps = min(
+            max(2 * probe.probe_interval_steps, int(_PROBE_COST_FACTOR * cost_ratio)),
+            self.max_probe_every_steps,
+        )
+        probe.steps_until_probe = probe.probe_interval_steps
+
+    def _bucket(self, num_tokens: int, is_splittable: bool) -> _Bucket:
+        size = min(max(num_tokens, 1).bit_length(), _MAX_SIZE_CLASS)
+        key = (size, is_splittable and num_tokens > 1)
         bucket = self._buckets.get(key)
         if bucket is None:
-            # Lone tokens are not tuned: more threads never beat one on a lone token of a
-            # small model (170 vs 164 tok/s idle), and each losing probe costs a collapsed step.
-            counts = (
-                [self.single_token_threads] if key == 1 else _candidate_counts(self.max_threads)
-            )
-            start = self.single_token_threads if key == 1 else 1
-            arms = [_Arm(count) for count in counts]
-            best = next((arm for arm in arms if arm.num_threads == start), arms[0])
-            # The first probe comes early: nothing is known about the other counts yet.
-            bucket = _Bucket(arms, best, self.probe_every_steps, 2)
+            bucket = self._new_bucket(*key)
             self._buckets[key] = bucket
         return bucket
+
+    def _new_bucket(self, size: int, is_splittable: bool) -> _Bucket:
+        single = StepMode(self.single_token_threads)
+        if size == 1:
+            # Lone tokens are not tuned: more threads never beat one on a lone token of a
+            # small model (170 vs 164 tok/s idle), and each losing probe costs a collapsed step.
+            modes = [single]
+        else:
+            modes = [StepMode(count) for count in _candidate_counts(self.max_threads)]
+            if is_splittable:
+                modes.append(StepMode(self.single_token_threads, is_split=True))
+        # The first tries come early and one at a time: nothing is known about them yet.
+        arms = [_Arm(mode, self.probe_every_steps, 2 + index) for index, mode in enumerate(modes)]
+        # Starts on one thread, safe on a busy machine.
+        best = next((arm for arm in arms if arm.mode == StepMode(1)), arms[0])
+        return _Bucket(arms, best)
 
 
 def _candidate_counts(max_threads: int) -> list[int]:
