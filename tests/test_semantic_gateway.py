@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -175,3 +176,36 @@ def test_opposite_command_does_not_hit(sim: ServerThread, tmp_path: Path) -> Non
             "miss",
         )  # the same command in other words may hit, never required
         assert sim_stats(sim.url)["num_requests"] >= 2
+
+
+def test_replicas_share_semantic_entries_through_redis(
+    sim: ServerThread, tmp_path: Path, redis_url: str
+) -> None:
+    def replica(name: str) -> GatewayConfig:
+        cache = CacheConfig(backend="redis", redis_url=redis_url)
+        config = make_config({"sim": sim.url + "/v1"}, cache=cache)
+        path = str(tmp_path / f"{name}.sqlite3")
+        return replace(config, semantic=SemanticSettings(is_enabled=True, path=path))
+
+    question = f"{QUESTION} ({tmp_path.name})"  # unique within the session's shared Redis
+    with running_gateway(replica("one")) as one, running_gateway(replica("two")) as two:
+        first = openai.OpenAI(base_url=one.url + "/v1", api_key="k", max_retries=0)
+        second = openai.OpenAI(base_url=two.url + "/v1", api_key="k", max_retries=0)
+        assert _ask(first, question).headers["x-hasten-cache"] == "miss"
+        _wait_indexed(two, 1)  # applied from the shared stream, never asked on this replica
+        hit = _ask(second, f"{PARAPHRASE} ({tmp_path.name})")
+        assert hit.headers["x-hasten-cache"] == "semantic"
+        entry_id = int(hit.headers["x-hasten-semantic-entry"])
+        gone = httpx.post(
+            f"{two.url}/admin/cache/invalidate",
+            json={"entry_id": entry_id},
+            headers={"authorization": "Bearer k"},
+        )
+        assert gone.json()["semantic_deleted"] == 1
+        for _ in range(250):  # the other replica applies the invalidation from the stream
+            stats = httpx.get(f"{one.url}/admin/cache/stats").json()["semantic"]
+            if stats.get("invalidated_shared"):
+                break
+            time.sleep(0.02)
+        assert stats["invalidated_shared"] == 1
+        assert sim_stats(sim.url)["num_requests"] == 1

@@ -221,6 +221,7 @@ def _semantic_tier(config: GatewayConfig, cache: TieredCache | None) -> Semantic
             redis_url=config.cache.redis_url if config.cache.backend == "redis" else None,
         ),
     )
+    semantic.start()  # follows the shared tier, if any, from startup on
     return SemanticTier(semantic, cache)
 
 

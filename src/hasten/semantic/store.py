@@ -213,11 +213,16 @@ class SemanticCache:
         return self._follower
 
     def start(self) -> None:
-        """Starts following the shared tier (idempotent; needs a running event loop)."""
+        """Starts following the shared tier (idempotent; outside an event loop it waits for
+        the first lookup or insert)."""
         if self.shared is None or self._follow_task is not None:
             return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
         self._follower = Follower(self.shared, self)
-        self._follow_task = asyncio.get_running_loop().create_task(self._follower.run())
+        self._follow_task = loop.create_task(self._follower.run())
 
     # --- the follower's view of this replica (``follower.LocalCopy``) ---
 
@@ -254,6 +259,12 @@ class SemanticCache:
             embed_batches=self.embedder.num_batches,
             embedded_texts=self.embedder.num_embedded,
         )
+        if self._follower is not None:
+            follower = self._follower
+            report["shared"] = {
+                "is_connected": follower.is_connected, "applied_events": follower.num_applied,
+                "rebuilds": follower.num_rebuilds, "failures": follower.num_failures,
+            }  # fmt: skip
         if self.budget is not None:
             report["error_budget"] = {"max_error_rate": self.budget.policy.max_error_rate}
             report["error_budget"].update(self.budget.stats())
