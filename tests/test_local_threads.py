@@ -71,3 +71,9 @@ def test_sample_rows_matches_each_requests_own_sampler() -> None:
     assert [row[1] for row in rows] == [alone[1].sample(logits[1]) for _ in range(10)]
     nucleus = TokenSampler.from_params(SamplingParams(top_p=0.9, seed=1))
     assert 0 <= sample_rows(logits, [*batched, nucleus])[2] < 1000
+
+
+def test_a_new_bucket_starts_from_its_neighbours_choice() -> None:
+    tuner = ThreadTuner(max_threads=2, probe_every_steps=4)
+    _run(tuner, 8, {ONE: 0.006, TWO: 0.003}, 50)
+    assert tuner.choose(5) == TWO

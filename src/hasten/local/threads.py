@@ -153,9 +153,19 @@ class ThreadTuner:
                 modes.append(StepMode(self.single_token_threads, is_split=True))
         # The first tries come early and one at a time: nothing is known about them yet.
         arms = [_Arm(mode, self.probe_every_steps, 2 + index) for index, mode in enumerate(modes)]
-        # Starts on one thread, safe on a busy machine.
-        best = next((arm for arm in arms if arm.mode == StepMode(1)), arms[0])
+        # Starts where the nearest bucket of the same kind settled (the load is the same
+        # machine's), else on one thread, safe on a busy machine.
+        start = self._nearest_best(size, is_splittable) or StepMode(1)
+        best = next((arm for arm in arms if arm.mode == start), arms[0])
         return _Bucket(arms, best)
+
+    def _nearest_best(self, size: int, is_splittable: bool) -> StepMode | None:
+        neighbours = [
+            (abs(other_size - size), bucket.best.mode)
+            for (other_size, other_split), bucket in self._buckets.items()
+            if other_split == is_splittable and other_size > 1
+        ]
+        return min(neighbours, key=lambda item: item[0])[1] if neighbours else None
 
 
 def _candidate_counts(max_threads: int) -> list[int]:
