@@ -59,6 +59,8 @@ class ServerReport:
     num_cut_off: int = 0
     num_streams: int = 0
     peak_rss_mb: float = 0.0
+    # hasten only: the engine's chosen step mode per kind of step after each level.
+    step_modes: dict[int, dict[str, str]] = field(default_factory=dict)
 
     @property
     def ttft_speedup(self) -> float:
@@ -165,6 +167,9 @@ async def _decode_level(
     report.decode_tok_s[num_streams] = sum(r.num_tokens for r in results) / elapsed_s
     report.num_cut_off += sum(r.is_cut_off for r in results)
     report.num_streams += num_streams
+    if report.name == "hasten":
+        health = (await client.get("/health")).json()
+        report.step_modes[num_streams] = health.get("step_modes", {})
 
 
 async def _ttft_ms(client: httpx.AsyncClient, system: str, question: str) -> float:

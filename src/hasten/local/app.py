@@ -128,7 +128,8 @@ class LocalApp:
                 raise ModelNotFound(f"model '{path.removeprefix('/v1/models/')}' not found")
             await _send_json(send, 200, model_body(self.model_id, self.created))
         elif path == "/health":
-            await _send_json(send, 200, {"status": "ok", **self.engine.stats()})
+            stats = {"status": "ok", **self.engine.stats()}
+            await _send_json(send, 200, stats | {"step_modes": self.engine.threads.best_modes()})
         else:
             raise NotFound(f"no route for {method} {path}")
 

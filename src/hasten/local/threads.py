@@ -107,13 +107,17 @@ class ThreadTuner:
                 other.steps_until_probe = min(other.steps_until_probe, 1)
 
     def best_modes(self) -> dict[str, str]:
-        """Current choice per bucket, e.g. ``{"8-15 split": "1 thread, split"}``, for stats."""
+        """Current choice per bucket, e.g. ``{"8+ split": "2 threads"}``, for stats.
+
+        Safe from another thread: the bucket table is copied in one C-level call.
+        """
+        buckets = list(self._buckets.items())
         return {
             f"{1 << (size - 1)}+{' split' if split else ''}": (
                 f"{bucket.best.mode.num_threads} threads"
                 + (", split" if bucket.best.mode.is_split else "")
             )
-            for (size, split), bucket in sorted(self._buckets.items())
+            for (size, split), bucket in sorted(buckets, key=lambda item: item[0])
         }
 
     def _judge_probe(self, bucket: _Bucket, probe: _Arm, sample: float) -> None:
