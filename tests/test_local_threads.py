@@ -34,7 +34,7 @@ def test_tuner_moves_to_the_faster_count_and_rarely_probes_the_slower() -> None:
     tuner = ThreadTuner(max_threads=2, probe_every_steps=4, max_probe_every_steps=64)
     chosen = _run(tuner, 8, {ONE: 0.006, TWO: 0.003}, 200)
     assert chosen[0] == ONE and chosen[-1] == TWO
-    assert chosen[20:].count(ONE) <= 4  # backed off: the loser is tried ever more rarely
+    assert chosen[20:].count(ONE) <= 4  # backed off: a 2x loser is tried ever more rarely
     assert tuner.best_modes() == {"8+": "2 threads"}
 
 
@@ -48,7 +48,7 @@ def test_tuner_follows_a_change_of_load() -> None:
 def test_splitting_is_tried_only_for_steps_of_single_tokens() -> None:
     costs = {ONE: 0.008, TWO: 0.010, SPLIT: 0.006}
     tuner = ThreadTuner(max_threads=2, probe_every_steps=4)
-    assert _run(tuner, 2, costs, 40, is_splittable=True)[-1] == SPLIT
+    assert _run(tuner, 2, costs, 40, is_splittable=True)[-20:].count(SPLIT) >= 14
     assert SPLIT not in _run(tuner, 2, costs, 40, is_splittable=False)
 
 

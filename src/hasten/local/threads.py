@@ -26,6 +26,9 @@ _EMA_WEIGHT = 0.3
 # A losing mode waits at least this many times its cost ratio to the best before its next
 # try, so losing probes take at most ~1/20 of the time however badly a mode collapses.
 _PROBE_COST_FACTOR = 20
+# A mode that lost by less than this is tried again at the base interval (costs at most
+# half a step's time per try); beyond it, the backoff above.
+_NEAR_TIE_RATIO = 1.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,10 +133,14 @@ class ThreadTuner:
             bucket.best = probe
             return
         cost_ratio = sample / max(best.s_per_token, 1e-9)
-        probe.probe_interval_steps = min(
-            max(2 * probe.probe_interval_steps, int(_PROBE_COST_FACTOR * cost_ratio)),
-            self.max_probe_every_steps,
-        )
+        if cost_ratio < _NEAR_TIE_RATIO:
+            # Close call, cheap to repeat: one sample on a shared machine decides little.
+            probe.probe_interval_steps = self.probe_every_steps
+        else:
+            probe.probe_interval_steps = min(
+                max(2 * probe.probe_interval_steps, int(_PROBE_COST_FACTOR * cost_ratio)),
+                self.max_probe_every_steps,
+            )
         probe.steps_until_probe = probe.probe_interval_steps
 
     def _bucket(self, num_tokens: int, is_splittable: bool) -> _Bucket:
