@@ -27,12 +27,13 @@ class EngineConfig:
     model_path: Path | None = None
     n_ctx: int = 4096
     n_threads: int = 0  # the most threads a step may use; 0: one per core, at most 8
-    # Lone decoding tokens start on this many threads; a small model gains nothing from
-    # more (measured: 164 vs 170 tok/s with 1 vs 2 threads on an idle core).
+    # Lone decoding tokens start on this many threads: on an idle core 2 threads gain
+    # 1.19x (215 vs 181 tok/s), on a busy one they collapse 10-30x, so start safe.
     n_threads_single_token: int = 1
-    # Each step size tries another thread count after this many steps and keeps the
-    # faster (see threads.py): 2 threads doubled batched decode on an idle core but
-    # collapsed 10-50x when other processes shared the cores. 0: fixed counts.
+    # Each kind of step tries another thread count (or one decode per sequence) after
+    # this many steps and keeps the fastest (see threads.py): 2 threads ran 8 batched
+    # sequences 1.7x faster on an idle core but 10-50x slower when other processes shared
+    # the cores. 0: fixed counts (n_threads_single_token for lone tokens, else n_threads).
     thread_probe_steps: int = 8
     max_seqs: int = 8
     max_queue: int = 32
