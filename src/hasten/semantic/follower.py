@@ -51,10 +51,16 @@ class Follower:
         self.num_rebuilds = 0
         self.num_failures = 0
         self.is_connected = False
+        self._is_stopping = False
+
+    def stop(self) -> None:
+        """Ends ``run`` at its next step. Cancelling alone is not enough: a cancelled blocking
+        read may surface inside the Redis client as a connection error (or not at all)."""
+        self._is_stopping = True
 
     async def run(self) -> None:
         cursor: bytes | None = None
-        while True:
+        while not self._is_stopping:
             try:
                 if cursor is None:
                     cursor = await self._resume()
@@ -68,6 +74,8 @@ class Follower:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # Redis away or a bad event: never stop following
+                if self._is_stopping:
+                    return
                 self._on_failure(exc)
                 cursor = None
                 await asyncio.sleep(self.shared.retry_backoff_s)

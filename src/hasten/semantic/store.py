@@ -57,6 +57,7 @@ _PURGE_EVERY_INSERTS = 256
 _LOW_WATER_FRACTION = 0.9
 _NUM_SIGNATURES_KEPT = 65_536
 _CURSOR_META = "shared_stream_id"
+_STOP_WAIT_S = 2.0
 
 
 class SemanticCache:
@@ -272,9 +273,11 @@ class SemanticCache:
 
     async def close(self) -> None:
         """Stops following, saves large partitions' graphs and closes the file."""
-        if self._follow_task is not None:
+        if self._follow_task is not None and self._follower is not None:
+            self._follower.stop()
             self._follow_task.cancel()
-            await asyncio.gather(self._follow_task, return_exceptions=True)
+            # Bounded: one blocking read at most; a stuck read must not hold up shutdown.
+            await asyncio.wait({self._follow_task}, timeout=_STOP_WAIT_S)
         if self.shared is not None:
             await self.shared.aclose()
         await self._run(self._close_sync)
