@@ -58,9 +58,10 @@ class _Bucket:
 class ThreadTuner:
     """``probe_every_steps`` 0: fixed (``single_token_threads`` for lone tokens,
     ``max_threads`` for batches). Otherwise lone tokens keep ``single_token_threads`` and
-    any other step tries another mode after that many steps of its bucket; a mode that lost clearly waits longer each time (doubling, and at least
-    its cost ratio × 20, up to ``max_probe_every_steps``), one that lost narrowly or won
-    starts again from ``probe_every_steps``.
+    any other step tries another mode after that many steps of its bucket; a mode that
+    lost clearly waits longer each time (doubling, and at least its cost ratio × 20, up to
+    ``max_probe_every_steps``), one that lost narrowly or won starts again from
+    ``probe_every_steps``.
     """
 
     max_threads: int
