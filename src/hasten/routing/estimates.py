@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 MIN_EWMA_ALPHA = 1.0 / 16.0  # a busy deployment still follows a level shift in ~16 samples
 # Once most recent samples are slow, the typical value follows 4x faster: the evidence fades
@@ -64,6 +64,11 @@ class LatencyEstimate:
     @property
     def typical_ttft_ms(self) -> float | None:
         return self._ttft_ewma_ms
+
+    @property
+    def recent_median_ms(self) -> float:
+        """The lower median of the last few samples and bounds, unfaded (0 before any)."""
+        return lower_median([ttft_ms for _, ttft_ms in self._evidence])
 
     def slowness_ms(self, now_s: float, waiting_ms: Iterable[float] = ()) -> float:
         """Corroborated slowness: the second-slowest recent sample (fading with age), or the
@@ -113,10 +118,20 @@ class LatencyEstimate:
         the quantiles learn from it too, taking the lower bound as the sample: it is above
         the quantiles that matter, and shorter ones say nothing about the tail.
         """
-        if is_tail:
+        if is_tail and (self._ttft_ewma_ms is None or elapsed_ms >= self._ttft_ewma_ms):
             # A lower bound still beats silence: without it a deployment whose every slow
             # answer is hedged away would keep its old, fast typical value forever.
             self.observe_ttft(elapsed_ms, now_s)
+        elif is_tail:
+            # A bound below the typical value does not say the deployment got faster: a
+            # degraded one whose tries are hedged away at the delay would otherwise learn the
+            # delay as its TTFT and be tried again and again. It is fresh evidence that it is
+            # still slow, though (no drift back yet), and a tail sample for the quantiles.
+            self._evidence.append((now_s, elapsed_ms))
+            self.updated_s = now_s
+            self.num_samples += 1
+            self._recent.append(elapsed_ms)
+            self._sorted = None
         elif self._ttft_ewma_ms is None or elapsed_ms > self._ttft_ewma_ms:
             self._evidence.append((now_s, elapsed_ms))
 
@@ -138,6 +153,32 @@ class LatencyEstimate:
         if self._sorted is None:
             self._sorted = sorted(self._recent)
         return nearest_rank(self._sorted, quantile)
+
+
+# Deployments whose typical TTFT is within this factor of the fastest's share one hedge
+# clock: their samples are pooled for the hedge quantile.
+HEALTHY_TYPICAL_FACTOR = 1.5
+
+
+def healthy_quantile_ms(windows: Sequence[tuple[float, Sequence[float]]], quantile: float) -> float:
+    """The quantile of the pooled samples of the deployments as fast as the fastest.
+
+    ``windows`` holds, per deployment, its typical TTFT and its recent samples. Pooled, not
+    the minimum of each deployment's own quantile: with a few percent of stragglers a p96
+    over one window swings with how many stragglers it happens to hold, and the minimum of
+    three such swings sits low, so more requests outwait the delay than the budget affords
+    and real stragglers are refused a hedge. A deployment typically much slower than the
+    fastest (degraded) stays out, judged by its typical value and not its window: an avoided
+    deployment's window is mostly old, fast samples plus its few new slow ones, which would
+    push the pooled quantile up and postpone every hedge.
+    """
+    usable = [(typical_ms, w) for typical_ms, w in windows if w]
+    if not usable:
+        raise ValueError("no samples")
+    fastest_ms = min(typical_ms for typical_ms, _ in usable)
+    limit_ms = HEALTHY_TYPICAL_FACTOR * fastest_ms
+    pooled = sorted(s for typical_ms, w in usable if typical_ms <= limit_ms for s in w)
+    return nearest_rank(pooled, quantile)
 
 
 def nearest_rank(ordered: list[float], quantile: float) -> float:

@@ -3,7 +3,8 @@
 ``rank`` orders the deployments for one request. The first is the primary; the rest are,
 in order, the hedge target and the failover candidates:
 1. deployments whose breaker admits traffic and which are under ``max_concurrency``;
-   of those only the best (lowest) priority tier competes for primary;
+   of those only the best (lowest) priority tier competes for primary, less the avoided
+   (much slower) ones not due for exploration (one request per ``explore_decay_s``);
 2. within the tier, a request with a prefix-affinity key takes its key's home (a table that
    keeps homes balanced by number of keys, see ``homes``) unless the home holds more than
    ``affinity_load_factor`` x the average in flight, then the next on the key's ring;
@@ -24,7 +25,8 @@ from dataclasses import dataclass
 from hasten.routing.affinity import HashRing, bounded_capacity, choose_bounded
 from hasten.routing.breaker import CircuitBreaker
 from hasten.routing.budget import HedgeBudget
-from hasten.routing.estimates import LatencyEstimate, nearest_rank
+from hasten.routing.estimates import LatencyEstimate, healthy_quantile_ms, nearest_rank
+from hasten.routing.exploration import fastest_typical_ms, is_avoided, may_explore
 from hasten.routing.homes import HomeTable
 from hasten.routing.settings import DeploymentConfig, RoutingConfig
 
@@ -60,6 +62,7 @@ class Deployment:
         self.num_wins = 0
         self.num_failures = 0
         self.num_cancelled = 0
+        self.explored_s: float | None = None  # when an avoided self last got a request
 
     def is_eligible(self, now_s: float) -> bool:
         limit = self.config.max_concurrency
@@ -165,7 +168,9 @@ class DeploymentPool:
             return Ranking(tuple(d.name for d in blocked), "least_bad")
         best_priority = min(d.config.priority for d in eligible)
         tier = [d for d in eligible if d.config.priority == best_priority]
-        primary, reason = self._primary(tier, now_s, affinity_key, cost)
+        primary, reason = self._primary(self._explorable(tier, now_s), now_s, affinity_key, cost)
+        if is_avoided(primary.estimate, fastest_typical_ms(e.estimate for e in deployments)):
+            primary.explored_s = now_s
         if best_priority > min(d.config.priority for d in deployments):
             reason = "priority"  # the better tier is tripped or full: a backup answers
 
@@ -185,6 +190,18 @@ class DeploymentPool:
             rest.sort(key=lambda d: (d.config.priority, ring_rank[d.name]))
         order = (primary, *rest, *blocked)
         return Ranking(tuple(d.name for d in order), reason)
+
+    def _explorable(self, tier: list[Deployment], now_s: float) -> list[Deployment]:
+        """The tier less the avoided deployments not due for exploration (see ``exploration``)."""
+        interval_s = self.routing.explore_decay_s
+        fastest_ms = fastest_typical_ms(d.estimate for d in self.deployments.values())
+        kept = [
+            d
+            for d in tier
+            if not is_avoided(d.estimate, fastest_ms)
+            or may_explore(now_s, d.explored_s, d.num_in_flight, interval_s)
+        ]
+        return kept or tier
 
     def _primary(
         self,
@@ -244,8 +261,9 @@ class DeploymentPool:
     def hedge_delay_s(self, name: str) -> float:
         """Adaptive: the TTFT quantile the budget affords, clamped to [min, max] delay.
 
-        The quantile is the fastest well-measured deployment's: the hedge goes elsewhere, so
-        a degraded (or new) deployment's own slow or unknown p96 must not postpone it. Before
+        The quantile is over the pooled samples of the well-measured deployments about as
+        fast as the fastest (``healthy_quantile_ms``): the hedge goes elsewhere, so a degraded
+        (or new) deployment's own slow or unknown p96 must not postpone it. Before
         any deployment has ``min_samples``, the fleet's samples pooled are the prior: with
         few of them the nearest rank is their maximum, a conservative delay, but a far
         earlier one than ``max_delay_ms`` for a cold start.
@@ -255,12 +273,12 @@ class DeploymentPool:
         quantile = self.hedge_quantile()
         estimates = [d.estimate for d in self.deployments.values()]
         measured = [
-            q
+            (e.typical_ttft_ms or 0.0, e.recent_samples())
             for e in estimates
-            if e.num_samples >= hedge.min_samples and (q := e.quantile_ms(quantile)) is not None
+            if e.num_samples >= hedge.min_samples
         ]
         if measured:
-            delay_ms = min(measured)
+            delay_ms = healthy_quantile_ms(measured, quantile)
         else:
             pooled = sorted(s for e in estimates for s in e.recent_samples())
             if len(pooled) < hedge.min_samples or not pooled:
