@@ -274,7 +274,8 @@ def bench_guard(args: argparse.Namespace) -> None:
     report: dict[str, Any] = {}
     for dataset in DATASETS:
         rows = [json.loads(line) for line in (DATA_DIR / f"{dataset}.jsonl").open()]
-        latencies, vetoes = [], {0: Counter(), 1: Counter()}
+        latencies: list[float] = []
+        vetoes: dict[int, Counter[str]] = {0: Counter(), 1: Counter()}
         for row in rows:
             started = time.perf_counter()
             reason = guard.near_miss(row["a"], row["b"])
@@ -319,7 +320,8 @@ async def _eviction_run(policy: str, args: argparse.Namespace) -> dict[str, floa
 
         def embed(self, texts: list[str]) -> np.ndarray:
             rng = [np.random.default_rng(int(t.split()[1])) for t in texts]
-            return normalize(np.stack([r.standard_normal(self.dim) for r in rng]))
+            vectors: np.ndarray = normalize(np.stack([r.standard_normal(self.dim) for r in rng]))
+            return vectors
 
     rng = np.random.default_rng(0)
     num_questions, capacity = 5000, 500
@@ -441,7 +443,9 @@ def gptcache_worker(dataset: str, limit: int) -> None:
     print(json.dumps(_gptcache_report(outcomes, latencies)))
 
 
-def _gptcache_report(outcomes: list[tuple[float, bool, int]], latencies: list[float]) -> dict:
+def _gptcache_report(
+    outcomes: list[tuple[float, bool, int]], latencies: list[float]
+) -> dict[str, Any]:
     num_positive = max(1, sum(label for _, _, label in outcomes))
 
     def at(cosine_cutoff: float) -> dict[str, float]:

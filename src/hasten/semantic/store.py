@@ -27,7 +27,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -44,8 +44,9 @@ from hasten.semantic.guard import TextSignature, signature
 from hasten.semantic.index import VectorIndex
 from hasten.semantic.partition import split_chat
 from hasten.semantic.records import Records, StoredEntry
+from hasten.semantic.replica import SharedReplica
 from hasten.semantic.settings import DEFAULT_MIN_SIMILARITY, SemanticConfig, SemanticMatch
-from hasten.semantic.shared import LOCAL_ID_BASE, DeleteEvent, Event, SharedEntry, SharedTier
+from hasten.semantic.shared import LOCAL_ID_BASE, DeleteEvent, SharedEntry, SharedTier
 
 __all__ = ["DEFAULT_MIN_SIMILARITY", "SemanticCache", "SemanticConfig", "SemanticMatch"]
 
@@ -56,11 +57,10 @@ _PURGE_EVERY_INSERTS = 256
 # Evict down to this fraction of the limits so eviction does not run on every insert.
 _LOW_WATER_FRACTION = 0.9
 _NUM_SIGNATURES_KEPT = 65_536
-_CURSOR_META = "shared_stream_id"
 _STOP_WAIT_S = 2.0
 
 
-class SemanticCache:
+class SemanticCache(SharedReplica):
     """The semantic tier. ``embedder`` may be shared with other users via ``AsyncEmbedder``."""
 
     def __init__(
@@ -207,42 +207,6 @@ class SemanticCache:
             is_published = await self.shared.publish_delete(event, [i for i, _ in rows])
             self.counters["shared_published" if is_published else "shared_publish_dropped"] += 1
         return len(rows)
-
-    @property
-    def follower(self) -> Follower | None:
-        """The task keeping this replica in step with the shared tier, once started."""
-        return self._follower
-
-    def start(self) -> None:
-        """Starts following the shared tier (idempotent; outside an event loop it waits for
-        the first lookup or insert)."""
-        if self.shared is None or self._follow_task is not None:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        self._follower = Follower(self.shared, self)
-        self._follow_task = loop.create_task(self._follower.run())
-
-    # --- the follower's view of this replica (``follower.LocalCopy``) ---
-
-    async def load_cursor(self) -> bytes | None:
-        return await self._run(lambda: self._open().get_meta(_CURSOR_META))
-
-    async def save_cursor(self, cursor: bytes) -> None:
-        await self._run(lambda: self._open().set_meta(_CURSOR_META, cursor))
-
-    async def apply(self, events: Sequence[Event]) -> None:
-        await self._run(self._apply_sync, events)
-
-    async def keep_only(self, shared_ids: set[int]) -> None:
-        def drop() -> None:
-            records = self._open()
-            rows = records.select_ids_below(LOCAL_ID_BASE)
-            self._remove(records, [row for row in rows if row[0] not in shared_ids], "dropped")
-
-        await self._run(drop)
 
     def _note_error(self, operation: str) -> None:
         self.counters[f"{operation}_errors"] += 1
@@ -393,26 +357,6 @@ class SemanticCache:
         self._note_insert(records, text, now)
         self.counters["inserts"] += 1
         return entry_id
-
-    def _apply_sync(self, events: Sequence[Event]) -> None:
-        """Another replica's inserts and invalidations, idempotently."""
-        records = self._open()
-        now = self._clock()
-        for event in events:
-            if isinstance(event, DeleteEvent):
-                self._delete_sync(event, reason="invalidated_shared")
-            elif event is not None and event.expires_at > now and not records.has(event.entry_id):
-                vector = np.frombuffer(event.vector_f16, dtype=np.float16).astype(np.float32)
-                records.insert(
-                    partition=event.partition, tenant=event.tenant, model=event.model,
-                    text=event.text, vector=vector, answer_key=event.answer_key,
-                    now=event.created_at, ttl_s=event.expires_at - event.created_at,
-                    entry_id=event.entry_id,
-                )  # fmt: skip
-                if event.partition in self._loaded:  # else loaded from the file on first use
-                    self._index.add(event.partition, event.entry_id, vector)
-                self._note_insert(records, event.text, now)
-                self.counters["shared_applied"] += 1
 
     def _note_insert(self, records: Records, text: str, now: float) -> None:
         self._num_entries += 1
