@@ -141,3 +141,21 @@ def test_rebuild_decision() -> None:
     assert not needs_rebuild(b"5-0", b"3-0", b"9-0")  # still in the stream
     assert needs_rebuild(b"2-0", b"3-0", b"9-0")  # trimmed past our position
     assert needs_rebuild(b"12-0", b"3-0", b"9-0")  # a position from another Redis
+
+
+async def test_malformed_event_is_skipped(tmp_path: Path, redis_url: str) -> None:
+    from redis.asyncio import Redis
+
+    namespace = f"test-{uuid.uuid4().hex}:"
+    one = _replica(tmp_path / "one", redis_url, namespace)
+    two = _replica(tmp_path / "two", redis_url, namespace)
+    two.start()
+    assert one.shared is not None
+    client = Redis.from_url(redis_url)
+    await client.xadd(one.shared.events_key, {"op": "delete", "filter": "not json"})
+    await client.xadd(one.shared.events_key, {"op": "insert", "id": "x"})
+    await client.aclose()
+    await one.insert(QUESTION, model="m", tenant="t", answer_key="rice")
+    assert await _eventually(lambda: two.lookup(PARAPHRASE, model="m", tenant="t"))
+    await one.close()
+    await two.close()

@@ -97,6 +97,23 @@ def decode_entry(entry_id: int, fields: Mapping[bytes, bytes]) -> SharedEntry | 
         return None
 
 
+def _insert_id(fields: Mapping[bytes, bytes]) -> int | None:
+    if fields.get(b"op") != b"insert" or not fields.get(b"id", b"").isdigit():
+        return None
+    return int(fields[b"id"])
+
+
+def _delete_event(fields: Mapping[bytes, bytes]) -> DeleteEvent | None:
+    if fields.get(b"op") != b"delete":
+        return None
+    try:
+        parsed = orjson.loads(fields[b"filter"])
+        where = {k: parsed["where"].get(k) for k in ("entry_id", "tenant", "model")}
+        return DeleteEvent(where, parsed["created_before"])
+    except (KeyError, TypeError, AttributeError, orjson.JSONDecodeError):
+        return None
+
+
 def is_before(first: bytes, second: bytes) -> bool:
     """Stream id order ("<ms>-<seq>")."""
     one, two = first.split(b"-"), second.split(b"-")
@@ -202,15 +219,14 @@ class SharedTier:
         if not reply:
             return []
         raw = cast(list[tuple[bytes, Mapping[bytes, bytes]]], reply[0][1])
-        insert_ids = [int(f[b"id"]) for _, f in raw if f.get(b"op") == b"insert"]
+        insert_ids = [i for _, f in raw if (i := _insert_id(f)) is not None]
         entries = dict(zip(insert_ids, await self.load(insert_ids), strict=True))
         events: list[tuple[bytes, Event]] = []
         for stream_id, fields in raw:
-            if fields.get(b"op") == b"insert":
-                events.append((stream_id, entries[int(fields[b"id"])]))
-            elif fields.get(b"op") == b"delete":
-                parsed = orjson.loads(fields[b"filter"])
-                events.append((stream_id, DeleteEvent(parsed["where"], parsed["created_before"])))
+            entry_id = _insert_id(fields)
+            # A malformed event is skipped (None), never retried: it would stall following.
+            event = entries[entry_id] if entry_id is not None else _delete_event(fields)
+            events.append((stream_id, event))
         return events
 
     async def load(self, entry_ids: Sequence[int]) -> list[SharedEntry | None]:

@@ -203,7 +203,9 @@ class SemanticCache(SharedReplica):
             {"entry_id": entry_id, "tenant": tenant, "model": model}, created_before
         )
         rows = await self._run(self._delete_sync, event)
-        if self.shared is not None:
+        # Local-only ids (made while Redis was away) are reused across replicas: not shared.
+        is_local_only = entry_id is not None and entry_id >= LOCAL_ID_BASE
+        if self.shared is not None and not is_local_only:
             is_published = await self.shared.publish_delete(event, [i for i, _ in rows])
             self.counters["shared_published" if is_published else "shared_publish_dropped"] += 1
         return len(rows)
