@@ -50,7 +50,7 @@ def _emit(summary: str, report: dict[str, Any]) -> None:
 
 
 def _eval(dataset: str, embedder: str, limit: int | None) -> dict[str, Any]:
-    from hasten.semantic import evaluate
+    import hasten.semantic.evaluate as evaluate
 
     args = argparse.Namespace(
         pairs=DATA_DIR / f"{dataset}.jsonl", limit=limit, seed=0, embedder=embedder,
@@ -310,7 +310,9 @@ def bench_eviction(args: argparse.Namespace) -> None:
 
 
 async def _eviction_run(policy: str, args: argparse.Namespace) -> dict[str, float]:
-    from hasten.semantic.embedder import normalize
+    from collections.abc import Sequence
+
+    from hasten.semantic.embedder import Vectors, normalize
     from hasten.semantic.store import SemanticCache, SemanticConfig
 
     class OneHot:
@@ -318,10 +320,10 @@ async def _eviction_run(policy: str, args: argparse.Namespace) -> dict[str, floa
 
         name, dim = "bench/onehot", 64
 
-        def embed(self, texts: list[str]) -> np.ndarray:
+        def embed(self, texts: Sequence[str]) -> Vectors:
             rng = [np.random.default_rng(int(t.split()[1])) for t in texts]
-            vectors: np.ndarray = normalize(np.stack([r.standard_normal(self.dim) for r in rng]))
-            return vectors
+            rows = np.stack([r.standard_normal(self.dim) for r in rng]).astype(np.float32)
+            return normalize(rows)
 
     rng = np.random.default_rng(0)
     num_questions, capacity = 5000, 500
