@@ -3,7 +3,7 @@ direct calls, against three simulated deployments (log-normal TTFT around 300 ms
 at 10x); one deployment degrades to 5x its TTFT half-way through each target's run. Then prefix
 affinity over four prefix-caching deployments, against the same fleet without affinity.
 
-    .venv/bin/python bench/routing.py [--quick] [--no-litellm] [--json]
+    .venv/bin/python bench/routing.py [--quick] [--no-litellm] [--affinity-only] [--json]
 """
 
 from __future__ import annotations
@@ -180,6 +180,8 @@ async def tail_phase(fleet: Fleet, target: str, num: int) -> dict[str, Any]:
             100.0 * degraded_after / max(1, num - degrade_at), 1
         ),
         "moved_away": moved_away(run.samples, degrade_at),
+        "hedges_per_half": hedges_per_half(run.samples, degrade_at),
+        "p99_tail": p99_tail(run.samples),
     }
 
 
@@ -198,6 +200,30 @@ def moved_away(samples: list[Sample], degrade_at: int) -> dict[str, Any] | None:
         "answers_in_first_20": sum(hits[:MOVE_WINDOW]),
         "share_after_pct": round(100.0 * sum(rest) / max(1, len(rest)), 1),
     }
+
+
+def hedges_per_half(samples: list[Sample], degrade_at: int) -> dict[str, dict[str, int]]:
+    """x-hasten-hedge outcomes ("" = none wanted) before and after the degradation."""
+    halves: dict[str, dict[str, int]] = {"before": {}, "after": {}}
+    for s in samples:
+        half = halves["after" if s.index >= degrade_at else "before"]
+        half[s.hedge or "none"] = half.get(s.hedge or "none", 0) + 1
+    return halves
+
+
+def p99_tail(samples: list[Sample]) -> dict[str, int]:
+    """Who answered the requests at or above p99 TTFT, and what their hedge did: the
+    requests that make up the tail (a hedge "denied" by the budget, say)."""
+    ordered = sorted(s.ttft_ms for s in samples)
+    if not ordered:
+        return {}
+    threshold_ms = percentile(ordered, 0.99)
+    tail: dict[str, int] = {}
+    for s in samples:
+        if s.ttft_ms >= threshold_ms:
+            key = f"{s.upstream or '?'}:{s.hedge or 'none'}"
+            tail[key] = tail.get(key, 0) + 1
+    return tail
 
 
 def summary(values: list[float]) -> dict[str, float | None]:
@@ -222,7 +248,7 @@ async def affinity_phase(fleet: Fleet, model: str, num: int) -> dict[str, Any]:
     await reset_sims(fleet, CACHE_SIMS, {})
     rng = random.Random(7)
     prompts = [prefix_text(p) for p in range(NUM_PREFIXES)]
-    requests = []
+    requests: list[tuple[str, dict[str, Any], dict[str, str]]] = []
     for index in range(num):
         body = {
             "model": model,
@@ -265,7 +291,7 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
         },
     }
     litellm_exe = None
-    if not args.no_litellm:
+    if not args.no_litellm and not args.affinity_only:
         install = litellm_env.ensure_installed()
         litellm_exe = install.executable
         result["litellm_version"] = install.version
@@ -278,6 +304,8 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
             targets = ["hasten_hedging", "hasten_no_hedging", "direct"]
             if fleet.litellm_url is not None:
                 targets.insert(2, "litellm_latency_routing")
+            if args.affinity_only:
+                targets = []
             tail = {}
             for target in targets:
                 name = "litellm" if target.startswith("litellm") else target
@@ -289,7 +317,7 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
             }
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    result["goals"] = goals(result)
+    result["goals"] = {} if args.affinity_only else goals(result)
     return result
 
 
@@ -317,6 +345,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer requests: under 2 minutes")
     parser.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM target")
     parser.add_argument("--json", action="store_true", help="print only the JSON object")
+    parser.add_argument(
+        "--affinity-only", action="store_true", help="only the prefix-affinity test (~3 min)"
+    )
     args = parser.parse_args()
     command = shlex.join([".venv/bin/python", "bench/routing.py", *sys.argv[1:]])
     result = run(args, command)

@@ -85,3 +85,19 @@ def test_an_avoided_deployment_gets_one_primary_per_interval() -> None:
     # deployments; the gate lets it compete once per interval at most.
     assert chosen.count("c") <= 50.0 / interval_s + 1
     assert chosen.count("a") > 300 and chosen.count("b") > 300
+
+
+def test_affinity_homes_are_not_gated() -> None:
+    # A prefix-caching home looks slow after a few cold prompts; moving its keys away would
+    # only make more prompts cold. Only power-of-two-choices draws are gated.
+    deployments = [DeploymentConfig(upstream=n) for n in ("a", "b", "c")]
+    pool = DeploymentPool(deployments, RoutingConfig(is_affinity_enabled=True), random.Random(1))
+    now_s = 0.0
+    for name in ("a", "b", "c"):
+        now_s = _teach(pool, name, 300.0, 20, now_s)
+    home = pool.rank(now_s, affinity_key=12345).order[0]
+    now_s = _teach(pool, home, 1500.0, 20, now_s)
+    for _ in range(5):
+        now_s += 0.05
+        ranking = pool.rank(now_s, affinity_key=12345)
+        assert (ranking.order[0], ranking.reason) == (home, "affinity")

@@ -3,13 +3,13 @@
 ``rank`` orders the deployments for one request. The first is the primary; the rest are,
 in order, the hedge target and the failover candidates:
 1. deployments whose breaker admits traffic and which are under ``max_concurrency``;
-   of those only the best (lowest) priority tier competes for primary, less the avoided
-   (much slower) ones not due for exploration (one request per ``explore_decay_s``);
+   of those only the best (lowest) priority tier competes for primary;
 2. within the tier, a request with a prefix-affinity key takes its key's home (a table that
    keeps homes balanced by number of keys, see ``homes``) unless the home holds more than
    ``affinity_load_factor`` x the average in flight, then the next on the key's ring;
    any other request power-of-two-choices: two deployments drawn by weight, the lower cost
-   wins, cost = expected latency x (1 + 0.25 x in flight) / weight;
+   wins, cost = expected latency x (1 + 0.25 x in flight) / weight; an avoided (much
+   slower) deployment is drawn only when due for exploration, see ``exploration``;
 3. then the rest of the tier and lower tiers, by cost;
 4. then deployments that are tripped or full, least bad first, so that when everything is
    tripped the request is still tried somewhere rather than refused.
@@ -168,9 +168,7 @@ class DeploymentPool:
             return Ranking(tuple(d.name for d in blocked), "least_bad")
         best_priority = min(d.config.priority for d in eligible)
         tier = [d for d in eligible if d.config.priority == best_priority]
-        primary, reason = self._primary(self._explorable(tier, now_s), now_s, affinity_key, cost)
-        if is_avoided(primary.estimate, fastest_typical_ms(e.estimate for e in deployments)):
-            primary.explored_s = now_s
+        primary, reason = self._primary(tier, now_s, affinity_key, cost)
         if best_priority > min(d.config.priority for d in deployments):
             reason = "priority"  # the better tier is tripped or full: a backup answers
 
@@ -191,10 +189,11 @@ class DeploymentPool:
         order = (primary, *rest, *blocked)
         return Ranking(tuple(d.name for d in order), reason)
 
-    def _explorable(self, tier: list[Deployment], now_s: float) -> list[Deployment]:
+    def _explorable(
+        self, tier: list[Deployment], now_s: float, fastest_ms: float
+    ) -> list[Deployment]:
         """The tier less the avoided deployments not due for exploration (see ``exploration``)."""
         interval_s = self.routing.explore_decay_s
-        fastest_ms = fastest_typical_ms(d.estimate for d in self.deployments.values())
         kept = [
             d
             for d in tier
@@ -213,11 +212,21 @@ class DeploymentPool:
         if len(tier) == 1:
             return tier[0], "only"
         if affinity_key is not None and self.routing.is_affinity_enabled:
-            chosen = self._affinity_primary(tier, affinity_key)
-            if chosen is not None:
-                return chosen
-        first, second = self._draw_two(tier)
-        return (first if cost(first) <= cost(second) else second), "p2c"
+            placed = self._affinity_primary(tier, affinity_key)
+            if placed is not None:
+                return placed
+        # Affinity above ignores the exploration gate: a prefix-caching home looks slow after
+        # a few cold prompts, and moving its keys away would only make more of them cold.
+        fastest_ms = fastest_typical_ms(d.estimate for d in self.deployments.values())
+        candidates = self._explorable(tier, now_s, fastest_ms)
+        if len(candidates) == 1:
+            chosen = candidates[0]
+        else:
+            first, second = self._draw_two(candidates)
+            chosen = first if cost(first) <= cost(second) else second
+        if is_avoided(chosen.estimate, fastest_ms):
+            chosen.explored_s = now_s
+        return chosen, "p2c"
 
     def _draw_two(self, tier: list[Deployment]) -> tuple[Deployment, Deployment]:
         """Two distinct deployments, each drawn with probability proportional to its weight."""
