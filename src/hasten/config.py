@@ -25,6 +25,7 @@ from hasten.routing.settings import (
     parse_routing,
 )
 from hasten.semantic_config import SemanticSettings, parse_semantic
+from hasten.toml_table import TomlTable
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -129,72 +130,7 @@ class GatewayConfig:
         return not self.upstreams
 
 
-class _Table:
-    """A TOML table being read, which remembers its path for precise error messages."""
-
-    def __init__(self, data: Mapping[str, Any], path: str) -> None:
-        self.data = data
-        self.path = path
-        self.seen: set[str] = set()
-
-    def _where(self, key: str) -> str:
-        return f"{self.path}.{key}" if self.path else key
-
-    def get(self, key: str, kind: type | tuple[type, ...], default: Any) -> Any:
-        self.seen.add(key)
-        if key not in self.data:
-            return default
-        value = self.data[key]
-        # bool is an int in Python; a TOML `true` must not pass as a number.
-        is_bool_mismatch = isinstance(value, bool) and bool not in _as_tuple(kind)
-        if not isinstance(value, kind) or is_bool_mismatch:
-            raise ConfigError(
-                f"{self._where(key)}: expected {_kind_name(kind)}, got {type(value).__name__} "
-                f"{value!r}"
-            )
-        return value
-
-    def number(self, key: str, default: float, *, minimum: float = 0.0) -> float:
-        value = float(self.get(key, (int, float), default))
-        if value < minimum or (minimum == 0.0 and value <= 0.0 and key.endswith("_s")):
-            raise ConfigError(f"{self._where(key)}: must be > {minimum:g}, got {value:g}")
-        return value
-
-    def integer(self, key: str, default: int, *, minimum: int = 0) -> int:
-        value = int(self.get(key, int, default))
-        if value < minimum:
-            raise ConfigError(f"{self._where(key)}: must be >= {minimum}, got {value}")
-        return value
-
-    def table(self, key: str) -> _Table:
-        return _Table(self.get(key, dict, {}), self._where(key))
-
-    def finish(self) -> None:
-        unknown = sorted(set(self.data) - self.seen)
-        if unknown:
-            where = f"[{self.path}]" if self.path else "the top level"
-            raise ConfigError(
-                f"unknown key {unknown[0]!r} in {where} (known: {', '.join(sorted(self.seen))})"
-            )
-
-
-def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
-    return kind if isinstance(kind, tuple) else (kind,)
-
-
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    names = {
-        int: "an integer",
-        float: "a number",
-        str: "a string",
-        bool: "true or false",
-        dict: "a table",
-        list: "a list",
-    }
-    return " or ".join(names.get(k, k.__name__) for k in _as_tuple(kind))
-
-
-def _secret(table: _Table, env: Mapping[str, str], *, what: str) -> str | None:
+def _secret(table: TomlTable, env: Mapping[str, str], *, what: str) -> str | None:
     """Reads ``api_key`` or ``api_key_env`` (the name of an environment variable)."""
     literal = table.get("api_key", str, None)
     env_name = table.get("api_key_env", str, None)
@@ -210,7 +146,7 @@ def _secret(table: _Table, env: Mapping[str, str], *, what: str) -> str | None:
     return value
 
 
-def _timeouts(table: _Table) -> TimeoutConfig:
+def _timeouts(table: TomlTable) -> TimeoutConfig:
     d = TimeoutConfig()
     return TimeoutConfig(
         connect_s=table.number("connect_timeout_s", d.connect_s),
@@ -220,7 +156,7 @@ def _timeouts(table: _Table) -> TimeoutConfig:
     )
 
 
-def _retry(table: _Table) -> RetryConfig:
+def _retry(table: TomlTable) -> RetryConfig:
     d = RetryConfig()
     return RetryConfig(
         max_retries=table.integer("max_retries", d.max_retries),
@@ -236,7 +172,7 @@ def check_url(url: str, where: str) -> str:
     return url.rstrip("/")
 
 
-def _upstream(name: str, table: _Table, env: Mapping[str, str]) -> UpstreamConfig:
+def _upstream(name: str, table: TomlTable, env: Mapping[str, str]) -> UpstreamConfig:
     url = table.get("url", str, None)
     if url is None:
         raise ConfigError(f"{table.path}: missing required key 'url'")
@@ -252,7 +188,7 @@ def _upstream(name: str, table: _Table, env: Mapping[str, str]) -> UpstreamConfi
     return config
 
 
-def _model_cache(table: _Table, base: CacheConfig) -> ModelCachePolicy:
+def _model_cache(table: TomlTable, base: CacheConfig) -> ModelCachePolicy:
     config = ModelCachePolicy(
         is_enabled=table.get("enabled", bool, True),
         is_deterministic_only=table.get("deterministic_only", bool, base.is_deterministic_only),
@@ -263,7 +199,7 @@ def _model_cache(table: _Table, base: CacheConfig) -> ModelCachePolicy:
 
 
 def _route(
-    name: str, table: _Table, upstreams: Mapping[str, Any], cache: CacheConfig
+    name: str, table: TomlTable, upstreams: Mapping[str, Any], cache: CacheConfig
 ) -> ModelRoute:
     deployments = _deployments(table, upstreams)
     if deployments:
@@ -283,7 +219,9 @@ def _route(
     return route
 
 
-def _upstream_and_fallbacks(table: _Table, upstreams: Mapping[str, Any]) -> tuple[str, list[Any]]:
+def _upstream_and_fallbacks(
+    table: TomlTable, upstreams: Mapping[str, Any]
+) -> tuple[str, list[Any]]:
     upstream = table.get("upstream", str, None)
     if upstream is None:
         raise ConfigError(f"{table.path}: missing required key 'upstream' (or 'deployments')")
@@ -298,7 +236,7 @@ def _upstream_and_fallbacks(table: _Table, upstreams: Mapping[str, Any]) -> tupl
     return upstream, fallbacks
 
 
-def _deployments(table: _Table, upstreams: Mapping[str, Any]) -> tuple[DeploymentConfig, ...]:
+def _deployments(table: TomlTable, upstreams: Mapping[str, Any]) -> tuple[DeploymentConfig, ...]:
     """``deployments = [{ upstream = "east", weight = 2 }, ...]``, sorted best priority first."""
     items = table.get("deployments", list, None)
     if items is None:
@@ -312,7 +250,7 @@ def _deployments(table: _Table, upstreams: Mapping[str, Any]) -> tuple[Deploymen
         where = f"{table.path}.deployments[{i}]"
         if not isinstance(item, dict):
             raise ConfigError(f'{where}: expected a table like {{ upstream = "name" }}')
-        deployment = parse_deployment(_Table(item, where), upstreams)
+        deployment = parse_deployment(TomlTable(item, where), upstreams)
         if any(d.upstream == deployment.upstream for d in parsed):
             raise ConfigError(f"{where}.upstream: {deployment.upstream!r} is listed twice")
         parsed.append(deployment)
@@ -320,7 +258,7 @@ def _deployments(table: _Table, upstreams: Mapping[str, Any]) -> tuple[Deploymen
     return tuple(sorted(parsed, key=lambda d: d.priority))
 
 
-def _cache(table: _Table) -> CacheConfig:
+def _cache(table: TomlTable) -> CacheConfig:
     d = CacheConfig()
     config = CacheConfig(
         is_enabled=table.get("enabled", bool, d.is_enabled),
@@ -356,13 +294,13 @@ def check_cache(config: CacheConfig, where: str = "cache") -> CacheConfig:
     return config
 
 
-def _server(table: _Table, env: Mapping[str, str]) -> ServerConfig:
+def _server(table: TomlTable, env: Mapping[str, str]) -> ServerConfig:
     d = ServerConfig()
     keys: list[TenantKey] = []
     for i, item in enumerate(table.get("api_keys", list, [])):
         if not isinstance(item, dict):
             raise ConfigError(f"{table.path}.api_keys[{i}]: expected a table")
-        key_table = _Table(item, f"{table.path}.api_keys[{i}]")
+        key_table = TomlTable(item, f"{table.path}.api_keys[{i}]")
         tenant = key_table.get("tenant", str, None)
         secret = _secret(key_table, env, what="a gateway key")
         if tenant is None or secret is None:
@@ -382,7 +320,7 @@ def _server(table: _Table, env: Mapping[str, str]) -> ServerConfig:
 
 def parse_config(data: Mapping[str, Any], env: Mapping[str, str]) -> GatewayConfig:
     """Validates a parsed TOML document; raises ConfigError naming the offending key."""
-    root = _Table(data, "")
+    root = TomlTable(data, "")
     server = _server(root.table("server"), env)
     cache = _cache(root.table("cache"))
     upstream_tables = root.table("upstreams")
