@@ -19,6 +19,19 @@ SAME_MEANING = [
     ("怎样学好英语", "如何学好英语"),
     ("I have 3 apples", "I have three apples"),
     ("我有三个苹果", "我有3个苹果"),
+    # Quotes, backticks, spacing and case around the same words are formatting, not meaning.
+    ("Is there a 'best' deck in Clash Royale?", "What are the best decks in Clash Royale?"),
+    ("What does `with_format` do?", "What does with_format do?"),
+    ("“命名”是首选的吗", "命名是首选的吗"),
+    ("Where did Sandra Tapias sail?", "Where did SandraTapias sail?"),
+    ("What is the Bhagavad Gita about?", "What is the Bhagavad-Gita about?"),
+    ("Is dropping out of B.tech a good idea?", "Is dropping out of B. tech a good idea?"),
+    # Full-width digits, myriads and weekday spellings.
+    ("年薪是３６１，４００美元吗", "年薪是361400美元吗"),
+    ("年薪是39.5万美元吗", "年薪是395,000美元吗"),
+    ("星期四开会吗", "周四开会吗"),
+    # A date or unit detail added on one side is not a contradiction.
+    ("周四发生了什么", "周四上午发生了什么"),
 ]  # fmt: skip
 
 DIFFERENT = [
@@ -40,6 +53,11 @@ DIFFERENT = [
     ("这本书多少人民币", "这本书多少美元", guard.UNITS),
     ("《红楼梦》的作者是谁", "《西游记》的作者是谁", guard.QUOTED),
     ("iPhone 14 battery life", "iPhone 15 battery life", guard.NUMBERS),
+    ("年薪是39.5万美元吗", "年薪是39.5美元吗", guard.NUMBERS),
+    ("What happened on Monday?", "What happened on Friday morning?", guard.DATES),
+    ('What does "get over" mean?', "What does get out mean?", guard.QUOTED),
+    ("What does `os.path` hold?", "What does `os.path.join` hold?", guard.QUOTED),
+    ("How much did they pay for Cepsa SA?", "How much did they pay for Repsol SA?", guard.ENTITIES),
 ]
 
 

@@ -11,6 +11,7 @@ and two signatures are compared in a few microseconds.
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 
 from hasten.semantic import lexicon
@@ -42,6 +43,10 @@ _CODE_TOKEN = re.compile(
 _DIGITS = re.compile(r"(?<![A-Za-z0-9_.])[-+]?\d+(?:[,.]\d+)*(?:\.\d+)?")
 _HAN_NUMERAL = re.compile(r"[零〇一二两三四五六七八九十百千万亿]+")
 _SENTENCE_END = re.compile(r"[.!?。！？:;](?:\s+|$)")
+_SQUASHED_OUT = re.compile(r"[\s\-]+")
+_MYRIADS = {"万": 10_000, "亿": 100_000_000}  # "39.5万" = 395,000
+# Shorter entities are too often part of unrelated words to be found by substring.
+_MIN_CONTAINED_ENTITY_CHARS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,12 +64,17 @@ class TextSignature:
     code: frozenset[str]
     entities: frozenset[str]
     words: frozenset[str]
+    # Lower-cased text without whitespace or hyphens: a quoted span, identifier or entity of
+    # the other text found in it is mentioned here too, only spaced, cased or quoted otherwise.
+    squashed: str
 
 
 def signature(text: str) -> TextSignature:
     """The decisive features of ``text``."""
-    quoted = frozenset(_normalize_quote(m) for m in _quoted_spans(text))
-    code = frozenset(m.group(0).rstrip(".") for m in _CODE_TOKEN.finditer(text))
+    # Full-width digits, letters and punctuation ("３６１，４００") read as their ASCII forms.
+    text = unicodedata.normalize("NFKC", text)
+    quoted = frozenset(_squash(m) for m in _quoted_spans(text))
+    code = frozenset(_squash(m.group(0).rstrip(".")) for m in _CODE_TOKEN.finditer(text))
     lowered = text.lower()
     words = [w.strip("'’.-").lower() for w in _LATIN_WORD.findall(text)]
     numbers, quantities = _numbers_and_quantities(lowered)
@@ -83,6 +93,7 @@ def signature(text: str) -> TextSignature:
         entities=entities,
         # An entity always counts as mentioned by its own text, whatever the tokenisation.
         words=frozenset(_stem(part) for w in words for part in {w, *w.split(".")}) | entities,
+        squashed=_squash(text),
     )
 
 
@@ -103,11 +114,11 @@ def compare(first: TextSignature, second: TextSignature) -> str | None:
         return NUMBERS
     if _is_contradiction(first.units, second.units) or _has_unit_swap(first, second):
         return UNITS
-    if first.quoted != second.quoted:
+    if not _is_mentioned(first.quoted, second) or not _is_mentioned(second.quoted, first):
         return QUOTED
     if _is_contradiction(first.dates, second.dates):
         return DATES
-    if first.code != second.code:
+    if not _is_mentioned(first.code, second) or not _is_mentioned(second.code, first):
         return CODE
     if _has_entity_swap(first, second):
         return ENTITIES
@@ -115,10 +126,16 @@ def compare(first: TextSignature, second: TextSignature) -> str | None:
 
 
 def _is_contradiction(first: frozenset[str], second: frozenset[str]) -> bool:
-    """Both texts state the feature and disagree. Units and dates named on one side only are
-    usually implied by the other ("per day" / "a day", "today" added for emphasis), so an
-    omission is not treated as a difference (measured: bench/semantic.py guard)."""
-    return bool(first) and bool(second) and first != second
+    """Each text states something of the feature the other does not. Units and dates named
+    on one side only are usually implied by the other ("per day" / "a day", "today" added
+    for emphasis, "周四" / "周四上午"), so an omission or an added detail is not treated as
+    a difference (measured: bench/semantic.py guard)."""
+    return bool(first - second) and bool(second - first)
+
+
+def _is_mentioned(spans: frozenset[str], other: TextSignature) -> bool:
+    """Every span (squashed) occurs in the other text: "'best' deck" / "best decks"."""
+    return all(span in other.squashed for span in spans)
 
 
 def _has_unit_swap(first: TextSignature, second: TextSignature) -> bool:
@@ -140,15 +157,26 @@ def _has_entity_swap(first: TextSignature, second: TextSignature) -> bool:
     Capitalisation is unreliable in user text ("google" / "Google"), so an entity counts as
     mentioned when the other text has the word in any case.
     """
-    return bool(first.entities - second.words) or bool(second.entities - first.words)
+    return _has_unmentioned(first.entities, second) or _has_unmentioned(second.entities, first)
+
+
+def _has_unmentioned(entities: frozenset[str], other: TextSignature) -> bool:
+    """An entity the other text has neither as a word nor, if long enough, inside its text
+    ("Cepsa SA" / "CepsaSA", "Bhagavad Gita" / "Bhagavad-Gita")."""
+    return any(
+        entity not in other.words
+        and (len(entity) < _MIN_CONTAINED_ENTITY_CHARS or _squash(entity) not in other.squashed)
+        for entity in entities
+    )
 
 
 def _quoted_spans(text: str) -> list[str]:
     return [next(group for group in m.groups() if group) for m in _QUOTED.finditer(text)]
 
 
-def _normalize_quote(span: str) -> str:
-    return " ".join(span.split())
+def _squash(span: str) -> str:
+    """Lower-cased, without whitespace or hyphens ("Bhagavad-Gita" = "Bhagavad Gita")."""
+    return _SQUASHED_OUT.sub("", span).lower()
 
 
 def _stem(word: str) -> str:
@@ -200,15 +228,20 @@ def _numbers_and_quantities(lowered: str) -> tuple[set[str], set[str]]:
     """Numeric values (digits, English and Chinese number words) and value+unit pairs."""
     numbers: set[str] = set()
     quantities: set[str] = set()
+    myriad_ends: list[int] = []
     for match in _DIGITS.finditer(lowered):
         value = _normalize_number(match.group(0))
+        multiplier = _MYRIADS.get(lowered[match.end() : match.end() + 1])
+        if multiplier is not None:
+            value = _scaled(value, multiplier)
+            myriad_ends.append(match.end())
         numbers.add(value)
         unit = lexicon.unit_after(lowered, match.end()) or lexicon.currency_before(
             lowered, match.start()
         )
         if unit:
             quantities.add(f"{value} {unit}")
-    cleaned = lexicon.strip_idioms(lowered)
+    cleaned = lexicon.strip_idioms(_blank(lowered, myriad_ends))
     for match in _HAN_NUMERAL.finditer(cleaned):
         han_value = lexicon.han_number(match.group(0))
         if han_value is not None:
@@ -221,6 +254,24 @@ def _numbers_and_quantities(lowered: str) -> tuple[set[str], set[str]]:
         if number_word is not None:
             numbers.add(str(number_word))
     return numbers, quantities
+
+
+def _blank(text: str, positions: list[int]) -> str:
+    """``text`` with a space at each position (multipliers already read with their digits)."""
+    if not positions:
+        return text
+    chars = list(text)
+    for position in positions:
+        chars[position] = " "
+    return "".join(chars)
+
+
+def _scaled(value: str, multiplier: int) -> str:
+    try:
+        scaled = float(value) * multiplier
+    except ValueError:
+        return value
+    return str(int(scaled)) if scaled.is_integer() else repr(scaled)
 
 
 def _normalize_number(raw: str) -> str:

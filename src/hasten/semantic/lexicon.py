@@ -202,7 +202,10 @@ def is_negated(lowered: str, words: Sequence[str]) -> bool:
 def date_words(lowered: str, words: Sequence[str]) -> set[str]:
     """Month, weekday and relative-day words (numbers and years are checked as numbers)."""
     found = {w for w in words if w in _MONTHS or w in _WEEKDAYS or w in _RELATIVE_DAYS}
-    found.update(_HAN_DATES.findall(lowered))
+    # 星期四 and 周四 name the same day.
+    found.update(
+        d.replace("星期", "周").replace("周天", "周日") for d in _HAN_DATES.findall(lowered)
+    )
     return found
 
 
