@@ -6,6 +6,7 @@
 ``budget``     the hedge budget over a sliding window
 ``affinity``   prompt-prefix keys and consistent hashing with bounded load
 ``homes``      each prefix key's home deployment, balanced by number of keys (LRU-bounded)
+``deployment`` one deployment's live state: expected TTFT, cost, counters, snapshot
 ``pool``       one model's deployments: ranking (P2C / affinity / tiers) and bookkeeping
 
 Every method takes ``now_s`` from its caller, so tests drive time by hand; the I/O that
