@@ -6,6 +6,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -14,7 +15,13 @@ import pytest
 from hasten.config import CacheConfig, GatewayConfig
 from hasten.semantic_config import SemanticSettings
 from hasten.simulator import SimConfig, build_app
-from tests.gateway_fixtures import make_config, running_gateway, sim_stats
+from tests.gateway_fixtures import (
+    ScriptedUpstream,
+    completion,
+    make_config,
+    running_gateway,
+    sim_stats,
+)
 from tests.servers import ServerThread
 
 QUESTION = "What is the capital of France?"
@@ -209,3 +216,37 @@ def test_replicas_share_semantic_entries_through_redis(
             time.sleep(0.02)
         assert stats["invalidated_shared"] == 1
         assert sim_stats(sim.url)["num_requests"] == 1
+
+
+# e5: FAR is 0.945 to NEAR (below the 0.96 cut-off, a near miss); BETWEEN is 0.963 to FAR and
+# 0.986 to NEAR, so it is served only if the two stored answers were seen to agree.
+FAR = "Tell me the capital city of France."
+NEAR = "What is the capital of France?"
+BETWEEN = "Name the capital of France."
+
+
+def _three_paraphrases(tmp_path: Path, answers: list[str]) -> tuple[list[str], dict[str, Any]]:
+    upstream = ScriptedUpstream([(200, {}, completion(answer)) for answer in answers])
+    with ServerThread(upstream) as server, running_gateway(_config(server.url, tmp_path)) as gw:
+        client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+        outcomes = [_ask(client, FAR).headers["x-hasten-cache"]]
+        _wait_indexed(gw, 1)
+        outcomes.append(_ask(client, NEAR).headers["x-hasten-cache"])
+        _wait_indexed(gw, 2)
+        outcomes.append(_ask(client, BETWEEN).headers["x-hasten-cache"])
+        stats = httpx.get(f"{gw.url}/admin/cache/stats").json()["semantic"]
+    assert len(upstream.calls) == outcomes.count("miss")
+    return outcomes, stats
+
+
+def test_paraphrase_stored_after_a_near_miss_joins_when_answers_agree(tmp_path: Path) -> None:
+    outcomes, stats = _three_paraphrases(tmp_path, ["Paris."])  # every call: the same answer
+    assert outcomes == ["miss", "miss", "semantic"]
+    assert stats["answer_class_joined"] == 1 and "lookup_ambiguous" not in stats
+
+
+def test_paraphrases_with_disagreeing_answers_stay_ambiguous(tmp_path: Path) -> None:
+    answers = ["Paris.", "The Eiffel Tower is 330 metres tall.", "Paris."]
+    outcomes, stats = _three_paraphrases(tmp_path, answers)
+    assert outcomes == ["miss", "miss", "miss"]
+    assert stats["answer_class_disagreed"] >= 1 and stats["lookup_ambiguous"] == 1

@@ -49,7 +49,7 @@ from hasten.upstream import UpstreamCall
 from hasten.validation import CHAT, EMBEDDINGS, Endpoint, parse_body
 
 if TYPE_CHECKING:
-    from hasten.semantic import SemanticMatch
+    from hasten.semantic_tier import Found
 
 _log = logging.getLogger("hasten.proxy")
 
@@ -166,7 +166,7 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
         return
     namespace = "*" if gateway.config.cache.is_shared_across_tenants else ex.tenant
     key = cache_key(ex.body, endpoint=ex.endpoint.name, model=ex.model.name, tenant=namespace)
-    to_verify = None
+    found = None
     if decision.is_lookup:
         entry = await gateway.cache.get(key, max_age_s=decision.max_age_s)
         if entry is not None:
@@ -174,15 +174,15 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
             await _serve_hit(gateway, ex, entry, b"hit")
             return
         if gateway.semantic is not None and ex.endpoint is CHAT:
-            found, to_verify = await gateway.semantic.find(
+            found = await gateway.semantic.find(
                 ex.body, model=ex.model.name, tenant=namespace, max_age_s=decision.max_age_s
             )
-            if found is not None:
+            if found.hit is not None:
                 gateway.stats.count("semantic_hit")
-                await _serve_hit(gateway, ex, found.entry, b"semantic", found.headers())
+                await _serve_hit(gateway, ex, found.hit.entry, b"semantic", found.hit.headers())
                 return
     gateway.stats.count("miss" if decision.is_lookup else "bypass")
-    stored = _Stored(gateway, ex, key, namespace, to_verify) if decision.is_store else None
+    stored = _Stored(gateway, ex, key, namespace, found) if decision.is_store else None
     # Only lookups coalesce: a no-cache request asked for its own fresh answer.
     flight_key = f"{key}:{int(ex.is_stream)}" if decision.is_lookup else f"solo:{ex.request_id}"
     flight, is_new = gateway.coalescer.join(flight_key, lambda f: _pump(gateway, ex, f, stored))
@@ -197,14 +197,14 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
 class _Stored:
     """Where a complete answer goes: the exact tiers, then the semantic index."""
 
-    __slots__ = ("_ex", "_gateway", "_key", "_tenant", "_to_verify", "recorder")
+    __slots__ = ("_ex", "_found", "_gateway", "_key", "_tenant", "recorder")
 
     def __init__(
-        self, gateway: Gateway, ex: Exchange, key: str, tenant: str, to_verify: SemanticMatch | None
+        self, gateway: Gateway, ex: Exchange, key: str, tenant: str, found: Found | None
     ) -> None:
         assert gateway.cache is not None
         self._gateway, self._ex, self._key, self._tenant = gateway, ex, key, tenant
-        self._to_verify = to_verify
+        self._found = found  # what the semantic lookup saw, if one ran
         ttl_s = ex.model.cache.ttl_s
         self.recorder = Recorder(gateway.cache, key, ex.endpoint.name, ex.is_stream, ttl_s=ttl_s)
 
@@ -214,15 +214,17 @@ class _Stored:
         semantic = self._gateway.semantic
         if semantic is None or self._ex.endpoint is not CHAT:
             return
+        found = self._found
         semantic.remember(
             self._ex.body,
             model=self._ex.model.name,
             tenant=self._tenant,
             key=self._key,
             ttl_s=self._ex.model.cache.ttl_s,
+            near=None if found is None else found.near,
         )
-        if self._to_verify is not None:
-            semantic.verify(self._to_verify, self._key)
+        if found is not None and found.to_verify is not None:
+            semantic.verify(found.to_verify, self._key)
 
 
 def _decide(gateway: Gateway, ex: Exchange) -> CacheDecision:

@@ -3,7 +3,8 @@
 A semantic entry only points at an exact-cache key, so an answer is stored once and every
 tier's freshness rules still apply. In error-budget mode some would-be hits are sent to
 the upstream instead; the fresh answer is compared with the cached one and the verdict
-tunes that entry's own threshold.
+tunes that entry's own threshold. After a near miss the fresh answer is compared with the
+near entry's the same way, and joins its answer class when they agree (``semantic.near``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import orjson
 
 from hasten.cache import CachedAnswer, TieredCache
 from hasten.cache.replay import answer_body
-from hasten.semantic import SemanticCache, SemanticMatch
+from hasten.semantic import NearMiss, SemanticCache, SemanticMatch
 
 _log = logging.getLogger("hasten.semantic")
 # Two answers "agree" when their texts embed this close: deterministic answers to the
@@ -40,60 +41,128 @@ class SemanticHit:
         ]
 
 
-class SemanticTier:
-    """Glue between the gateway's exact cache and ``SemanticCache``."""
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What a lookup found: a ``hit`` to serve, or a match to verify against the upstream's
+    fresh answer (``to_verify``), and the entry that answer may join the class of (``near``)."""
 
-    def __init__(self, semantic: SemanticCache, cache: TieredCache) -> None:
+    hit: SemanticHit | None = None
+    to_verify: SemanticMatch | None = None
+    near: NearMiss | None = None
+
+
+_NOT_FOUND = Found()
+
+
+class SemanticTier:
+    """Glue between the gateway's exact cache and ``SemanticCache``.
+
+    ``join_classes`` False keeps every entry in its own answer class, as before classes
+    existed; ``agreement_similarity`` above 1 lets only identical answer texts agree
+    (benchmarks compare these).
+    """
+
+    def __init__(
+        self,
+        semantic: SemanticCache,
+        cache: TieredCache,
+        *,
+        join_classes: bool = True,
+        agreement_similarity: float = ANSWER_AGREEMENT_SIMILARITY,
+    ) -> None:
         self.semantic = semantic
         self._cache = cache
+        self._join_classes = join_classes
+        self._agreement_similarity = agreement_similarity
         self._tasks: set[asyncio.Task[Any]] = set()
 
     async def find(
         self, body: dict[str, Any], *, model: str, tenant: str, max_age_s: float | None
-    ) -> tuple[SemanticHit | None, SemanticMatch | None]:
-        """(a hit to serve, or a match to verify against the upstream's fresh answer)."""
+    ) -> Found:
+        """A hit to serve, or what the upstream's fresh answer is to be compared with."""
         try:
-            match = await self.semantic.lookup(body, model=model, tenant=tenant)
+            result = await self.semantic.lookup_near(body, model=model, tenant=tenant)
         except Exception:
             _log.exception("semantic lookup failed; answering from upstream")
-            return None, None
-        if match is None:
-            return None, None
-        if match.is_verification:
-            return None, match
+            return _NOT_FOUND
+        match, near = result.match, result.near if self._join_classes else None
+        if match is None or match.is_verification:
+            return Found(to_verify=match, near=near)
         entry = await self._cache.get(match.answer_key, max_age_s=max_age_s)
         if entry is None:
-            return None, None  # the answer expired or was evicted from the exact tiers
-        return SemanticHit(entry, match), None
+            return _NOT_FOUND  # the answer expired or was evicted from the exact tiers
+        return Found(hit=SemanticHit(entry, match))
 
     def remember(
-        self, body: dict[str, Any], *, model: str, tenant: str, key: str, ttl_s: float
+        self,
+        body: dict[str, Any],
+        *,
+        model: str,
+        tenant: str,
+        key: str,
+        ttl_s: float,
+        near: NearMiss | None = None,
     ) -> None:
-        """Indexes a freshly stored answer by meaning, in the background."""
-        self._spawn(
-            self.semantic.insert(body, model=model, tenant=tenant, answer_key=key, ttl_s=ttl_s)
-        )
+        """Indexes a freshly stored answer by meaning, in the background: in ``near``'s
+        answer class if the two answers agree."""
+        self._spawn(self._remember(body, model, tenant, key, ttl_s, near))
+
+    async def _remember(
+        self,
+        body: dict[str, Any],
+        model: str,
+        tenant: str,
+        key: str,
+        ttl_s: float,
+        near: NearMiss | None,
+    ) -> None:
+        # Compared before the insert, so the class travels with it (one row write, one
+        # shared-tier event, no update to follow); the cost: the entry becomes searchable
+        # one answer comparison later, which only matters after a near miss.
+        answer_class = None if near is None else await self._joined_class(near, key)
+        await self.semantic.insert(
+            body, model=model, tenant=tenant, answer_key=key, ttl_s=ttl_s,
+            answer_class=answer_class,
+        )  # fmt: skip
+
+    async def _joined_class(self, near: NearMiss, fresh_key: str) -> int | None:
+        counters = self.semantic.counters
+        try:
+            agrees = await self._compare(near.answer_key, fresh_key)
+        except Exception:  # the insert matters more than its class
+            _log.warning("semantic answer comparison failed", exc_info=True)
+            agrees = None
+        if agrees is None:
+            counters["answer_class_unchecked"] += 1
+            return None
+        counters["answer_class_joined" if agrees else "answer_class_disagreed"] += 1
+        return near.answer_class if agrees else None
 
     def verify(self, match: SemanticMatch, fresh_key: str) -> None:
         """Compares a fresh answer with the one the match would have served."""
         self._spawn(self._verify(match, fresh_key))
 
     async def _verify(self, match: SemanticMatch, fresh_key: str) -> None:
-        cached = await self._cache.get(match.answer_key)
+        is_correct = await self._compare(match.answer_key, fresh_key)
+        if is_correct is not None:
+            await self.semantic.report_verification(match, is_correct=is_correct)
+
+    async def _compare(self, cached_key: str, fresh_key: str) -> bool | None:
+        """Whether two stored answers agree; None when either is gone or carries no text."""
+        cached = await self._cache.get(cached_key)
         fresh = await self._cache.get(fresh_key)
         if cached is None or fresh is None:
-            return
+            return None
         cached_text, fresh_text = _answer_text(cached), _answer_text(fresh)
         if cached_text is None or fresh_text is None:
-            return
-        is_correct = await self._agree(cached_text, fresh_text)
-        await self.semantic.report_verification(match, is_correct=is_correct)
+            return None
+        return await self._agree(cached_text, fresh_text)
 
     async def _agree(self, one: str, two: str) -> bool:
         if " ".join(one.split()) == " ".join(two.split()):
             return True
         vectors = [await self.semantic.embedder.embed(text) for text in (one, two)]
-        return float(np.dot(vectors[0], vectors[1])) >= ANSWER_AGREEMENT_SIMILARITY
+        return float(np.dot(vectors[0], vectors[1])) >= self._agreement_similarity
 
     async def report_wrong(self, entry_id: int, similarity: float, tenant: str) -> bool:
         """User feedback on a served hit: teach the entry's threshold, then evict it."""

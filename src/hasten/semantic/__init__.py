@@ -7,7 +7,9 @@ Public surface for the gateway::
     config = SemanticConfig(path=state_dir / "semantic.sqlite3")
     semantic = SemanticCache(build_embedder("e5"), config)
     match = await semantic.lookup(body, model=resolved_model, tenant=tenant)
+    result = await semantic.lookup_near(...)   # the same, plus a near miss (``near``)
     await semantic.insert(body, model=resolved_model, tenant=tenant, answer_key=exact_key)
+    await semantic.insert(..., answer_class=near.answer_class)  # its answer agreed with near's
     await semantic.report_verification(match, is_correct=...)   # error-budget mode
     await semantic.report_wrong_hit(match)                       # user feedback
     await semantic.invalidate(tenant=..., model=..., older_than_s=..., entry_id=...)
@@ -27,6 +29,7 @@ from hasten.semantic.embedder import (
     build_embedder,
 )
 from hasten.semantic.freshness import FreshnessPolicy
+from hasten.semantic.near import LookupResult, NearMiss
 from hasten.semantic.store import SemanticCache, SemanticConfig, SemanticMatch
 
 __all__ = [
@@ -35,7 +38,9 @@ __all__ = [
     "Embedder",
     "FreshnessPolicy",
     "HttpEmbedder",
+    "LookupResult",
     "MiniLMEmbedder",
+    "NearMiss",
     "SemanticCache",
     "SemanticConfig",
     "SemanticMatch",

@@ -20,12 +20,17 @@ AMBIGUOUS = "ambiguous"
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """A stored question near the query."""
+    """A stored question near the query.
+
+    ``answer_class``: entries whose answers were seen to agree share one (see ``near``);
+    an entry nobody joined is its own class (its id).
+    """
 
     entry_id: int
     similarity: float
     signature: TextSignature
     answer_key: str
+    answer_class: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +41,8 @@ class MatchPolicy:
     mean the cache once judged them different (or their answers disagreed), so it cannot know
     which one the query means. The best is served only if no other answer qualifies and its
     cosine distance is clearly smaller than the runner-up's (``max_distance_ratio``, as in
-    Lowe's ratio test for matching image features).
+    Lowe's ratio test for matching image features). A runner-up in the best's answer class
+    is no conflict: its answer was seen to agree, so either would be served correctly.
     """
 
     min_similarity: float
@@ -76,13 +82,17 @@ def choose(query: TextSignature, candidates: Sequence[Candidate], policy: MatchP
     best = compatible[0]
     if best.similarity < policy.min_similarity:
         return Choice(BELOW_THRESHOLD, best)
-    runner_up = next((c for c in compatible[1:] if c.answer_key != best.answer_key), None)
+    runner_up = next((c for c in compatible[1:] if _conflicts(best, c)), None)
     if runner_up is not None and (
         runner_up.similarity >= (policy.qualifying_similarity or policy.min_similarity)
         or not is_unambiguous(best.similarity, runner_up.similarity, policy.max_distance_ratio)
     ):
         return Choice(AMBIGUOUS, best)
     return Choice(HIT, best, guard_reason=first_guard_reason)
+
+
+def _conflicts(best: Candidate, other: Candidate) -> bool:
+    return other.answer_key != best.answer_key and other.answer_class != best.answer_class
 
 
 def is_unambiguous(best: float, runner_up: float, max_distance_ratio: float) -> bool:

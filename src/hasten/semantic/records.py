@@ -10,6 +10,7 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -32,7 +33,8 @@ CREATE TABLE IF NOT EXISTS {_TABLE} (
     accessed_at REAL NOT NULL,
     num_hits INTEGER NOT NULL DEFAULT 0,
     size_bytes INTEGER NOT NULL,
-    observations BLOB
+    observations BLOB,
+    answer_class INTEGER
 );
 CREATE INDEX IF NOT EXISTS {_TABLE}_partition ON {_TABLE} (partition);
 CREATE INDEX IF NOT EXISTS {_TABLE}_tenant ON {_TABLE} (tenant);
@@ -42,6 +44,8 @@ CREATE INDEX IF NOT EXISTS {_TABLE}_accessed ON {_TABLE} (accessed_at);
 CREATE INDEX IF NOT EXISTS {_TABLE}_hits ON {_TABLE} (num_hits, accessed_at);
 CREATE TABLE IF NOT EXISTS {_TABLE}_meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
 """
+# Columns added after the first release: files written before them get them on open.
+_ADDED_COLUMNS = {"answer_class": "INTEGER"}
 # Rough per-row overhead of SQLite plus the in-memory index (graph links, id maps).
 _ROW_OVERHEAD_BYTES = 256
 
@@ -56,6 +60,7 @@ class StoredEntry:
     answer_key: str
     expires_at: float
     observations: tuple[Observation, ...]
+    answer_class: int
 
 
 class Records:
@@ -67,6 +72,20 @@ class Records:
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=NORMAL")
         self.conn.executescript(_SCHEMA)
+        self._add_missing_columns()
+
+    def _add_missing_columns(self) -> None:
+        for column, kind in _ADDED_COLUMNS.items():
+            if column in self._columns():
+                continue
+            try:
+                self.conn.execute(f"ALTER TABLE {_TABLE} ADD COLUMN {column} {kind}")
+            except sqlite3.OperationalError:
+                if column not in self._columns():  # else another process added it first
+                    raise
+
+    def _columns(self) -> set[str]:
+        return {row[1] for row in self.conn.execute(f"PRAGMA table_info({_TABLE})")}
 
     def close(self) -> None:
         self.conn.close()
@@ -98,15 +117,18 @@ class Records:
         now: float,
         ttl_s: float,
         entry_id: int | None = None,
+        answer_class: int | None = None,
     ) -> int:
-        """A new row; ``entry_id`` None lets SQLite pick (local mode), else it is kept as is."""
+        """A new row; ``entry_id`` None lets SQLite pick (local mode), else it is kept as is.
+        ``answer_class`` None: the row is its own class (NULL, read back as its id)."""
         blob = np.asarray(vector, dtype=np.float16).tobytes()
         size_bytes = len(blob) + len(text.encode()) + len(answer_key) + _ROW_OVERHEAD_BYTES
         cursor = self.conn.execute(
             f"INSERT INTO {_TABLE} (id, partition, tenant, model, text, vector, answer_key,"
-            " created_at, expires_at, accessed_at, size_bytes) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            " created_at, expires_at, accessed_at, size_bytes, answer_class)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
             (entry_id, partition, tenant, model, text, blob, answer_key, now, now + ttl_s, now,
-             size_bytes),
+             size_bytes, answer_class),
         )  # fmt: skip
         return int(cursor.lastrowid or 0)
 
@@ -129,16 +151,11 @@ class Records:
             return {}
         marks = ",".join("?" * len(ids))
         rows = self.conn.execute(
-            f"SELECT id, partition, text, answer_key, expires_at, observations FROM {_TABLE}"
-            f" WHERE id IN ({marks})",
+            f"SELECT id, partition, text, answer_key, expires_at, observations,"
+            f" coalesce(answer_class, id) FROM {_TABLE} WHERE id IN ({marks})",
             tuple(ids),
         )
-        return {
-            int(row[0]): StoredEntry(
-                int(row[0]), row[1], row[2], row[3], float(row[4]), _decode_observations(row[5])
-            )
-            for row in rows
-        }
+        return {int(row[0]): _stored_entry(row) for row in rows}
 
     def partition_vectors(
         self, partition: str, dim: int
@@ -215,6 +232,14 @@ class Records:
 
     def delete(self, ids: Iterable[int]) -> None:
         self.conn.executemany(f"DELETE FROM {_TABLE} WHERE id = ?", ((i,) for i in ids))
+
+
+def _stored_entry(row: tuple[Any, ...]) -> StoredEntry:
+    entry_id, partition, text, answer_key, expires_at, observations, answer_class = row
+    return StoredEntry(
+        int(entry_id), partition, text, answer_key, float(expires_at),
+        _decode_observations(observations), int(answer_class),
+    )  # fmt: skip
 
 
 def _decode_observations(blob: bytes | None) -> tuple[Observation, ...]:

@@ -56,6 +56,15 @@ class SharedReplica:
         """The task keeping this replica in step with the shared tier, once started."""
         return self._follower
 
+    def follower_stats(self) -> dict[str, Any]:
+        follower = self._follower
+        if follower is None:
+            return {}
+        return {
+            "is_connected": follower.is_connected, "applied_events": follower.num_applied,
+            "rebuilds": follower.num_rebuilds, "failures": follower.num_failures,
+        }  # fmt: skip
+
     def start(self) -> None:
         """Starts following the shared tier (idempotent; outside an event loop it waits for
         the first lookup or insert)."""
@@ -100,7 +109,7 @@ class SharedReplica:
                     partition=event.partition, tenant=event.tenant, model=event.model,
                     text=event.text, vector=vector, answer_key=event.answer_key,
                     now=event.created_at, ttl_s=event.expires_at - event.created_at,
-                    entry_id=event.entry_id,
+                    entry_id=event.entry_id, answer_class=event.answer_class,
                 )  # fmt: skip
                 if event.partition in self._loaded:  # else loaded from the file on first use
                     self._index.add(event.partition, event.entry_id, vector)

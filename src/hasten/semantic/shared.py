@@ -6,7 +6,8 @@ model never read these vectors):
 - ``<ns>next_id``: a counter (INCR) handing out entry ids that are unique across replicas, so
   an id in ``x-hasten-semantic-entry`` means the same entry on every replica;
 - ``<ns>e:<id>``: one hash per entry (partition key, tenant, model, text, float16 vector,
-  answer key, created/expiry times), expiring in Redis when the entry does (PEXPIREAT);
+  answer key, created/expiry times, and the answer class when it joined another entry's),
+  expiring in Redis when the entry does (PEXPIREAT);
 - ``<ns>events``: a stream of ``insert <id>`` and ``delete <filter>`` events, capped at
   ``max_events`` (``XADD MAXLEN ~``).
 
@@ -58,6 +59,8 @@ class SharedEntry:
     answer_key: str
     created_at: float
     expires_at: float
+    # None: its own class. Hashes written before answer classes have no such field.
+    answer_class: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,16 +75,20 @@ Event = SharedEntry | DeleteEvent | None  # None: an insert whose hash is alread
 
 
 def encode_entry(entry: SharedEntry) -> dict[str, bytes | str]:
-    return {
+    fields: dict[str, bytes | str] = {
         "partition": entry.partition, "tenant": entry.tenant, "model": entry.model,
         "text": entry.text, "vector": entry.vector_f16, "answer_key": entry.answer_key,
         "created_at": repr(entry.created_at), "expires_at": repr(entry.expires_at),
     }  # fmt: skip
+    if entry.answer_class is not None:
+        fields["answer_class"] = str(entry.answer_class)
+    return fields
 
 
 def decode_entry(entry_id: int, fields: Mapping[bytes, bytes]) -> SharedEntry | None:
     """None for a missing (expired, deleted) or malformed hash."""
     try:
+        answer_class = fields.get(b"answer_class")
         return SharedEntry(
             entry_id=entry_id,
             partition=fields[b"partition"].decode(),
@@ -92,6 +99,7 @@ def decode_entry(entry_id: int, fields: Mapping[bytes, bytes]) -> SharedEntry | 
             answer_key=fields[b"answer_key"].decode(),
             created_at=float(fields[b"created_at"]),
             expires_at=float(fields[b"expires_at"]),
+            answer_class=None if answer_class is None else int(answer_class),
         )
     except (KeyError, ValueError, UnicodeDecodeError):
         return None

@@ -7,6 +7,8 @@ Request path (the gateway calls it after an exact-cache miss)::
         answer = await exact_cache.get(match.answer_key)   # serve it if still there
     ...after an upstream answer stored under ``key``:
     await semantic.insert(body, model=resolved_model, tenant=tenant, answer_key=key)
+    # lookup_near also names the entry a miss came close to; if that entry's cached answer
+    # agrees with the fresh one, insert(..., answer_class=near.answer_class) (``near``)
     if match is not None and match.is_verification:        # error-budget mode only
         await semantic.report_verification(match, is_correct=<fresh answer ~ cached answer>)
 
@@ -40,27 +42,26 @@ from hasten.semantic import freshness, matcher
 from hasten.semantic.embedder import AsyncEmbedder, Embedder
 from hasten.semantic.follower import Follower
 from hasten.semantic.graphs import GraphFiles
-from hasten.semantic.guard import TextSignature, signature
+from hasten.semantic.guard import signature
 from hasten.semantic.index import VectorIndex
+from hasten.semantic.near import NOTHING, LookupResult, candidate_floor, near_miss
 from hasten.semantic.partition import split_chat
-from hasten.semantic.records import Records, StoredEntry
+from hasten.semantic.records import Records
 from hasten.semantic.replica import SharedReplica
 from hasten.semantic.settings import DEFAULT_MIN_SIMILARITY, SemanticConfig, SemanticMatch
 from hasten.semantic.shared import LOCAL_ID_BASE, DeleteEvent, SharedEntry, SharedTier
+from hasten.semantic.upkeep import Upkeep
 
 __all__ = ["DEFAULT_MIN_SIMILARITY", "SemanticCache", "SemanticConfig", "SemanticMatch"]
 
 _LOG = logging.getLogger("hasten.semantic")
 _R = TypeVar("_R")
 
-_PURGE_EVERY_INSERTS = 256
-# Evict down to this fraction of the limits so eviction does not run on every insert.
-_LOW_WATER_FRACTION = 0.9
-_NUM_SIGNATURES_KEPT = 65_536
 _STOP_WAIT_S = 2.0
 
 
-class SemanticCache(SharedReplica):
+# Upkeep first: its bookkeeping implements what SharedReplica only declares.
+class SemanticCache(Upkeep, SharedReplica):
     """The semantic tier. ``embedder`` may be shared with other users via ``AsyncEmbedder``."""
 
     def __init__(
@@ -101,10 +102,7 @@ class SemanticCache(SharedReplica):
         self._graphs = GraphFiles(config.path.with_name(config.path.name + ".graphs"))
         self._index = VectorIndex(self._dim, max_flat_entries=config.max_flat_entries)
         self._loaded: set[str] = set()
-        self._signatures: dict[int, TextSignature] = {}
-        self._num_entries = 0
-        self._num_bytes = 0
-        self._inserts_since_purge = 0
+        self._start_upkeep()
         self.counters: Counter[str] = Counter()
         self.shared = None
         if config.redis_url is not None:
@@ -117,13 +115,19 @@ class SemanticCache(SharedReplica):
         self, body: Mapping[str, Any], *, model: str, tenant: str
     ) -> SemanticMatch | None:
         """A cached question meaning the same as the request's last user turn, or None."""
+        return (await self.lookup_near(body, model=model, tenant=tenant)).match
+
+    async def lookup_near(
+        self, body: Mapping[str, Any], *, model: str, tenant: str
+    ) -> LookupResult:
+        """``lookup``, plus the entry it came close to when it serves nothing (``near``)."""
         query = split_chat(body, model=model, tenant=tenant)
         if query is None:
             self.counters["skipped_not_cacheable"] += 1
-            return None
+            return NOTHING
         if freshness.ttl_s(query.text, model=model, policy=self.config.freshness) <= 0:
             self.counters["skipped_volatile"] += 1
-            return None
+            return NOTHING
         if self.budget is not None:
             self.budget.note_lookup()
         self.start()
@@ -132,7 +136,7 @@ class SemanticCache(SharedReplica):
             return await self._run(self._lookup_sync, query.partition_key, query.text, vector)
         except Exception:  # a cache must never fail the request it could not speed up
             self._note_error("lookup")
-            return None
+            return NOTHING
 
     async def insert(
         self,
@@ -142,11 +146,13 @@ class SemanticCache(SharedReplica):
         tenant: str,
         answer_key: str,
         ttl_s: float | None = None,
+        answer_class: int | None = None,
     ) -> int | None:
         """Remembers the request's last user turn as answered under ``answer_key``.
 
         The TTL is the smallest of ``ttl_s``, the model's and the question's freshness TTL;
-        returns the entry id, or None if the request is not cacheable by meaning.
+        ``answer_class``: another entry's, when this answer was seen to agree with that
+        entry's (None: its own). Returns the entry id, or None if not cacheable by meaning.
         """
         query = split_chat(body, model=model, tenant=tenant)
         if query is None:
@@ -164,15 +170,19 @@ class SemanticCache(SharedReplica):
             shared_id = None if self.shared is None else await self.shared.next_id()
             entry_id = await self._run(
                 self._insert_sync, query.partition_key, tenant, model, query.text, vector,
-                answer_key, entry_ttl_s, now, shared_id,
+                answer_key, entry_ttl_s, now, shared_id, answer_class,
             )  # fmt: skip
         except Exception:
             self._note_error("insert")
             return None
         if self.shared is not None and shared_id is not None:
+            # Local-only ids name unrelated entries on other replicas: such a class stays here.
+            is_shared_class = answer_class is not None and answer_class < LOCAL_ID_BASE
+            shared_class = answer_class if is_shared_class else None
             entry = SharedEntry(
                 entry_id, query.partition_key, tenant, model, query.text,
                 np.asarray(vector, dtype=np.float16).tobytes(), answer_key, now, now + entry_ttl_s,
+                shared_class,
             )  # fmt: skip
             is_published = await self.shared.publish_insert(entry)
             self.counters["shared_published" if is_published else "shared_publish_dropped"] += 1
@@ -227,11 +237,7 @@ class SemanticCache(SharedReplica):
             embedded_texts=self.embedder.num_embedded,
         )
         if self._follower is not None:
-            follower = self._follower
-            report["shared"] = {
-                "is_connected": follower.is_connected, "applied_events": follower.num_applied,
-                "rebuilds": follower.num_rebuilds, "failures": follower.num_failures,
-            }  # fmt: skip
+            report["shared"] = self.follower_stats()
         if self.budget is not None:
             report["error_budget"] = {"max_error_rate": self.budget.policy.max_error_rate}
             report["error_budget"].update(self.budget.stats())
@@ -293,17 +299,19 @@ class SemanticCache(SharedReplica):
 
     def _lookup_sync(
         self, partition: str, text: str, vector: npt.NDArray[np.float32]
-    ) -> SemanticMatch | None:
+    ) -> LookupResult:
         records = self._open()
         self._partition(records, partition)
         now = self._clock()
         found = self._index.search(partition, vector, self.config.num_candidates)
-        floor = self.policy.min_similarity - 2 * (1.0 - self.policy.min_similarity)
+        floor = candidate_floor(self.policy.min_similarity)
         stored = records.entries([entry_id for entry_id, sim in found if sim >= floor])
         live = {i: entry for i, entry in stored.items() if entry.expires_at > now}
         self._drop_expired(records, [e for e in stored.values() if e.expires_at <= now])
         candidates = [
-            matcher.Candidate(i, sim, self._signature(live[i]), live[i].answer_key)
+            matcher.Candidate(
+                i, sim, self._signature(live[i]), live[i].answer_key, live[i].answer_class
+            )
             for i, sim in found
             if i in live
         ]
@@ -316,24 +324,17 @@ class SemanticCache(SharedReplica):
             self.counters[f"guard_{choice.guard_reason}"] += 1
         best = choice.candidate
         if not choice.is_hit or best is None:
-            return None
+            return LookupResult(None, near_miss(best, floor))
         if self.budget is not None:
             action = self.budget.decide(best.similarity, live[best.entry_id].observations)
             if action == budget_mod.MISS:
-                return None
+                return LookupResult(None, near_miss(best, floor))
             if action == budget_mod.EXPLORE:
-                return SemanticMatch(best.entry_id, best.similarity, best.answer_key, True)
+                match = SemanticMatch(best.entry_id, best.similarity, best.answer_key, True)
+                return LookupResult(match, near_miss(best, floor))
         records.touch(best.entry_id, now)
         self.counters["hits"] += 1
-        return SemanticMatch(best.entry_id, best.similarity, best.answer_key)
-
-    def _signature(self, entry: StoredEntry) -> TextSignature:
-        cached = self._signatures.get(entry.entry_id)
-        if cached is None:
-            if len(self._signatures) >= _NUM_SIGNATURES_KEPT:
-                self._signatures.clear()  # cheap to recompute; keeps memory bounded
-            cached = self._signatures[entry.entry_id] = signature(entry.text)
-        return cached
+        return LookupResult(SemanticMatch(best.entry_id, best.similarity, best.answer_key))
 
     def _insert_sync(
         self,
@@ -346,6 +347,7 @@ class SemanticCache(SharedReplica):
         ttl_s: float,
         now: float,
         entry_id: int | None,
+        answer_class: int | None,
     ) -> int:
         records = self._open()
         self._partition(records, partition)
@@ -354,53 +356,12 @@ class SemanticCache(SharedReplica):
         entry_id = records.insert(
             partition=partition, tenant=tenant, model=model, text=text, vector=vector,
             answer_key=answer_key, now=now, ttl_s=ttl_s, entry_id=entry_id,
+            answer_class=answer_class,
         )  # fmt: skip
         self._index.add(partition, entry_id, vector)
         self._note_insert(records, text, now)
         self.counters["inserts"] += 1
         return entry_id
-
-    def _note_insert(self, records: Records, text: str, now: float) -> None:
-        self._num_entries += 1
-        self._num_bytes += len(text.encode()) + 2 * self._dim + 256
-        self._inserts_since_purge += 1
-        if self._inserts_since_purge >= _PURGE_EVERY_INSERTS:
-            self._inserts_since_purge = 0
-            self._remove(records, records.select_where(expired_at=now), "expired")
-        self._evict(records)
-
-    def _evict(self, records: Records) -> None:
-        if (
-            self._num_entries <= self.config.max_entries
-            and self._num_bytes <= self.config.max_bytes
-        ):
-            return
-        self._num_entries, self._num_bytes = records.totals()
-        target_entries = int(self.config.max_entries * _LOW_WATER_FRACTION)
-        over_entries = self._num_entries - target_entries
-        average_bytes = self._num_bytes / max(1, self._num_entries)
-        over_bytes = (self._num_bytes - self.config.max_bytes * _LOW_WATER_FRACTION) / average_bytes
-        num_victims = int(max(over_entries, over_bytes, 0))
-        if num_victims > 0:
-            victims = records.select_victims(policy=self.config.eviction, num_rows=num_victims)
-            self._remove(records, victims, "evicted")
-
-    def _drop_expired(self, records: Records, expired: list[StoredEntry]) -> None:
-        if expired:
-            self._remove(records, [(e.entry_id, e.partition) for e in expired], "expired")
-
-    def _remove(self, records: Records, rows: list[tuple[int, str]], reason: str) -> None:
-        if not rows:
-            return
-        records.delete(entry_id for entry_id, _ in rows)
-        for entry_id, partition in rows:
-            self._index.remove(partition, entry_id)
-            self._signatures.pop(entry_id, None)
-        self.counters[reason] += len(rows)
-        # Approximate bookkeeping: a full count is O(entries); _evict re-counts when it acts.
-        average_bytes = self._num_bytes / max(1, self._num_entries)
-        self._num_entries = max(0, self._num_entries - len(rows))
-        self._num_bytes = max(0, int(self._num_bytes - average_bytes * len(rows)))
 
     def _delete_sync(
         self, event: DeleteEvent, reason: str = "invalidated"

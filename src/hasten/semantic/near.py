@@ -1,0 +1,58 @@
+"""Near misses and answer classes: how paraphrases stored after a miss stop blocking hits.
+
+The ambiguity rule (``matcher``) refuses a lookup when two close entries have different
+answers. Live traffic creates such pairs by itself: Q1 is cached, its paraphrase Q2 lands
+just below the cut-off, is answered upstream and stored under its own answer; from then on
+every paraphrase near both is refused, and the more paraphrases arrive the fewer hit.
+
+The gateway has the evidence to tell that case from a real conflict: it holds both answers.
+So a lookup that serves nothing reports the closest entry it refused (``NearMiss``); once the
+fresh answer is in, ``SemanticTier`` compares it with that entry's cached answer and, if they
+agree, stores the new entry in the near entry's answer class. Entries of one class never
+make each other ambiguous. Without that evidence every entry is its own class (its id), so
+an insert-only workload (``hasten eval-cache``) decides exactly as before classes existed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hasten.semantic.matcher import Candidate
+from hasten.semantic.settings import SemanticMatch
+
+
+@dataclass(frozen=True, slots=True)
+class NearMiss:
+    """A stored question close to one that was not served from it."""
+
+    entry_id: int
+    similarity: float
+    answer_key: str
+    answer_class: int
+
+
+@dataclass(frozen=True, slots=True)
+class LookupResult:
+    """``match``: as ``SemanticCache.lookup`` returns it. ``near``: when nothing is served
+    (a miss, or a verification in error-budget mode), the closest entry whose answer the
+    fresh one should be compared with, if any is within the candidate floor."""
+
+    match: SemanticMatch | None = None
+    near: NearMiss | None = None
+
+
+NOTHING = LookupResult()
+
+
+def candidate_floor(min_similarity: float) -> float:
+    """The lowest similarity worth reading from the store: at twice the cut-off's distance
+    every runner-up that could fail the ratio test is still seen."""
+    return min_similarity - 2 * (1.0 - min_similarity)
+
+
+def near_miss(candidate: Candidate | None, floor: float) -> NearMiss | None:
+    if candidate is None or candidate.similarity < floor:
+        return None
+    return NearMiss(
+        candidate.entry_id, candidate.similarity, candidate.answer_key, candidate.answer_class
+    )
