@@ -36,7 +36,7 @@ import orjson
 
 from hasten.cache import CachedAnswer, MemoryLRU, TieredCache, cache_key
 from hasten.semantic import SemanticCache, SemanticConfig, build_embedder
-from hasten.semantic_tier import ANSWER_AGREEMENT_SIMILARITY, SemanticTier
+from hasten.semantic_tier import JOIN_AGREEMENT_SIMILARITY, SemanticTier
 
 DATA = Path(os.environ.get("HASTEN_SEMCACHE_DATA", "/work/shared/data/semcache"))
 PAIRS = DATA / "gptcache_mock_pairs.jsonl"
@@ -139,7 +139,7 @@ async def run_stream(
     *,
     embedder: str,
     join: bool,
-    agreement_similarity: float = ANSWER_AGREEMENT_SIMILARITY,
+    agreement_similarity: float = JOIN_AGREEMENT_SIMILARITY,
 ) -> dict[str, Any]:
     """One pass of the stream through a fresh cache."""
     exact = TieredCache(MemoryLRU(1 << 30))
@@ -147,7 +147,7 @@ async def run_stream(
         config = SemanticConfig(path=Path(directory) / "semantic.sqlite3")
         semantic = SemanticCache(build_embedder(embedder), config)
         tier = SemanticTier(semantic, exact, join_classes=join,
-                            agreement_similarity=agreement_similarity)  # fmt: skip
+                            join_agreement_similarity=agreement_similarity)  # fmt: skip
         run = _Stream(tier, exact, clusters)
         started = time.perf_counter()
         for text, cluster in stream:
@@ -221,7 +221,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--embedder", default="e5", choices=("e5", "minilm"))
     parser.add_argument(
-        "--agreement-similarity", type=float, default=ANSWER_AGREEMENT_SIMILARITY,
+        "--agreement-similarity", type=float, default=JOIN_AGREEMENT_SIMILARITY,
         help="answer cosine at which two answers agree (above 1: identical text only)",
     )  # fmt: skip
     args = parser.parse_args()
