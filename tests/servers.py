@@ -61,13 +61,19 @@ class ServerThread:
 
 
 @contextmanager
-def redis_server() -> Iterator[str]:
-    """Starts a throwaway redis-server on a free loopback port; yields its redis:// URL."""
+def redis_server(port: int | None = None, workdir: str | None = None) -> Iterator[str]:
+    """Starts a throwaway redis-server on a free loopback port; yields its redis:// URL.
+
+    With ``workdir`` (and ``port``) the data is kept there (append-only file, fsync on every
+    write), so a second server on the same port and directory comes back with it: Redis
+    going away and returning.
+    """
     binary = shutil.which("redis-server")
     if binary is None:
         raise RuntimeError("redis-server is not installed: run scripts/ensure-redis.sh")
-    port = free_port()
-    workdir = tempfile.mkdtemp(prefix="hasten-redis-")
+    is_kept = workdir is not None
+    port = port if port is not None else free_port()
+    workdir = workdir if workdir is not None else tempfile.mkdtemp(prefix="hasten-redis-")
     proc = subprocess.Popen(
         [
             binary,
@@ -78,7 +84,9 @@ def redis_server() -> Iterator[str]:
             "--save",
             "",
             "--appendonly",
-            "no",
+            "yes" if is_kept else "no",
+            "--appendfsync",
+            "always",
             "--dir",
             workdir,
         ],
@@ -99,4 +107,5 @@ def redis_server() -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-        shutil.rmtree(workdir, ignore_errors=True)
+        if not is_kept:
+            shutil.rmtree(workdir, ignore_errors=True)

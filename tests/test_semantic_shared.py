@@ -131,6 +131,41 @@ async def test_redis_going_away_and_back(tmp_path: Path) -> None:
     await two.close()
 
 
+async def test_invalidation_while_redis_is_away_is_shared_when_it_returns(
+    tmp_path: Path,
+) -> None:
+    namespace, port, workdir = "test:", free_port(), str(tmp_path / "redis")
+    Path(workdir).mkdir()
+    one = _replica(tmp_path / "one", f"redis://127.0.0.1:{port}/0", namespace)
+    two = _replica(tmp_path / "two", f"redis://127.0.0.1:{port}/0", namespace)
+    with redis_server(port, workdir):
+        one.start()
+        two.start()
+        entry_id = await one.insert(QUESTION, model="m", tenant="t", answer_key="rice")
+        await _eventually(lambda: two.lookup(PARAPHRASE, model="m", tenant="t"))
+    # Redis is away: the invalidation holds locally and waits in one's file.
+    assert await one.invalidate(entry_id=entry_id) == 1
+    assert one.stats()["shared_publish_queued"] == 1
+    assert await one.lookup(PARAPHRASE, model="m", tenant="t") is None
+    assert await two.lookup(PARAPHRASE, model="m", tenant="t") is not None  # cannot know yet
+
+    async def is_gone_on_two() -> bool:
+        return await two.lookup(PARAPHRASE, model="m", tenant="t") is None
+
+    with redis_server(port, workdir) as url:  # back, with its data
+        await _eventually(is_gone_on_two, num_tries=1000)
+        assert one.follower is not None and one.follower.num_replayed_deletes == 1
+        # A replica that rebuilds from Redis does not bring the invalidated entry back.
+        three = _replica(tmp_path / "three", url, namespace)
+        three.start()
+        hamlet = chat("Who wrote Hamlet?")
+        await one.insert(hamlet, model="m", tenant="t", answer_key="hamlet")
+        await _eventually(lambda: three.lookup(chat("who wrote hamlet"), model="m", tenant="t"))
+        assert await three.lookup(PARAPHRASE, model="m", tenant="t") is None
+        for cache in (one, two, three):
+            await cache.close()
+
+
 async def _has_failed(cache: SemanticCache) -> bool:
     return cache.follower is not None and cache.follower.num_failures > 0
 

@@ -3,7 +3,8 @@
 A background task: resume from the saved stream position (or rebuild from the entry
 hashes when there is none or it was trimmed off the stream), then apply events as a short
 blocking XREAD returns them. Any failure means "Redis is away": wait, then resume again.
-See ``shared`` for the data layout.
+Invalidations made here while Redis was away are published first, before any rebuild could
+bring their entries back. See ``shared`` for the data layout.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import logging
 from collections.abc import Sequence
 from typing import Protocol
 
-from hasten.semantic.shared import FAILURES, Event, SharedTier, is_before
+from hasten.semantic.shared import FAILURES, DeleteEvent, Event, SharedTier, is_before
 
 _LOG = logging.getLogger("hasten.semantic")
 _REBUILD_BATCH = 500
@@ -30,6 +31,14 @@ class LocalCopy(Protocol):
 
     async def keep_only(self, shared_ids: set[int]) -> None:
         """Drops shared entries (ids below ``LOCAL_ID_BASE``) that Redis no longer holds."""
+
+    @property
+    def has_pending_deletes(self) -> bool: ...
+
+    async def pending_deletes(self) -> list[tuple[DeleteEvent, list[int]]]:
+        """Invalidations made while Redis was away, oldest first."""
+
+    async def drop_pending_delete(self) -> None: ...
 
 
 def needs_rebuild(saved: bytes | None, first: bytes | None, last: bytes) -> bool:
@@ -50,6 +59,7 @@ class Follower:
         self.num_applied = 0
         self.num_rebuilds = 0
         self.num_failures = 0
+        self.num_replayed_deletes = 0
         self.is_connected = False
         self._is_stopping = False
 
@@ -62,6 +72,8 @@ class Follower:
         cursor: bytes | None = None
         while not self._is_stopping:
             try:
+                if self.local.has_pending_deletes:
+                    await self._publish_pending()
                 if cursor is None:
                     cursor = await self._resume()
                     self.is_connected = True
@@ -89,6 +101,13 @@ class Follower:
                 exc_info=not is_expected,
             )  # fmt: skip
         self.is_connected = False
+
+    async def _publish_pending(self) -> None:
+        for event, entry_ids in await self.local.pending_deletes():
+            if not await self.shared.publish_delete(event, entry_ids):
+                raise ConnectionError("pending invalidations not published yet")
+            await self.local.drop_pending_delete()
+            self.num_replayed_deletes += 1
 
     async def _resume(self) -> bytes:
         saved = await self.local.load_cursor()

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
+import orjson
 
 from hasten.semantic.follower import Follower
 from hasten.semantic.index import VectorIndex
@@ -21,6 +22,10 @@ from hasten.semantic.shared import LOCAL_ID_BASE, DeleteEvent, Event, SharedTier
 
 _R = TypeVar("_R")
 _CURSOR_META = "shared_stream_id"
+_PENDING_META = "pending_deletes"
+# Invalidations waiting for Redis; beyond this the oldest are dropped (and counted): a
+# replica cut off that long is rebuilt from Redis when it returns anyway.
+MAX_PENDING_DELETES = 10_000
 
 
 class SharedReplica:
@@ -77,7 +82,56 @@ class SharedReplica:
         self._follower = Follower(self.shared, self)
         self._follow_task = loop.create_task(self._follower.run())
 
+    async def share_delete(self, event: DeleteEvent, entry_ids: list[int]) -> None:
+        """Publishes a local invalidation; while Redis is away it waits in the local file
+        and the follower publishes it before anything else once Redis is back (otherwise
+        the other replicas would keep serving what was invalidated, and a rebuild from
+        Redis would bring it back here)."""
+        assert self.shared is not None
+        if await self.shared.publish_delete(event, entry_ids):
+            self.counters["shared_published"] += 1
+            return
+        # Replayed later, the filter must not reach entries created after this moment.
+        now = self._clock()
+        created_before = now if event.created_before is None else min(event.created_before, now)
+        await self._run(
+            self._queue_delete_sync, DeleteEvent(event.where, created_before), entry_ids
+        )
+        self.counters["shared_publish_queued"] += 1
+
+    def _queue_delete_sync(self, event: DeleteEvent, entry_ids: list[int]) -> None:
+        records = self._open()
+        pending = orjson.loads(records.get_meta(_PENDING_META) or b"[]")
+        pending.append({"where": event.where, "created_before": event.created_before,
+                        "ids": entry_ids})  # fmt: skip
+        if len(pending) > MAX_PENDING_DELETES:
+            self.counters["shared_pending_dropped"] += len(pending) - MAX_PENDING_DELETES
+            del pending[:-MAX_PENDING_DELETES]
+        records.set_meta(_PENDING_META, orjson.dumps(pending))
+        self.has_pending_deletes = True
+
     # --- the follower's view of this replica (``follower.LocalCopy``) ---
+
+    has_pending_deletes = True  # until the local file has been read
+
+    async def pending_deletes(self) -> list[tuple[DeleteEvent, list[int]]]:
+        def read() -> list[tuple[DeleteEvent, list[int]]]:
+            pending = orjson.loads(self._open().get_meta(_PENDING_META) or b"[]")
+            self.has_pending_deletes = bool(pending)
+            return [(DeleteEvent(p["where"], p["created_before"]), p["ids"]) for p in pending]
+
+        return await self._run(read)
+
+    async def drop_pending_delete(self) -> None:
+        """The oldest pending invalidation has been published."""
+
+        def drop() -> None:
+            records = self._open()
+            pending = orjson.loads(records.get_meta(_PENDING_META) or b"[]")
+            records.set_meta(_PENDING_META, orjson.dumps(pending[1:]))
+            self.has_pending_deletes = len(pending) > 1
+
+        await self._run(drop)
 
     async def load_cursor(self) -> bytes | None:
         return await self._run(lambda: self._open().get_meta(_CURSOR_META))

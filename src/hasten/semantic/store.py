@@ -216,8 +216,7 @@ class SemanticCache(Upkeep, SharedReplica):
         # Local-only ids (made while Redis was away) are reused across replicas: not shared.
         is_local_only = entry_id is not None and entry_id >= LOCAL_ID_BASE
         if self.shared is not None and not is_local_only:
-            is_published = await self.shared.publish_delete(event, [i for i, _ in rows])
-            self.counters["shared_published" if is_published else "shared_publish_dropped"] += 1
+            await self.share_delete(event, [i for i, _ in rows])
         return len(rows)
 
     def _note_error(self, operation: str) -> None:
