@@ -47,6 +47,7 @@ lint: dev
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
 
+# mypy --strict over src/hasten and tests: paths and strictness live in pyproject.toml.
 typecheck: dev
 	$(BIN)/mypy
 

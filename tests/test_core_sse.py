@@ -34,7 +34,7 @@ def _split(stream: bytes, cuts: list[int]) -> list[bytes]:
 
 # A single data line's text: no CR/LF (which would end the line).
 _line_text = st.text(
-    alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=30
+    alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=["Cs"]), max_size=30
 ).map(lambda s: s.encode())
 
 

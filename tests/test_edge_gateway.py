@@ -11,6 +11,7 @@ from dataclasses import replace
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionSystemMessageParam
 
 from hasten.config import GatewayConfig, TimeoutConfig
 from hasten.edge import with_hybrid_routes, with_local_upstream
@@ -23,11 +24,14 @@ from hasten.simulator import build_app as build_sim
 from tests.gateway_fixtures import make_config, running_gateway, sim_stats
 from tests.servers import ServerThread, free_port
 
-SYSTEM = {"role": "system", "content": "You are a helpful assistant. Answer briefly."}
+SYSTEM: ChatCompletionSystemMessageParam = {
+    "role": "system",
+    "content": "You are a helpful assistant. Answer briefly.",
+}
 NO_CACHE = {"cache-control": "no-cache, no-store"}
 
 
-def _ask(text: str) -> list[dict[str, str]]:
+def _ask(text: str) -> list[ChatCompletionMessageParam]:
     return [SYSTEM, {"role": "user", "content": text}]
 
 
@@ -153,7 +157,7 @@ async def test_concurrent_requests_all_complete(gateway: ServerThread, engine: E
             client.chat.completions.create(
                 model="local",
                 messages=_ask(q),
-                temperature=0,  # type: ignore[arg-type]
+                temperature=0,
                 max_tokens=12,
             )
             for q in questions

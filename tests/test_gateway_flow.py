@@ -28,7 +28,7 @@ async def test_identical_concurrent_requests_make_one_upstream_call() -> None:
             body = chat_body("coalesce me")
             replies = await asyncio.gather(
                 *(client.chat.completions.create(**body) for _ in range(8))
-            )  # type: ignore[call-overload]
+            )
             texts = {r.choices[0].message.content for r in replies}
             assert len(texts) == 1 and texts.pop()
             assert sim_stats(sim.url)["num_requests"] == 1
@@ -36,7 +36,7 @@ async def test_identical_concurrent_requests_make_one_upstream_call() -> None:
             async def stream_text() -> str:
                 stream = await client.chat.completions.create(
                     **chat_body("coalesce stream", stream=True)
-                )  # type: ignore[call-overload]
+                )
                 return "".join(
                     [c.choices[0].delta.content or "" async for c in stream if c.choices]
                 )

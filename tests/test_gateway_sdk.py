@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from hasten.simulator import SimConfig, build_app
 from tests.gateway_fixtures import make_config, running_gateway, sim_stats
@@ -24,7 +25,7 @@ def gateway(sim: ServerThread) -> Iterator[ServerThread]:
         yield server
 
 
-def _messages(text: str) -> list[dict[str, str]]:
+def _messages(text: str) -> list[ChatCompletionMessageParam]:
     return [{"role": "system", "content": "be brief"}, {"role": "user", "content": text}]
 
 
@@ -65,11 +66,11 @@ async def test_async_stream_and_non_stream(gateway: ServerThread) -> None:
     client = openai.AsyncOpenAI(base_url=gateway.url + "/v1", api_key="k")
     stream = await client.chat.completions.create(
         model="sim-model", messages=_messages("async"), temperature=0, stream=True
-    )  # type: ignore[arg-type]
+    )
     parts = [chunk.choices[0].delta.content or "" async for chunk in stream if chunk.choices]
     reply = await client.chat.completions.create(
         model="sim-model", messages=_messages("async"), temperature=0
-    )  # type: ignore[arg-type]
+    )
     assert reply.choices[0].message.content == "".join(parts)
     await client.close()
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from hasten.local.app import build_app
 from hasten.local.config import EngineConfig
@@ -23,7 +24,7 @@ from hasten.local.sampling import SamplingParams
 from tests.servers import ServerThread
 
 SYSTEM_PROMPT = "You are a terse assistant for a hardware store. " * 12
-QUESTION = [{"role": "user", "content": "Name three colours."}]
+QUESTION: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Name three colours."}]
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +118,9 @@ def test_max_tokens_cuts_with_length(client: openai.OpenAI) -> None:
 
 
 def test_stop_sequence_ends_before_it(client: openai.OpenAI) -> None:
-    messages = [{"role": "user", "content": "Write a long story about a dragon."}]
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": "Write a long story about a dragon."}
+    ]
     full = (
         client.chat.completions.create(
             model="local", messages=messages, max_tokens=20, temperature=0
@@ -252,7 +255,7 @@ def tiny_server() -> Iterator[tuple[Engine, ServerThread]]:
         yield engine, srv
 
 
-def _long_stream(url: str) -> Iterator[str]:
+def _long_stream(url: str) -> Generator[str, None, None]:
     body = {
         "model": "local",
         "messages": [{"role": "user", "content": "Write a very long essay about the sea."}],

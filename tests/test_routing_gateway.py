@@ -216,7 +216,7 @@ def test_when_every_deployment_stalls_the_client_gets_a_timeout() -> None:
         assert response.status_code == 504
         assert response.json()["error"]["code"] == "upstream_ttft_timeout"
         for sim in sims.values():
-            assert wait_for(lambda s=sim: sim_stats(s.url)["num_cancelled"] == 1)  # type: ignore[misc]
+            assert wait_for(lambda s=sim: sim_stats(s.url)["num_cancelled"] == 1)
 
 
 # --- breakers -------------------------------------------------------------------------
