@@ -25,7 +25,7 @@ class SemanticSettings:
     eviction: str = "lru"
     default_ttl_s: float = 3600.0
     short_ttl_s: float = 300.0
-    num_threads: int = 1
+    num_threads: int = 0  # 0: measured per batch (``E5Embedder``); n: always n
 
 
 _KINDS: dict[str, tuple[type, ...]] = {
@@ -58,6 +58,8 @@ def parse_semantic(table: Mapping[str, Any]) -> SemanticSettings:
         raise ConfigError(f"semantic.eviction: expected one of {', '.join(EVICTIONS)}")
     if settings.min_similarity is not None and not 0 < settings.min_similarity < 1:
         raise ConfigError("semantic.min_similarity: must be between 0 and 1")
+    if settings.num_threads < 0:
+        raise ConfigError("semantic.num_threads: 0 (measured) or a positive count")
     if settings.max_error_rate is not None and not 0 < settings.max_error_rate < 0.5:
         raise ConfigError("semantic.max_error_rate: must be between 0 and 0.5")
     return settings

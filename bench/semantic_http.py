@@ -1,0 +1,172 @@
+"""A semantic hit over HTTP: what a client waits for when a paraphrase is answered from cache.
+
+    python bench/semantic_http.py [--limit 999] [--ttft-ms 300]
+
+``hasten serve`` (semantic tier on, e5, default cut-off) in front of ``hasten simulate``
+(time to first token ``--ttft-ms``), both child processes on loopback. Every ``a`` question
+of gptcache_mock_pairs is asked once (a miss: the upstream answers, the answer is stored and
+indexed by meaning); then every ``b`` paraphrase is asked once, half of them non-streamed
+and half streamed (a text asked twice would find its embedding remembered), over one
+keep-alive connection, and timed by the client. Reported per outcome
+(``x-hasten-cache``): latency p50 / p99 for non-streamed requests, time to the first content
+chunk for streamed ones, and the ratio of a miss to a semantic hit. Prints one summary line,
+then JSON. Data: ../shared/data/semcache (read at run time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+from overhead import clean_environment, hasten_executable
+from server_process import ServerProcess, free_port
+
+DATA = Path("/work/shared/data/semcache/gptcache_mock_pairs.jsonl")
+READY_TIMEOUT_S = 120.0
+MAX_INDEX_WAIT_POLLS = 600
+MODEL = "sim-model"
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"n": 0}
+    return {
+        "n": len(values),
+        "p50": round(float(np.percentile(values, 50)), 2),
+        "p99": round(float(np.percentile(values, 99)), 2),
+    }
+
+
+def _body(text: str, *, is_stream: bool) -> dict[str, Any]:
+    return {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": text}],
+        "temperature": 0,
+        "stream": is_stream,
+    }
+
+
+def _ask(client: httpx.Client, text: str) -> tuple[str, float]:
+    started = time.perf_counter()
+    reply = client.post("/v1/chat/completions", json=_body(text, is_stream=False))
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    reply.raise_for_status()
+    return reply.headers["x-hasten-cache"], elapsed_ms
+
+
+def _ask_stream(client: httpx.Client, text: str) -> tuple[str, float]:
+    """Time to the first chunk that carries content (what a chat UI shows first)."""
+    started = time.perf_counter()
+    first_ms = -1.0
+    with client.stream("POST", "/v1/chat/completions", json=_body(text, is_stream=True)) as reply:
+        reply.raise_for_status()
+        for line in reply.iter_lines():
+            if first_ms < 0 and line.startswith("data: {") and '"content"' in line:
+                first_ms = (time.perf_counter() - started) * 1000
+        return reply.headers["x-hasten-cache"], first_ms
+
+
+def _wait_indexed(client: httpx.Client, num_entries: int) -> int:
+    entries = 0
+    for _ in range(MAX_INDEX_WAIT_POLLS):
+        entries = client.get("/admin/cache/stats").json()["semantic"]["entries"]
+        if entries >= num_entries:
+            break
+        time.sleep(0.1)
+    return int(entries)
+
+
+def _servers(workdir: Path, ttft_ms: float) -> tuple[list[ServerProcess], str]:
+    env = clean_environment()
+    hasten = hasten_executable()
+    sim_port, gateway_port = free_port(), free_port()
+    config = workdir / "hasten.toml"
+    config.write_text(f'[semantic]\nenabled = true\npath = "{workdir / "semantic.sqlite3"}"\n')
+    simulator = ServerProcess(
+        "simulator",
+        [*hasten, "simulate", "--host", "127.0.0.1", "--port", str(sim_port),
+         "--ttft-ms", str(ttft_ms), "--output-tokens", "64"],
+        log_path=workdir / "simulator.log", env=env,
+    )  # fmt: skip
+    gateway = ServerProcess(
+        "hasten",
+        [*hasten, "serve", "--host", "127.0.0.1", "--port", str(gateway_port),
+         "--config", str(config), "--upstream", f"http://127.0.0.1:{sim_port}/v1",
+         "--sqlite-path", str(workdir / "exact.sqlite3"), "--log-level", "warning"],
+        log_path=workdir / "hasten.log", env=env,
+    )  # fmt: skip
+    simulator.start().wait_ready(f"http://127.0.0.1:{sim_port}/v1/models", READY_TIMEOUT_S)
+    gateway.start().wait_ready(f"http://127.0.0.1:{gateway_port}/healthz", READY_TIMEOUT_S)
+    return [simulator, gateway], f"http://127.0.0.1:{gateway_port}"
+
+
+def run(limit: int | None, ttft_ms: float, seed: int) -> dict[str, Any]:
+    rows = [json.loads(line) for line in DATA.open(encoding="utf-8") if line.strip()]
+    if limit is not None and limit < len(rows):
+        chosen = np.random.default_rng(seed).choice(len(rows), limit, replace=False)
+        rows = [rows[i] for i in sorted(chosen)]
+    questions = list(dict.fromkeys(row["a"] for row in rows))
+    paraphrases = [row["b"] for row in rows]
+    order = np.random.default_rng(seed).permutation(len(paraphrases))
+    with tempfile.TemporaryDirectory(prefix="hasten-semhttp-") as directory:
+        processes, url = _servers(Path(directory), ttft_ms)
+        try:
+            with httpx.Client(base_url=url, timeout=60.0) as client:
+                _ask(client, "warm-up: load the embedder")
+                latencies: dict[str, list[float]] = defaultdict(list)
+                for text in questions:
+                    outcome, elapsed_ms = _ask(client, text)
+                    latencies[f"store:{outcome}"].append(elapsed_ms)
+                num_indexed = _wait_indexed(client, len(questions) + 1)
+                for position, index in enumerate(order):
+                    if position % 2:
+                        outcome, first_ms = _ask_stream(client, paraphrases[index])
+                        latencies[f"stream:{outcome}"].append(first_ms)
+                    else:
+                        outcome, elapsed_ms = _ask(client, paraphrases[index])
+                        latencies[outcome].append(elapsed_ms)
+                for text in questions[:200]:
+                    outcome, elapsed_ms = _ask(client, text)
+                    latencies[f"again:{outcome}"].append(elapsed_ms)
+                stats = client.get("/admin/cache/stats").json()["semantic"]
+        finally:
+            for process in reversed(processes):
+                process.stop()
+    return {
+        "pairs": len(rows),
+        "ttft_ms": ttft_ms,
+        "indexed": num_indexed,
+        "latency_ms": {name: _percentiles(values) for name, values in sorted(latencies.items())},
+        "semantic_stats": {k: v for k, v in stats.items() if isinstance(v, int | float | str)},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--limit", type=int, default=None, help="seeded sample of N pairs")
+    parser.add_argument("--ttft-ms", type=float, default=300.0, help="simulated upstream TTFT")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    report = run(args.limit, args.ttft_ms, args.seed)
+    lat = report["latency_ms"]
+    semantic, stream = lat.get("semantic", {"n": 0}), lat.get("stream:semantic", {"n": 0})
+    miss = lat.get("miss", {"n": 0})
+    ratio = miss.get("p50", 0) / semantic["p50"] if semantic.get("p50") else 0.0
+    print(
+        f"semantic hit over HTTP: p50 {semantic.get('p50')} ms p99 {semantic.get('p99')} ms"
+        f" (n={semantic['n']}), stream first content p50 {stream.get('p50')} ms;"
+        f" miss p50 {miss.get('p50')} ms ({ratio:.1f}x slower);"
+        f" exact hit p50 {lat.get('again:hit', {}).get('p50')} ms"
+    )
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
