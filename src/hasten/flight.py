@@ -3,7 +3,8 @@
 A ``Flight`` records the upstream's status, headers and body chunks as they arrive. Each
 waiter reads from the start of the recording, so a late joiner first gets what was
 already sent and then follows live. The upstream call is cancelled only when the last
-waiter leaves.
+waiter leaves. A waiter that did not ask for usage reads the recording without its
+usage-only events (``iter_chunks_without_usage``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 from hasten.errors import HastenError
+from hasten.sse import UsageStripper
 
 _log = logging.getLogger("hasten.flight")
 
@@ -32,6 +34,7 @@ class Flight:
         "task",
         "ttfb_ms",
         "upstream_name",
+        "usage_at",
     )
 
     def __init__(self) -> None:
@@ -45,6 +48,8 @@ class Flight:
         self.is_done = False
         self.num_waiters = 0
         self.task: asyncio.Task[None] | None = None
+        # Chunk index -> how many usage-only events that chunk completes (one, at the end).
+        self.usage_at: dict[int, int] = {}
         self._changed = asyncio.Event()
 
     def _notify(self) -> None:
@@ -60,7 +65,10 @@ class Flight:
         self.is_started = True
         self._notify()
 
-    def push(self, chunk: bytes) -> None:
+    def push(self, chunk: bytes, num_usage_events: int = 0) -> None:
+        if num_usage_events:
+            # Marked before the chunk is readable, so no waiter can pass it unmarked.
+            self.usage_at[len(self.chunks)] = num_usage_events
         self.chunks.append(chunk)
         self._notify()
 
@@ -87,6 +95,27 @@ class Flight:
             if self.is_done:
                 return
             await changed.wait()
+
+    async def iter_chunks_without_usage(self) -> AsyncIterator[bytes]:
+        """``iter_chunks`` minus usage-only events, for a client that did not ask for usage.
+
+        Its own loop rather than a wrapper: one generator per chunk, not two.
+        """
+        stripper = UsageStripper()
+        index = 0
+        while True:
+            changed = self._changed
+            while index < len(self.chunks):
+                data = stripper.feed(self.chunks[index], self.usage_at.get(index, 0))
+                index += 1
+                if data:
+                    yield data
+            if self.is_done:
+                break
+            await changed.wait()
+        rest = stripper.finish()
+        if rest:
+            yield rest
 
     async def read_all(self) -> bytes:
         while not self.is_done:

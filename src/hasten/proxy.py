@@ -42,6 +42,7 @@ from hasten.edge import route_name
 from hasten.errors import HastenError
 from hasten.flight import Flight
 from hasten.gateway import Gateway
+from hasten.headers import response_headers, upstream_headers
 from hasten.hybrid import decide_hybrid
 from hasten.models import ResolvedModel
 from hasten.recorder import Recorder
@@ -53,29 +54,6 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("hasten.proxy")
 
-# Upstream response headers worth passing back (rate limits, request ids, timings).
-_PASSED_HEADERS = frozenset(
-    {
-        "openai-processing-ms",
-        "openai-version",
-        "openai-organization",
-        "x-request-id",
-        "x-ratelimit-limit-requests",
-        "x-ratelimit-limit-tokens",
-        "x-ratelimit-remaining-requests",
-        "x-ratelimit-remaining-tokens",
-        "x-ratelimit-reset-requests",
-        "x-ratelimit-reset-tokens",
-        "retry-after",
-        "retry-after-ms",
-        # The router's account of the call (see hasten.dispatch.Decision).
-        "x-hasten-upstream",
-        "x-hasten-route",
-        "x-hasten-hedge",
-        "x-hasten-failover",
-    }
-)
-_FORWARDED_REQUEST_HEADERS = (b"openai-organization", b"openai-project", b"openai-beta")
 _EMBEDDING_POLICY = ModelCachePolicy(is_deterministic_only=False)
 
 
@@ -87,13 +65,17 @@ class Exchange:
     send: Send
     endpoint: Endpoint
     body: dict[str, Any]
-    raw_body: bytes
+    raw_body: bytes  # as the client sent it; see _upstream_body
     model: ResolvedModel
     tenant: str
     is_stream: bool
+    wants_usage: bool  # a stream with stream_options.include_usage
     started_s: float
     request_id: str
     extra_headers: tuple[tuple[bytes, bytes], ...] = ()
+    # A stored stream asks upstream for usage so the cache can serve it to anyone; a
+    # client that did not ask gets its copy without the usage event.
+    is_usage_added: bool = False
 
     def base_headers(self, cache_label: bytes, ttfb_ms: float | None) -> Headers:
         gateway_ms = (time.perf_counter() - self.started_s) * 1000.0 - (ttfb_ms or 0.0)
@@ -123,8 +105,7 @@ async def handle(
     endpoint.check(body)
     tenant = gateway.auth.tenant_for(header(scope, b"authorization"))
     model, extra_headers = _resolve(gateway, body, request_id)
-    if model.is_renamed:
-        raw = orjson.dumps({**body, "model": model.upstream_model})
+    is_stream = endpoint.is_streamable and body.get("stream") is True
     exchange = Exchange(
         scope,
         send,
@@ -133,7 +114,8 @@ async def handle(
         raw,
         model,
         tenant,
-        endpoint.is_streamable and body.get("stream") is True,
+        is_stream,
+        is_stream and _asks_usage(body),
         started_s,
         request_id,
         extra_headers,
@@ -143,6 +125,21 @@ async def handle(
         await _dispatch(gateway, exchange)
     finally:
         watcher.finish()
+
+
+def _asks_usage(body: dict[str, Any]) -> bool:
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+def _upstream_body(ex: Exchange) -> bytes:
+    """The client's bytes, re-serialised (once) only for a renamed model or added usage."""
+    if not (ex.is_usage_added or ex.model.is_renamed):
+        return ex.raw_body
+    body = {**ex.body, "model": ex.model.upstream_model} if ex.model.is_renamed else {**ex.body}
+    if ex.is_usage_added:
+        body["stream_options"] = {**(ex.body.get("stream_options") or {}), "include_usage": True}
+    return orjson.dumps(body)
 
 
 def _resolve(
@@ -183,8 +180,8 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
                 return
     gateway.stats.count("miss" if decision.is_lookup else "bypass")
     stored = _Stored(gateway, ex, key, namespace, found) if decision.is_store else None
-    # Only lookups coalesce: a no-cache request asked for its own fresh answer.
-    flight_key = f"{key}:{int(ex.is_stream)}" if decision.is_lookup else f"solo:{ex.request_id}"
+    ex.is_usage_added = ex.is_stream and decision.is_store and not ex.wants_usage
+    flight_key = _flight_key(ex, key, decision)
     flight, is_new = gateway.coalescer.join(flight_key, lambda f: _pump(gateway, ex, f, stored))
     if not is_new:
         gateway.stats.count("coalesced")
@@ -192,6 +189,19 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
         await _serve_flight(ex, flight, b"miss" if decision.is_lookup else b"bypass")
     finally:
         gateway.coalescer.leave(flight)
+
+
+def _flight_key(ex: Exchange, key: str, decision: CacheDecision) -> str:
+    """Requests with one key share a flight only if one upstream call can answer them all."""
+    if not decision.is_lookup:
+        return f"solo:{ex.request_id}"  # a no-cache request asked for its own fresh answer
+    if not ex.is_stream:
+        return f"{key}:0"
+    if decision.is_store:
+        return f"{key}:1"  # usage always asked for: each client keeps or drops the event
+    # Not stored: sent as the client sent it and not recorded (nothing marks a usage event
+    # for others), so it is shared only by requests that made the same usage choice.
+    return f"{key}:1:{int(ex.wants_usage)}"
 
 
 class _Stored:
@@ -238,22 +248,6 @@ def _header_str(scope: Scope, name: bytes) -> str | None:
     return value.decode("latin-1") if value is not None else None
 
 
-def upstream_headers(scope: Scope, ex_is_stream: bool, is_passthrough: bool) -> dict[str, str]:
-    headers = {
-        "content-type": "application/json",
-        "accept": "text/event-stream" if ex_is_stream else "application/json",
-    }
-    for name in _FORWARDED_REQUEST_HEADERS:
-        value = header(scope, name)
-        if value is not None:
-            headers[name.decode()] = value.decode("latin-1")
-    if is_passthrough:
-        authorization = header(scope, b"authorization")
-        if authorization is not None:
-            headers["authorization"] = authorization.decode("latin-1")
-    return headers
-
-
 async def _open(gateway: Gateway, ex: Exchange) -> UpstreamCall:
     headers = upstream_headers(ex.scope, ex.is_stream, not gateway.auth.is_enforcing)
     gateway.stats.count("upstream_calls")
@@ -263,29 +257,15 @@ async def _open(gateway: Gateway, ex: Exchange) -> UpstreamCall:
         ex.model.name, ex.body, is_stream=ex.is_stream, is_idempotent=is_idempotent
     )
     return await gateway.client.open(
-        ex.model.targets, ex.endpoint.path, ex.raw_body, headers, route=route
+        ex.model.targets, ex.endpoint.path, _upstream_body(ex), headers, route=route
     )
-
-
-def _response_headers(call_headers: Any, status: int, is_stream: bool) -> Headers:
-    headers: Headers = []
-    if is_stream and status == 200:
-        headers.extend(SSE_HEADERS)
-    else:
-        content_type = call_headers.get("content-type", "application/json")
-        headers.append((b"content-type", content_type.encode("latin-1")))
-    for name, value in call_headers.items():
-        lowered = name.lower()
-        if lowered in _PASSED_HEADERS:
-            headers.append((lowered.encode(), value.encode("latin-1")))
-    return headers
 
 
 async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
     call = await _open(gateway, ex)
     try:
         status = call.response.status
-        headers = _response_headers(call.headers, status, ex.is_stream)
+        headers = response_headers(call.headers, status, ex.is_stream)
         headers.extend(ex.base_headers(b"bypass", call.ttfb_ms))
         if not ex.is_stream or status != 200:
             body = await call.read()
@@ -328,26 +308,26 @@ async def _pump(gateway: Gateway, ex: Exchange, flight: Flight, stored: _Stored 
         return
     try:
         flight.start(call.response.status, call.headers, call.upstream.name, call.ttfb_ms)
-        recorder = stored.recorder if stored is not None else None
-        is_ok = call.response.status == 200 and recorder is not None
+        if call.response.status != 200:
+            stored = None  # only a successful answer is recorded
+        recorder = None if stored is None else stored.recorder
         try:
             async for chunk in call.iter_chunks():
-                flight.push(chunk)
-                if is_ok:
-                    recorder.feed(chunk)  # type: ignore[union-attr]
+                # Recorded first: a chunk completing a usage event is marked before it is read.
+                flight.push(chunk, 0 if recorder is None else recorder.feed(chunk))
         except HastenError as exc:
             flight.finish(exc)
             return
     finally:
         call.response.close()
     flight.finish()
-    if is_ok:
-        stored.commit()  # type: ignore[union-attr]
+    if stored is not None:
+        stored.commit()
 
 
 async def _serve_flight(ex: Exchange, flight: Flight, label: bytes) -> None:
     await flight.wait_started()
-    headers = _response_headers(flight.headers, flight.status, ex.is_stream)
+    headers = response_headers(flight.headers, flight.status, ex.is_stream)
     if not ex.is_stream or flight.status != 200:
         body = await flight.read_all()
         if flight.error is not None:
@@ -357,7 +337,8 @@ async def _serve_flight(ex: Exchange, flight: Flight, label: bytes) -> None:
         return
     headers.extend(ex.base_headers(label, flight.ttfb_ms))
     await _stream_start(ex.send, flight.status, headers)
-    await _stream_body(ex.send, flight.iter_chunks(), lambda: flight.error)
+    chunks = flight.iter_chunks_without_usage() if ex.is_usage_added else flight.iter_chunks()
+    await _stream_body(ex.send, chunks, lambda: flight.error)
 
 
 async def _serve_hit(
@@ -373,9 +354,7 @@ async def _serve_hit(
     if not ex.is_stream:
         await send_response(ex.send, 200, answer_body(entry), [JSON_CONTENT_TYPE, *headers])
         return
-    options = ex.body.get("stream_options")
-    include_usage = isinstance(options, dict) and options.get("include_usage") is True
-    frames = answer_frames(entry, include_usage=include_usage)
+    frames = answer_frames(entry, include_usage=ex.wants_usage)
     await _stream_start(ex.send, 200, [*SSE_HEADERS, *headers])
     if gateway.config.cache.replay == "instant":
         await ex.send({"type": "http.response.body", "body": b"".join(frames), "more_body": False})

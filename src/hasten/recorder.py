@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import orjson
 
-from hasten.cache import CachedAnswer, TieredCache
+from hasten.cache import CachedAnswer, TieredCache, is_usage_chunk
 from hasten.sse import DONE, SSEDecoder
 
 
@@ -24,11 +24,25 @@ class Recorder:
         self._decoder = SSEDecoder() if is_stream else None
         self._parts: list[bytes] = []
 
-    def feed(self, chunk: bytes) -> None:
-        if self._decoder is None:
+    def feed(self, chunk: bytes) -> int:
+        """Records a chunk; returns how many usage-only stream events it completed.
+
+        The stream is decoded here anyway, so this is where clients that did not ask for
+        usage learn which chunk to look inside (see ``hasten.sse.UsageStripper``). The
+        usage chunk comes last but for ``[DONE]``: only a chunk's last two events can be it.
+        """
+        decoder = self._decoder
+        if decoder is None:
             self._parts.append(chunk)
-        else:
-            self._parts.extend(self._decoder.feed(chunk))
+            return 0
+        payloads = decoder.feed(chunk)
+        if not payloads:
+            return 0
+        self._parts.extend(payloads)
+        count = int(is_usage_chunk(payloads[-1]))
+        if len(payloads) > 1 and is_usage_chunk(payloads[-2]):
+            count += 1
+        return count
 
     def answer(self) -> CachedAnswer | None:
         """The complete answer, or None when what was recorded must not be stored."""

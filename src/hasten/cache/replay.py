@@ -6,6 +6,7 @@ Pure functions on OpenAI wire shapes. ``endpoint`` is ``"chat"`` (chat.completio
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -17,6 +18,8 @@ CHAT = "chat"
 COMPLETIONS = "completions"
 
 _DONE_FRAME = b"data: [DONE]\n\n"
+# A "usage" that is not null: with include_usage every ordinary chunk says "usage":null.
+_USAGE_VALUE = re.compile(rb'"usage"(?!:null|: null)')
 _HEAD_FIELDS = ("id", "created", "model", "system_fingerprint", "service_tier")
 # Message fields with dedicated handling; any other message field rides on the role delta.
 _CHAT_MESSAGE_FIELDS = frozenset({"role", "content", "refusal", "tool_calls"})
@@ -270,8 +273,10 @@ def _completion_choice_chunks(choice: dict[str, Any]) -> list[dict[str, Any]]:
 
 def is_usage_chunk(chunk: bytes) -> bool:
     """True for the trailing usage-only chunk (empty ``choices``, non-null ``usage``)."""
-    if b'"usage"' not in chunk:
-        return False
+    return _USAGE_VALUE.search(chunk) is not None and _is_usage_only(chunk)
+
+
+def _is_usage_only(chunk: bytes) -> bool:
     try:
         parsed = orjson.loads(chunk)
     except orjson.JSONDecodeError:
