@@ -115,3 +115,35 @@ def completion(content: str) -> dict[str, Any]:
         ],
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
     }
+
+
+class BodyRecorder:
+    """ASGI middleware in front of the simulator: keeps every chat request body it got."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.bodies: list[bytes] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        parts = []
+        while True:
+            message = await receive()
+            parts.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body = b"".join(parts)
+        if scope["path"].endswith("/chat/completions"):
+            self.bodies.append(body)
+        is_replayed = False
+
+        async def replay() -> Any:
+            nonlocal is_replayed
+            if is_replayed:
+                return await receive()  # the simulator watches for a disconnect
+            is_replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)

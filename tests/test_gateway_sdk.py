@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import openai
+import orjson
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from hasten.simulator import SimConfig, build_app
-from tests.gateway_fixtures import make_config, running_gateway, sim_stats
+from tests.gateway_fixtures import BodyRecorder, make_config, running_gateway, sim_stats
 from tests.servers import ServerThread
 
 
@@ -108,6 +109,20 @@ def test_unknown_fields_pass_through_untouched(gateway: ServerThread) -> None:
         extra_body={"hasten_unknown_field": {"x": 1}},
     )
     assert reply.choices[0].message is not None
+
+
+def test_alias_is_rewritten_for_the_upstream() -> None:
+    recorder = BodyRecorder(build_app(SimConfig()))
+    with ServerThread(recorder) as upstream:
+        config = make_config(
+            {"sim": upstream.url + "/v1"}, models=("sim-model",), aliases={"fast": "sim-model"}
+        )
+        with running_gateway(config) as gateway:
+            client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="k", max_retries=0)
+            client.chat.completions.create(model="fast", messages=_messages("alias"))
+            client.chat.completions.create(model="sim-model", messages=_messages("name"))
+    # The upstream only knows the real name; a client's alias never reaches it.
+    assert [orjson.loads(body)["model"] for body in recorder.bodies] == ["sim-model"] * 2
 
 
 def test_alias_and_unknown_model(sim: ServerThread) -> None:

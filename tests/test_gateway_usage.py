@@ -25,42 +25,16 @@ from hasten.flight import Flight
 from hasten.recorder import Recorder
 from hasten.simulator import SimConfig, build_app
 from hasten.sse import DONE, SSEDecoder, UsageStripper
-from tests.gateway_fixtures import chat_body, make_config, running_gateway, sim_stats
+from tests.gateway_fixtures import (
+    BodyRecorder,
+    chat_body,
+    make_config,
+    running_gateway,
+    sim_stats,
+)
 from tests.servers import ServerThread
 
 ASK = {"stream_options": {"include_usage": True}}
-
-
-class BodyRecorder:
-    """ASGI middleware in front of the simulator: keeps every chat request body it got."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-        self.bodies: list[bytes] = []
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        parts = []
-        while True:
-            message = await receive()
-            parts.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        body = b"".join(parts)
-        if scope["path"].endswith("/chat/completions"):
-            self.bodies.append(body)
-        is_replayed = False
-
-        async def replay() -> Any:
-            nonlocal is_replayed
-            if is_replayed:
-                return await receive()  # the simulator watches for a disconnect
-            is_replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app(scope, replay, send)
 
 
 @pytest.fixture()

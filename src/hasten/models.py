@@ -17,16 +17,20 @@ from hasten.errors import ModelNotFound
 
 @dataclass(frozen=True, slots=True)
 class ResolvedModel:
-    """The answer to "where does this model name go?"."""
+    """The answer to "where does this model name go?". ``requested``: the name the client
+    sent (an alias, or ``name`` itself); ``name``: the route it resolved to."""
 
     name: str
     upstream_model: str
     targets: tuple[UpstreamConfig, ...]
     cache: ModelCachePolicy
+    requested: str = ""
 
     @property
     def is_renamed(self) -> bool:
-        return self.upstream_model != self.name
+        """Whether the body's ``model`` must be rewritten for the upstream (an alias, or a
+        route with its own ``upstream_model``)."""
+        return self.upstream_model != (self.requested or self.name)
 
 
 class ModelRouter:
@@ -46,18 +50,19 @@ class ModelRouter:
         route = self._routes.get(name) or self._routes.get(WILDCARD_MODEL)
         if route is None:
             raise ModelNotFound(f"The model '{requested}' does not exist", param="model")
-        resolved = self._build(name, route)
+        resolved = self._build(requested, name, route)
         if len(self._resolved) < 10_000:  # bounded: model names come from clients
             self._resolved[requested] = resolved
         return resolved
 
-    def _build(self, name: str, route: ModelRoute) -> ResolvedModel:
+    def _build(self, requested: str, name: str, route: ModelRoute) -> ResolvedModel:
         targets = tuple(self._upstreams[u] for u in (route.upstream, *route.fallbacks))
         return ResolvedModel(
             name=name,
             upstream_model=route.upstream_model or name,
             targets=targets,
             cache=route.cache or self._default_cache,
+            requested=requested,
         )
 
     def listed_models(self) -> list[str]:
