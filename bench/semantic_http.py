@@ -1,13 +1,13 @@
 """A semantic hit over HTTP: what a client waits for when a paraphrase is answered from cache.
 
-    python bench/semantic_http.py [--limit 999] [--ttft-ms 300]
+    python bench/semantic_http.py [--pairs gptcache_mock_pairs] [--limit N] [--ttft-ms 300]
 
 ``hasten serve`` (semantic tier on, e5, default cut-off) in front of ``hasten simulate``
 (time to first token ``--ttft-ms``), both child processes on loopback. Every ``a`` question
-of gptcache_mock_pairs is asked once (a miss: the upstream answers, the answer is stored and
-indexed by meaning); then every ``b`` paraphrase is asked once, half of them non-streamed
-and half streamed (a text asked twice would find its embedding remembered), over one
-keep-alive connection, and timed by the client. Reported per outcome
+of the positive pairs of ``--pairs`` is asked once (a miss: the upstream answers, the
+answer is stored and indexed by meaning); then every ``b`` paraphrase is asked once, half
+of them non-streamed and half streamed (a text asked twice would find its embedding
+remembered), over one keep-alive connection, and timed by the client. Reported per outcome
 (``x-hasten-cache``): latency p50 / p99 for non-streamed requests, time to the first content
 chunk for streamed ones, and the ratio of a miss to a semantic hit. Prints one summary line,
 then JSON. Data: ../shared/data/semcache (read at run time).
@@ -28,7 +28,7 @@ import numpy as np
 from overhead import clean_environment, hasten_executable
 from server_process import ServerProcess, free_port
 
-DATA = Path("/work/shared/data/semcache/gptcache_mock_pairs.jsonl")
+DATA_DIR = Path("/work/shared/data/semcache")
 READY_TIMEOUT_S = 120.0
 MAX_INDEX_WAIT_POLLS = 600
 MODEL = "sim-model"
@@ -107,8 +107,10 @@ def _servers(workdir: Path, ttft_ms: float) -> tuple[list[ServerProcess], str]:
     return [simulator, gateway], f"http://127.0.0.1:{gateway_port}"
 
 
-def run(limit: int | None, ttft_ms: float, seed: int) -> dict[str, Any]:
-    rows = [json.loads(line) for line in DATA.open(encoding="utf-8") if line.strip()]
+def run(pairs: str, limit: int | None, ttft_ms: float, seed: int) -> dict[str, Any]:
+    path = DATA_DIR / f"{pairs}.jsonl"
+    rows = [json.loads(line) for line in path.open(encoding="utf-8") if line.strip()]
+    rows = [row for row in rows if row["label"] == 1]  # paraphrases: the hits to time
     if limit is not None and limit < len(rows):
         chosen = np.random.default_rng(seed).choice(len(rows), limit, replace=False)
         rows = [rows[i] for i in sorted(chosen)]
@@ -140,7 +142,9 @@ def run(limit: int | None, ttft_ms: float, seed: int) -> dict[str, Any]:
             for process in reversed(processes):
                 process.stop()
     return {
-        "pairs": len(rows),
+        "pairs": pairs,
+        "num_pairs": len(rows),
+        "mean_chars": round(float(np.mean([len(text) for text in paraphrases])), 1),
         "ttft_ms": ttft_ms,
         "indexed": num_indexed,
         "latency_ms": {name: _percentiles(values) for name, values in sorted(latencies.items())},
@@ -150,17 +154,19 @@ def run(limit: int | None, ttft_ms: float, seed: int) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--pairs", default="gptcache_mock_pairs", help="a file of the data set")
     parser.add_argument("--limit", type=int, default=None, help="seeded sample of N pairs")
     parser.add_argument("--ttft-ms", type=float, default=300.0, help="simulated upstream TTFT")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    report = run(args.limit, args.ttft_ms, args.seed)
+    report = run(args.pairs, args.limit, args.ttft_ms, args.seed)
     lat = report["latency_ms"]
     semantic, stream = lat.get("semantic", {"n": 0}), lat.get("stream:semantic", {"n": 0})
     miss = lat.get("miss", {"n": 0})
     ratio = miss.get("p50", 0) / semantic["p50"] if semantic.get("p50") else 0.0
     print(
-        f"semantic hit over HTTP: p50 {semantic.get('p50')} ms p99 {semantic.get('p99')} ms"
+        f"{args.pairs} ({report['mean_chars']} chars): semantic hit over HTTP:"
+        f" p50 {semantic.get('p50')} ms p99 {semantic.get('p99')} ms"
         f" (n={semantic['n']}), stream first content p50 {stream.get('p50')} ms;"
         f" miss p50 {miss.get('p50')} ms ({ratio:.1f}x slower);"
         f" exact hit p50 {lat.get('again:hit', {}).get('p50')} ms"
