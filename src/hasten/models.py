@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hasten.cache.policy import ModelCachePolicy
 from hasten.config import (
@@ -24,7 +24,8 @@ class ResolvedModel:
     upstream_model: str
     targets: tuple[UpstreamConfig, ...]
     cache: ModelCachePolicy
-    requested: str = ""
+    # Not part of equality: an alias and its name resolve to the same route.
+    requested: str = field(default="", compare=False)
 
     @property
     def is_renamed(self) -> bool:
