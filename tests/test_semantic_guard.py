@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hasten.semantic import freshness, guard, lexicon
+from hasten.semantic import freshness, guard, lexicon, polarity
 
 SAME_MEANING = [
     ("How can I become an engineer at google?", "How do I become an engineer at Google?"),
@@ -180,7 +180,7 @@ def test_no_polarity_veto_without_a_flip(first: str, second: str) -> None:
 def _opposites(is_ascii: bool) -> list[tuple[str, str]]:
     return [
         (one, other)
-        for ones, others in lexicon.POLARITY_AXES.values()
+        for ones, others in polarity.POLARITY_AXES.values()
         for one in sorted(ones)
         for other in sorted(others)
         if one.isascii() == is_ascii and other.isascii() == is_ascii

@@ -14,7 +14,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from hasten.semantic import lexicon
+from hasten.semantic import lexicon, polarity
 
 # Reasons, in the order they are checked (cheapest and most decisive first).
 LANGUAGE = "language"
@@ -82,7 +82,7 @@ def signature(text: str) -> TextSignature:
     return TextSignature(
         language=lexicon.language_of(lowered, words),
         is_negated=lexicon.is_negated(lowered, words),
-        polarity=lexicon.polarity_sides(lowered),
+        polarity=polarity.polarity_sides(lowered),
         numbers=frozenset(numbers),
         dates=frozenset(lexicon.date_words(lowered, words)),
         units=frozenset(lexicon.unit_words(lowered, words))
@@ -108,7 +108,7 @@ def compare(first: TextSignature, second: TextSignature) -> str | None:
         return LANGUAGE
     if first.is_negated != second.is_negated:
         return NEGATION
-    if lexicon.has_polarity_flip(first.polarity, second.polarity):
+    if polarity.has_polarity_flip(first.polarity, second.polarity):
         return POLARITY
     if first.numbers != second.numbers:
         return NUMBERS
