@@ -87,6 +87,7 @@ def test_upstream_defaults_and_url_normalised(tmp_path: Path) -> None:
     assert upstream.timeouts == TimeoutConfig()
     assert upstream.retry == RetryConfig()
     assert upstream.max_connections == 256
+    assert upstream.has_stream_options is True
     assert config.is_simulated is False
     route = config.models[WILDCARD_MODEL]
     assert route == ModelRoute(name="*", upstream="a")
@@ -262,6 +263,11 @@ def test_secrets_not_in_repr(tmp_path: Path) -> None:
     assert "team-a" in repr(config.server)  # the tenant name itself is not secret
 
 
+def test_upstream_without_stream_options(tmp_path: Path) -> None:
+    text = MINIMAL.replace('api_key_env = "A_KEY"', 'api_key_env = "A_KEY"\nstream_options = false')
+    assert _load(tmp_path, text).upstreams["a"].has_stream_options is False
+
+
 def test_with_upstream_keeps_secret_out_of_repr() -> None:
     config = with_upstream(GatewayConfig(), "https://api.example.com/v1/", SECRET)
     assert config.upstreams["default"].api_key == SECRET
@@ -316,6 +322,7 @@ def test_unknown_key_names_key_and_table(tmp_path: Path, text: str, key: str, wh
         ("max_retries = 1.5", "upstreams.a.max_retries"),
         ("max_retries = true", "upstreams.a.max_retries"),
         ('max_connections = "8"', "upstreams.a.max_connections"),
+        ('stream_options = "no"', "upstreams.a.stream_options"),
         ("url = 5", "upstreams.a.url"),
     ],
 )

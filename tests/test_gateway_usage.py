@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -207,6 +208,25 @@ def test_bypassed_streams_are_forwarded_as_sent() -> None:
             response, raw = _post(gateway, chat_body("cache off", stream=True))
             assert upstream.bodies[-1] == raw
             assert response.headers["x-hasten-cache"] == "bypass"
+
+
+def test_upstream_without_stream_options_gets_none() -> None:
+    """``stream_options = false`` on an upstream: stored streams are sent as the client sent
+    them, so such a server never sees a field it would reject."""
+    upstream = BodyRecorder(build_app(SimConfig()))
+    with ServerThread(upstream) as sim:
+        config = make_config({"sim": sim.url + "/v1"})
+        plain = replace(config.upstreams["sim"], has_stream_options=False)
+        config = replace(config, upstreams={"sim": plain})
+        with running_gateway(config) as gateway:
+            stored = chat_body("stored, plain upstream", stream=True)
+            response, raw = _post(gateway, stored)
+            assert upstream.bodies[-1] == raw  # byte for byte: no stream_options added
+            assert response.headers["x-hasten-cache"] == "miss"
+            assert b'"usage":{' not in response.content
+            replay, _ = _post(gateway, stored)
+            assert replay.headers["x-hasten-cache"] == "hit"
+            assert replay.content.endswith(b"data: [DONE]\n\n")
 
 
 async def test_no_store_stream_does_not_join_a_stored_one() -> None:

@@ -66,6 +66,9 @@ class UpstreamConfig:
     timeouts: TimeoutConfig = TimeoutConfig()
     retry: RetryConfig = RetryConfig()
     max_connections: int = 256
+    # False for servers that reject ``stream_options`` (older Azure OpenAI API versions):
+    # hasten then never adds it, and streams cached from them replay without usage.
+    has_stream_options: bool = True
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,7 @@ def _upstream(name: str, table: TomlTable, env: Mapping[str, str]) -> UpstreamCo
         timeouts=_timeouts(table),
         retry=_retry(table),
         max_connections=table.integer("max_connections", 256, minimum=1),
+        has_stream_options=table.get("stream_options", bool, True),
     )
     table.finish()
     return config

@@ -180,8 +180,9 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
                 return
     gateway.stats.count("miss" if decision.is_lookup else "bypass")
     stored = _Stored(gateway, ex, key, namespace, found) if decision.is_store else None
-    ex.is_usage_added = ex.is_stream and decision.is_store and not ex.wants_usage
-    flight_key = _flight_key(ex, key, decision)
+    can_add_usage = all(target.has_stream_options for target in ex.model.targets)
+    ex.is_usage_added = ex.is_stream and decision.is_store and not ex.wants_usage and can_add_usage
+    flight_key = _flight_key(ex, key, decision, can_add_usage)
     flight, is_new = gateway.coalescer.join(flight_key, lambda f: _pump(gateway, ex, f, stored))
     if not is_new:
         gateway.stats.count("coalesced")
@@ -191,16 +192,16 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
         gateway.coalescer.leave(flight)
 
 
-def _flight_key(ex: Exchange, key: str, decision: CacheDecision) -> str:
+def _flight_key(ex: Exchange, key: str, decision: CacheDecision, can_add_usage: bool) -> str:
     """Requests with one key share a flight only if one upstream call can answer them all."""
     if not decision.is_lookup:
         return f"solo:{ex.request_id}"  # a no-cache request asked for its own fresh answer
     if not ex.is_stream:
         return f"{key}:0"
-    if decision.is_store:
+    if decision.is_store and can_add_usage:
         return f"{key}:1"  # usage always asked for: each client keeps or drops the event
-    # Not stored: sent as the client sent it and not recorded (nothing marks a usage event
-    # for others), so it is shared only by requests that made the same usage choice.
+    # Not stored, or to an upstream that takes no ``stream_options``: sent as the client
+    # sent it, so it is shared only by requests that made the same usage choice.
     return f"{key}:1:{int(ex.wants_usage)}"
 
 
