@@ -16,6 +16,7 @@ from hasten.asgi import JSON_CONTENT_TYPE, Receive, Scope, Send, header, read_bo
 from hasten.cache import CachedAnswer, cache_key
 from hasten.errors import InvalidRequest, MethodNotAllowed, NotFound
 from hasten.gateway import Gateway
+from hasten.validation import parse_body
 
 MAX_ADMIN_BODY_BYTES = 64 * 1024 * 1024
 PATHS = frozenset(
@@ -46,13 +47,7 @@ async def handle(gateway: Gateway, scope: Scope, receive: Receive, send: Send) -
 
 
 def _object(raw: bytes) -> dict[str, Any]:
-    try:
-        body = orjson.loads(raw or b"{}")
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"invalid JSON: {exc}", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise InvalidRequest("the body must be a JSON object")
-    return body
+    return parse_body(raw or b"{}")  # an empty body means no filters
 
 
 def _typed(body: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:

@@ -63,6 +63,18 @@ async def read_body(receive: Receive, scope: Scope, max_bytes: int) -> bytes:
     return b"".join(parts)
 
 
+async def accept_lifespan(receive: Receive, send: Send) -> None:
+    """Answers an ASGI lifespan for an app with nothing to start or stop (its resources
+    belong to whoever built it)."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
 async def send_response(
     send: Send, status: int, body: bytes, headers: Iterable[tuple[bytes, bytes]]
 ) -> None:

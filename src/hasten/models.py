@@ -26,6 +26,8 @@ class ResolvedModel:
     cache: ModelCachePolicy
     # Not part of equality: an alias and its name resolve to the same route.
     requested: str = field(default="", compare=False)
+    # Every target takes ``stream_options`` (see ``UpstreamConfig.has_stream_options``).
+    has_stream_options: bool = True
 
     @property
     def is_renamed(self) -> bool:
@@ -64,6 +66,7 @@ class ModelRouter:
             targets=targets,
             cache=route.cache or self._default_cache,
             requested=requested,
+            has_stream_options=all(t.has_stream_options for t in targets),
         )
 
     def listed_models(self) -> list[str]:

@@ -180,7 +180,7 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
                 return
     gateway.stats.count("miss" if decision.is_lookup else "bypass")
     stored = _Stored(gateway, ex, key, namespace, found) if decision.is_store else None
-    can_add_usage = all(target.has_stream_options for target in ex.model.targets)
+    can_add_usage = ex.model.has_stream_options
     ex.is_usage_added = ex.is_stream and decision.is_store and not ex.wants_usage and can_add_usage
     flight_key = _flight_key(ex, key, decision, can_add_usage)
     flight, is_new = gateway.coalescer.join(flight_key, lambda f: _pump(gateway, ex, f, stored))

@@ -24,12 +24,12 @@ from hasten.asgi import (
     Receive,
     Scope,
     Send,
+    accept_lifespan,
     read_body,
     send_response,
 )
 from hasten.errors import (
     HastenError,
-    InvalidJSON,
     InvalidRequest,
     MethodNotAllowed,
     ModelNotFound,
@@ -49,6 +49,7 @@ from hasten.local.protocol import (
     usage_chunk_body,
 )
 from hasten.local.scheduler import ContextTooLong
+from hasten.validation import parse_body
 
 _log = logging.getLogger(__name__)
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -87,7 +88,7 @@ class LocalApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await accept_lifespan(receive, send)
             return
         if scope["type"] != "http":
             return
@@ -134,12 +135,9 @@ class LocalApp:
             raise NotFound(f"no route for {method} {path}")
 
     async def _chat(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body = await read_body(receive, scope, self.max_body_bytes)
-        try:
-            data = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            raise InvalidJSON("request body is not valid JSON") from None
-        request = parse_chat_request(data)
+        request = parse_chat_request(
+            parse_body(await read_body(receive, scope, self.max_body_bytes))
+        )
         if request.model != self.model_id and not self.is_any_model:
             raise ModelNotFound(f"model '{request.model}' not found", param="model")
         generation = self._submit(request)
@@ -232,14 +230,3 @@ async def _send_error(send: Send, exc: HastenError) -> None:
     if exc.retry_after_s is not None:
         headers.append((b"retry-after", str(max(1, round(exc.retry_after_s))).encode()))
     await send_response(send, exc.status_code, exc.to_json(), headers)
-
-
-async def _lifespan(receive: Receive, send: Send) -> None:
-    # The engine's lifetime belongs to whoever built the app (server.run or a test).
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return

@@ -38,7 +38,8 @@ class LocalCopy(Protocol):
     async def pending_deletes(self) -> list[tuple[DeleteEvent, list[int]]]:
         """Invalidations made while Redis was away, oldest first."""
 
-    async def drop_pending_delete(self) -> None: ...
+    async def drop_pending_deletes(self, num_published: int) -> None:
+        """The oldest ``num_published`` pending invalidations are in Redis now."""
 
 
 def needs_rebuild(saved: bytes | None, first: bytes | None, last: bytes) -> bool:
@@ -103,11 +104,16 @@ class Follower:
         self.is_connected = False
 
     async def _publish_pending(self) -> None:
-        for event, entry_ids in await self.local.pending_deletes():
-            if not await self.shared.publish_delete(event, entry_ids):
-                raise ConnectionError("pending invalidations not published yet")
-            await self.local.drop_pending_delete()
-            self.num_replayed_deletes += 1
+        num_published = 0
+        try:
+            for event, entry_ids in await self.local.pending_deletes():
+                if not await self.shared.publish_delete(event, entry_ids):
+                    raise ConnectionError("pending invalidations not published yet")
+                num_published += 1
+        finally:  # one write for the whole batch, even when it stopped part-way
+            if num_published:
+                await self.local.drop_pending_deletes(num_published)
+                self.num_replayed_deletes += num_published
 
     async def _resume(self) -> bytes:
         saved = await self.local.load_cursor()

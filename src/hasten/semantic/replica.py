@@ -122,14 +122,13 @@ class SharedReplica:
 
         return await self._run(read)
 
-    async def drop_pending_delete(self) -> None:
-        """The oldest pending invalidation has been published."""
-
+    async def drop_pending_deletes(self, num_published: int) -> None:
         def drop() -> None:
             records = self._open()
-            pending = orjson.loads(records.get_meta(_PENDING_META) or b"[]")
-            records.set_meta(_PENDING_META, orjson.dumps(pending[1:]))
-            self.has_pending_deletes = len(pending) > 1
+            # Re-read: invalidations queued while these were published stay, at the end.
+            pending = orjson.loads(records.get_meta(_PENDING_META) or b"[]")[num_published:]
+            records.set_meta(_PENDING_META, orjson.dumps(pending))
+            self.has_pending_deletes = bool(pending)
 
         await self._run(drop)
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from hasten.asgi import accept_lifespan
 from hasten.errors import HastenError, MethodNotAllowed, ModelNotFound, NotFound, RateLimited
 from hasten.simulator.config import SimConfig
 from hasten.simulator.control import ControlEndpoints
@@ -25,7 +26,6 @@ from hasten.simulator.inputs import (
     parse_chat_request,
     parse_completion_request,
     parse_embedding_request,
-    parse_json_object,
     parse_overrides,
 )
 from hasten.simulator.latency import ZERO_LATENCY_PLAN, LatencyPlan, plan_latency
@@ -54,6 +54,7 @@ from hasten.simulator.transport import (
     send_error,
     send_json,
 )
+from hasten.validation import parse_body
 
 Handler = Callable[[Scope, Receive, Send, float], Awaitable[Outcome]]
 RequestParser = Callable[[dict[str, object]], GenerationRequest]
@@ -107,7 +108,7 @@ class SimulatorApp:
         if scope["type"] == "http":
             await self._http(scope, receive, send)
         elif scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            await accept_lifespan(receive, send)
 
     def _route(self, path: str, method: str) -> tuple[str | None, Handler]:
         route = self._routes.get(path)
@@ -223,7 +224,7 @@ class SimulatorApp:
         self, scope: Scope, receive: Receive, send: Send, start_s: float, parse: RequestParser
     ) -> Outcome:
         overrides = parse_overrides(scope["headers"])
-        request = parse(parse_json_object(await read_body(receive)))
+        request = parse(parse_body(await read_body(receive)))
         self._check_model(request.model)
         if request.stream:
             self.state.stats.num_stream_requests += 1
@@ -298,7 +299,7 @@ class SimulatorApp:
         self, scope: Scope, receive: Receive, send: Send, start_s: float
     ) -> Outcome:
         overrides = parse_overrides(scope["headers"])
-        request = parse_embedding_request(parse_json_object(await read_body(receive)))
+        request = parse_embedding_request(parse_body(await read_body(receive)))
         self._check_model(request.model)
         state = self.state
         num_tokens = sum(len(text_tokens(text)) for text in request.texts)
@@ -350,13 +351,3 @@ async def _method_not_allowed(
     scope: Scope, receive: Receive, send: Send, start_s: float
 ) -> Outcome:
     raise MethodNotAllowed(f"Method {scope['method']} not allowed on {scope['path']}")
-
-
-async def _lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return

@@ -7,10 +7,10 @@ from urllib.parse import parse_qs
 import orjson
 
 from hasten.errors import ConfigError, InvalidRequest
-from hasten.simulator.inputs import parse_json_object
 from hasten.simulator.state import SimState
 from hasten.simulator.stats import Outcome
 from hasten.simulator.transport import Receive, Scope, Send, read_body, send_json
+from hasten.validation import parse_body
 
 _TRUE_VALUES = ("1", "true", "yes")
 
@@ -51,7 +51,7 @@ class ControlEndpoints:
         self, scope: Scope, receive: Receive, send: Send, start_s: float
     ) -> Outcome:
         """Applies the given fields on top of the current config; returns the whole new one."""
-        changes = parse_json_object(await read_body(receive))
+        changes = parse_body(await read_body(receive))
         try:
             config = self._state.config.updated(changes)
         except ConfigError as exc:

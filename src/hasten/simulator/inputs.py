@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from hasten.errors import InvalidJSON, InvalidRequest
+from hasten.errors import InvalidRequest
 from hasten.simulator.faults import FaultKind
 from hasten.simulator.textgen import chat_prompt_tokens, completion_prompt_tokens
 
@@ -110,16 +110,6 @@ def parse_overrides(headers: Iterable[tuple[bytes, bytes]]) -> Overrides:
         else:
             raise InvalidRequest(f"unknown simulator header {name}", param=name)
     return Overrides(**found) if found else NO_OVERRIDES
-
-
-def parse_json_object(body: bytes) -> dict[str, Any]:
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidJSON(f"request body is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise InvalidRequest("request body must be a JSON object")
-    return data
 
 
 def _model(data: dict[str, Any]) -> str:
