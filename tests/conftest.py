@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -12,3 +13,10 @@ def redis_url() -> Iterator[str]:
     """A real redis-server on a free loopback port, for the whole session."""
     with redis_server() as url:
         yield url
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_native_engine_in_pytest() -> Iterator[None]:
+    """llama.cpp runs only in child processes: a native crash must fail tests, not pytest."""
+    yield
+    assert "llama_cpp" not in sys.modules, "a test loaded llama.cpp into the pytest process"

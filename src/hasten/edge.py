@@ -1,16 +1,16 @@
-"""The local edge model inside the gateway.
+"""The local edge model behind the gateway.
 
-The llama.cpp engine runs in this process (its own thread) behind a loopback listener and
-is registered as upstream ``local``, so it gets the same cache, coalescing, routing and
-metrics as any cloud upstream. Hybrid routing becomes two ordinary routes per hybrid model
-name: ``<model>@local`` (local first, cloud as fallback) and ``<model>@cloud`` (cloud first
-with a first-token timeout, local as fallback); ``hasten.hybrid`` picks one per request.
+The llama.cpp engine runs in a supervised child process (``hasten.local.supervisor``)
+behind a loopback listener and is registered as upstream ``local``, so it gets the same
+cache, coalescing, routing, breaker and failover as any cloud upstream. Hybrid routing
+becomes two ordinary routes per hybrid model name: ``<model>@local`` (local first, cloud as
+fallback) and ``<model>@cloud`` (cloud first with a first-token timeout, local as
+fallback); ``hasten.hybrid`` picks one per request.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
 
 from hasten.config import (
     WILDCARD_MODEL,
@@ -24,10 +24,6 @@ from hasten.hybrid import HybridConfig, Target
 from hasten.routing.settings import DeploymentConfig, RoutingConfig
 from hasten.upstream import route_deployments
 
-if TYPE_CHECKING:
-    from hasten.local.config import LocalServerConfig
-    from hasten.local.engine import Engine
-
 LOCAL = "local"
 # The engine answers its own 429 with Retry-After when its queue is full; retrying in
 # the gateway would only add load to a saturated CPU, so the router fails over instead.
@@ -39,7 +35,7 @@ def is_local_available() -> bool:
     """True when llama.cpp and a GGUF model can be found without loading anything."""
     import importlib.util
 
-    from hasten.local.model import ModelNotFound, default_model_path
+    from hasten.local.config import ModelNotFound, default_model_path
 
     if importlib.util.find_spec("llama_cpp") is None:
         return False
@@ -47,15 +43,6 @@ def is_local_available() -> bool:
         return default_model_path().is_file()
     except ModelNotFound:
         return False
-
-
-def start_engine(local: LocalServerConfig) -> tuple[Engine, Any]:
-    """Loads the model and starts the engine thread; returns it and its ASGI app."""
-    from hasten.local.app import build_app
-    from hasten.local.engine import Engine
-
-    engine = Engine(local.engine).start()
-    return engine, build_app(engine, is_any_model=True)
 
 
 def route_name(model: str, target: Target) -> str:

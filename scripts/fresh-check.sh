@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The fresh-machine check: clone HEAD into a temporary folder and run `make test` there
+# with an empty pip cache and an empty engine wheel folder, as a new user meets it.
+# Usage: scripts/fresh-check.sh [make target...]   (default: test)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+work="$(mktemp -d -t hasten-fresh-XXXXXX)"
+trap 'rm -rf "$work"' EXIT
+git clone -q "$root" "$work/hasten"
+cd "$work/hasten"
+started=$(date +%s)
+status=0
+PIP_CACHE_DIR="$work/pip-cache" HASTEN_WHEEL_DIR="$work/wheels" make "${@:-test}" || status=$?
+echo "fresh-check: make ${*:-test} exited $status after $(( $(date +%s) - started )) s (clone of $(git -C "$root" rev-parse --short HEAD))"
+exit $status

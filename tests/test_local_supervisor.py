@@ -1,0 +1,281 @@
+"""The engine child and its supervisor: restart decisions (pure), fake engine commands that
+crash (no llama.cpp), and the real engine killed under a running gateway."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from hasten.local.config import EngineConfig
+from hasten.local.server import add_arguments, resolve_config
+from hasten.local.supervisor import (
+    EngineSupervisor,
+    RestartPolicy,
+    RestartSettings,
+    describe_exit,
+    engine_arguments,
+)
+from hasten.simulator import SimConfig
+from hasten.simulator import build_app as build_sim
+from tests.servers import GatewayProcess, ServerThread
+
+# --- decisions ---------------------------------------------------------------------------
+
+
+def test_restart_backoff_doubles_and_resets_after_a_stable_run() -> None:
+    policy = RestartPolicy(RestartSettings(backoff_base_s=0.5, backoff_max_s=3.0))
+    delays = [policy.on_exit(now_s=100.0 + 70.0 * i, uptime_s=1.0) for i in range(5)]
+    assert delays == [0.5, 1.0, 2.0, 3.0, 3.0]
+    assert policy.on_exit(now_s=1000.0, uptime_s=120.0) == 0.5
+
+
+def test_restarts_are_capped_per_minute() -> None:
+    policy = RestartPolicy(RestartSettings(max_restarts_per_minute=3))
+    assert all(policy.on_exit(now_s=float(i), uptime_s=0.1) is not None for i in range(3))
+    assert policy.on_exit(now_s=3.0, uptime_s=0.1) is None
+    # A minute later the window has room again.
+    assert policy.on_exit(now_s=70.0, uptime_s=0.1) is not None
+
+
+def test_exit_descriptions_name_the_signal() -> None:
+    assert describe_exit(-signal.SIGSEGV) == "SIGSEGV (signal 11)"
+    assert describe_exit(-signal.SIGKILL) == "SIGKILL (signal 9)"
+    assert describe_exit(3) == "exit code 3"
+
+
+def test_engine_arguments_reproduce_the_config_in_the_child() -> None:
+    config = EngineConfig(
+        model_path=Path("/models/x.gguf"), n_ctx=2048, max_seqs=3, thread_probe_steps=0
+    )
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--supervised", *engine_arguments(config)])
+    assert resolve_config(args).engine == config
+    assert engine_arguments(EngineConfig()) == []
+
+
+# --- the supervisor with fake engines ----------------------------------------------------
+
+READY_THEN_EXIT = """
+import sys
+sys.stdout.write('hasten-engine: {"event": "ready", "model": "fake.gguf"}\\n')
+sys.stdout.flush()
+sys.exit(3)
+"""
+SELF_TEST_SEGFAULT = """
+import os, signal, sys
+sys.stdout.write('hasten-engine: {"event": "system_info", "system_info": "AVX2 = 1"}\\n')
+sys.stdout.flush()
+os.kill(os.getpid(), signal.SIGSEGV)
+"""
+
+
+def _script(tmp_path: Path, name: str, text: str) -> list[str]:
+    path = tmp_path / name
+    path.write_text(text)
+    return [sys.executable, str(path)]
+
+
+async def test_a_child_that_keeps_dying_is_restarted_then_given_up(tmp_path: Path) -> None:
+    command = _script(tmp_path, "flaky.py", READY_THEN_EXIT)
+    restart = RestartSettings(backoff_base_s=0.01, max_restarts_per_minute=3)
+    supervisor = EngineSupervisor(EngineConfig(), command=command, restart=restart).start()
+    try:
+        assert await supervisor.wait_first_outcome(30) == "ready"
+        deadline = time.monotonic() + 30
+        while not supervisor.state.startswith("failed"):
+            assert time.monotonic() < deadline, supervisor.state
+            await asyncio.sleep(0.02)
+        assert supervisor.num_restarts == 3
+        assert supervisor.state == (
+            "failed: crashed 4 times within a minute (last: exit code 3); "
+            "restart hasten to try again"
+        )
+    finally:
+        await supervisor.aclose()
+
+
+async def test_a_self_test_crash_fails_at_once_and_says_why(tmp_path: Path) -> None:
+    command = _script(tmp_path, "segv.py", SELF_TEST_SEGFAULT)
+    supervisor = EngineSupervisor(EngineConfig(), command=command).start()
+    try:
+        state = await supervisor.wait_first_outcome(30)
+        assert state.startswith("failed: self-test crashed with SIGSEGV (signal 11)")
+        assert "CPU features seen:" in state and "llama.cpp built with: AVX2 = 1" in state
+        assert "make clean-engine && make serve" in state
+        assert supervisor.num_restarts == 0
+    finally:
+        await supervisor.aclose()
+
+
+# --- the real engine under a running gateway ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cloud() -> Iterator[ServerThread]:
+    with ServerThread(build_sim(SimConfig(ttft_base_ms=5))) as server:
+        yield server
+
+
+def _gateway_config(tmp_path: Path, cloud_url: str, local: str) -> str:
+    path = tmp_path / "hasten.toml"
+    path.write_text(
+        f"""
+[upstreams.cloud]
+url = "{cloud_url}/v1"
+
+[models."gpt-cloud"]
+upstream = "cloud"
+
+[cache]
+backend = "memory"
+
+[local]
+{local}
+"""
+    )
+    return str(path)
+
+
+@dataclass
+class StreamOutcome:
+    text: str = ""
+    error: str | None = None
+    has_done: bool = False
+    has_started: threading.Event = field(default_factory=threading.Event)
+
+
+def _hold_stream(url: str, outcome: StreamOutcome) -> None:
+    body = {
+        "model": "local",
+        "messages": [{"role": "user", "content": "Write a very long essay about the sea."}],
+        "max_tokens": 800,
+        "temperature": 0,
+        "stream": True,
+    }
+    headers = {"cache-control": "no-cache, no-store"}
+    try:
+        with httpx.stream(
+            "POST", url + "/v1/chat/completions", json=body, headers=headers, timeout=60
+        ) as response:
+            for line in response.iter_lines():
+                if line == "data: [DONE]":
+                    outcome.has_done = True
+                elif '"error"' in line:
+                    outcome.error = line
+                elif '"content":"' in line and '"content":""' not in line:
+                    outcome.text += line
+                    outcome.has_started.set()
+    except httpx.HTTPError as exc:
+        outcome.error = repr(exc)
+    finally:
+        outcome.has_started.set()
+
+
+def _wait_engine(
+    gateway: GatewayProcess, predicate: str, timeout_s: float = 60
+) -> dict[str, object]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        engine: dict[str, object] = gateway.readyz()["engine"]
+        if str(engine["state"]).startswith(predicate):
+            return engine
+        assert time.monotonic() < deadline, engine
+        time.sleep(0.05)
+
+
+def _ask(url: str, model: str, question: str) -> httpx.Response:
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": question}],
+        "max_tokens": 8,
+        "temperature": 0,
+    }
+    return httpx.post(url + "/v1/chat/completions", json=body, timeout=60)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGSEGV, signal.SIGKILL])
+def test_engine_crash_mid_stream_ends_only_local_requests(
+    tmp_path: Path, cloud: ServerThread, signum: int
+) -> None:
+    local = "n_ctx = 4096\nn_threads = 1\nmax_seqs = 4\nrestart_backoff_s = 2.0"
+    config = _gateway_config(tmp_path, cloud.url, local)
+    with GatewayProcess("--config", config) as gateway:
+        before = _wait_engine(gateway, "ready")
+        cached = _ask(gateway.url, "local", "What is the capital of France?")
+        assert cached.status_code == 200 and cached.headers["x-hasten-cache"] == "miss"
+        outcomes = [StreamOutcome() for _ in range(4)]
+        threads = [
+            threading.Thread(target=_hold_stream, args=(gateway.url, o), daemon=True)
+            for o in outcomes
+        ]
+        for thread in threads:
+            thread.start()
+        for outcome in outcomes:
+            assert outcome.has_started.wait(60)
+        assert all(o.text and o.error is None for o in outcomes), outcomes
+        os.kill(int(str(before["pid"])), signum)
+        for thread in threads:
+            thread.join(timeout=30)
+        assert not any(thread.is_alive() for thread in threads), "a client hung"
+        for outcome in outcomes:
+            # A clean end: the final SSE event is an OpenAI-shaped error, not a cut socket.
+            assert outcome.error is not None and '"message"' in outcome.error, outcome
+            assert not outcome.has_done
+        down = _wait_engine(gateway, "restarting", timeout_s=5)
+        assert down["state"] == "restarting (1)"
+        assert down["last_exit"] == describe_exit(-signum)
+        # During the outage: the cache and the cloud still answer.
+        hit = _ask(gateway.url, "local", "What is the capital of France?")
+        assert hit.status_code == 200 and hit.headers["x-hasten-cache"] == "hit"
+        assert hit.json()["choices"] == cached.json()["choices"]
+        assert _ask(gateway.url, "gpt-cloud", "Hello?").status_code == 200
+        assert not str(gateway.readyz()["engine"]["state"]).startswith("ready")
+        after = _wait_engine(gateway, "ready")
+        assert after["pid"] != before["pid"] and after["restarts"] == 1
+        again = _ask(gateway.url, "local", "Name a colour.")
+        assert again.status_code == 200 and again.json()["choices"][0]["message"]["content"]
+        assert gateway.proc is not None and gateway.proc.poll() is None  # never restarted
+    assert f"died: {describe_exit(-signum)}; restarting" in gateway.stderr
+
+
+def test_a_self_test_crash_shows_in_readyz_and_the_banner(
+    tmp_path: Path, cloud: ServerThread
+) -> None:
+    command = _script(tmp_path, "segv.py", SELF_TEST_SEGFAULT)
+    local = f"command = {command!r}".replace("'", '"')
+    with GatewayProcess("--config", _gateway_config(tmp_path, cloud.url, local)) as gateway:
+        engine = gateway.readyz()["engine"]
+        assert str(engine["state"]).startswith("failed: self-test crashed with SIGSEGV")
+        deadline = time.monotonic() + 10
+        while "hasten gateway on" not in gateway.stderr:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert "upstream local: local engine failed: self-test crashed with SIGSEGV" in (
+            gateway.stderr
+        )
+        assert "make clean-engine && make serve" in gateway.stderr
+        assert _ask(gateway.url, "gpt-cloud", "Hello?").status_code == 200
+        down = _ask(gateway.url, "local", "Hello?")
+        assert down.status_code == 502 and down.json()["error"]["message"]
+
+
+def test_the_built_engine_has_no_amx_kernels() -> None:
+    # In a child: llama.cpp is never loaded into the test process.
+    code = "import llama_cpp; print(llama_cpp.llama_print_system_info().decode())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "CPU :" in done.stdout
+    assert "AMX_INT8 = 1" not in done.stdout
