@@ -1,14 +1,20 @@
-"""Local edge engine vs llama-cpp-python's bundled server, same GGUF, same thread count.
+"""Local edge engine vs llama-cpp-python's bundled server, same GGUF, same thread count,
+and the cost of the gateway's process boundary.
 
-Measures, for each server in turn (never both at once, they would share the cores):
-aggregate decode tok/s at 1, 2, 4, 8 concurrent streams; TTFT with a shared ~300-token
-system prompt, warm vs cold; streams cut off before their finish_reason; peak RSS.
+Servers, each in turn (never two at once, they would share the cores), in alternating
+rounds: ``hasten`` is ``hasten local`` (the engine in the serving process: the in-process
+figure), ``gateway`` is ``hasten serve`` with the engine as its supervised child (what
+users run; cache off so every request reaches the engine), ``llama_cpp`` is the bundled
+``llama_cpp.server``. Measures aggregate decode tok/s at 1, 2, 4, 8 concurrent streams;
+TTFT with a shared ~300-token system prompt, warm vs cold; streams cut off before their
+finish_reason; peak RSS; and the gateway's per-token overhead in microseconds.
 
-    .venv/bin/python bench/local.py --quick          # < 3 minutes
+    .venv/bin/python bench/local.py --quick          # a few minutes
     .venv/bin/python bench/local.py --json > out.json
     .venv/bin/python bench/local.py --ceiling --no-servers   # raw llama.cpp batched decode
 
-The baseline needs ``pip install 'llama-cpp-python[server]==0.3.36'``.
+The baseline installs itself on first use into bench/.venvs/llama-server: the same portable
+engine wheel plus llama-cpp-python's ``server`` extra (starlette, fastapi, ...).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -73,27 +80,74 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+BASELINE_VENV = ROOT / "bench" / ".venvs" / "llama-server"
+SERVER_NAMES = ("hasten", "gateway", "llama_cpp")
+
+
+def baseline_python() -> Path:
+    """The baseline's own venv, made on first use from the project's portable wheel."""
+    python = BASELINE_VENV / "bin" / "python"
+    probe = [str(python), "-c", "import llama_cpp.server, fastapi, sse_starlette"]
+    if python.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
+        return python
+    wheel = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "engine_wheel.py")],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    print(f"installing llama_cpp.server into {BASELINE_VENV} ...", file=sys.stderr)
+    subprocess.run([sys.executable, "-m", "venv", str(BASELINE_VENV)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", f"{wheel}[server]"], check=True)
+    return python
+
+
+def _engine_flags(model: Path, num_threads: int, n_ctx: int) -> list[str]:
+    return [
+        "--model-path",
+        str(model),
+        "--n-threads",
+        str(num_threads),
+        "--n-ctx",
+        str(n_ctx),
+        "--max-seqs",
+        "8",
+        "--max-queue",
+        "64",
+    ]
+
+
+def _gateway_config(model: Path, num_threads: int, n_ctx: int) -> Path:
+    path = ROOT / "bench" / "results" / "local-gateway.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        f'[local]\nmodel_path = "{model}"\nn_threads = {num_threads}\nn_ctx = {n_ctx}\n'
+        "max_seqs = 8\nmax_queue = 64\n"
+    )
+    return path
+
+
 def _server_command(name: str, model: Path, port: int, num_threads: int, n_ctx: int) -> list[str]:
     if name == "hasten":
+        local = [sys.executable, "-m", "hasten", "local", "--port", str(port)]
+        return local + _engine_flags(model, num_threads, n_ctx)
+    if name == "gateway":
+        config = _gateway_config(model, num_threads, n_ctx)
         return [
             sys.executable,
             "-m",
-            "hasten.local.server",
-            "--model-path",
-            str(model),
+            "hasten",
+            "serve",
             "--port",
             str(port),
-            "--n-threads",
-            str(num_threads),
-            "--n-ctx",
-            str(n_ctx),
-            "--max-seqs",
-            "8",
-            "--max-queue",
-            "64",
+            "--config",
+            str(config),
+            "--no-cache",
+            "--log-level",
+            "warning",
         ]
     return [
-        sys.executable,
+        str(baseline_python()),
         "-m",
         "llama_cpp.server",
         "--model",
@@ -201,24 +255,49 @@ def run_server(name: str, args: argparse.Namespace) -> ServerReport:
     port = _free_port()
     command = _server_command(name, args.model, port, args.threads, args.n_ctx)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    report = ServerReport(name)
-    try:
-        _wait_ready(f"http://127.0.0.1:{port}", proc)
-        asyncio.run(_measure(f"http://127.0.0.1:{port}", report, args.max_tokens, args.reps))
-        report.peak_rss_mb = _peak_rss_mb(proc.pid)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    with tempfile.TemporaryFile() as stderr:
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+        report = ServerReport(name)
+        try:
+            _wait_ready(f"http://127.0.0.1:{port}", proc, stderr)
+            asyncio.run(_measure(f"http://127.0.0.1:{port}", report, args.max_tokens, args.reps))
+            # The gateway's figure includes its engine child: what the user's machine holds.
+            report.peak_rss_mb = sum(_peak_rss_mb(pid) for pid in _process_tree(proc.pid))
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
     return report
 
 
-def _wait_ready(base_url: str, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
+def _process_tree(pid: int) -> list[int]:
+    pids = [pid]
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children = (task / "children").read_text().split()
+        for child in children:
+            pids += _process_tree(int(child))
+    return pids
+
+
+def merge_rounds(reports: list[ServerReport]) -> ServerReport:
+    """One report per server: the median of each figure over the rounds."""
+    merged = ServerReport(reports[0].name)
+    for level in STREAM_LEVELS:
+        merged.decode_tok_s[level] = statistics.median(r.decode_tok_s[level] for r in reports)
+    merged.ttft_cold_ms = statistics.median(r.ttft_cold_ms for r in reports)
+    merged.ttft_warm_ms = statistics.median(r.ttft_warm_ms for r in reports)
+    merged.num_cut_off = sum(r.num_cut_off for r in reports)
+    merged.num_streams = sum(r.num_streams for r in reports)
+    merged.peak_rss_mb = max(r.peak_rss_mb for r in reports)
+    merged.step_modes = reports[-1].step_modes
+    return merged
+
+
+def _wait_ready(base_url: str, proc: subprocess.Popen[bytes], stderr: Any) -> None:
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            stderr = proc.stderr.read().decode() if proc.stderr else ""
-            raise RuntimeError(f"server exited: {stderr[-2000:]}")
+            stderr.seek(0)
+            raise RuntimeError(f"server exited: {stderr.read().decode()[-2000:]}")
         try:
             if httpx.get(f"{base_url}/v1/models", timeout=1).status_code == 200:
                 return
@@ -243,18 +322,36 @@ def _print_table(reports: list[ServerReport]) -> None:
         )
 
 
-def _goals(reports: list[ServerReport]) -> dict[str, Any]:
-    ours = reports[0]
-    goals: dict[str, Any] = {
-        "scaling_8_vs_1": ours.decode_tok_s[8] / ours.decode_tok_s[1],
-        "warm_ttft_speedup": ours.ttft_speedup,
-        "num_cut_off": ours.num_cut_off,
-        "peak_rss_mb": ours.peak_rss_mb,
-    }
-    if len(reports) > 1:
-        base = reports[1]
-        goals["vs_baseline"] = {
-            n: ours.decode_tok_s[n] / base.decode_tok_s[n] for n in STREAM_LEVELS
+def _goals(reports: dict[str, ServerReport]) -> dict[str, Any]:
+    goals: dict[str, Any] = {}
+    ours = reports.get("gateway") or reports.get("hasten")
+    if ours is not None:
+        goals |= {
+            "scaling_8_vs_1": ours.decode_tok_s[8] / ours.decode_tok_s[1],
+            "warm_ttft_speedup": ours.ttft_speedup,
+            "num_cut_off": sum(r.num_cut_off for r in reports.values()),
+            "peak_rss_mb": ours.peak_rss_mb,
+        }
+    base = reports.get("llama_cpp")
+    for name in ("hasten", "gateway"):
+        if base is not None and name in reports:
+            goals[f"{name}_vs_baseline"] = {
+                n: reports[name].decode_tok_s[n] / base.decode_tok_s[n] for n in STREAM_LEVELS
+            }
+    direct, gateway = reports.get("hasten"), reports.get("gateway")
+    if direct is not None and gateway is not None:
+        # The process boundary and the gateway hop: ratios (tok/s: child / in-process;
+        # TTFT: in-process / child, so 1.0 is parity and > 0.95 meets the goal everywhere).
+        ratios = {
+            f"tok_s_{n}": gateway.decode_tok_s[n] / direct.decode_tok_s[n] for n in STREAM_LEVELS
+        }
+        ratios["ttft_cold"] = direct.ttft_cold_ms / gateway.ttft_cold_ms
+        ratios["ttft_warm"] = direct.ttft_warm_ms / gateway.ttft_warm_ms
+        goals["child_vs_in_process"] = ratios
+        goals["child_within_5pct"] = all(value >= 0.95 for value in ratios.values())
+        goals["per_token_overhead_us"] = {
+            n: (1 / gateway.decode_tok_s[n] - 1 / direct.decode_tok_s[n]) * 1e6 * n
+            for n in STREAM_LEVELS
         }
     return goals
 
@@ -315,7 +412,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-ctx", type=int, default=4096)
     parser.add_argument("--model", type=Path, default=None)
     parser.add_argument("--no-baseline", action="store_true", help="skip llama_cpp.server")
-    parser.add_argument("--no-servers", action="store_true", help="skip both servers")
+    parser.add_argument("--no-servers", action="store_true", help="skip every server")
+    parser.add_argument(
+        "--servers", default=",".join(SERVER_NAMES), help="comma-separated subset to run"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="alternating rounds; figures are medians"
+    )
     parser.add_argument(
         "--ceiling", action="store_true", help="also measure raw llama.cpp batched decode"
     )
@@ -325,13 +428,21 @@ def main(argv: list[str] | None = None) -> int:
     args.reps = 3 if args.quick else 5
     load_before = os.getloadavg()
     ceiling = _ceiling(args) if args.ceiling else None
-    names = [] if args.no_servers else ["hasten"] + ([] if args.no_baseline else ["llama_cpp"])
-    reports = [run_server(name, args) for name in names]
+    names = [] if args.no_servers else args.servers.split(",")
+    if args.no_baseline and "llama_cpp" in names:
+        names.remove("llama_cpp")
+    rounds: dict[str, list[ServerReport]] = {name: [] for name in names}
+    for index in range(args.rounds):
+        # Alternating order: drift in the machine's load lands on every server alike.
+        for name in names if index % 2 == 0 else names[::-1]:
+            rounds[name].append(run_server(name, args))
+    reports = {name: merge_rounds(runs) for name, runs in rounds.items()}
     goals = _goals(reports) if reports else {}
     settings = {
         "threads": args.threads,
         "n_ctx": args.n_ctx,
         "max_tokens": args.max_tokens,
+        "rounds": args.rounds,
         "model": str(args.model),
         # Other jobs on the machine change every figure here: recorded with them.
         "load_avg_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
@@ -339,14 +450,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         doc = {
             "settings": settings,
-            "servers": [asdict(r) | {"ttft_speedup": r.ttft_speedup} for r in reports],
+            "servers": [asdict(r) | {"ttft_speedup": r.ttft_speedup} for r in reports.values()],
             "goals": goals,
             "raw_decode_tok_s": ceiling,
         }
         print(json.dumps(doc, indent=2))
     else:
         if reports:
-            _print_table(reports)
+            _print_table(list(reports.values()))
         print(json.dumps({"goals": goals, "settings": settings, "raw_decode_tok_s": ceiling}))
     return 0
 

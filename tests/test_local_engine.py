@@ -39,7 +39,7 @@ def client(engine: EngineProcess) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{engine.url}/v1", api_key="unused", max_retries=0)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture()
 def async_client(engine: EngineProcess) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=f"{engine.url}/v1", api_key="unused", max_retries=0)
 

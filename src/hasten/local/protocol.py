@@ -6,11 +6,13 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hasten.errors import InvalidRequest
-from hasten.local.engine import Usage
 from hasten.local.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from hasten.local.engine import Usage
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_STOP_SEQUENCES = 4

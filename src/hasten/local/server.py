@@ -169,6 +169,9 @@ def _bind(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
+    # Listening before "ready" is reported: a connection made right after it waits in the
+    # backlog for uvicorn's first accept instead of being refused.
+    sock.listen(2048)
     return sock
 
 
