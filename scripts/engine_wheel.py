@@ -11,7 +11,7 @@ issue #20824); AVX-512 (with VBMI, VNNI, BF16 where present) when the CPU has th
 foundation, else AVX2/FMA/F16C/BMI2, else plain SSE4.2. Only flags the CPU reports are turned
 on, so the wheel runs on the machine that built it and on any with the same or more features.
 
-Usage: python scripts/engine_wheel.py [--print-dir | --print-flags] [--wheel-dir DIR]
+Usage: python scripts/engine_wheel.py [--print-dir | --print-flags] [--wheel-dir DIR] [--native]
 Prints the path of the wheel (building it first if it is missing).
 """
 
@@ -81,7 +81,14 @@ def cmake_flags(flags: frozenset[str]) -> list[str]:
     return args
 
 
+# For measuring what the portable set costs (bench/engine_builds.py) on a CPU where
+# -march=native is safe; never what `make` installs.
+NATIVE_FLAGS = ("-DGGML_NATIVE=ON", "-DLLAVA_BUILD=OFF", "-DLLAMA_CURL=OFF")
+
+
 def tier_name(args: list[str]) -> str:
+    if "-DGGML_NATIVE=ON" in args:
+        return "native"
     if "-DGGML_AVX512=ON" in args:
         return "avx512"
     if "-DGGML_AVX2=ON" in args:
@@ -142,9 +149,12 @@ def main() -> None:
     parser.add_argument("--wheel-dir", default=os.environ.get("HASTEN_WHEEL_DIR"))
     parser.add_argument("--print-flags", action="store_true")
     parser.add_argument("--print-dir", action="store_true")
+    parser.add_argument(
+        "--native", action="store_true", help="a -march=native build, for benchmarks only"
+    )
     options = parser.parse_args()
     wheel_dir = pathlib.Path(options.wheel_dir) if options.wheel_dir else DEFAULT_WHEEL_DIR
-    args = cmake_flags(cpu_flags())
+    args = list(NATIVE_FLAGS) if options.native else cmake_flags(cpu_flags())
     folder = wheel_folder(wheel_dir, args)
     if options.print_flags:
         print(" ".join(args))

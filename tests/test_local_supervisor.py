@@ -161,7 +161,7 @@ def _hold_stream(url: str, outcome: StreamOutcome) -> None:
     body = {
         "model": "local",
         "messages": [{"role": "user", "content": "Write a very long essay about the sea."}],
-        "max_tokens": 800,
+        "max_tokens": 700,
         "temperature": 0,
         "stream": True,
     }
@@ -196,11 +196,11 @@ def _wait_engine(
         time.sleep(0.05)
 
 
-def _ask(url: str, model: str, question: str) -> httpx.Response:
+def _ask(url: str, model: str, question: str, max_tokens: int = 8) -> httpx.Response:
     body = {
         "model": model,
         "messages": [{"role": "user", "content": question}],
-        "max_tokens": 8,
+        "max_tokens": max_tokens,
         "temperature": 0,
     }
     return httpx.post(url + "/v1/chat/completions", json=body, timeout=60)
@@ -210,14 +210,22 @@ def _ask(url: str, model: str, question: str) -> httpx.Response:
 def test_engine_crash_mid_stream_ends_only_local_requests(
     tmp_path: Path, cloud: ServerThread, signum: int
 ) -> None:
-    local = "n_ctx = 4096\nn_threads = 1\nmax_seqs = 4\nrestart_backoff_s = 2.0"
+    local = "n_ctx = 4096\nn_threads = 1\nmax_seqs = 5\nrestart_backoff_s = 2.0"
     config = _gateway_config(tmp_path, cloud.url, local)
     with GatewayProcess("--config", config) as gateway:
         before = _wait_engine(gateway, "ready")
         cached = _ask(gateway.url, "local", "What is the capital of France?")
         assert cached.status_code == 200 and cached.headers["x-hasten-cache"] == "miss"
-        outcomes = [StreamOutcome() for _ in range(4)]
+        non_stream: list[httpx.Response] = []
+        long_question = "Write a very long essay about mountains."
         threads = [
+            threading.Thread(
+                target=lambda: non_stream.append(_ask(gateway.url, "local", long_question, 400)),
+                daemon=True,
+            )
+        ]
+        outcomes = [StreamOutcome() for _ in range(4)]
+        threads += [
             threading.Thread(target=_hold_stream, args=(gateway.url, o), daemon=True)
             for o in outcomes
         ]
@@ -234,6 +242,9 @@ def test_engine_crash_mid_stream_ends_only_local_requests(
             # A clean end: the final SSE event is an OpenAI-shaped error, not a cut socket.
             assert outcome.error is not None and '"message"' in outcome.error, outcome
             assert not outcome.has_done
+        # The non-stream request in flight: a clean 502 in the OpenAI shape, not a hang.
+        assert len(non_stream) == 1 and non_stream[0].status_code == 502, non_stream
+        assert non_stream[0].json()["error"]["message"]
         down = _wait_engine(gateway, "restarting", timeout_s=5)
         assert down["state"] == "restarting (1)"
         assert down["last_exit"] == describe_exit(-signum)

@@ -52,8 +52,8 @@ class EngineConfig:
     model_path: Path | None = None
     n_ctx: int = 4096
     n_threads: int = 0  # the most threads a step may use; 0: one per core, at most 8
-    # Lone decoding tokens use this many threads: on an idle core 2 threads gain 1.19x
-    # (215 vs 181 tok/s), on a busy one they collapse 10-30x; not tuned (see threads.py).
+    # Lone decoding tokens (one stream) start on this many threads and, like every other
+    # kind of step, move to the fastest count measured (see threads.py).
     n_threads_single_token: int = 1
     # Each kind of step tries another thread count (or one decode per sequence) after
     # this many steps and keeps the fastest (see threads.py): 2 threads ran 8 batched
