@@ -21,8 +21,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from hasten.local.config import default_model_path  # noqa: E402
+
 NATIVE_VENV = ROOT / "bench" / ".venvs" / "llama-native"
-PACKAGES = ("httpx", "jinja2", "numpy")
+PACKAGES = ("httpx", "jinja2", "numpy", "orjson")
 
 
 def _wheel(*flags: str) -> str:
@@ -39,9 +43,10 @@ def native_python() -> Path:
     return python
 
 
-def ceiling(python: Path) -> dict[str, dict[str, float]]:
+def ceiling(python: Path, model: Path) -> dict[str, dict[str, float]]:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     command = [str(python), str(ROOT / "bench" / "local.py"), "--ceiling", "--no-servers"]
+    command += ["--model", str(model)]
     done = subprocess.run([*command, "--json"], check=True, capture_output=True, text=True, env=env)
     result: dict[str, dict[str, float]] = json.loads(done.stdout)["raw_decode_tok_s"]
     return result
@@ -58,11 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     builds = {"portable": Path(sys.executable), "native": native_python()}
+    model = default_model_path()
     runs: dict[str, list[dict[str, dict[str, float]]]] = {name: [] for name in builds}
     load_before = os.getloadavg()[0]
     for index in range(args.rounds):
         for name in builds if index % 2 == 0 else list(builds)[::-1]:
-            runs[name].append(ceiling(builds[name]))
+            runs[name].append(ceiling(builds[name], model))
     medians: dict[str, Any] = {}
     for name, results in runs.items():
         medians[name] = {
