@@ -28,6 +28,7 @@ from hasten.config import GatewayConfig
 from hasten.errors import HastenError, MethodNotAllowed, NotFound
 from hasten.gateway import Gateway
 from hasten.models import ModelRouter
+from hasten.openapi import openapi_json
 from hasten.proxy import handle
 from hasten.transport import AiohttpTransport, Transport
 from hasten.upstream import UpstreamClient
@@ -51,7 +52,9 @@ MODELS_TIMEOUT_S = 5.0
 _ENDPOINTS: dict[str, Endpoint] = {
     prefix + e.path: e for e in (CHAT, COMPLETIONS, EMBEDDINGS) for prefix in ("/v1", "")
 }
-_GET_PATHS = frozenset({"/healthz", "/readyz", "/v1/models", "/models", "/stats", "/admin/routing"})
+_GET_PATHS = frozenset(
+    {"/healthz", "/readyz", "/v1/models", "/models", "/stats", "/admin/routing", "/openapi.json"}
+)
 
 
 class HastenApp:
@@ -67,6 +70,7 @@ class HastenApp:
         self.config = config
         self._transport = transport
         self._engine = engine
+        self._openapi = openapi_json()
         self.gateway: Gateway | None = None
         self._startup_lock = asyncio.Lock()
         self._is_stopping = False
@@ -185,6 +189,8 @@ class HastenApp:
             await _send_json(send, 200, {"status": "ok"})
         elif path == "/readyz":
             await self._readyz(gateway, send)
+        elif path == "/openapi.json":
+            await send_response(send, 200, self._openapi, [JSON_CONTENT_TYPE])
         elif path == "/stats":
             await _send_json(send, 200, self._stats(gateway))
         elif path == "/admin/routing":

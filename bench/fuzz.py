@@ -1,0 +1,162 @@
+"""The long fuzz run: schemathesis cases from the gateway's own OpenAPI document against
+``hasten serve`` in front of ``hasten simulate``, both real processes on loopback.
+
+Counts requests and distinct bodies (a body generated twice is one case, not two), and
+every answer that breaks the contract: a 5xx, or an error outside the OpenAI shape.
+
+    .venv/bin/python bench/fuzz.py --num-cases 50000 [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+import requests
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis import GenerationMode
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from server_process import ServerProcess, free_port  # noqa: E402
+
+from hasten.openapi import build_document  # noqa: E402
+
+
+class Tally:
+    def __init__(self) -> None:
+        self.num_requests = 0
+        self.bodies: set[bytes] = set()
+        self.statuses: Counter[int] = Counter()
+        self.violations: list[dict[str, Any]] = []
+
+    def record(self, case: Any, response: requests.Response) -> None:
+        self.num_requests += 1
+        # repr, not JSON: generated integers may exceed 64 bits.
+        raw = repr((case.method, case.path, case.query, case.body)).encode()
+        self.bodies.add(hashlib.blake2b(raw, digest_size=16).digest())
+        self.statuses[response.status_code] += 1
+        problem = _violation(response)
+        if problem is not None and len(self.violations) < 20:
+            self.violations.append(
+                {"problem": problem, "path": case.path, "body": repr(case.body)[:300]}
+            )
+        elif problem is not None:
+            self.violations.append({"problem": problem})
+
+
+def _violation(response: requests.Response) -> str | None:
+    if response.status_code >= 500:
+        return f"status {response.status_code}: {response.content[:200]!r}"
+    if response.status_code >= 400:
+        try:
+            error = orjson.loads(response.content)["error"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return f"status {response.status_code} without an OpenAI error body"
+        if not isinstance(error, dict) or not {"message", "type", "param", "code"} <= set(error):
+            return f"status {response.status_code}: error object missing fields"
+    return None
+
+
+def run(base_url: str, num_cases: int) -> Tally:
+    """Half the cases valid per the document, half invalid, spread over the operations
+    that take a body (a GET without parameters has one case only)."""
+    schema = schemathesis.openapi.from_dict(build_document())
+    operations = [result.ok() for result in schema.get_all_operations()]
+    with_body = [op for op in operations if op.method.upper() == "POST"]
+    per_run = max(1, num_cases // (2 * len(with_body)))
+    session = requests.Session()
+    tally = Tally()
+    for operation in operations:
+        is_post = operation in with_body
+        for mode in GenerationMode if is_post else [GenerationMode.POSITIVE]:
+
+            @given(case=operation.as_strategy(mode))
+            @settings(
+                max_examples=per_run if is_post else 1,
+                deadline=None,
+                suppress_health_check=list(HealthCheck),
+                database=None,
+            )
+            def one(case: Any) -> None:
+                response = case.call(base_url=base_url, session=session, timeout=30)
+                tally.record(case, response)
+
+            one()
+    return tally
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-cases", type=int, default=50_000)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    logs = Path(tempfile.mkdtemp(prefix="hasten-fuzz-"))
+    sim_port, gateway_port = free_port(), free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    python = sys.executable
+    sim = ServerProcess(
+        "simulator",
+        [
+            python,
+            "-m",
+            "hasten",
+            "simulate",
+            "--port",
+            str(sim_port),
+            "--ttft-ms",
+            "0",
+            "--decode-ms",
+            "0",
+        ],
+        log_path=logs / "sim.log",
+        env=env,
+    )
+    gateway = ServerProcess(
+        "gateway",
+        [python, "-m", "hasten", "serve", "--port", str(gateway_port), "--cache-backend", "memory",
+         "--upstream", f"http://127.0.0.1:{sim_port}/v1", "--log-level", "error"],
+        log_path=logs / "gateway.log",
+        env=env,
+    )  # fmt: skip
+    started_s = time.perf_counter()
+    try:
+        sim.start()
+        sim.wait_ready(f"http://127.0.0.1:{sim_port}/v1/models", 60)
+        gateway.start()
+        gateway.wait_ready(f"http://127.0.0.1:{gateway_port}/healthz", 60)
+        tally = run(f"http://127.0.0.1:{gateway_port}", args.num_cases)
+    finally:
+        gateway.stop()
+        sim.stop()
+    doc = {
+        "num_requests": tally.num_requests,
+        "num_distinct_cases": len(tally.bodies),
+        "num_violations": len(tally.violations),
+        "violations": tally.violations[:20],
+        "statuses": dict(sorted(tally.statuses.items())),
+        "elapsed_s": round(time.perf_counter() - started_s, 1),
+    }
+    print(
+        f"fuzz: {doc['num_requests']} requests, {doc['num_distinct_cases']} distinct cases, "
+        f"{doc['num_violations']} violations (5xx or non-OpenAI errors) in {doc['elapsed_s']} s",
+        file=sys.stderr if args.json else sys.stdout,
+    )
+    print(json.dumps(doc, indent=2 if args.json else None))
+    return 1 if tally.violations else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

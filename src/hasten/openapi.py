@@ -1,0 +1,169 @@
+"""The OpenAPI 3.1 document of what the gateway serves (``GET /openapi.json``).
+
+It describes the fields the gateway itself validates (``validation.py``); everything else
+in a request body passes through to the upstream untouched, so request schemas allow
+additional properties. Fuzzers (``tests/test_fuzz.py``, ``bench/fuzz.py``) generate
+requests from it and check that no input makes the gateway answer 5xx on its own or
+answer an error outside the OpenAI shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from hasten import __version__
+
+_STRING = {"type": "string"}
+_INTEGER_1 = {"type": "integer", "minimum": 1}
+_SAMPLING: dict[str, Any] = {
+    "stream": {"type": "boolean"},
+    "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+    "top_p": {"type": "number", "minimum": 0, "maximum": 1},
+    "n": {"type": "integer", "minimum": 1, "maximum": 8},
+    "max_tokens": {"type": "integer", "minimum": 1, "maximum": 4096},
+    "max_completion_tokens": {"type": "integer", "minimum": 1, "maximum": 4096},
+    "seed": {"type": "integer"},
+    "stream_options": {
+        "type": "object",
+        "properties": {"include_usage": {"type": "boolean"}},
+    },
+    "stop": {"anyOf": [_STRING, {"type": "array", "items": _STRING, "maxItems": 4}]},
+}
+_MESSAGE = {
+    "type": "object",
+    "required": ["role", "content"],
+    "properties": {
+        "role": {"enum": ["system", "user", "assistant"]},
+        "content": {"anyOf": [_STRING, {"type": "null"}]},
+        "name": _STRING,
+    },
+}
+_MODEL = {"type": "string", "minLength": 1}
+CHAT_REQUEST: dict[str, Any] = {
+    "type": "object",
+    "required": ["model", "messages"],
+    "properties": {
+        "model": _MODEL,
+        "messages": {"type": "array", "minItems": 1, "items": _MESSAGE},
+        "tools": {"type": "array", "items": {"type": "object"}},
+        **_SAMPLING,
+    },
+}
+COMPLETION_REQUEST: dict[str, Any] = {
+    "type": "object",
+    "required": ["model", "prompt"],
+    "properties": {
+        "model": _MODEL,
+        "prompt": {"anyOf": [_STRING, {"type": "array", "items": _STRING, "minItems": 1}]},
+        **_SAMPLING,
+    },
+}
+EMBEDDING_REQUEST: dict[str, Any] = {
+    "type": "object",
+    "required": ["model", "input"],
+    "properties": {
+        "model": _MODEL,
+        "input": {"anyOf": [_STRING, {"type": "array", "items": _STRING, "minItems": 1}]},
+    },
+}
+INVALIDATE_REQUEST: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "key": _STRING,
+        "entry_id": {"type": "integer"},
+        "model": _STRING,
+        "older_than_s": {"type": "number", "minimum": 0},
+    },
+}
+REPORT_REQUEST: dict[str, Any] = {
+    "type": "object",
+    "required": ["entry_id"],
+    "properties": {"entry_id": {"type": "integer"}, "similarity": {"type": "number"}},
+}
+ERROR: dict[str, Any] = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type", "param", "code"],
+            "properties": {
+                "message": _STRING,
+                "type": _STRING,
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+        }
+    },
+}
+
+
+def _responses(*, is_streamable: bool = False) -> dict[str, Any]:
+    ok: dict[str, Any] = {"application/json": {"schema": {"type": "object"}}}
+    if is_streamable:
+        ok["text/event-stream"] = {"schema": {"type": "string"}}
+    return {
+        "200": {"description": "OK", "content": ok},
+        "default": {
+            "description": "An error, always in the OpenAI shape",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+        },
+    }
+
+
+def _post(summary: str, schema: dict[str, Any], *, is_streamable: bool = False) -> dict[str, Any]:
+    return {
+        "post": {
+            "summary": summary,
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": schema}},
+            },
+            "responses": _responses(is_streamable=is_streamable),
+        }
+    }
+
+
+def _get(summary: str) -> dict[str, Any]:
+    return {"get": {"summary": summary, "responses": _responses()}}
+
+
+def build_document() -> dict[str, Any]:
+    """The document as a dict (``openapi_json`` serialises it once at startup)."""
+    import_body = {"text/plain": {"schema": {"type": "string"}}}  # JSONL lines
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "hasten gateway", "version": __version__},
+        "components": {
+            "schemas": {"Error": ERROR},
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}, {}],
+        "paths": {
+            "/v1/chat/completions": _post("Chat completion", CHAT_REQUEST, is_streamable=True),
+            "/v1/completions": _post("Text completion", COMPLETION_REQUEST, is_streamable=True),
+            "/v1/embeddings": _post("Embeddings", EMBEDDING_REQUEST),
+            "/v1/models": _get("Models and aliases"),
+            "/healthz": _get("Liveness"),
+            "/readyz": _get("Readiness"),
+            "/stats": _get("Counters"),
+            "/admin/routing": _get("Routing state"),
+            "/admin/cache/stats": _get("Cache statistics"),
+            "/admin/cache/invalidate": _post("Invalidate cached answers", INVALIDATE_REQUEST),
+            "/admin/cache/report": _post("Report a wrong semantic hit", REPORT_REQUEST),
+            "/admin/cache/import": {
+                "post": {
+                    "summary": "Warm the cache from JSONL",
+                    "requestBody": {"required": True, "content": import_body},
+                    "responses": _responses(),
+                }
+            },
+            "/openapi.json": _get("This document"),
+        },
+    }
+
+
+def openapi_json() -> bytes:
+    return orjson.dumps(build_document())
