@@ -169,9 +169,32 @@ def _retry(table: TomlTable) -> RetryConfig:
     )
 
 
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``, fit for banners, logs and errors."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, path = rest.partition("/")
+    userinfo, at, host = authority.rpartition("@")
+    if not at:
+        return url
+    user, colon, _ = userinfo.partition(":")
+    # A user name alone may itself be the token (``https://sk-...@host``): hide it too.
+    shown = f"{user}:***" if colon else "***"
+    return f"{scheme}://{shown}@{host}{slash}{path}"
+
+
 def check_url(url: str, where: str) -> str:
     if not url.startswith(("http://", "https://")):
-        raise ConfigError(f"{where}: expected an http:// or https:// URL, got {url!r}")
+        raise ConfigError(f"{where}: expected an http:// or https:// URL, got {redact_url(url)!r}")
+    authority = url.split("://", 1)[1].split("/", 1)[0]
+    if "@" in authority:
+        # Refused rather than turned into basic auth: hasten authenticates upstream with a
+        # bearer key (or passes the caller's), and a URL is printed in banners and logs.
+        raise ConfigError(
+            f"{where}: credentials in the URL ({redact_url(url)}) are not supported; "
+            "give the upstream key as api_key_env (or --upstream plus HASTEN_UPSTREAM_API_KEY)"
+        )
     return url.rstrip("/")
 
 

@@ -25,6 +25,7 @@ from hasten.config import (
     UpstreamConfig,
     check_cache,
     load_config,
+    redact_url,
     with_upstream,
 )
 from hasten.errors import ConfigError
@@ -239,10 +240,11 @@ def _banner(config: GatewayConfig, sock: socket.socket, supervisor: EngineSuperv
             if upstream.name == "simulator"
             else ""
         )
-        lines.append(f"  upstream {upstream.name}: {upstream.url}{label}")
+        lines.append(f"  upstream {upstream.name}: {redact_url(upstream.url)}{label}")
     cache = config.cache
     if cache.is_enabled:
-        where = {"sqlite": cache.sqlite_path, "redis": cache.redis_url, "memory": "in-process"}
+        redis_url = redact_url(cache.redis_url or "")
+        where = {"sqlite": cache.sqlite_path, "redis": redis_url, "memory": "in-process"}
         lines.append(
             f"  cache: L1 memory {cache.l1_max_bytes // (1024 * 1024)} MiB + "
             f"{cache.backend} ({where[cache.backend]})"
