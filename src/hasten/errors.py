@@ -60,6 +60,21 @@ class PayloadTooLarge(InvalidRequest):
     default_code = "payload_too_large"
 
 
+class RequestTimeout(InvalidRequest):
+    status_code = 408
+    default_code = "request_timeout"
+
+
+class URLTooLong(InvalidRequest):
+    status_code = 414
+    default_code = "url_too_long"
+
+
+class HeadersTooLarge(InvalidRequest):
+    status_code = 431
+    default_code = "headers_too_large"
+
+
 class Unauthorized(HastenError):
     status_code = 401
     error_type = "authentication_error"
@@ -84,6 +99,10 @@ class RateLimited(HastenError):
     status_code = 429
     error_type = "rate_limit_error"
     default_code = "rate_limit_exceeded"
+
+
+class TooManyConnections(RateLimited):
+    default_code = "too_many_connections"
 
 
 class UpstreamError(HastenError):
