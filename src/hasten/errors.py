@@ -119,5 +119,13 @@ class UpstreamTimeout(UpstreamError):
     default_code = "upstream_timeout"
 
 
+class DamagedCacheEntry(ValueError):
+    """A stored cache entry fails its checksum or does not parse; a miss, never rendered."""
+
+
+class OutdatedCacheEntry(ValueError):
+    """A stored cache entry in a format before checksums; a miss, never rendered."""
+
+
 class ConfigError(Exception):
     """A configuration file or flag is invalid; never rendered to clients."""

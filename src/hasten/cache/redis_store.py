@@ -13,6 +13,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from hasten.cache.entry import CachedAnswer
+from hasten.errors import OutdatedCacheEntry
 
 _LOG = logging.getLogger("hasten.cache")
 
@@ -50,10 +51,21 @@ class RedisStore:
         self._is_healthy = True
         self._retry_at = 0.0  # time.monotonic() before which we don't contact Redis
         self._is_closed = False
+        self._num_failures = 0
+        self._num_bad_entries = 0
+        self._num_outdated_entries = 0
 
     @property
     def is_healthy(self) -> bool:
         return self._is_healthy
+
+    def counters(self) -> dict[str, int]:
+        """Failed Redis calls; entries dropped for a bad checksum or an old format."""
+        return {
+            "failures": self._num_failures,
+            "bad_entries": self._num_bad_entries,
+            "outdated_entries": self._num_outdated_entries,
+        }
 
     async def get(self, key: str) -> CachedAnswer | None:
         """The stored entry if present and unexpired; None on a miss or any failure."""
@@ -69,7 +81,14 @@ class RedisStore:
             return None
         try:
             entry = CachedAnswer.decode(data)
-        except ValueError:
+        except OutdatedCacheEntry:
+            self._num_outdated_entries += 1
+            await self.delete(key)
+            return None
+        except ValueError as exc:
+            self._num_bad_entries += 1
+            if self._num_bad_entries == 1:  # the rest are only counted
+                _LOG.warning("Redis cache: dropped a damaged entry (%s)", exc)
             await self.delete(key)
             return None
         return entry if entry.is_fresh(self._clock()) else None
@@ -113,6 +132,7 @@ class RedisStore:
         return not self._is_closed and time.monotonic() >= self._retry_at
 
     def _on_failure(self, exc: BaseException) -> None:
+        self._num_failures += 1
         self._retry_at = time.monotonic() + self._retry_backoff_s
         if self._is_healthy:
             self._is_healthy = False
