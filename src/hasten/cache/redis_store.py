@@ -10,6 +10,7 @@ from collections.abc import Callable
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from hasten.cache.entry import CachedAnswer
@@ -41,12 +42,15 @@ class RedisStore:
         self.namespace = namespace
         self._retry_backoff_s = retry_backoff_s
         self._clock = clock
-        # No client-side retries: a miss is cheaper than waiting on a struggling Redis.
+        # One immediate retry, on a dropped connection only: after a Redis restart every
+        # pooled connection is dead, and each would otherwise cost a failure of its own
+        # (seconds apart, as the pool hands them out). A timeout is not retried: a miss is
+        # cheaper than waiting twice on a struggling Redis.
         self._client: Redis = Redis.from_url(
             url,
             socket_connect_timeout=connect_timeout_s,
             socket_timeout=op_timeout_s,
-            retry=Retry(NoBackoff(), 0),
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
         )
         self._is_healthy = True
         self._retry_at = 0.0  # time.monotonic() before which we don't contact Redis
@@ -74,7 +78,7 @@ class RedisStore:
         try:
             data = await self._client.get(self.namespace + key)
         except _FAILURES as exc:
-            self._on_failure(exc)
+            await self._on_failure(exc)
             return None
         self._on_success()
         if not isinstance(data, bytes):  # None: a plain miss
@@ -103,7 +107,7 @@ class RedisStore:
         try:
             await self._client.set(self.namespace + key, entry.encode(), px=ttl_ms)
         except _FAILURES as exc:
-            self._on_failure(exc)
+            await self._on_failure(exc)
             return False
         self._on_success()
         return True
@@ -115,7 +119,7 @@ class RedisStore:
         try:
             deleted = await self._client.delete(self.namespace + key)
         except _FAILURES as exc:
-            self._on_failure(exc)
+            await self._on_failure(exc)
             return False
         self._on_success()
         return bool(deleted)
@@ -131,9 +135,14 @@ class RedisStore:
     def _is_usable(self) -> bool:
         return not self._is_closed and time.monotonic() >= self._retry_at
 
-    def _on_failure(self, exc: BaseException) -> None:
+    async def _on_failure(self, exc: BaseException) -> None:
         self._num_failures += 1
         self._retry_at = time.monotonic() + self._retry_backoff_s
+        if isinstance(exc, RedisConnectionError):
+            # The idle pooled connections lead to the same lost server: drop them now, so
+            # the first call after the back-off does not find one of them.
+            with contextlib.suppress(*_FAILURES):
+                await self._client.connection_pool.disconnect(inuse_connections=False)
         if self._is_healthy:
             self._is_healthy = False
             _LOG.warning(
