@@ -22,6 +22,7 @@ from hasten.config import (
     TimeoutConfig,
     UpstreamConfig,
 )
+from hasten.connection import protocol_for
 from tests.servers import ServerThread
 
 FAST_RETRY = RetryConfig(max_retries=2, backoff_base_s=0.01, backoff_max_s=0.05)
@@ -60,7 +61,8 @@ def make_config(
 
 @contextmanager
 def running_gateway(config: GatewayConfig) -> Iterator[ServerThread]:
-    with ServerThread(HastenApp(config), lifespan="on") as server:
+    # With the gateway's own connection protocol (limits, timeouts), as `hasten serve` runs it.
+    with ServerThread(HastenApp(config), lifespan="on", http=protocol_for(config.server)) as server:
         yield server
 
 

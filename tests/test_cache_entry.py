@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hasten.cache.entry import CachedAnswer
+from hasten.errors import DamagedCacheEntry, OutdatedCacheEntry
 
 times = st.floats(min_value=0, max_value=4e9, allow_nan=False)
 ttls = st.floats(min_value=0, max_value=1e7, allow_nan=False)
@@ -36,7 +37,7 @@ def test_encoding_is_compact() -> None:
     answer = CachedAnswer.from_body(body, endpoint="chat", ttl_s=60.0, created_at=1.0)
     # The payload is stored raw, not re-escaped inside JSON.
     assert len(answer.encode()) < len(body) + 64
-    assert answer.encode()[0] == 1  # version byte
+    assert answer.encode()[0] == 2  # version byte: 2 has a checksum
 
 
 @pytest.mark.parametrize(
@@ -88,3 +89,22 @@ def test_kind_needs_its_payload() -> None:
         CachedAnswer(kind="json", endpoint="chat", created_at=0.0, ttl_s=1.0)
     with pytest.raises(ValueError):
         CachedAnswer(kind="stream", endpoint="chat", created_at=0.0, ttl_s=1.0)
+
+
+@settings(deadline=None)
+@given(body=st.binary(min_size=1, max_size=200), data=st.data())
+def test_any_changed_byte_fails_the_checksum(body: bytes, data: st.DataObject) -> None:
+    encoded = bytearray(
+        CachedAnswer.from_body(body, endpoint="chat", ttl_s=60.0, created_at=1.0).encode()
+    )
+    index = data.draw(st.integers(min_value=1, max_value=len(encoded) - 1))
+    encoded[index] ^= data.draw(st.integers(min_value=1, max_value=255))
+    with pytest.raises(DamagedCacheEntry):
+        CachedAnswer.decode(bytes(encoded))
+
+
+def test_format_without_checksum_is_outdated() -> None:
+    header = b'{"k":"json","e":"chat","c":1.0,"t":60.0}'
+    version_1 = b"\x01" + len(header).to_bytes(4, "big") + header + b"answer"
+    with pytest.raises(OutdatedCacheEntry):
+        CachedAnswer.decode(version_1)

@@ -253,3 +253,24 @@ async def test_calls_after_close_miss(redis_url: str) -> None:
     await redis_store.close()
     assert await redis_store.get("k") is None
     assert not await redis_store.put("k", answer())
+
+
+async def test_no_second_failure_from_stale_pooled_connections_after_a_restart(
+    own_redis: RestartableRedis,
+) -> None:
+    redis_store = RedisStore(own_redis.url, retry_backoff_s=0.05)
+    try:
+        # Eight connections in the pool, all to the server that is about to go away.
+        assert all(await asyncio.gather(*(redis_store.put(f"k{i}", answer()) for i in range(8))))
+        own_redis.stop()
+        assert await redis_store.get("k0") is None  # the one failure a restart costs
+        own_redis.start()
+        await asyncio.sleep(0.1)  # past the back-off
+        failures = redis_store.counters()["failures"]
+        for _ in range(3):  # concurrent calls take every pooled connection
+            await asyncio.gather(*(redis_store.put(f"k{i}", answer()) for i in range(8)))
+            await asyncio.sleep(0.1)
+        assert redis_store.counters()["failures"] == failures
+        assert redis_store.is_healthy
+    finally:
+        await redis_store.close()

@@ -181,17 +181,25 @@ async def assert_degraded(sqlite_store: SQLiteStore, caplog: pytest.LogCaptureFi
     assert len(warnings_of(caplog)) == 1
 
 
-async def test_garbage_file_degrades_with_one_warning(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+async def test_garbage_file_is_moved_aside_and_replaced(
+    tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = tmp_path / "cache.db"
     path.write_bytes(b"this is not a database" * 500)
-    sqlite_store = SQLiteStore(path, retry_backoff_s=0.0)
-    try:
-        await assert_degraded(sqlite_store, caplog)
-    finally:
-        await sqlite_store.close()
-    assert path.read_bytes() == b"this is not a database" * 500  # left alone for inspection
+    with caplog.at_level(logging.WARNING, logger="hasten.cache"):
+        sqlite_store = SQLiteStore(path, retry_backoff_s=0.0, clock=clock)
+        try:
+            assert await eventually(lambda: sqlite_store.put("k", answer()))
+            assert await sqlite_store.get("k") == answer()
+            assert sqlite_store.is_healthy
+            assert sqlite_store.counters()["corruptions"] == 1
+        finally:
+            await sqlite_store.close()
+    (kept,) = sqlite_store.moved_aside
+    assert kept.name.startswith("cache.db.corrupt-")
+    assert kept.read_bytes() == b"this is not a database" * 500  # kept for inspection
+    (warning,) = warnings_of(caplog)
+    assert str(kept) in warning.getMessage()
 
 
 async def test_unreadable_path_degrades_with_one_warning(

@@ -43,6 +43,9 @@ class FakeL2:
     def is_healthy(self) -> bool:
         return not self.is_raising
 
+    def counters(self) -> dict[str, int]:
+        return {"gets": self.gets}
+
     async def get(self, key: str) -> CachedAnswer | None:
         self.gets += 1
         if self.is_raising:

@@ -1,7 +1,7 @@
 """One upstream attempt, up to the moment it has something a client can use.
 
 An attempt is "ready" once it has a token (the first SSE event with content) for a stream,
-the response headers otherwise, or a final non-retryable status; anything else is a
+the whole body of a non-stream 200, or a final non-retryable status; anything else is a
 ``Failed`` with a short reason the router learns from. Nothing here decides what to do next:
 that is ``hasten.dispatch`` (doing) asking ``hasten.routing`` (deciding).
 """
@@ -157,10 +157,29 @@ async def run_attempt(transport: Transport, spec: AttemptSpec) -> Ready | Failed
         buffered = await buffer_response(response, spec.deadline_s - time.monotonic())
         retry_after_s = parse_retry_after_s(buffered.headers)
         return Failed(str(status), None, buffered, retry_after_s, is_retryable_here=True)
-    if status != 200 or not spec.is_stream:
+    if status != 200:
         elapsed_ms = (time.perf_counter() - started_s) * 1000.0
-        return Ready(response, elapsed_ms, is_token=status == 200)
+        return Ready(response, elapsed_ms, is_token=False)
+    if not spec.is_stream:
+        return await _read_whole(response, spec.deadline_s, started_s)
     return await _await_first_token(response, upstream, started_s)
+
+
+async def _read_whole(
+    response: UpstreamResponse, deadline_s: float, started_s: float
+) -> Ready | Failed:
+    """A non-stream answer is usable only once complete: one cut off midway has reached
+    no client yet, so it fails like a connect error and is retried or failed over."""
+    ttft_ms = (time.perf_counter() - started_s) * 1000.0
+    try:
+        body = await response.read(max(0.001, deadline_s - time.monotonic()))
+    except UpstreamTimeout as exc:
+        return Failed("body_timeout", exc)
+    except UpstreamError as exc:
+        return Failed("body_cut", exc, is_retryable_here=True)
+    finally:
+        response.close()
+    return Ready(BufferedResponse(200, response.headers, body), ttft_ms, is_token=True)
 
 
 async def _await_first_token(

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from hasten import __version__
-from hasten.config import GatewayConfig, load_config
+from hasten.config import GatewayConfig, load_config, redact_url
 from hasten.errors import ConfigError
 
 DESCRIPTION = """\
@@ -47,7 +47,7 @@ def _describe(path: str, config: GatewayConfig) -> str:
     for upstream in config.upstreams.values():
         key = "key set" if upstream.api_key else "no key"
         lines.append(
-            f"  upstream {upstream.name}: {upstream.url} ({key}; retries "
+            f"  upstream {upstream.name}: {redact_url(upstream.url)} ({key}; retries "
             f"{upstream.retry.max_retries}; timeouts connect "
             f"{upstream.timeouts.connect_s:g}s, first byte "
             f"{upstream.timeouts.first_byte_s:g}s, idle {upstream.timeouts.idle_s:g}s, "

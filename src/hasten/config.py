@@ -30,6 +30,11 @@ from hasten.toml_table import TomlTable
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024
+DEFAULT_MAX_HEADER_BYTES = 64 * 1024
+DEFAULT_MAX_URL_BYTES = 8 * 1024
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+DEFAULT_BODY_TIMEOUT_S = 60.0
+DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 1024
 DEFAULT_L1_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_TTL_S = 3600.0
 DEFAULT_SQLITE_PATH = "hasten-cache.sqlite3"
@@ -112,6 +117,12 @@ class ServerConfig:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    # Per connection (hasten.connection): what one client can hold of the server.
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    max_url_bytes: int = DEFAULT_MAX_URL_BYTES
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S  # connect (or first byte) to headers
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S  # headers to the end of the body
+    max_connections_per_client: int = DEFAULT_MAX_CONNECTIONS_PER_CLIENT  # 0: no cap
     api_keys: tuple[TenantKey, ...] = ()
     log_level: str = "info"
 
@@ -169,9 +180,32 @@ def _retry(table: TomlTable) -> RetryConfig:
     )
 
 
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``, fit for banners, logs and errors."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, path = rest.partition("/")
+    userinfo, at, host = authority.rpartition("@")
+    if not at:
+        return url
+    user, colon, _ = userinfo.partition(":")
+    # A user name alone may itself be the token (``https://sk-...@host``): hide it too.
+    shown = f"{user}:***" if colon else "***"
+    return f"{scheme}://{shown}@{host}{slash}{path}"
+
+
 def check_url(url: str, where: str) -> str:
     if not url.startswith(("http://", "https://")):
-        raise ConfigError(f"{where}: expected an http:// or https:// URL, got {url!r}")
+        raise ConfigError(f"{where}: expected an http:// or https:// URL, got {redact_url(url)!r}")
+    authority = url.split("://", 1)[1].split("/", 1)[0]
+    if "@" in authority:
+        # Refused rather than turned into basic auth: hasten authenticates upstream with a
+        # bearer key (or passes the caller's), and a URL is printed in banners and logs.
+        raise ConfigError(
+            f"{where}: credentials in the URL ({redact_url(url)}) are not supported; "
+            "give the upstream key as api_key_env (or --upstream plus HASTEN_UPSTREAM_API_KEY)"
+        )
     return url.rstrip("/")
 
 
@@ -315,6 +349,13 @@ def _server(table: TomlTable, env: Mapping[str, str]) -> ServerConfig:
         host=table.get("host", str, d.host),
         port=table.integer("port", d.port, minimum=0),
         max_body_bytes=table.integer("max_body_bytes", d.max_body_bytes, minimum=1),
+        max_header_bytes=table.integer("max_header_bytes", d.max_header_bytes, minimum=1024),
+        max_url_bytes=table.integer("max_url_bytes", d.max_url_bytes, minimum=64),
+        header_timeout_s=table.number("header_timeout_s", d.header_timeout_s),
+        body_timeout_s=table.number("body_timeout_s", d.body_timeout_s),
+        max_connections_per_client=table.integer(
+            "max_connections_per_client", d.max_connections_per_client
+        ),
         api_keys=tuple(keys),
         log_level=table.get("log_level", str, d.log_level),
     )

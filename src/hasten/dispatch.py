@@ -14,6 +14,7 @@ All within the request's deadline. Every outcome is reported to the pool, which 
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from collections.abc import Mapping
@@ -27,6 +28,8 @@ from hasten.errors import HastenError, UpstreamError, UpstreamTimeout
 from hasten.retry import retry_delay_s
 from hasten.routing.pool import DeploymentPool
 from hasten.transport import Transport
+
+_log = logging.getLogger("hasten.dispatch")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,13 +123,23 @@ class Dispatch:
         self.decision.ranking = ranking.reason
         self.deadline_s = now_s + self._upstreams[self._order[0]].timeouts.total_s
         self._start(self._order[0], is_hedge=False)
+        won: Won | None = None
         try:
-            return await self._race()
+            won = await self._race()
         except HastenError as exc:
             exc.headers.update(self._failure_headers())
             raise
         finally:
-            await self._cancel_running()
+            try:
+                await self._cancel_running()
+            except BaseException:
+                # Cancelled (the client left) while the losers unwound: nobody will close
+                # the winner, so it is closed and counted out here.
+                if won is not None:
+                    won.ready.response.close()
+                    self._pool.on_attempt_end(won.name)
+                raise
+        return won
 
     def _failure_headers(self) -> dict[str, str]:
         """The routing headers of a request that failed: who was tried last, and what broke."""
@@ -163,7 +176,7 @@ class Dispatch:
         now_s = time.monotonic()
         for task in done:
             info = self._running.pop(task)
-            outcome = task.result()
+            outcome = _outcome(task)
             if isinstance(outcome, Failed):
                 self._record_failure(info, outcome, now_s)
             elif won is None:
@@ -331,17 +344,15 @@ class Dispatch:
         ]
         for task in expired:
             info = self._running.pop(task)
-            task.cancel()
-            await asyncio.wait([task])
-            late = None if task.cancelled() else task.result()
-            if isinstance(late, Ready):
-                late.response.close()  # ready at the last moment: too late all the same
+            _abandon(task)
             timeout_s = self._pool.ttft_timeout_s(info.name) or 0.0
             error = UpstreamTimeout(
                 f"no first token from upstream {info.name!r} within {timeout_s:g} s",
                 code="upstream_ttft_timeout",
             )
+            # Counted out before waiting, so a client leaving meanwhile cannot skip it.
             self._record_failure(info, Failed("ttft_timeout", error), time.monotonic())
+            await asyncio.wait([task])
 
     async def _cancel_running(self) -> None:
         running, self._running = self._running, {}
@@ -349,11 +360,7 @@ class Dispatch:
             return
         now_s = time.monotonic()
         for task, info in running.items():
-            if task.done() and not task.cancelled():
-                outcome = task.result()
-                if isinstance(outcome, Ready):
-                    outcome.response.close()
-            task.cancel()
+            _abandon(task)
             self._record_cancelled(info, now_s)
         # Cancelled attempts close their connections as they unwind; wait for that, so the
         # upstream sees the hang-up before the winner's first byte reaches the client.
@@ -366,6 +373,30 @@ class Dispatch:
         if self._last is not None and self._last[1].error is not None:
             return self._last[1].error
         return UpstreamError("no upstream available")
+
+
+def _outcome(task: asyncio.Task[Ready | Failed]) -> Ready | Failed:
+    """A finished attempt's outcome; an attempt that raised (a bug) is a failure too, so
+    its in-flight count still comes down and the request still fails over."""
+    exc = task.exception()
+    if exc is None:
+        return task.result()
+    _log.error("upstream attempt raised", exc_info=exc)
+    return Failed("internal_error", UpstreamError(f"upstream attempt failed: {type(exc).__name__}"))
+
+
+def _abandon(task: asyncio.Task[Ready | Failed]) -> None:
+    """Cancels an attempt nobody waits for; one that is (or still becomes) ready is closed."""
+    task.cancel()
+    task.add_done_callback(_close_if_ready)
+
+
+def _close_if_ready(task: asyncio.Task[Ready | Failed]) -> None:
+    if task.cancelled():
+        return
+    outcome = _outcome(task)
+    if isinstance(outcome, Ready):
+        outcome.response.close()  # ready at the last moment: too late all the same
 
 
 class GaveUp(UpstreamError):

@@ -60,6 +60,21 @@ class PayloadTooLarge(InvalidRequest):
     default_code = "payload_too_large"
 
 
+class RequestTimeout(InvalidRequest):
+    status_code = 408
+    default_code = "request_timeout"
+
+
+class URLTooLong(InvalidRequest):
+    status_code = 414
+    default_code = "url_too_long"
+
+
+class HeadersTooLarge(InvalidRequest):
+    status_code = 431
+    default_code = "headers_too_large"
+
+
 class Unauthorized(HastenError):
     status_code = 401
     error_type = "authentication_error"
@@ -86,6 +101,10 @@ class RateLimited(HastenError):
     default_code = "rate_limit_exceeded"
 
 
+class TooManyConnections(RateLimited):
+    default_code = "too_many_connections"
+
+
 class UpstreamError(HastenError):
     """The upstream could not be reached or failed in a way we cannot pass through."""
 
@@ -98,6 +117,14 @@ class UpstreamTimeout(UpstreamError):
     status_code = 504
     error_type = "timeout_error"
     default_code = "upstream_timeout"
+
+
+class DamagedCacheEntry(ValueError):
+    """A stored cache entry fails its checksum or does not parse; a miss, never rendered."""
+
+
+class OutdatedCacheEntry(ValueError):
+    """A stored cache entry in a format before checksums; a miss, never rendered."""
 
 
 class ConfigError(Exception):

@@ -22,11 +22,14 @@ from hasten.config import (
     CacheConfig,
     GatewayConfig,
     ModelRoute,
+    ServerConfig,
     UpstreamConfig,
     check_cache,
     load_config,
+    redact_url,
     with_upstream,
 )
+from hasten.connection import protocol_for
 from hasten.errors import ConfigError
 from hasten.local.config import LocalServerConfig
 from hasten.local.supervisor import EngineSupervisor, RestartSettings
@@ -140,12 +143,14 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _uvicorn_server(app: Any, log_level: str) -> uvicorn.Server:
+def _uvicorn_server(app: Any, log_level: str, limits: ServerConfig | None = None) -> uvicorn.Server:
+    # The gateway's connections get hasten's limits; the demo simulator's (loopback) do not.
+    http: Any = "httptools" if limits is None else protocol_for(limits)
     config = uvicorn.Config(
         app,
         log_level=log_level,
         access_log=False,
-        http="httptools",
+        http=http,
         loop="none",
         lifespan="on",
         timeout_graceful_shutdown=5,
@@ -177,7 +182,7 @@ async def _serve(config: GatewayConfig, *, is_simulator_default: bool) -> None:
     config = edge.with_hybrid_routes(config)
     sock = _bind(config.server.host, config.server.port)
     app = HastenApp(config, engine=supervisor)
-    servers.append((_uvicorn_server(app, config.server.log_level), sock))
+    servers.append((_uvicorn_server(app, config.server.log_level, config.server), sock))
     print(_banner(config, sock, supervisor), file=sys.stderr, flush=True)
     try:
         await asyncio.gather(*(server.serve(sockets=[s]) for server, s in servers))
@@ -239,10 +244,11 @@ def _banner(config: GatewayConfig, sock: socket.socket, supervisor: EngineSuperv
             if upstream.name == "simulator"
             else ""
         )
-        lines.append(f"  upstream {upstream.name}: {upstream.url}{label}")
+        lines.append(f"  upstream {upstream.name}: {redact_url(upstream.url)}{label}")
     cache = config.cache
     if cache.is_enabled:
-        where = {"sqlite": cache.sqlite_path, "redis": cache.redis_url, "memory": "in-process"}
+        redis_url = redact_url(cache.redis_url or "")
+        where = {"sqlite": cache.sqlite_path, "redis": redis_url, "memory": "in-process"}
         lines.append(
             f"  cache: L1 memory {cache.l1_max_bytes // (1024 * 1024)} MiB + "
             f"{cache.backend} ({where[cache.backend]})"

@@ -146,7 +146,10 @@ class AiohttpTransport:
         except aiohttp.ServerDisconnectedError:
             # A pooled keep-alive connection the upstream had already closed.
             raise UpstreamConnectError("upstream closed the connection before answering") from None
-        except aiohttp.ClientError as exc:
+        except Exception as exc:
+            # aiohttp raises more than ClientError (ValueError for a URL it will not combine
+            # with our headers, say): each is a failed attempt, never a 500 or a lost count.
+            # Only the type is shown: messages may quote the URL.
             raise UpstreamError(f"upstream request failed: {type(exc).__name__}") from None
         return _AiohttpResponse(response)
 

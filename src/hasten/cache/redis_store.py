@@ -10,9 +10,11 @@ from collections.abc import Callable
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from hasten.cache.entry import CachedAnswer
+from hasten.errors import OutdatedCacheEntry
 
 _LOG = logging.getLogger("hasten.cache")
 
@@ -40,20 +42,34 @@ class RedisStore:
         self.namespace = namespace
         self._retry_backoff_s = retry_backoff_s
         self._clock = clock
-        # No client-side retries: a miss is cheaper than waiting on a struggling Redis.
+        # One immediate retry, on a dropped connection only: after a Redis restart every
+        # pooled connection is dead, and each would otherwise cost a failure of its own
+        # (seconds apart, as the pool hands them out). A timeout is not retried: a miss is
+        # cheaper than waiting twice on a struggling Redis.
         self._client: Redis = Redis.from_url(
             url,
             socket_connect_timeout=connect_timeout_s,
             socket_timeout=op_timeout_s,
-            retry=Retry(NoBackoff(), 0),
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
         )
         self._is_healthy = True
         self._retry_at = 0.0  # time.monotonic() before which we don't contact Redis
         self._is_closed = False
+        self._num_failures = 0
+        self._num_bad_entries = 0
+        self._num_outdated_entries = 0
 
     @property
     def is_healthy(self) -> bool:
         return self._is_healthy
+
+    def counters(self) -> dict[str, int]:
+        """Failed Redis calls; entries dropped for a bad checksum or an old format."""
+        return {
+            "failures": self._num_failures,
+            "bad_entries": self._num_bad_entries,
+            "outdated_entries": self._num_outdated_entries,
+        }
 
     async def get(self, key: str) -> CachedAnswer | None:
         """The stored entry if present and unexpired; None on a miss or any failure."""
@@ -62,14 +78,21 @@ class RedisStore:
         try:
             data = await self._client.get(self.namespace + key)
         except _FAILURES as exc:
-            self._on_failure(exc)
+            await self._on_failure(exc)
             return None
         self._on_success()
         if not isinstance(data, bytes):  # None: a plain miss
             return None
         try:
             entry = CachedAnswer.decode(data)
-        except ValueError:
+        except OutdatedCacheEntry:
+            self._num_outdated_entries += 1
+            await self.delete(key)
+            return None
+        except ValueError as exc:
+            self._num_bad_entries += 1
+            if self._num_bad_entries == 1:  # the rest are only counted
+                _LOG.warning("Redis cache: dropped a damaged entry (%s)", exc)
             await self.delete(key)
             return None
         return entry if entry.is_fresh(self._clock()) else None
@@ -84,7 +107,7 @@ class RedisStore:
         try:
             await self._client.set(self.namespace + key, entry.encode(), px=ttl_ms)
         except _FAILURES as exc:
-            self._on_failure(exc)
+            await self._on_failure(exc)
             return False
         self._on_success()
         return True
@@ -96,7 +119,7 @@ class RedisStore:
         try:
             deleted = await self._client.delete(self.namespace + key)
         except _FAILURES as exc:
-            self._on_failure(exc)
+            await self._on_failure(exc)
             return False
         self._on_success()
         return bool(deleted)
@@ -112,8 +135,14 @@ class RedisStore:
     def _is_usable(self) -> bool:
         return not self._is_closed and time.monotonic() >= self._retry_at
 
-    def _on_failure(self, exc: BaseException) -> None:
+    async def _on_failure(self, exc: BaseException) -> None:
+        self._num_failures += 1
         self._retry_at = time.monotonic() + self._retry_backoff_s
+        if isinstance(exc, RedisConnectionError):
+            # The idle pooled connections lead to the same lost server: drop them now, so
+            # the first call after the back-off does not find one of them.
+            with contextlib.suppress(*_FAILURES):
+                await self._client.connection_pool.disconnect(inuse_connections=False)
         if self._is_healthy:
             self._is_healthy = False
             _LOG.warning(

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from hasten.cache.entry import CachedAnswer
+from hasten.errors import OutdatedCacheEntry
 
 _LOG = logging.getLogger("hasten.cache")
 _A = TypeVar("_A")
@@ -48,6 +49,11 @@ _OLDEST = f"SELECT key, size_bytes FROM {_TABLE} ORDER BY accessed_at"
 _PERMANENT_ERRORS = frozenset(
     {"SQLITE_NOTADB", "SQLITE_CORRUPT", "SQLITE_CANTOPEN", "SQLITE_PERM", "SQLITE_AUTH"}
 )
+# A damaged file is not worth repairing: it is moved aside (kept for inspection) and a new
+# one started. Bounded, so a disk that keeps corrupting files cannot fill itself with copies.
+_CORRUPTION_ERRORS = frozenset({"SQLITE_NOTADB", "SQLITE_CORRUPT"})
+_MAX_FILES_MOVED_ASIDE = 3
+_SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 # LRU order only needs to be roughly right; don't turn every hit into a write.
 _TOUCH_INTERVAL_S = 60.0
 _PURGE_EVERY_PUTS = 512
@@ -58,10 +64,13 @@ _LOW_WATER_FRACTION = 0.9
 class SQLiteStore:
     """Answers persisted in a WAL-mode SQLite file; survives restarts.
 
-    Every call runs on a dedicated worker thread. Failures never raise: a corrupt, unreadable
-    or locked database logs one warning, reads miss and writes are dropped (``is_healthy`` is
-    False). Locks and other transient errors are retried after ``retry_backoff_s``.
-    ``max_bytes`` bounds the stored payloads (approximate, least recently used go first).
+    Every call runs on a dedicated worker thread, which opens the file at construction.
+    Failures never raise: an unreadable or locked database logs one warning, reads miss and
+    writes are dropped (``is_healthy`` is False). Locks and other transient errors are
+    retried after ``retry_backoff_s``. A corrupt file (at startup or later) is moved to
+    ``<path>.corrupt-<UTC timestamp>`` and a new one started; an entry failing its checksum
+    is a miss and deleted. Both are counted (``counters``). ``max_bytes`` bounds the stored
+    payloads (approximate, least recently used go first).
     """
 
     def __init__(
@@ -87,10 +96,29 @@ class SQLiteStore:
         self._retry_at = 0.0  # time.monotonic() before which we don't touch the file
         self._approx_bytes = 0.0
         self._puts_since_purge = 0
+        self._num_bad_entries = 0
+        self._num_outdated_entries = 0
+        self._num_corruptions = 0
+        self._moved_aside: list[Path] = []
+        # Opened now, off the loop: a corrupt file is found (and replaced) at startup.
+        self._executor.submit(self._guarded, _open_only, None, None)
 
     @property
     def is_healthy(self) -> bool:
         return self._is_healthy
+
+    def counters(self) -> dict[str, int]:
+        """Entries dropped for a bad checksum or an old format; corrupt files replaced."""
+        return {
+            "bad_entries": self._num_bad_entries,
+            "outdated_entries": self._num_outdated_entries,
+            "corruptions": self._num_corruptions,
+        }
+
+    @property
+    def moved_aside(self) -> list[Path]:
+        """Where corrupt files were moved, oldest first."""
+        return list(self._moved_aside)
 
     async def get(self, key: str) -> CachedAnswer | None:
         """The stored entry if present and unexpired; None on a miss or any failure."""
@@ -168,6 +196,10 @@ class SQLiteStore:
 
     def _on_failure(self, exc: BaseException) -> None:
         error_name = getattr(exc, "sqlite_errorname", None)
+        if error_name in _CORRUPTION_ERRORS:
+            self._num_corruptions += 1
+            if len(self._moved_aside) < _MAX_FILES_MOVED_ASIDE and self._move_aside(exc):
+                return
         is_permanent = isinstance(exc, OSError) or error_name in _PERMANENT_ERRORS
         if is_permanent:
             self._is_disabled = True
@@ -186,6 +218,41 @@ class SQLiteStore:
                 " until restart" if is_permanent else "",
             )
 
+    def _move_aside(self, exc: BaseException) -> bool:
+        """Renames the corrupt file (and its WAL) for inspection; the next call starts anew."""
+        self._close_sync()
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        kept = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        suffix = 1
+        while kept.exists():
+            suffix += 1
+            kept = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{suffix}")
+        try:
+            self.path.rename(kept)
+            for side in _SQLITE_SIDE_FILES:
+                side_path = Path(f"{self.path}{side}")
+                if side_path.exists():
+                    side_path.rename(f"{kept}{side}")
+        except OSError as rename_error:
+            _LOG.warning(
+                "SQLite cache at %s is corrupt and cannot be moved aside: %s",
+                self.path,
+                rename_error,
+            )
+            return False
+        self._moved_aside.append(kept)
+        self._is_healthy = False  # until the new file answers
+        self._retry_at = 0.0
+        _LOG.warning(
+            "SQLite cache at %s is corrupt (%s: %s); moved it to %s for inspection and "
+            "started a new one",
+            self.path,
+            getattr(exc, "sqlite_errorname", type(exc).__name__),
+            exc,
+            kept,
+        )
+        return True
+
     def _rollback(self) -> None:
         assert self._conn is not None
         try:
@@ -203,7 +270,14 @@ class SQLiteStore:
             return None  # purged in bulk by _put_sync, not on the read path
         try:
             entry = CachedAnswer.decode(value)
-        except ValueError:
+        except OutdatedCacheEntry:
+            self._num_outdated_entries += 1
+            self._best_effort(conn, _DELETE, (key,))
+            return None
+        except ValueError as exc:
+            self._num_bad_entries += 1
+            if self._num_bad_entries == 1:
+                _LOG.warning("SQLite cache at %s: dropped a damaged entry (%s)", self.path, exc)
             self._best_effort(conn, _DELETE, (key,))
             return None
         if now - accessed_at > _TOUCH_INTERVAL_S:
@@ -265,3 +339,7 @@ class SQLiteStore:
             with contextlib.suppress(sqlite3.Error):
                 self._conn.close()
             self._conn = None
+
+
+def _open_only(conn: sqlite3.Connection, arg: None) -> None:
+    return None

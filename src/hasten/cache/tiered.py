@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from hasten.cache.entry import CachedAnswer
@@ -22,6 +22,10 @@ class L2Store(Protocol):
 
     @property
     def is_healthy(self) -> bool: ...
+
+    def counters(self) -> Mapping[str, int]:
+        """The store's own counts (bad entries dropped, ...), shown as ``l2_<name>``."""
+        ...
 
     async def get(self, key: str) -> CachedAnswer | None: ...
 
@@ -128,6 +132,8 @@ class TieredCache:
         }
         if self.l2 is not None:
             stats["l2_healthy"] = self.l2.is_healthy
+            for name, count in self.l2.counters().items():
+                stats[f"l2_{name}"] = count
         return stats
 
     async def _l2_get(self, key: str) -> CachedAnswer | None:
