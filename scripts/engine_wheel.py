@@ -128,7 +128,9 @@ def build(folder: pathlib.Path, args: list[str]) -> pathlib.Path:
         str(staging),
     ]
     try:
-        subprocess.run(command, env=env, check=True)
+        # pip's progress goes to stderr: stdout carries only the wheel's path (callers
+        # capture it with $(...)).
+        subprocess.run(command, env=env, check=True, stdout=sys.stderr)
         (folder.parent / (folder.name + ".flags")).write_text("\n".join(args) + "\n")
         # Rename is atomic: a concurrent or interrupted build never leaves a half folder.
         if folder.exists():
