@@ -253,3 +253,19 @@ def test_cloud_first_falls_back_when_first_token_is_late(local_server: EnginePro
             while sim_stats(stalled.url)["num_cancelled"] < 1 and time.monotonic() < deadline:
                 time.sleep(0.05)
             assert sim_stats(stalled.url)["num_cancelled"] == 1
+
+
+def test_local_first_fails_over_to_the_cloud_while_the_engine_is_down(
+    cloud: ServerThread,
+) -> None:
+    hybrid = HybridConfig(policy="local-first", cloud_model="gpt-cloud")
+    engine_down = f"http://127.0.0.1:{free_port()}"  # a crashed child's port refuses
+    with running_gateway(_edge_config(cloud.url + "/v1", engine_down, hybrid)) as gateway:
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="k", max_retries=0)
+        reply = client.chat.completions.with_raw_response.create(
+            model="auto", messages=_ask("Hi there!"), temperature=0, max_tokens=8
+        )
+    assert reply.status_code == 200
+    assert reply.headers["x-hasten-hybrid"] == "local; reason=easy"
+    assert reply.headers["x-hasten-upstream"] == "cloud"
+    assert "local=" in reply.headers["x-hasten-failover"]
