@@ -538,3 +538,13 @@ def test_config_objects_are_frozen() -> None:
         config.server = ServerConfig()  # type: ignore[misc]
     with pytest.raises(AttributeError):
         UpstreamConfig(name="a", url="http://a").api_key = "x"  # type: ignore[misc]
+
+
+def test_max_json_depth_default_and_range(tmp_path: Path) -> None:
+    assert _load(tmp_path, "", {}).server.max_json_depth == 64
+    assert _load(tmp_path, "[server]\nmax_json_depth = 8\n", {}).server.max_json_depth == 8
+    too_deep = _error(tmp_path, "[server]\nmax_json_depth = 201\n", {})
+    assert too_deep == "server.max_json_depth: must be <= 200, got 201"
+    assert _error(tmp_path, "[server]\nmax_json_depth = 0\n", {}).startswith(
+        "server.max_json_depth: must be >= 1"
+    )

@@ -39,15 +39,15 @@ async def handle(gateway: Gateway, scope: Scope, receive: Receive, send: Send) -
     if path == "/admin/cache/import":
         await _json(send, await _import(gateway, raw, namespace))
         return
-    body = _object(raw)
+    body = _object(raw, gateway.config.server.max_json_depth)
     if path == "/admin/cache/invalidate":
         await _json(send, await _invalidate(gateway, body, namespace))
     else:
         await _json(send, await _report(gateway, body, namespace))
 
 
-def _object(raw: bytes) -> dict[str, Any]:
-    return parse_body(raw or b"{}")  # an empty body means no filters
+def _object(raw: bytes, max_depth: int) -> dict[str, Any]:
+    return parse_body(raw or b"{}", max_depth)  # an empty body means no filters
 
 
 def _typed(body: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
@@ -110,7 +110,7 @@ async def _import(gateway: Gateway, raw: bytes, namespace: str) -> dict[str, Any
     for number, line in enumerate(raw.splitlines(), start=1):
         if not line.strip():
             continue
-        item = _object(line)
+        item = _object(line, gateway.config.server.max_json_depth)
         body, answer = _chat_body(item, number), item.get("answer")
         if not isinstance(answer, str):
             raise InvalidRequest(f"line {number}: 'answer' must be a string", param="answer")

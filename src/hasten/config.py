@@ -26,6 +26,7 @@ from hasten.routing.settings import (
 )
 from hasten.semantic_config import SemanticSettings, parse_semantic
 from hasten.toml_table import TomlTable
+from hasten.validation import DEFAULT_MAX_JSON_DEPTH, MAX_JSON_DEPTH_LIMIT
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -112,6 +113,7 @@ class ServerConfig:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
     api_keys: tuple[TenantKey, ...] = ()
     log_level: str = "info"
 
@@ -315,11 +317,21 @@ def _server(table: TomlTable, env: Mapping[str, str]) -> ServerConfig:
         host=table.get("host", str, d.host),
         port=table.integer("port", d.port, minimum=0),
         max_body_bytes=table.integer("max_body_bytes", d.max_body_bytes, minimum=1),
+        max_json_depth=_max_json_depth(table, d.max_json_depth),
         api_keys=tuple(keys),
         log_level=table.get("log_level", str, d.log_level),
     )
     table.finish()
     return config
+
+
+def _max_json_depth(table: TomlTable, default: int) -> int:
+    depth = table.integer("max_json_depth", default, minimum=1)
+    if depth > MAX_JSON_DEPTH_LIMIT:
+        raise ConfigError(
+            f"{table.path}.max_json_depth: must be <= {MAX_JSON_DEPTH_LIMIT}, got {depth}"
+        )
+    return depth
 
 
 def parse_config(data: Mapping[str, Any], env: Mapping[str, str]) -> GatewayConfig:

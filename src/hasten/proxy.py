@@ -101,7 +101,7 @@ async def handle(
     """Serves one chat/completions/embeddings request end to end."""
     started_s = time.perf_counter()
     raw = await read_body(receive, scope, gateway.config.server.max_body_bytes)
-    body = parse_body(raw)
+    body = parse_body(raw, gateway.config.server.max_json_depth)
     endpoint.check(body)
     tenant = gateway.auth.tenant_for(header(scope, b"authorization"))
     model, extra_headers = _resolve(gateway, body, request_id)

@@ -12,6 +12,13 @@ from hasten.errors import InvalidJSON, InvalidRequest
 
 _NUMBER = (int, float)
 
+# Deep enough for any real request (tool schemas nest a dozen levels), shallow enough that
+# every later serialisation stays far below orjson's 254-level limit.
+DEFAULT_MAX_JSON_DEPTH = 64
+# The cache key wraps a body two levels deeper; orjson refuses to serialise past 254.
+MAX_JSON_DEPTH_LIMIT = 200
+_MAX_COUNTED_BYTES = 8192
+
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, _NUMBER) and not isinstance(value, bool)
@@ -104,14 +111,44 @@ def check_embedding(body: dict[str, Any]) -> None:
     )
 
 
-def parse_body(raw: bytes) -> dict[str, Any]:
+def parse_body(raw: bytes, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> dict[str, Any]:
+    """The request's JSON object, nested at most ``max_depth`` levels (the object is one)."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidJSON(f"We could not parse the JSON body of your request: {exc}") from None
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.")
+    # Each level needs its own bracket, so a body with few cannot be too deep; counting
+    # them in C costs a small body less than walking it, a large one (long texts) more.
+    if len(raw) > _MAX_COUNTED_BYTES or raw.count(b"[") + raw.count(b"{") > max_depth:
+        _check_depth(body, max_depth)
     return body
+
+
+def _check_depth(body: dict[str, Any], max_depth: int) -> None:
+    """Raises naming the top-level field whose value nests deeper than ``max_depth``."""
+    num_levels_left = max_depth - 2  # below a field's value, itself at level 2
+    for name, value in body.items():
+        if type(value) is not dict and type(value) is not list:
+            continue
+        if num_levels_left < 0 or _is_too_deep(value, num_levels_left):
+            raise InvalidRequest(
+                f"'{name}' is nested more than {max_depth} levels deep.",
+                param=name,
+                code="json_too_deep",
+            )
+
+
+def _is_too_deep(node: dict[str, Any] | list[Any], num_levels_left: int) -> bool:
+    # Recursion stops after max_depth levels (at most MAX_JSON_DEPTH_LIMIT), far below
+    # Python's own limit, however deep the input.
+    for child in node.values() if type(node) is dict else node:
+        if (type(child) is dict or type(child) is list) and (
+            num_levels_left == 0 or _is_too_deep(child, num_levels_left - 1)
+        ):
+            return True
+    return False
 
 
 @dataclass(frozen=True, slots=True)
