@@ -22,11 +22,11 @@ from hasten.asgi import (
     header,
     send_response,
 )
-from hasten.auth import Authenticator
+from hasten.auth import Authenticator, Caller
 from hasten.cache import TieredCache, build_cache
 from hasten.config import GatewayConfig
 from hasten.errors import HastenError, MethodNotAllowed, NotFound
-from hasten.gateway import Gateway
+from hasten.gateway import Gateway, Stats
 from hasten.models import ModelRouter
 from hasten.proxy import handle
 from hasten.transport import AiohttpTransport, Transport
@@ -51,7 +51,7 @@ MODELS_TIMEOUT_S = 5.0
 _ENDPOINTS: dict[str, Endpoint] = {
     prefix + e.path: e for e in (CHAT, COMPLETIONS, EMBEDDINGS) for prefix in ("/v1", "")
 }
-_GET_PATHS = frozenset({"/healthz", "/readyz", "/v1/models", "/models", "/stats", "/admin/routing"})
+_GET_PATHS = frozenset({"/healthz", "/readyz", "/v1/models", "/models", "/stats"})
 
 
 class HastenApp:
@@ -88,10 +88,12 @@ class HastenApp:
                 redis_url=cache_config.redis_url,
             )
         transport = self._transport or AiohttpTransport()
+        server = self.config.server
         return Gateway(
             config=self.config,
             router=ModelRouter(self.config),
-            auth=Authenticator(self.config.server.api_keys),
+            auth=Authenticator(server.api_keys, server.admin_api_key),
+            stats=Stats(is_per_tenant=bool(server.api_keys)),
             client=UpstreamClient(transport, rng=random.Random(), config=self.config),
             cache=cache,
             semantic=_semantic_tier(self.config, cache),
@@ -183,22 +185,31 @@ class HastenApp:
             raise MethodNotAllowed(f"{method} is not allowed on {path}; use GET")
         if path == "/healthz":
             await _send_json(send, 200, {"status": "ok"})
-        elif path == "/readyz":
-            await self._readyz(gateway, send)
+            return
+        # With gateway keys only health and a bare readiness status are open; without
+        # them every caller is anonymous anyway and these views stay open.
+        authorization = header(scope, b"authorization")
+        caller = None
+        if gateway.auth.is_enforcing and (path != "/readyz" or authorization is not None):
+            caller = gateway.auth.caller(authorization)  # 401 for a missing or bad key
+        if path == "/readyz":
+            await self._readyz(gateway, send, caller)
         elif path == "/stats":
-            await _send_json(send, 200, self._stats(gateway))
-        elif path == "/admin/routing":
-            # Guarded like every route when gateway keys are enforced (see auth.tenant_for).
-            gateway.auth.tenant_for(header(scope, b"authorization"))
-            await _send_json(send, 200, {"models": gateway.client.routing_state()})
+            await _send_json(send, 200, self._stats(gateway, caller))
         else:
             await _send_json(send, 200, await _list_models(gateway))
 
-    async def _readyz(self, gateway: Gateway, send: Send) -> None:
+    async def _readyz(self, gateway: Gateway, send: Send, caller: Caller | None) -> None:
         if self._is_stopping:
             await _send_json(send, 503, {"status": "stopping"})
             return
-        body: dict[str, Any] = {"status": "ready", "cache": self._cache_state(gateway)}
+        body: dict[str, Any] = {"status": "ready"}
+        is_enforcing = gateway.auth.is_enforcing
+        if is_enforcing and caller is None:
+            await _send_json(send, 200, body)
+            return
+        if not is_enforcing or (caller is not None and caller.is_admin):
+            body["cache"] = self._cache_state(gateway)
         if self._engine is not None:
             body["engine"] = self._engine.status()
         await _send_json(send, 200, body)
@@ -208,7 +219,9 @@ class HastenApp:
             return {"enabled": False}
         return {"enabled": True, "backend": self.config.cache.backend, **gateway.cache.stats()}
 
-    def _stats(self, gateway: Gateway) -> dict[str, Any]:
+    def _stats(self, gateway: Gateway, caller: Caller | None) -> dict[str, Any]:
+        if caller is not None and caller.tenant is not None:
+            return {"tenant": caller.tenant, "requests": gateway.stats.of_tenant(caller.tenant)}
         return {
             "requests": dict(gateway.stats.counts),
             "in_flight": len(gateway.coalescer),

@@ -34,6 +34,8 @@ DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024
 DEFAULT_L1_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_TTL_S = 3600.0
 DEFAULT_SQLITE_PATH = "hasten-cache.sqlite3"
+# Where the admin key is read from unless [server] admin_api_key_env names another variable.
+DEFAULT_ADMIN_KEY_ENV = "HASTEN_ADMIN_API_KEY"
 WILDCARD_MODEL = "*"
 CACHE_BACKENDS = ("memory", "sqlite", "redis")
 REPLAY_MODES = ("instant", "paced")
@@ -115,6 +117,8 @@ class ServerConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
     api_keys: tuple[TenantKey, ...] = ()
+    # The operator's key for /admin/* and global views; None: the admin API is off.
+    admin_api_key: str | None = field(default=None, repr=False)
     log_level: str = "info"
 
 
@@ -319,10 +323,29 @@ def _server(table: TomlTable, env: Mapping[str, str]) -> ServerConfig:
         max_body_bytes=table.integer("max_body_bytes", d.max_body_bytes, minimum=1),
         max_json_depth=_max_json_depth(table, d.max_json_depth),
         api_keys=tuple(keys),
+        admin_api_key=_admin_key(table, env, keys),
         log_level=table.get("log_level", str, d.log_level),
     )
     table.finish()
     return config
+
+
+def _admin_key(table: TomlTable, env: Mapping[str, str], keys: list[TenantKey]) -> str | None:
+    """The admin key from ``admin_api_key_env`` (default HASTEN_ADMIN_API_KEY, optional)."""
+    env_name = table.get("admin_api_key_env", str, None)
+    where = f"{table.path}.admin_api_key_env"
+    if env_name is None:
+        env_name, where = DEFAULT_ADMIN_KEY_ENV, f"{where} (default {DEFAULT_ADMIN_KEY_ENV})"
+        value = env.get(env_name) or None
+    else:
+        value = env.get(env_name) or None
+        if value is None:
+            raise ConfigError(
+                f"{where}: environment variable {env_name} for the admin key is not set"
+            )
+    if value is not None and any(key.key == value for key in keys):
+        raise ConfigError(f"{where}: the admin key must differ from every tenant key")
+    return value
 
 
 def _max_json_depth(table: TomlTable, default: int) -> int:

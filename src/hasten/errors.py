@@ -66,6 +66,18 @@ class Unauthorized(HastenError):
     default_code = "invalid_api_key"
 
 
+class Forbidden(HastenError):
+    """A known caller asking for something its key does not allow."""
+
+    status_code = 403
+    error_type = "permission_error"
+    default_code = "permission_denied"
+
+
+class AdminDisabled(Forbidden):
+    default_code = "admin_api_disabled"
+
+
 class NotFound(InvalidRequest):
     status_code = 404
     default_code = "not_found"

@@ -33,9 +33,10 @@ from hasten.cache import (
     CachedAnswer,
     CacheDecision,
     ModelCachePolicy,
-    cache_key,
     decide,
+    namespaced_key,
     parse_cache_control,
+    request_key,
 )
 from hasten.cache.replay import answer_body, answer_frames
 from hasten.edge import route_name
@@ -100,10 +101,11 @@ async def handle(
 ) -> None:
     """Serves one chat/completions/embeddings request end to end."""
     started_s = time.perf_counter()
+    # The key first: a caller without one learns nothing about validation (or our limits).
+    tenant = gateway.auth.tenant_for(header(scope, b"authorization"))
     raw = await read_body(receive, scope, gateway.config.server.max_body_bytes)
     body = parse_body(raw, gateway.config.server.max_json_depth)
     endpoint.check(body)
-    tenant = gateway.auth.tenant_for(header(scope, b"authorization"))
     model, extra_headers = _resolve(gateway, body, request_id)
     is_stream = endpoint.is_streamable and body.get("stream") is True
     exchange = Exchange(
@@ -158,16 +160,19 @@ def _resolve(
 async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
     decision = _decide(gateway, ex)
     if gateway.cache is None or not (decision.is_lookup or decision.is_store):
-        gateway.stats.count("bypass")
+        gateway.stats.count("bypass", tenant=ex.tenant)
         await _forward_direct(gateway, ex)
         return
     namespace = "*" if gateway.config.cache.is_shared_across_tenants else ex.tenant
-    key = cache_key(ex.body, endpoint=ex.endpoint.name, model=ex.model.name, tenant=namespace)
+    request = request_key(ex.body, endpoint=ex.endpoint.name, model=ex.model.name)
+    key = namespaced_key(request, namespace)
+    # What /admin/cache/invalidate takes as "key"; it only ever names the caller's entry.
+    ex.extra_headers = (*ex.extra_headers, (b"x-hasten-cache-key", request.encode()))
     found = None
     if decision.is_lookup:
         entry = await gateway.cache.get(key, max_age_s=decision.max_age_s)
         if entry is not None:
-            gateway.stats.count("hit")
+            gateway.stats.count("hit", tenant=ex.tenant)
             await _serve_hit(gateway, ex, entry, b"hit")
             return
         if gateway.semantic is not None and ex.endpoint is CHAT:
@@ -175,17 +180,17 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
                 ex.body, model=ex.model.name, tenant=namespace, max_age_s=decision.max_age_s
             )
             if found.hit is not None:
-                gateway.stats.count("semantic_hit")
+                gateway.stats.count("semantic_hit", tenant=ex.tenant)
                 await _serve_hit(gateway, ex, found.hit.entry, b"semantic", found.hit.headers())
                 return
-    gateway.stats.count("miss" if decision.is_lookup else "bypass")
+    gateway.stats.count("miss" if decision.is_lookup else "bypass", tenant=ex.tenant)
     stored = _Stored(gateway, ex, key, namespace, found) if decision.is_store else None
     can_add_usage = ex.model.has_stream_options
     ex.is_usage_added = ex.is_stream and decision.is_store and not ex.wants_usage and can_add_usage
     flight_key = _flight_key(ex, key, decision, can_add_usage)
     flight, is_new = gateway.coalescer.join(flight_key, lambda f: _pump(gateway, ex, f, stored))
     if not is_new:
-        gateway.stats.count("coalesced")
+        gateway.stats.count("coalesced", tenant=ex.tenant)
     try:
         await _serve_flight(ex, flight, b"miss" if decision.is_lookup else b"bypass")
     finally:
@@ -251,7 +256,7 @@ def _header_str(scope: Scope, name: bytes) -> str | None:
 
 async def _open(gateway: Gateway, ex: Exchange) -> UpstreamCall:
     headers = upstream_headers(ex.scope, ex.is_stream, not gateway.auth.is_enforcing)
-    gateway.stats.count("upstream_calls")
+    gateway.stats.count("upstream_calls", tenant=ex.tenant)
     # A client marks a request that must not run twice (so is never hedged) this way.
     is_idempotent = header(ex.scope, b"x-hasten-idempotent") not in (b"false", b"0", b"no")
     route = gateway.client.route_request(

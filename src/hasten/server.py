@@ -17,6 +17,7 @@ import uvicorn
 
 from hasten import edge
 from hasten.app import HastenApp
+from hasten.auth import ADMIN_KEY_HINT
 from hasten.config import (
     WILDCARD_MODEL,
     CacheConfig,
@@ -251,6 +252,11 @@ def _banner(config: GatewayConfig, sock: socket.socket, supervisor: EngineSuperv
         lines.append("  cache: disabled")
     if config.server.api_keys:
         lines.append(f"  gateway keys: {len(config.server.api_keys)} tenant key(s) enforced")
+    if config.server.admin_api_key:
+        lines.append("  admin API: on (admin key set)")
+    else:
+        scoped = " except tenant-scoped calls with a tenant key" if config.server.api_keys else ""
+        lines.append(f"  admin API: off{scoped}; to enable it, {ADMIN_KEY_HINT}")
     return "\n".join(lines)
 
 
