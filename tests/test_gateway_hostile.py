@@ -7,13 +7,14 @@ from dataclasses import replace
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
-from hasten.config import GatewayConfig
+from hasten.config import CacheConfig, GatewayConfig
 from hasten.errors import InvalidRequest
 from hasten.simulator import SimConfig, build_app
 from hasten.validation import parse_body
-from tests.gateway_fixtures import make_config, running_gateway
+from tests.gateway_fixtures import chat_body, completion, make_config, running_gateway
 from tests.servers import ServerThread
 
 
@@ -100,3 +101,63 @@ def test_depth_check_counts_levels_not_brackets() -> None:
         with pytest.raises(InvalidRequest, match="nested more than 4") as info:
             parse_body(raw, 4)
         assert info.value.param == "a"
+
+
+# --- 12: forwarded header bytes are unchanged -----------------------------------------------
+
+
+class HeaderRecorder:
+    """An upstream that keeps the raw request headers it got and answers with raw bytes."""
+
+    def __init__(self, response_headers: list[tuple[bytes, bytes]]) -> None:
+        self.requests: list[list[tuple[bytes, bytes]]] = []
+        self.response_headers = response_headers
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        while (await receive()).get("more_body"):
+            pass
+        self.requests.append(list(scope["headers"]))
+        headers = [(b"content-type", b"application/json"), *self.response_headers]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": orjson.dumps(completion("ok"))})
+
+
+def _through_gateway(upstream: HeaderRecorder, **headers: bytes) -> httpx.Response:
+    with ServerThread(upstream) as server:
+        config = make_config({"up": server.url + "/v1"}, cache=CacheConfig(is_enabled=False))
+        with running_gateway(config) as gateway:
+            url = f"{gateway.url}/v1/chat/completions"
+            return httpx.post(url, json=chat_body(), headers=headers)
+
+
+def test_forwarded_header_bytes_reach_upstream_unchanged() -> None:
+    upstream = HeaderRecorder([])
+    response = _through_gateway(
+        upstream, **{"openai-organization": b"caf\xc3\xa9", "authorization": b"Bearer k\xc3\xa9"}
+    )
+    assert response.status_code == 200, response.text
+    sent = dict(upstream.requests[0])
+    assert sent[b"openai-organization"] == b"caf\xc3\xa9"
+    assert sent[b"authorization"] == b"Bearer k\xc3\xa9"
+
+
+def test_upstream_header_bytes_reach_the_client_unchanged() -> None:
+    upstream = HeaderRecorder([(b"x-request-id", b"req-\xc3\xa9"), (b"openai-version", b"v\xe9")])
+    response = _through_gateway(upstream)
+    assert response.status_code == 200, response.text
+    raw = dict(response.headers.raw)
+    assert raw[b"x-request-id"] == b"req-\xc3\xa9"
+    assert raw[b"openai-version"] == b"v\xe9"  # not UTF-8, and still passed as it came
+
+
+def test_header_bytes_that_cannot_pass_unchanged_are_refused(gateway: ServerThread) -> None:
+    # aiohttp writes header text as UTF-8: a lone latin-1 byte cannot reach upstream as is.
+    response = httpx.post(
+        f"{gateway.url}/v1/chat/completions",
+        json=chat_body(),
+        headers={"openai-organization": b"caf\xe9"},
+    )
+    error = _error(response, 400)
+    assert error["param"] == "openai-organization" and error["code"] == "invalid_header"

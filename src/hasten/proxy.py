@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -74,6 +74,8 @@ class Exchange:
     started_s: float
     request_id: str
     extra_headers: tuple[tuple[bytes, bytes], ...] = ()
+    # What goes upstream, built (and refused if it cannot be forwarded unchanged) up front.
+    forwarded_headers: dict[str, str] = field(default_factory=dict)
     # A stored stream asks upstream for usage so the cache can serve it to anyone; a
     # client that did not ask gets its copy without the usage event.
     is_usage_added: bool = False
@@ -121,6 +123,7 @@ async def handle(
         started_s,
         request_id,
         extra_headers,
+        upstream_headers(scope, is_stream, not gateway.auth.is_enforcing),
     )
     watcher = DisconnectWatcher(receive)
     try:
@@ -255,7 +258,7 @@ def _header_str(scope: Scope, name: bytes) -> str | None:
 
 
 async def _open(gateway: Gateway, ex: Exchange) -> UpstreamCall:
-    headers = upstream_headers(ex.scope, ex.is_stream, not gateway.auth.is_enforcing)
+    headers = ex.forwarded_headers
     gateway.stats.count("upstream_calls", tenant=ex.tenant)
     # A client marks a request that must not run twice (so is never hedged) this way.
     is_idempotent = header(ex.scope, b"x-hasten-idempotent") not in (b"false", b"0", b"no")
