@@ -22,6 +22,7 @@ from hasten.config import (
     TimeoutConfig,
     UpstreamConfig,
 )
+from hasten.http_protocol import GatewayHttpProtocol
 from tests.servers import ServerThread
 
 FAST_RETRY = RetryConfig(max_retries=2, backoff_base_s=0.01, backoff_max_s=0.05)
@@ -64,7 +65,8 @@ def make_config(
 
 @contextmanager
 def running_gateway(config: GatewayConfig) -> Iterator[ServerThread]:
-    with ServerThread(HastenApp(config), lifespan="on") as server:
+    # The protocol `hasten serve` uses, so parser errors are answered as in production.
+    with ServerThread(HastenApp(config), lifespan="on", http=GatewayHttpProtocol) as server:
         yield server
 
 

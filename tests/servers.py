@@ -30,7 +30,13 @@ def free_port() -> int:
 class ServerThread:
     """Runs an ASGI app with uvicorn on a free loopback port in a background thread."""
 
-    def __init__(self, app: Any, *, lifespan: Literal["auto", "on", "off"] = "auto") -> None:
+    def __init__(
+        self,
+        app: Any,
+        *,
+        lifespan: Literal["auto", "on", "off"] = "auto",
+        http: Any = "httptools",
+    ) -> None:
         # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets it knows are TCP.
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -38,7 +44,7 @@ class ServerThread:
         self.port = int(self._sock.getsockname()[1])
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(
-            app, log_level="warning", lifespan=lifespan, loop="asyncio", http="httptools"
+            app, log_level="warning", lifespan=lifespan, loop="asyncio", http=http
         )
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(

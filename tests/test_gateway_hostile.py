@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -15,7 +16,7 @@ from hasten.errors import InvalidRequest
 from hasten.simulator import SimConfig, build_app
 from hasten.validation import parse_body
 from tests.gateway_fixtures import chat_body, completion, make_config, running_gateway
-from tests.servers import ServerThread
+from tests.servers import GatewayProcess, ServerThread
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +125,9 @@ class HeaderRecorder:
         await send({"type": "http.response.body", "body": orjson.dumps(completion("ok"))})
 
 
-def _through_gateway(upstream: HeaderRecorder, **headers: bytes) -> httpx.Response:
+def _through_gateway(
+    upstream: HeaderRecorder, headers: dict[bytes, bytes] | None = None
+) -> httpx.Response:
     with ServerThread(upstream) as server:
         config = make_config({"up": server.url + "/v1"}, cache=CacheConfig(is_enabled=False))
         with running_gateway(config) as gateway:
@@ -135,7 +138,7 @@ def _through_gateway(upstream: HeaderRecorder, **headers: bytes) -> httpx.Respon
 def test_forwarded_header_bytes_reach_upstream_unchanged() -> None:
     upstream = HeaderRecorder([])
     response = _through_gateway(
-        upstream, **{"openai-organization": b"caf\xc3\xa9", "authorization": b"Bearer k\xc3\xa9"}
+        upstream, {b"openai-organization": b"caf\xc3\xa9", b"authorization": b"Bearer k\xc3\xa9"}
     )
     assert response.status_code == 200, response.text
     sent = dict(upstream.requests[0])
@@ -157,7 +160,76 @@ def test_header_bytes_that_cannot_pass_unchanged_are_refused(gateway: ServerThre
     response = httpx.post(
         f"{gateway.url}/v1/chat/completions",
         json=chat_body(),
-        headers={"openai-organization": b"caf\xe9"},
+        headers={b"openai-organization": b"caf\xe9"},
     )
     error = _error(response, 400)
     assert error["param"] == "openai-organization" and error["code"] == "invalid_header"
+
+
+# --- 13: smaller ones -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("PUT", "/v1/chat/completions", "POST"),
+        ("GET", "/v1/embeddings", "POST"),
+        ("POST", "/healthz", "GET, HEAD"),
+        ("DELETE", "/v1/models", "GET, HEAD"),
+    ],
+)
+def test_405_carries_an_allow_header(
+    gateway: ServerThread, sim: ServerThread, method: str, path: str, allow: str
+) -> None:
+    response = httpx.request(method, f"{gateway.url}{path}")
+    assert _error(response, 405)["code"] == "method_not_allowed"
+    assert response.headers["allow"] == allow
+    simulated = httpx.request("PUT", f"{sim.url}/v1/chat/completions")
+    assert simulated.status_code == 405 and simulated.headers["allow"] == "POST"
+
+
+@pytest.mark.parametrize("seed", ["36700000000000000000000", "18446744073709551616"])
+def test_a_seed_beyond_64_bits_gets_a_clear_message(gateway: ServerThread, seed: str) -> None:
+    response = httpx.post(f"{gateway.url}/v1/chat/completions", content=_chat_with("seed", seed))
+    error = _error(response, 400)
+    assert error["param"] == "seed" and error["code"] == "integer_out_of_range"
+    assert "64 bits" in error["message"] and "e+" not in error["message"]
+
+
+def _raw_exchange(url: str, request: bytes) -> tuple[bytes, bytes]:
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(request)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return head, body
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}",
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2, 3\r\n\r\n{}",
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Bad: a\x00b\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\nHo st: x\r\n\r\n",
+    ],
+)
+def test_unparseable_requests_get_the_openai_error_shape(
+    gateway: ServerThread, request_bytes: bytes
+) -> None:
+    head, body = _raw_exchange(gateway.url, request_bytes)
+    assert head.startswith(b"HTTP/1.1 400 "), head
+    assert b"content-type: application/json" in head.lower()
+    error = orjson.loads(body)["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["type"] == "invalid_request_error" and error["code"] == "invalid_http_request"
+
+
+def test_hasten_serve_answers_unparseable_requests_in_the_openai_shape() -> None:
+    with GatewayProcess("--simulator", "--no-cache") as gateway:
+        request = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: x\r\n\r\n"
+        head, body = _raw_exchange(gateway.url, request)
+    assert head.startswith(b"HTTP/1.1 400 ") and b"application/json" in head
+    assert orjson.loads(body)["error"]["code"] == "invalid_http_request"

@@ -41,14 +41,18 @@ async def handle(gateway: Gateway, scope: Scope, receive: Receive, send: Send) -
     caller = authorize(gateway, scope, path)
     if path in _GET_PATHS:
         if scope["method"] not in ("GET", "HEAD"):
-            raise MethodNotAllowed(f"{scope['method']} is not allowed on {path}; use GET")
+            raise MethodNotAllowed(
+                f"{scope['method']} is not allowed on {path}; use GET", allow="GET, HEAD"
+            )
         if path == "/admin/cache/stats":
             await _json(send, await _stats(gateway, caller))
         else:
             await _json(send, {"models": gateway.client.routing_state()})
         return
     if scope["method"] != "POST":
-        raise MethodNotAllowed(f"{scope['method']} is not allowed on {path}; use POST")
+        raise MethodNotAllowed(
+            f"{scope['method']} is not allowed on {path}; use POST", allow="POST"
+        )
     if gateway.cache is None:
         raise NotFound("the cache is disabled", code="cache_disabled")
     raw = await read_body(receive, scope, MAX_ADMIN_BODY_BYTES)

@@ -176,13 +176,13 @@ class HastenApp:
         endpoint = _ENDPOINTS.get(path)
         if endpoint is not None:
             if method != "POST":
-                raise MethodNotAllowed(f"{method} is not allowed on {path}; use POST")
+                raise MethodNotAllowed(f"{method} is not allowed on {path}; use POST", allow="POST")
             await handle(gateway, endpoint, scope, receive, send, request_id)
             return
         if path not in _GET_PATHS:
             raise NotFound(f"Unknown path {path}", code="unknown_url")
         if method not in ("GET", "HEAD"):
-            raise MethodNotAllowed(f"{method} is not allowed on {path}; use GET")
+            raise MethodNotAllowed(f"{method} is not allowed on {path}; use GET", allow="GET, HEAD")
         if path == "/healthz":
             await _send_json(send, 200, {"status": "ok"})
             return

@@ -91,6 +91,10 @@ class MethodNotAllowed(InvalidRequest):
     status_code = 405
     default_code = "method_not_allowed"
 
+    def __init__(self, message: str, *, allow: str) -> None:
+        super().__init__(message)
+        self.headers["allow"] = allow  # RFC 9110: a 405 lists the methods that would work
+
 
 class RateLimited(HastenError):
     status_code = 429

@@ -29,6 +29,7 @@ from hasten.config import (
     with_upstream,
 )
 from hasten.errors import ConfigError
+from hasten.http_protocol import GatewayHttpProtocol
 from hasten.local.config import LocalServerConfig
 from hasten.local.supervisor import EngineSupervisor, RestartSettings
 
@@ -146,7 +147,7 @@ def _uvicorn_server(app: Any, log_level: str) -> uvicorn.Server:
         app,
         log_level=log_level,
         access_log=False,
-        http="httptools",
+        http=GatewayHttpProtocol,  # httptools, with OpenAI-shaped parser errors
         loop="none",
         lifespan="on",
         timeout_graceful_shutdown=5,

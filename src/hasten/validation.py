@@ -11,6 +11,8 @@ import orjson
 from hasten.errors import InvalidJSON, InvalidRequest
 
 _NUMBER = (int, float)
+_MIN_INT = -(2**63)
+_MAX_INT = 2**64 - 1
 
 # Deep enough for any real request (tool schemas nest a dozen levels), shallow enough that
 # every later serialisation stays far below orjson's 254-level limit.
@@ -26,6 +28,11 @@ def _is_number(value: Any) -> bool:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_beyond_64_bits(value: Any) -> bool:
+    """orjson reads an integer too big for 64 bits as a float (3.67e+22): not a typo'd type."""
+    return isinstance(value, float) and value.is_integer() and abs(value) >= 2**63
 
 
 def _require(body: dict[str, Any], param: str, check: Callable[[Any], bool], what: str) -> None:
@@ -46,6 +53,13 @@ def _optional(body: dict[str, Any], param: str, check: Callable[[Any], bool], wh
 
 
 def _invalid(param: str, what: str, value: Any) -> InvalidRequest:
+    if what.startswith("an integer") and _is_beyond_64_bits(value):
+        return InvalidRequest(
+            f"Invalid '{param}': the integer is out of range; it must fit in 64 bits "
+            f"({_MIN_INT} to {_MAX_INT}).",
+            param=param,
+            code="integer_out_of_range",
+        )
     shown = repr(value)
     if len(shown) > 60:
         shown = shown[:57] + "..."
