@@ -569,3 +569,11 @@ def test_admin_key_must_differ_from_tenant_keys(tmp_path: Path) -> None:
         "server.admin_api_key_env (default HASTEN_ADMIN_API_KEY): "
         "the admin key must differ from every tenant key"
     )
+
+
+def test_log_format_is_text_or_json(tmp_path: Path) -> None:
+    assert _load(tmp_path, "", {}).server.log_format == "text"
+    assert _load(tmp_path, '[server]\nlog_format = "json"\n', {}).server.log_format == "json"
+    assert _error(tmp_path, '[server]\nlog_format = "xml"\n', {}) == (
+        "server.log_format: expected one of text, json, got 'xml'"
+    )

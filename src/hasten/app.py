@@ -293,7 +293,15 @@ async def _upstream_models(gateway: Gateway) -> list[dict[str, Any]]:
 
 def _log_error(request_id: str, exc: HastenError) -> None:
     level = logging.WARNING if exc.status_code >= 500 else logging.INFO
-    _log.log(level, "request %s: %d %s: %s", request_id, exc.status_code, exc.code, exc.message)
+    _log.log(
+        level,
+        "request %s: %d %s: %s",
+        request_id,
+        exc.status_code,
+        exc.code,
+        exc.message,
+        extra={"request_id": request_id, "status": exc.status_code},
+    )
 
 
 async def _send_error(send: Send, exc: HastenError, request_id: str, started_s: float) -> None:

@@ -18,6 +18,7 @@ from hasten.cache.policy import ModelCachePolicy
 from hasten.errors import ConfigError
 from hasten.hybrid import HybridConfig, parse_hybrid
 from hasten.local.config import LocalServerConfig, parse_local_table
+from hasten.logs import LOG_FORMATS
 from hasten.routing.settings import (
     DeploymentConfig,
     RoutingConfig,
@@ -120,6 +121,7 @@ class ServerConfig:
     # The operator's key for /admin/* and global views; None: the admin API is off.
     admin_api_key: str | None = field(default=None, repr=False)
     log_level: str = "info"
+    log_format: str = "text"  # or "json": one object per line (hasten.logs)
 
 
 @dataclass(frozen=True)
@@ -325,7 +327,13 @@ def _server(table: TomlTable, env: Mapping[str, str]) -> ServerConfig:
         api_keys=tuple(keys),
         admin_api_key=_admin_key(table, env, keys),
         log_level=table.get("log_level", str, d.log_level),
+        log_format=table.get("log_format", str, d.log_format),
     )
+    if config.log_format not in LOG_FORMATS:
+        raise ConfigError(
+            f"{table.path}.log_format: expected one of {', '.join(LOG_FORMATS)}, "
+            f"got {config.log_format!r}"
+        )
     table.finish()
     return config
 
