@@ -62,15 +62,29 @@ def test_a_model_name_cannot_forge_a_line_in_the_text_log(
 
 
 def test_json_logs_are_one_object_per_line(sim: ServerThread, tmp_path: Path) -> None:
+    secret = "sk-never-logged-123"
     with _serve(sim, tmp_path, "--log-format", "json") as gateway:
         _ask_for_evil_model(gateway)
-        lines = _logged_after(gateway, "admin key rotated")
+        served = httpx.post(
+            f"{gateway.url}/v1/chat/completions",
+            json={"model": "sim-model", "messages": [{"role": "user", "content": "hi"}]},
+            headers={"authorization": f"Bearer {secret}"},
+        )
+        assert served.status_code == 200
+        request_id = served.headers["x-hasten-request-id"]
+        lines = _logged_after(gateway, f'"request_id":"{request_id}"')
     records = [json.loads(line) for line in lines if line.startswith("{")]
-    (refused,) = [r for r in records if "admin key rotated" in r["message"]]
+    (refused,) = [r for r in records if "admin key rotated" in r["message"] and "status" in r]
     assert EVIL_MODEL in refused["message"]  # exact text, escaped by JSON itself
     assert refused["status"] == 404 and refused["request_id"]
     assert {"ts", "level", "logger"} <= set(refused)
+    (access,) = [r for r in records if r.get("request_id") == request_id]
+    assert access["logger"] == "hasten.access" and access["status"] == 200
+    assert (access["model"], access["cache"], access["upstream"]) == ("sim-model", "bypass", "sim")
+    assert access["tenant"].startswith("key-") and access["duration_ms"] > 0
+    assert "upstream;dur=" in access["timing"]
     assert not [line for line in lines if line.startswith(FORGED)]
+    assert secret not in "\n".join(lines)
 
 
 def _record(message: str, *, exc: BaseException | None = None) -> logging.LogRecord:

@@ -28,7 +28,7 @@ from hasten.config import GatewayConfig
 from hasten.errors import HastenError, MethodNotAllowed, NotFound
 from hasten.gateway import Gateway, Stats
 from hasten.models import ModelRouter
-from hasten.proxy import handle
+from hasten.proxy import MODEL_SCOPE_KEY, TENANT_SCOPE_KEY, handle
 from hasten.transport import AiohttpTransport, Transport
 from hasten.upstream import UpstreamClient
 from hasten.validation import CHAT, COMPLETIONS, EMBEDDINGS, Endpoint
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from hasten.semantic_tier import SemanticTier
 
 _log = logging.getLogger("hasten")
+_access_log = logging.getLogger("hasten.access")
 
 
 class EngineStatus(Protocol):
@@ -137,12 +138,12 @@ class HastenApp:
         gateway = self.gateway or await self.startup()
         started_s = time.perf_counter()
         request_id = gateway.request_ids.next()
-        is_started = False
+        start: Message | None = None
 
         async def tracked_send(message: Message) -> None:
-            nonlocal is_started
-            if not is_started:
-                is_started = True
+            nonlocal start
+            if start is None:
+                start = message
                 _stamp(message, started_s)
             await send(message)
 
@@ -151,8 +152,8 @@ class HastenApp:
         except HastenError as exc:
             _log_error(request_id, exc)
             gateway.stats.count(f"error_{exc.status_code}")
-            if not is_started:
-                await _send_error(send, exc, request_id, started_s)
+            if start is None:
+                await _send_error(tracked_send, exc, request_id, started_s)
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             if task is None or DISCONNECTED not in exc.args:
@@ -162,8 +163,12 @@ class HastenApp:
         except Exception:
             _log.exception("request %s: internal error", request_id)
             gateway.stats.count("error_500")
-            if not is_started:
-                await _send_error(send, HastenError("internal server error"), request_id, started_s)
+            if start is None:
+                error = HastenError("internal server error")
+                await _send_error(tracked_send, error, request_id, started_s)
+        finally:
+            if self.config.server.log_format == "json":  # the human log stays quiet
+                _log_access(scope, request_id, start, started_s)
 
     async def _route(
         self, gateway: Gateway, scope: Scope, receive: Receive, send: Send, request_id: str
@@ -289,6 +294,36 @@ async def _upstream_models(gateway: Gateway) -> list[dict[str, Any]]:
         return []
     items = parsed.get("data") if isinstance(parsed, dict) else None
     return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+
+
+def _log_access(scope: Scope, request_id: str, start: Message | None, started_s: float) -> None:
+    """One record per request for the JSON log: who, what, how it was answered, how fast."""
+    headers = dict(start["headers"]) if start is not None else {}
+    status = start["status"] if start is not None else None
+
+    def text(name: bytes) -> str | None:
+        value = headers.get(name)
+        return None if value is None else value.decode("utf-8", "backslashreplace")
+
+    _access_log.info(
+        "request %s: %s %s %s",
+        request_id,
+        scope["method"],
+        scope["path"],
+        status if status is not None else "not answered (client gone)",
+        extra={
+            "request_id": request_id,
+            "method": scope["method"],
+            "path": scope["path"],
+            "status": status,
+            "tenant": scope.get(TENANT_SCOPE_KEY),
+            "model": scope.get(MODEL_SCOPE_KEY),
+            "cache": text(b"x-hasten-cache"),
+            "upstream": text(b"x-hasten-upstream"),
+            "duration_ms": round((time.perf_counter() - started_s) * 1000.0, 3),
+            "timing": text(b"server-timing"),
+        },
+    )
 
 
 def _log_error(request_id: str, exc: HastenError) -> None:

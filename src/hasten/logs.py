@@ -22,13 +22,15 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Request fields a record may carry (``extra=``); JSON lines show them as their own keys.
 RECORD_FIELDS = (
     "request_id",
+    "method",
+    "path",
+    "status",
     "tenant",
     "model",
-    "status",
     "cache",
     "upstream",
-    "gateway_ms",
-    "upstream_ms",
+    "duration_ms",
+    "timing",  # Server-Timing: time in the gateway and to the upstream's first byte
 )
 _CONTINUATION_INDENT = "    "
 

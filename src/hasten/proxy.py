@@ -56,6 +56,9 @@ if TYPE_CHECKING:
 _log = logging.getLogger("hasten.proxy")
 
 _EMBEDDING_POLICY = ModelCachePolicy(is_deterministic_only=False)
+# Per-request facts the JSON access record shows (hasten.app), kept in the ASGI scope.
+TENANT_SCOPE_KEY = "hasten.tenant"
+MODEL_SCOPE_KEY = "hasten.model"
 
 
 @dataclass(slots=True)
@@ -105,9 +108,11 @@ async def handle(
     started_s = time.perf_counter()
     # The key first: a caller without one learns nothing about validation (or our limits).
     tenant = gateway.auth.tenant_for(header(scope, b"authorization"))
+    scope[TENANT_SCOPE_KEY] = tenant
     raw = await read_body(receive, scope, gateway.config.server.max_body_bytes)
     body = parse_body(raw, gateway.config.server.max_json_depth)
     endpoint.check(body)
+    scope[MODEL_SCOPE_KEY] = body["model"]
     model, extra_headers = _resolve(gateway, body, request_id)
     is_stream = endpoint.is_streamable and body.get("stream") is True
     exchange = Exchange(
