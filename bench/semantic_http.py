@@ -32,6 +32,8 @@ DATA_DIR = Path("/work/shared/data/semcache")
 READY_TIMEOUT_S = 120.0
 MAX_INDEX_WAIT_POLLS = 600
 MODEL = "sim-model"
+ADMIN_KEY = "bench-admin-key"
+ADMIN_HEADERS = {"authorization": f"Bearer {ADMIN_KEY}"}
 
 
 def _percentiles(values: list[float]) -> dict[str, float]:
@@ -76,7 +78,8 @@ def _ask_stream(client: httpx.Client, text: str) -> tuple[str, float]:
 def _wait_indexed(client: httpx.Client, num_entries: int) -> int:
     entries = 0
     for _ in range(MAX_INDEX_WAIT_POLLS):
-        entries = client.get("/admin/cache/stats").json()["semantic"]["entries"]
+        report = client.get("/admin/cache/stats", headers=ADMIN_HEADERS).json()
+        entries = report["semantic"]["entries"]
         if entries >= num_entries:
             break
         time.sleep(0.1)
@@ -84,7 +87,7 @@ def _wait_indexed(client: httpx.Client, num_entries: int) -> int:
 
 
 def _servers(workdir: Path, ttft_ms: float) -> tuple[list[ServerProcess], str]:
-    env = clean_environment()
+    env = {**clean_environment(), "HASTEN_ADMIN_API_KEY": ADMIN_KEY}  # for the stats
     hasten = hasten_executable()
     sim_port, gateway_port = free_port(), free_port()
     config = workdir / "hasten.toml"
@@ -137,7 +140,8 @@ def run(pairs: str, limit: int | None, ttft_ms: float, seed: int) -> dict[str, A
                 for text in questions[:200]:
                     outcome, elapsed_ms = _ask(client, text)
                     latencies[f"again:{outcome}"].append(elapsed_ms)
-                stats = client.get("/admin/cache/stats").json()["semantic"]
+                report = client.get("/admin/cache/stats", headers=ADMIN_HEADERS).json()
+                stats = report["semantic"]
         finally:
             for process in reversed(processes):
                 process.stop()

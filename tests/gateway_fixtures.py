@@ -34,6 +34,7 @@ def make_config(
     fallbacks: Sequence[str] = (),
     cache: CacheConfig | None = None,
     api_keys: Sequence[tuple[str, str]] = (),
+    admin_api_key: str | None = None,
     timeouts: TimeoutConfig | None = None,
     retry: RetryConfig = FAST_RETRY,
     max_body_bytes: int | None = None,
@@ -47,7 +48,10 @@ def make_config(
     }
     primary = next(iter(upstreams))
     routes = {m: ModelRoute(name=m, upstream=primary, fallbacks=tuple(fallbacks)) for m in models}
-    server = ServerConfig(api_keys=tuple(TenantKey(tenant=t, key=k) for t, k in api_keys))
+    server = ServerConfig(
+        api_keys=tuple(TenantKey(tenant=t, key=k) for t, k in api_keys),
+        admin_api_key=admin_api_key,
+    )
     if max_body_bytes is not None:
         server = replace(server, max_body_bytes=max_body_bytes)
     return GatewayConfig(

@@ -120,3 +120,14 @@ def test_unauthorized_renders_openai_shape(enforcing: Authenticator) -> None:
     assert isinstance(body, dict)
     assert body["type"] == "authentication_error"
     assert body["code"] == "invalid_api_key"
+
+
+@pytest.mark.parametrize("keys", [KEYS, ()])
+def test_admin_key_is_the_operator_and_never_a_model_key(keys: tuple[TenantKey, ...]) -> None:
+    auth = Authenticator(keys, "admin-key-789")
+    assert auth.has_admin_key and not Authenticator(keys).has_admin_key
+    assert auth.caller(b"Bearer admin-key-789").is_admin
+    assert not auth.caller(b"Bearer " + (b"key-a-123" if keys else b"other")).is_admin
+    with pytest.raises(Unauthorized, match="admin key"):
+        auth.tenant_for(b"Bearer admin-key-789")
+    assert "admin-key-789" not in repr(vars(auth))

@@ -538,3 +538,42 @@ def test_config_objects_are_frozen() -> None:
         config.server = ServerConfig()  # type: ignore[misc]
     with pytest.raises(AttributeError):
         UpstreamConfig(name="a", url="http://a").api_key = "x"  # type: ignore[misc]
+
+
+def test_max_json_depth_default_and_range(tmp_path: Path) -> None:
+    assert _load(tmp_path, "", {}).server.max_json_depth == 64
+    assert _load(tmp_path, "[server]\nmax_json_depth = 8\n", {}).server.max_json_depth == 8
+    too_deep = _error(tmp_path, "[server]\nmax_json_depth = 201\n", {})
+    assert too_deep == "server.max_json_depth: must be <= 200, got 201"
+    assert _error(tmp_path, "[server]\nmax_json_depth = 0\n", {}).startswith(
+        "server.max_json_depth: must be >= 1"
+    )
+
+
+def test_admin_key_from_default_or_named_variable(tmp_path: Path) -> None:
+    assert _load(tmp_path, "", {}).server.admin_api_key is None
+    assert _load(tmp_path, "", {"HASTEN_ADMIN_API_KEY": "adm"}).server.admin_api_key == "adm"
+    named = '[server]\nadmin_api_key_env = "MY_ADMIN"\n'
+    assert _load(tmp_path, named, {"MY_ADMIN": "adm2"}).server.admin_api_key == "adm2"
+    assert _error(tmp_path, named, {}) == (
+        "server.admin_api_key_env: environment variable MY_ADMIN for the admin key is not set"
+    )
+    config = _load(tmp_path, named, {"MY_ADMIN": "adm2-secret"})
+    assert "adm2-secret" not in repr(config) and "adm2-secret" not in repr(config.server)
+
+
+def test_admin_key_must_differ_from_tenant_keys(tmp_path: Path) -> None:
+    text = '[server]\napi_keys = [{ tenant = "t", api_key_env = "GW" }]\n'
+    message = _error(tmp_path, text, {"GW": "same", "HASTEN_ADMIN_API_KEY": "same"})
+    assert message == (
+        "server.admin_api_key_env (default HASTEN_ADMIN_API_KEY): "
+        "the admin key must differ from every tenant key"
+    )
+
+
+def test_log_format_is_text_or_json(tmp_path: Path) -> None:
+    assert _load(tmp_path, "", {}).server.log_format == "text"
+    assert _load(tmp_path, '[server]\nlog_format = "json"\n', {}).server.log_format == "json"
+    assert _error(tmp_path, '[server]\nlog_format = "xml"\n', {}) == (
+        "server.log_format: expected one of text, json, got 'xml'"
+    )

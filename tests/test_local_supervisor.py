@@ -233,7 +233,7 @@ def test_engine_crash_mid_stream_ends_only_local_requests(
             thread.start()
         for outcome in outcomes:
             assert outcome.has_started.wait(60)
-        assert all(o.text and o.error is None for o in outcomes), outcomes
+        assert all(o.text and o.error is None for o in outcomes), [o.error for o in outcomes]
         os.kill(int(str(before["pid"])), signum)
         for thread in threads:
             thread.join(timeout=30)

@@ -21,6 +21,7 @@ from hasten.config import (
     GatewayConfig,
     ModelRoute,
     RetryConfig,
+    ServerConfig,
     TimeoutConfig,
     UpstreamConfig,
 )
@@ -29,6 +30,8 @@ from hasten.simulator import SimConfig, build_app
 from tests.gateway_fixtures import FAST_RETRY, chat_body, running_gateway, sim_stats
 from tests.servers import ServerThread
 
+ADMIN_KEY = "routing-admin-key"
+ADMIN_HEADERS = {"authorization": f"Bearer {ADMIN_KEY}"}
 ALWAYS_HEDGE = HedgeConfig(
     is_enabled=True, min_delay_ms=50, max_delay_ms=300, min_samples=10_000, budget=1.0
 )
@@ -56,6 +59,7 @@ def routed_config(
         routing=replace(routing, deployments=deps),
     )
     return GatewayConfig(
+        server=ServerConfig(admin_api_key=ADMIN_KEY),
         upstreams=upstreams,
         models={"*": route},
         cache=cache or CacheConfig(is_enabled=False),
@@ -104,7 +108,8 @@ def post_chat(gateway: ServerThread, body: dict[str, Any], **headers: str) -> ht
 
 
 def routing_state(gateway: ServerThread) -> dict[str, Any]:
-    return httpx.get(f"{gateway.url}/admin/routing").json()["models"]["*"]  # type: ignore[no-any-return]
+    response = httpx.get(f"{gateway.url}/admin/routing", headers=ADMIN_HEADERS)
+    return response.json()["models"]["*"]  # type: ignore[no-any-return]
 
 
 # --- hedging --------------------------------------------------------------------------

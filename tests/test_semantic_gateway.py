@@ -12,6 +12,7 @@ import httpx
 import openai
 import pytest
 
+from hasten.auth import Authenticator
 from hasten.config import CacheConfig, GatewayConfig
 from hasten.semantic_config import SemanticSettings
 from hasten.simulator import SimConfig, build_app
@@ -24,6 +25,10 @@ from tests.gateway_fixtures import (
 )
 from tests.servers import ServerThread
 
+ADMIN_KEY = "semantic-admin-key"
+ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
+# The namespace of a pass-through caller whose SDK sends the key "k".
+K_TENANT = Authenticator(()).tenant_for(b"Bearer k")
 QUESTION = "What is the capital of France?"
 PARAPHRASE = "Which city is the capital of France?"
 
@@ -33,6 +38,7 @@ def _config(sim_url: str, tmp: Path, **keys: str) -> GatewayConfig:
         {"sim": sim_url + "/v1"},
         cache=CacheConfig(backend="sqlite", sqlite_path=str(tmp / "exact.sqlite3")),
         api_keys=list(keys.items()),
+        admin_api_key=ADMIN_KEY,
     )
     semantic = SemanticSettings(is_enabled=True, path=str(tmp / "semantic.sqlite3"))
     return replace(config, semantic=semantic)
@@ -54,7 +60,7 @@ def _ask(
 
 
 def _wait_indexed(gateway: ServerThread, num_entries: int, key: str = "") -> None:
-    headers = {"authorization": f"Bearer {key}"} if key else {}
+    headers = {"authorization": f"Bearer {key or ADMIN_KEY}"}
     for _ in range(200):
         stats = httpx.get(f"{gateway.url}/admin/cache/stats", headers=headers).json()
         if stats["semantic"]["entries"] >= num_entries:
@@ -114,6 +120,17 @@ def test_tenants_are_isolated(sim: ServerThread, tmp_path: Path) -> None:
         _ask(a, QUESTION)
         _wait_indexed(gateway, 1, "key-a")
         assert _ask(b, PARAPHRASE).headers["x-hasten-cache"] == "miss"
+        hit = _ask(a, PARAPHRASE)
+        assert hit.headers["x-hasten-cache"] == "semantic"
+        # B naming A's entry id neither evicts it nor teaches its threshold anything.
+        report = httpx.post(
+            f"{gateway.url}/admin/cache/report",
+            json={"entry_id": int(hit.headers["x-hasten-semantic-entry"]), "similarity": 0.99},
+            headers={"authorization": "Bearer key-b"},
+        )
+        assert report.json() == {"evicted": False}
+        stats = httpx.get(f"{gateway.url}/admin/cache/stats", headers=ADMIN).json()["semantic"]
+        assert stats.get("reported_wrong", 0) == 0
         assert _ask(a, PARAPHRASE).headers["x-hasten-cache"] == "semantic"
 
 
@@ -127,21 +144,21 @@ def test_report_wrong_hit_evicts_and_invalidate_by_model(sim: ServerThread, tmp_
         report = httpx.post(
             f"{gateway.url}/admin/cache/report",
             json={"entry_id": entry_id, "similarity": 0.99},
-            headers={"authorization": "Bearer k"},
+            headers=ADMIN,
         )
         assert report.json() == {"evicted": True}
         assert _ask(client, "Which city is France's capital?").headers["x-hasten-cache"] == "miss"
         _wait_indexed(gateway, 1)
         gone = httpx.post(
             f"{gateway.url}/admin/cache/invalidate",
-            json={"model": "sim-model"},
-            headers={"authorization": "Bearer k"},
+            json={"model": "sim-model", "tenant": K_TENANT},
+            headers=ADMIN,
         )
         assert gone.json()["semantic_deleted"] >= 1
         bad = httpx.post(
             f"{gateway.url}/admin/cache/report",
             json={"entry_id": "x"},
-            headers={"authorization": "Bearer k"},
+            headers=ADMIN,
         )
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "entry_id"
 
@@ -150,13 +167,13 @@ def test_import_warms_and_persists_across_restart(sim: ServerThread, tmp_path: P
     config = _config(sim.url, tmp_path)
     lines = (
         b'{"question": "How tall is Mount Everest?", "answer": "8,849 metres.", '
-        b'"model": "sim-model"}\n'
+        b'"model": "sim-model", "tenant": "' + K_TENANT.encode() + b'"}\n'
     )
     with running_gateway(config) as gateway:
         result = httpx.post(
             f"{gateway.url}/admin/cache/import",
             content=lines,
-            headers={"authorization": "Bearer k"},
+            headers=ADMIN,
         )
         assert result.json() == {"imported": 1}
     with running_gateway(config) as gateway:
@@ -176,7 +193,7 @@ def test_opposite_command_does_not_hit(sim: ServerThread, tmp_path: Path) -> Non
         off = _ask(client, "Turn off the lights in the kitchen")
         assert off.headers["x-hasten-cache"] == "miss"
         assert "x-hasten-semantic-entry" not in off.headers
-        stats = httpx.get(f"{gateway.url}/admin/cache/stats").json()["semantic"]
+        stats = httpx.get(f"{gateway.url}/admin/cache/stats", headers=ADMIN).json()["semantic"]
         assert stats["guard_polarity"] == 1  # found above the cut-off, then vetoed
         assert _ask(client, "Switch on the lights in the kitchen").headers["x-hasten-cache"] in (
             "semantic",
@@ -190,7 +207,7 @@ def test_replicas_share_semantic_entries_through_redis(
 ) -> None:
     def replica(name: str) -> GatewayConfig:
         cache = CacheConfig(backend="redis", redis_url=redis_url)
-        config = make_config({"sim": sim.url + "/v1"}, cache=cache)
+        config = make_config({"sim": sim.url + "/v1"}, cache=cache, admin_api_key=ADMIN_KEY)
         path = str(tmp_path / f"{name}.sqlite3")
         return replace(config, semantic=SemanticSettings(is_enabled=True, path=path))
 
@@ -205,12 +222,12 @@ def test_replicas_share_semantic_entries_through_redis(
         entry_id = int(hit.headers["x-hasten-semantic-entry"])
         gone = httpx.post(
             f"{two.url}/admin/cache/invalidate",
-            json={"entry_id": entry_id},
-            headers={"authorization": "Bearer k"},
+            json={"entry_id": entry_id, "tenant": K_TENANT},
+            headers=ADMIN,
         )
         assert gone.json()["semantic_deleted"] == 1
         for _ in range(250):  # the other replica applies the invalidation from the stream
-            stats = httpx.get(f"{one.url}/admin/cache/stats").json()["semantic"]
+            stats = httpx.get(f"{one.url}/admin/cache/stats", headers=ADMIN).json()["semantic"]
             if stats.get("invalidated_shared"):
                 break
             time.sleep(0.02)
@@ -234,7 +251,7 @@ def _three_paraphrases(tmp_path: Path, answers: list[str]) -> tuple[list[str], d
         outcomes.append(_ask(client, NEAR).headers["x-hasten-cache"])
         _wait_indexed(gw, 2)
         outcomes.append(_ask(client, BETWEEN).headers["x-hasten-cache"])
-        stats = httpx.get(f"{gw.url}/admin/cache/stats").json()["semantic"]
+        stats = httpx.get(f"{gw.url}/admin/cache/stats", headers=ADMIN).json()["semantic"]
     assert len(upstream.calls) == outcomes.count("miss")
     return outcomes, stats
 

@@ -1,8 +1,12 @@
-"""``/admin/cache/*``: invalidate, warm from JSONL, report a wrong semantic hit, stats.
+"""``/admin/*``: invalidate, warm from JSONL, report a wrong semantic hit, stats, routing.
 
-Every call acts inside the caller's own cache namespace (its tenant), so one tenant can
-never evict or read another's answers; ``all_tenants`` is accepted only when the gateway
-enforces no keys (one operator, one namespace of namespaces).
+Who may call what:
+- the admin key (``[server] admin_api_key_env``) may call everything, on any tenant;
+- with gateway keys, a tenant key may invalidate, report and read stats, always inside its
+  own cache namespace, so one tenant can never evict or read another's answers;
+- importing answers (which later requests are served) and the global views (routing,
+  every tenant's stats) need the admin key;
+- without an admin key and without gateway keys nobody is allowed: the admin API is off.
 """
 
 from __future__ import annotations
@@ -13,41 +17,98 @@ from typing import Any
 import orjson
 
 from hasten.asgi import JSON_CONTENT_TYPE, Receive, Scope, Send, header, read_body, send_response
-from hasten.cache import CachedAnswer, cache_key
-from hasten.errors import InvalidRequest, MethodNotAllowed, NotFound
+from hasten.auth import ADMIN, ADMIN_KEY_HINT, PUBLIC_TENANT, Caller
+from hasten.cache import CachedAnswer, cache_key, namespaced_key
+from hasten.errors import (
+    AdminDisabled,
+    Forbidden,
+    InvalidRequest,
+    MethodNotAllowed,
+    NotFound,
+    Unauthorized,
+)
 from hasten.gateway import Gateway
 from hasten.validation import parse_body
 
 MAX_ADMIN_BODY_BYTES = 64 * 1024 * 1024
-PATHS = frozenset(
-    {"/admin/cache/invalidate", "/admin/cache/import", "/admin/cache/report", "/admin/cache/stats"}
-)
+TENANT_PATHS = frozenset({"/admin/cache/invalidate", "/admin/cache/report", "/admin/cache/stats"})
+PATHS = TENANT_PATHS | {"/admin/cache/import", "/admin/routing"}
+_GET_PATHS = frozenset({"/admin/cache/stats", "/admin/routing"})
 
 
 async def handle(gateway: Gateway, scope: Scope, receive: Receive, send: Send) -> None:
     path: str = scope["path"]
-    tenant = gateway.auth.tenant_for(header(scope, b"authorization"))
-    namespace = "*" if gateway.config.cache.is_shared_across_tenants else tenant
-    if path == "/admin/cache/stats":
-        await _json(send, _stats(gateway))
+    caller = authorize(gateway, scope, path)
+    if path in _GET_PATHS:
+        if scope["method"] not in ("GET", "HEAD"):
+            raise MethodNotAllowed(
+                f"{scope['method']} is not allowed on {path}; use GET", allow="GET, HEAD"
+            )
+        if path == "/admin/cache/stats":
+            await _json(send, await _stats(gateway, caller))
+        else:
+            await _json(send, {"models": gateway.client.routing_state()})
         return
     if scope["method"] != "POST":
-        raise MethodNotAllowed(f"{scope['method']} is not allowed on {path}; use POST")
+        raise MethodNotAllowed(
+            f"{scope['method']} is not allowed on {path}; use POST", allow="POST"
+        )
     if gateway.cache is None:
         raise NotFound("the cache is disabled", code="cache_disabled")
     raw = await read_body(receive, scope, MAX_ADMIN_BODY_BYTES)
     if path == "/admin/cache/import":
-        await _json(send, await _import(gateway, raw, namespace))
+        await _json(send, await _import(gateway, raw))
         return
-    body = _object(raw)
+    body = _object(raw, gateway.config.server.max_json_depth)
     if path == "/admin/cache/invalidate":
-        await _json(send, await _invalidate(gateway, body, namespace))
+        await _json(send, await _invalidate(gateway, body, caller))
     else:
-        await _json(send, await _report(gateway, body, namespace))
+        await _json(send, await _report(gateway, body, caller))
 
 
-def _object(raw: bytes) -> dict[str, Any]:
-    return parse_body(raw or b"{}")  # an empty body means no filters
+def authorize(gateway: Gateway, scope: Scope, path: str) -> Caller:
+    """The caller, if its key may use ``path``; a 401 (no valid key) or 403 otherwise."""
+    auth = gateway.auth
+    if not auth.has_admin_key and not auth.is_enforcing:
+        raise AdminDisabled(f"The admin API is off. To enable it, {ADMIN_KEY_HINT}.")
+    caller = auth.caller(header(scope, b"authorization"))  # 401 for a bad key
+    if caller.is_admin or (auth.is_enforcing and path in TENANT_PATHS):
+        return caller
+    if not auth.is_enforcing:
+        raise Unauthorized(f"{path} needs the admin key: send 'Authorization: Bearer <admin key>'")
+    if not auth.has_admin_key:
+        raise AdminDisabled(
+            f"{path} needs the admin key, and none is configured. To enable it, {ADMIN_KEY_HINT}."
+        )
+    raise Forbidden(f"{path} needs the admin key; a tenant key cannot use it")
+
+
+def _namespace(gateway: Gateway, caller: Caller, body: dict[str, Any], where: str) -> str | None:
+    """The namespace a call acts in: a tenant's own; for the admin key, the one it names
+    with ``tenant`` (or every one with ``all_tenants``, returned as None)."""
+    tenant = _typed(body, "tenant", str)
+    is_all = body.get("all_tenants") is True
+    if not caller.is_admin:
+        if is_all or tenant not in (None, caller.tenant):
+            param = "all_tenants" if is_all else "tenant"
+            raise Forbidden(f"'{param}' needs the admin key: a tenant key acts on its own entries")
+        tenant = caller.tenant
+    elif is_all:
+        return None
+    elif tenant is None:
+        if gateway.auth.is_enforcing:
+            raise InvalidRequest(
+                f"{where}'tenant' (or 'all_tenants') is required with the admin key when "
+                "gateway keys are configured",
+                param="tenant",
+                code="missing_required_parameter",
+            )
+        tenant = PUBLIC_TENANT  # the namespace of callers who send no key
+    return "*" if gateway.config.cache.is_shared_across_tenants else tenant
+
+
+def _object(raw: bytes, max_depth: int) -> dict[str, Any]:
+    return parse_body(raw or b"{}", max_depth)  # an empty body means no filters
 
 
 def _typed(body: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
@@ -57,36 +118,34 @@ def _typed(body: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> An
     return value
 
 
-async def _invalidate(gateway: Gateway, body: dict[str, Any], namespace: str) -> dict[str, Any]:
+async def _invalidate(gateway: Gateway, body: dict[str, Any], caller: Caller) -> dict[str, Any]:
     """Deletes an exact key, and semantic entries by id, model, age (within the tenant)."""
     assert gateway.cache is not None
     key = _typed(body, "key", str)
     entry_id = _typed(body, "entry_id", int)
     model = _typed(body, "model", str)
     older_than_s = _typed(body, "older_than_s", (int, float))
-    tenant: str | None = namespace
-    if body.get("all_tenants") is True:
-        if gateway.auth.is_enforcing:
-            raise InvalidRequest(
-                "all_tenants needs a gateway without tenant keys", param="all_tenants"
-            )
-        tenant = None
+    namespace = _namespace(gateway, caller, body, "")
     result: dict[str, Any] = {"exact_deleted": 0, "semantic_deleted": 0}
     if key is not None:
-        # A key is a hash that already includes its tenant: it cannot name another's entry
-        # unless the caller knows that tenant's full request, which is what it would hit.
-        await gateway.cache.delete(key)
+        if namespace is None:
+            raise InvalidRequest(
+                "'key' names one tenant's entry: give 'tenant', not 'all_tenants'", param="key"
+            )
+        # The caller's request key (x-hasten-cache-key), placed in its namespace here: no
+        # key a client sends can reach another tenant's entry.
+        await gateway.cache.delete(namespaced_key(key, namespace))
         result["exact_deleted"] = 1
     has_semantic_filter = (entry_id, model, older_than_s) != (None, None, None)
     # A bare key names one exact answer; anything else (or nothing) names semantic entries.
     if gateway.semantic is not None and (key is None or has_semantic_filter):
         result["semantic_deleted"] = await gateway.semantic.semantic.invalidate(
-            entry_id=entry_id, tenant=tenant, model=model, older_than_s=older_than_s
+            entry_id=entry_id, tenant=namespace, model=model, older_than_s=older_than_s
         )
     return result
 
 
-async def _report(gateway: Gateway, body: dict[str, Any], namespace: str) -> dict[str, Any]:
+async def _report(gateway: Gateway, body: dict[str, Any], caller: Caller) -> dict[str, Any]:
     """A client says a semantic hit was wrong: evict the entry and tell the error budget."""
     if gateway.semantic is None:
         raise NotFound("the semantic cache is disabled", code="semantic_disabled")
@@ -98,19 +157,26 @@ async def _report(gateway: Gateway, body: dict[str, Any], namespace: str) -> dic
             code="missing_required_parameter",
         )
     similarity = _typed(body, "similarity", (int, float))
+    # The admin key may name any entry (ids are global); a tenant only its own.
+    namespace = None if caller.is_admin else _namespace(gateway, caller, body, "")
     removed = await gateway.semantic.report_wrong(entry_id, float(similarity or 1.0), namespace)
     return {"evicted": removed}
 
 
-async def _import(gateway: Gateway, raw: bytes, namespace: str) -> dict[str, Any]:
+async def _import(gateway: Gateway, raw: bytes) -> dict[str, Any]:
     """Warms the cache from JSONL: ``{"question", "answer", "model"}`` per line, optionally
-    ``"system"`` and ``"params"`` (sampling fields the matching requests will carry)."""
+    ``"system"``, ``"params"`` (sampling fields the matching requests will carry) and
+    ``"tenant"`` (whose requests it answers; without gateway keys, keyless callers')."""
     assert gateway.cache is not None
     num_imported = 0
     for number, line in enumerate(raw.splitlines(), start=1):
         if not line.strip():
             continue
-        item = _object(line)
+        item = _object(line, gateway.config.server.max_json_depth)
+        if item.get("all_tenants") is True:
+            raise InvalidRequest(f"line {number}: name one 'tenant'", param="all_tenants")
+        namespace = _namespace(gateway, ADMIN, item, f"line {number}: ")
+        assert namespace is not None
         body, answer = _chat_body(item, number), item.get("answer")
         if not isinstance(answer, str):
             raise InvalidRequest(f"line {number}: 'answer' must be a string", param="answer")
@@ -164,10 +230,22 @@ def _completion(model: str, answer: str) -> bytes:
     )
 
 
-def _stats(gateway: Gateway) -> dict[str, Any]:
-    report: dict[str, Any] = {"exact": gateway.cache.stats() if gateway.cache else None}
-    report["semantic"] = gateway.semantic.semantic.stats() if gateway.semantic else None
-    return report
+async def _stats(gateway: Gateway, caller: Caller) -> dict[str, Any]:
+    """Global tiers for the admin key; a tenant key sees its own requests and entries."""
+    semantic = gateway.semantic.semantic if gateway.semantic else None
+    if caller.is_admin:
+        return {
+            "exact": gateway.cache.stats() if gateway.cache else None,
+            "semantic": semantic.stats() if semantic else None,
+        }
+    assert caller.tenant is not None
+    namespace = "*" if gateway.config.cache.is_shared_across_tenants else caller.tenant
+    entries = await semantic.count_entries(tenant=namespace) if semantic else None
+    return {
+        "tenant": caller.tenant,
+        "requests": gateway.stats.of_tenant(caller.tenant),
+        "semantic": None if entries is None else {"entries": entries},
+    }
 
 
 async def _json(send: Send, payload: dict[str, Any]) -> None:

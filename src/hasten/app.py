@@ -22,14 +22,14 @@ from hasten.asgi import (
     header,
     send_response,
 )
-from hasten.auth import Authenticator
+from hasten.auth import Authenticator, Caller
 from hasten.cache import TieredCache, build_cache
 from hasten.config import GatewayConfig
 from hasten.errors import HastenError, MethodNotAllowed, NotFound
-from hasten.gateway import Gateway
+from hasten.gateway import Gateway, Stats
 from hasten.models import ModelRouter
 from hasten.openapi import openapi_json
-from hasten.proxy import handle
+from hasten.proxy import MODEL_SCOPE_KEY, TENANT_SCOPE_KEY, handle
 from hasten.transport import AiohttpTransport, Transport
 from hasten.upstream import UpstreamClient
 from hasten.validation import CHAT, COMPLETIONS, EMBEDDINGS, Endpoint
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from hasten.semantic_tier import SemanticTier
 
 _log = logging.getLogger("hasten")
+_access_log = logging.getLogger("hasten.access")
 
 
 class EngineStatus(Protocol):
@@ -52,9 +53,7 @@ MODELS_TIMEOUT_S = 5.0
 _ENDPOINTS: dict[str, Endpoint] = {
     prefix + e.path: e for e in (CHAT, COMPLETIONS, EMBEDDINGS) for prefix in ("/v1", "")
 }
-_GET_PATHS = frozenset(
-    {"/healthz", "/readyz", "/v1/models", "/models", "/stats", "/admin/routing", "/openapi.json"}
-)
+_GET_PATHS = frozenset({"/healthz", "/readyz", "/v1/models", "/models", "/stats", "/openapi.json"})
 
 
 class HastenApp:
@@ -92,10 +91,12 @@ class HastenApp:
                 redis_url=cache_config.redis_url,
             )
         transport = self._transport or AiohttpTransport()
+        server = self.config.server
         return Gateway(
             config=self.config,
             router=ModelRouter(self.config),
-            auth=Authenticator(self.config.server.api_keys),
+            auth=Authenticator(server.api_keys, server.admin_api_key),
+            stats=Stats(is_per_tenant=bool(server.api_keys)),
             client=UpstreamClient(transport, rng=random.Random(), config=self.config),
             cache=cache,
             semantic=_semantic_tier(self.config, cache),
@@ -139,12 +140,12 @@ class HastenApp:
         gateway = self.gateway or await self.startup()
         started_s = time.perf_counter()
         request_id = gateway.request_ids.next()
-        is_started = False
+        start: Message | None = None
 
         async def tracked_send(message: Message) -> None:
-            nonlocal is_started
-            if not is_started:
-                is_started = True
+            nonlocal start
+            if start is None:
+                start = message
                 _stamp(message, started_s)
             await send(message)
 
@@ -153,8 +154,8 @@ class HastenApp:
         except HastenError as exc:
             _log_error(request_id, exc)
             gateway.stats.count(f"error_{exc.status_code}")
-            if not is_started:
-                await _send_error(send, exc, request_id, started_s)
+            if start is None:
+                await _send_error(tracked_send, exc, request_id, started_s)
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             if task is None or DISCONNECTED not in exc.args:
@@ -164,8 +165,12 @@ class HastenApp:
         except Exception:
             _log.exception("request %s: internal error", request_id)
             gateway.stats.count("error_500")
-            if not is_started:
-                await _send_error(send, HastenError("internal server error"), request_id, started_s)
+            if start is None:
+                error = HastenError("internal server error")
+                await _send_error(tracked_send, error, request_id, started_s)
+        finally:
+            if self.config.server.log_format == "json":  # the human log stays quiet
+                _log_access(scope, request_id, start, started_s)
 
     async def _route(
         self, gateway: Gateway, scope: Scope, receive: Receive, send: Send, request_id: str
@@ -178,33 +183,42 @@ class HastenApp:
         endpoint = _ENDPOINTS.get(path)
         if endpoint is not None:
             if method != "POST":
-                raise MethodNotAllowed(f"{method} is not allowed on {path}; use POST")
+                raise MethodNotAllowed(f"{method} is not allowed on {path}; use POST", allow="POST")
             await handle(gateway, endpoint, scope, receive, send, request_id)
             return
         if path not in _GET_PATHS:
             raise NotFound(f"Unknown path {path}", code="unknown_url")
         if method not in ("GET", "HEAD"):
-            raise MethodNotAllowed(f"{method} is not allowed on {path}; use GET")
+            raise MethodNotAllowed(f"{method} is not allowed on {path}; use GET", allow="GET, HEAD")
         if path == "/healthz":
             await _send_json(send, 200, {"status": "ok"})
-        elif path == "/readyz":
-            await self._readyz(gateway, send)
+            return
+        # With gateway keys only health and a bare readiness status are open; without
+        # them every caller is anonymous anyway and these views stay open.
+        authorization = header(scope, b"authorization")
+        caller = None
+        if gateway.auth.is_enforcing and (path != "/readyz" or authorization is not None):
+            caller = gateway.auth.caller(authorization)  # 401 for a missing or bad key
+        if path == "/readyz":
+            await self._readyz(gateway, send, caller)
         elif path == "/openapi.json":
             await send_response(send, 200, self._openapi, [JSON_CONTENT_TYPE])
         elif path == "/stats":
-            await _send_json(send, 200, self._stats(gateway))
-        elif path == "/admin/routing":
-            # Guarded like every route when gateway keys are enforced (see auth.tenant_for).
-            gateway.auth.tenant_for(header(scope, b"authorization"))
-            await _send_json(send, 200, {"models": gateway.client.routing_state()})
+            await _send_json(send, 200, self._stats(gateway, caller))
         else:
             await _send_json(send, 200, await _list_models(gateway))
 
-    async def _readyz(self, gateway: Gateway, send: Send) -> None:
+    async def _readyz(self, gateway: Gateway, send: Send, caller: Caller | None) -> None:
         if self._is_stopping:
             await _send_json(send, 503, {"status": "stopping"})
             return
-        body: dict[str, Any] = {"status": "ready", "cache": self._cache_state(gateway)}
+        body: dict[str, Any] = {"status": "ready"}
+        is_enforcing = gateway.auth.is_enforcing
+        if is_enforcing and caller is None:
+            await _send_json(send, 200, body)
+            return
+        if not is_enforcing or (caller is not None and caller.is_admin):
+            body["cache"] = self._cache_state(gateway)
         if self._engine is not None:
             body["engine"] = self._engine.status()
         await _send_json(send, 200, body)
@@ -214,7 +228,9 @@ class HastenApp:
             return {"enabled": False}
         return {"enabled": True, "backend": self.config.cache.backend, **gateway.cache.stats()}
 
-    def _stats(self, gateway: Gateway) -> dict[str, Any]:
+    def _stats(self, gateway: Gateway, caller: Caller | None) -> dict[str, Any]:
+        if caller is not None and caller.tenant is not None:
+            return {"tenant": caller.tenant, "requests": gateway.stats.of_tenant(caller.tenant)}
         return {
             "requests": dict(gateway.stats.counts),
             "in_flight": len(gateway.coalescer),
@@ -284,9 +300,47 @@ async def _upstream_models(gateway: Gateway) -> list[dict[str, Any]]:
     return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
 
 
+def _log_access(scope: Scope, request_id: str, start: Message | None, started_s: float) -> None:
+    """One record per request for the JSON log: who, what, how it was answered, how fast."""
+    headers = dict(start["headers"]) if start is not None else {}
+    status = start["status"] if start is not None else None
+
+    def text(name: bytes) -> str | None:
+        value = headers.get(name)
+        return None if value is None else value.decode("utf-8", "backslashreplace")
+
+    _access_log.info(
+        "request %s: %s %s %s",
+        request_id,
+        scope["method"],
+        scope["path"],
+        status if status is not None else "not answered (client gone)",
+        extra={
+            "request_id": request_id,
+            "method": scope["method"],
+            "path": scope["path"],
+            "status": status,
+            "tenant": scope.get(TENANT_SCOPE_KEY),
+            "model": scope.get(MODEL_SCOPE_KEY),
+            "cache": text(b"x-hasten-cache"),
+            "upstream": text(b"x-hasten-upstream"),
+            "duration_ms": round((time.perf_counter() - started_s) * 1000.0, 3),
+            "timing": text(b"server-timing"),
+        },
+    )
+
+
 def _log_error(request_id: str, exc: HastenError) -> None:
     level = logging.WARNING if exc.status_code >= 500 else logging.INFO
-    _log.log(level, "request %s: %d %s: %s", request_id, exc.status_code, exc.code, exc.message)
+    _log.log(
+        level,
+        "request %s: %d %s: %s",
+        request_id,
+        exc.status_code,
+        exc.code,
+        exc.message,
+        extra={"request_id": request_id, "status": exc.status_code},
+    )
 
 
 async def _send_error(send: Send, exc: HastenError, request_id: str, started_s: float) -> None:

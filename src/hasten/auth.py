@@ -4,43 +4,81 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from dataclasses import dataclass
 
-from hasten.config import TenantKey
+from hasten.config import DEFAULT_ADMIN_KEY_ENV, TenantKey
 from hasten.errors import Unauthorized
 
 PUBLIC_TENANT = "public"
+ADMIN_KEY_HINT = (
+    f"export {DEFAULT_ADMIN_KEY_ENV}=<a long random secret> before starting hasten (or name "
+    "another variable in [server] admin_api_key_env) and send it as 'Authorization: Bearer "
+    "<admin key>'"
+)
 
 
 def _digest(key: bytes) -> bytes:
     return hashlib.sha256(key).digest()
 
 
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who sent a request: the operator (admin key) or one tenant's namespace."""
+
+    tenant: str | None  # None for the admin key, which belongs to no tenant
+
+    @property
+    def is_admin(self) -> bool:
+        return self.tenant is None
+
+
+ADMIN = Caller(tenant=None)
+
+
 class Authenticator:
-    """Maps a bearer key to a tenant.
+    """Maps a bearer key to a tenant, or to the operator.
 
     With gateway keys configured, only those keys are accepted and each names a tenant.
     Without them hasten is a pass-through: the caller's own key goes upstream, and the
     tenant is derived from a hash of it, so two callers with different keys never share
-    cached answers.
+    cached answers. The admin key (``[server] admin_api_key_env``) is neither: it opens
+    the admin API and global views and is never accepted for model requests, so it is
+    never forwarded upstream.
     """
 
-    def __init__(self, keys: tuple[TenantKey, ...]) -> None:
+    def __init__(self, keys: tuple[TenantKey, ...], admin_key: str | None = None) -> None:
         # Only digests are kept: the plaintext keys need not live in this object.
         self._tenants = {_digest(k.key.encode()): k.tenant for k in keys}
+        self._admin = _digest(admin_key.encode()) if admin_key else None
         self.is_enforcing = bool(keys)
+        self.has_admin_key = self._admin is not None
 
     def tenant_for(self, authorization: bytes | None) -> str:
+        """The tenant of a model request (the admin key is refused)."""
+        caller = self.caller(authorization)
+        if caller.tenant is None:
+            raise Unauthorized(
+                "the admin key is only for /admin endpoints and /stats; "
+                "send a tenant key (or your upstream key) for model requests"
+            )
+        return caller.tenant
+
+    def caller(self, authorization: bytes | None) -> Caller:
+        """Who is asking; raises 401 for a missing or unknown key when keys are enforced."""
         token = _bearer(authorization)
-        if not self.is_enforcing:
-            if token is None:
-                return PUBLIC_TENANT
-            return "key-" + hashlib.blake2b(token, digest_size=8).hexdigest()
         if token is None:
-            raise Unauthorized("missing API key: send 'Authorization: Bearer <key>'")
+            if self.is_enforcing:
+                raise Unauthorized("missing API key: send 'Authorization: Bearer <key>'")
+            return Caller(tenant=PUBLIC_TENANT)
         digest = _digest(token)
+        # Constant-time comparisons of fixed-size digests: timing shows no key's prefix.
+        if self._admin is not None and hmac.compare_digest(self._admin, digest):
+            return ADMIN
+        if not self.is_enforcing:
+            return Caller("key-" + hashlib.blake2b(token, digest_size=8).hexdigest())
         for known, tenant in self._tenants.items():
             if hmac.compare_digest(known, digest):
-                return tenant
+                return Caller(tenant=tenant)
         raise Unauthorized("invalid API key")
 
 

@@ -18,6 +18,7 @@ from hasten.cache.policy import ModelCachePolicy
 from hasten.errors import ConfigError
 from hasten.hybrid import HybridConfig, parse_hybrid
 from hasten.local.config import LocalServerConfig, parse_local_table
+from hasten.logs import LOG_FORMATS
 from hasten.routing.settings import (
     DeploymentConfig,
     RoutingConfig,
@@ -26,6 +27,7 @@ from hasten.routing.settings import (
 )
 from hasten.semantic_config import SemanticSettings, parse_semantic
 from hasten.toml_table import TomlTable
+from hasten.validation import DEFAULT_MAX_JSON_DEPTH, MAX_JSON_DEPTH_LIMIT
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -38,6 +40,8 @@ DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 1024
 DEFAULT_L1_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_TTL_S = 3600.0
 DEFAULT_SQLITE_PATH = "hasten-cache.sqlite3"
+# Where the admin key is read from unless [server] admin_api_key_env names another variable.
+DEFAULT_ADMIN_KEY_ENV = "HASTEN_ADMIN_API_KEY"
 WILDCARD_MODEL = "*"
 CACHE_BACKENDS = ("memory", "sqlite", "redis")
 REPLAY_MODES = ("instant", "paced")
@@ -123,8 +127,12 @@ class ServerConfig:
     header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S  # connect (or first byte) to headers
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S  # headers to the end of the body
     max_connections_per_client: int = DEFAULT_MAX_CONNECTIONS_PER_CLIENT  # 0: no cap
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
     api_keys: tuple[TenantKey, ...] = ()
+    # The operator's key for /admin/* and global views; None: the admin API is off.
+    admin_api_key: str | None = field(default=None, repr=False)
     log_level: str = "info"
+    log_format: str = "text"  # or "json": one object per line (hasten.logs)
 
 
 @dataclass(frozen=True)
@@ -356,11 +364,46 @@ def _server(table: TomlTable, env: Mapping[str, str]) -> ServerConfig:
         max_connections_per_client=table.integer(
             "max_connections_per_client", d.max_connections_per_client
         ),
+        max_json_depth=_max_json_depth(table, d.max_json_depth),
         api_keys=tuple(keys),
+        admin_api_key=_admin_key(table, env, keys),
         log_level=table.get("log_level", str, d.log_level),
+        log_format=table.get("log_format", str, d.log_format),
     )
+    if config.log_format not in LOG_FORMATS:
+        raise ConfigError(
+            f"{table.path}.log_format: expected one of {', '.join(LOG_FORMATS)}, "
+            f"got {config.log_format!r}"
+        )
     table.finish()
     return config
+
+
+def _admin_key(table: TomlTable, env: Mapping[str, str], keys: list[TenantKey]) -> str | None:
+    """The admin key from ``admin_api_key_env`` (default HASTEN_ADMIN_API_KEY, optional)."""
+    env_name = table.get("admin_api_key_env", str, None)
+    where = f"{table.path}.admin_api_key_env"
+    if env_name is None:
+        env_name, where = DEFAULT_ADMIN_KEY_ENV, f"{where} (default {DEFAULT_ADMIN_KEY_ENV})"
+        value = env.get(env_name) or None
+    else:
+        value = env.get(env_name) or None
+        if value is None:
+            raise ConfigError(
+                f"{where}: environment variable {env_name} for the admin key is not set"
+            )
+    if value is not None and any(key.key == value for key in keys):
+        raise ConfigError(f"{where}: the admin key must differ from every tenant key")
+    return value
+
+
+def _max_json_depth(table: TomlTable, default: int) -> int:
+    depth = table.integer("max_json_depth", default, minimum=1)
+    if depth > MAX_JSON_DEPTH_LIMIT:
+        raise ConfigError(
+            f"{table.path}.max_json_depth: must be <= {MAX_JSON_DEPTH_LIMIT}, got {depth}"
+        )
+    return depth
 
 
 def parse_config(data: Mapping[str, Any], env: Mapping[str, str]) -> GatewayConfig:

@@ -27,6 +27,7 @@ from hasten.config import ServerConfig
 from hasten.errors import (
     HastenError,
     HeadersTooLarge,
+    InvalidRequest,
     RequestTimeout,
     TooManyConnections,
     URLTooLong,
@@ -40,6 +41,12 @@ _IDLE, _HEAD, _BODY = 0, 1, 2
 LINGER_S = 2.0
 # Request line, separators and line ends: head bytes counted as neither URL nor headers.
 _HEAD_SLACK_BYTES = 1024
+# A malformed Content-Length or a forbidden byte in a header fails in the parser, before
+# any ASGI app runs: answered in the OpenAI shape rather than uvicorn's plain text.
+_UNPARSEABLE_MESSAGE = (
+    "Invalid HTTP request: its request line or headers could not be parsed (for example a "
+    "malformed Content-Length or a forbidden byte in a header)."
+)
 # ": " and CRLF around each header line, which the parser hands over without.
 _HEADER_LINE_OVERHEAD_BYTES = 4
 
@@ -127,9 +134,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             if refusal is not None:
                 self._refuse(refusal)
                 return
-            msg = "Invalid HTTP request received."
-            self.logger.warning(msg)
-            self.send_400_response(msg)
+            self.logger.warning("Invalid HTTP request received.")
+            self._refuse(InvalidRequest(_UNPARSEABLE_MESSAGE, code="invalid_http_request"))
             return
         except httptools.HttpParserUpgrade:
             if self._should_upgrade():

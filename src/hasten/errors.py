@@ -81,6 +81,18 @@ class Unauthorized(HastenError):
     default_code = "invalid_api_key"
 
 
+class Forbidden(HastenError):
+    """A known caller asking for something its key does not allow."""
+
+    status_code = 403
+    error_type = "permission_error"
+    default_code = "permission_denied"
+
+
+class AdminDisabled(Forbidden):
+    default_code = "admin_api_disabled"
+
+
 class NotFound(InvalidRequest):
     status_code = 404
     default_code = "not_found"
@@ -93,6 +105,10 @@ class ModelNotFound(NotFound):
 class MethodNotAllowed(InvalidRequest):
     status_code = 405
     default_code = "method_not_allowed"
+
+    def __init__(self, message: str, *, allow: str) -> None:
+        super().__init__(message)
+        self.headers["allow"] = allow  # RFC 9110: a 405 lists the methods that would work
 
 
 class RateLimited(HastenError):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from hasten.asgi import SSE_HEADERS, Headers, Scope, header
+from hasten.errors import InvalidRequest
 
 # Upstream response headers worth passing back (rate limits, request ids, timings).
 _PASSED_HEADERS = frozenset(
@@ -28,6 +30,7 @@ _PASSED_HEADERS = frozenset(
         "x-hasten-failover",
     }
 )
+_CONTROL_CHARACTERS = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
 _FORWARDED_REQUEST_HEADERS = (b"openai-organization", b"openai-project", b"openai-beta")
 
 
@@ -39,12 +42,38 @@ def upstream_headers(scope: Scope, ex_is_stream: bool, is_passthrough: bool) -> 
     for name in _FORWARDED_REQUEST_HEADERS:
         value = header(scope, name)
         if value is not None:
-            headers[name.decode()] = value.decode("latin-1")
+            headers[name.decode()] = _forwardable(name, value)
     if is_passthrough:
         authorization = header(scope, b"authorization")
         if authorization is not None:
-            headers["authorization"] = authorization.decode("latin-1")
+            headers["authorization"] = _forwardable(b"authorization", authorization)
     return headers
+
+
+def _forwardable(name: bytes, value: bytes) -> str:
+    """The text aiohttp writes back as exactly ``value``: it encodes header values as UTF-8
+    (and drops what it cannot encode), so only UTF-8 bytes can pass through unchanged."""
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidRequest(
+            f"The {name.decode()} header is not valid UTF-8, so it cannot be forwarded unchanged.",
+            param=name.decode(),
+            code="invalid_header",
+        ) from None
+    if _CONTROL_CHARACTERS.search(text):
+        # aiohttp refuses these (header injection) with a ValueError, a 500 otherwise.
+        raise InvalidRequest(
+            f"The {name.decode()} header contains a control character.",
+            param=name.decode(),
+            code="invalid_header",
+        )
+    return text
+
+
+def _raw(value: str) -> bytes:
+    """The bytes aiohttp read: it decodes response headers as UTF-8 with surrogateescape."""
+    return value.encode("utf-8", "surrogateescape")
 
 
 def response_headers(call_headers: Any, status: int, is_stream: bool) -> Headers:
@@ -53,9 +82,9 @@ def response_headers(call_headers: Any, status: int, is_stream: bool) -> Headers
         headers.extend(SSE_HEADERS)
     else:
         content_type = call_headers.get("content-type", "application/json")
-        headers.append((b"content-type", content_type.encode("latin-1")))
+        headers.append((b"content-type", _raw(content_type)))
     for name, value in call_headers.items():
         lowered = name.lower()
         if lowered in _PASSED_HEADERS:
-            headers.append((lowered.encode(), value.encode("latin-1")))
+            headers.append((lowered.encode(), _raw(value)))
     return headers

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -33,9 +33,10 @@ from hasten.cache import (
     CachedAnswer,
     CacheDecision,
     ModelCachePolicy,
-    cache_key,
     decide,
+    namespaced_key,
     parse_cache_control,
+    request_key,
 )
 from hasten.cache.replay import answer_body, answer_frames
 from hasten.edge import route_name
@@ -55,6 +56,9 @@ if TYPE_CHECKING:
 _log = logging.getLogger("hasten.proxy")
 
 _EMBEDDING_POLICY = ModelCachePolicy(is_deterministic_only=False)
+# Per-request facts the JSON access record shows (hasten.app), kept in the ASGI scope.
+TENANT_SCOPE_KEY = "hasten.tenant"
+MODEL_SCOPE_KEY = "hasten.model"
 
 
 @dataclass(slots=True)
@@ -73,6 +77,8 @@ class Exchange:
     started_s: float
     request_id: str
     extra_headers: tuple[tuple[bytes, bytes], ...] = ()
+    # What goes upstream, built (and refused if it cannot be forwarded unchanged) up front.
+    forwarded_headers: dict[str, str] = field(default_factory=dict)
     # A stored stream asks upstream for usage so the cache can serve it to anyone; a
     # client that did not ask gets its copy without the usage event.
     is_usage_added: bool = False
@@ -100,10 +106,13 @@ async def handle(
 ) -> None:
     """Serves one chat/completions/embeddings request end to end."""
     started_s = time.perf_counter()
-    raw = await read_body(receive, scope, gateway.config.server.max_body_bytes)
-    body = parse_body(raw)
-    endpoint.check(body)
+    # The key first: a caller without one learns nothing about validation (or our limits).
     tenant = gateway.auth.tenant_for(header(scope, b"authorization"))
+    scope[TENANT_SCOPE_KEY] = tenant
+    raw = await read_body(receive, scope, gateway.config.server.max_body_bytes)
+    body = parse_body(raw, gateway.config.server.max_json_depth)
+    endpoint.check(body)
+    scope[MODEL_SCOPE_KEY] = body["model"]
     model, extra_headers = _resolve(gateway, body, request_id)
     is_stream = endpoint.is_streamable and body.get("stream") is True
     exchange = Exchange(
@@ -119,6 +128,7 @@ async def handle(
         started_s,
         request_id,
         extra_headers,
+        upstream_headers(scope, is_stream, not gateway.auth.is_enforcing),
     )
     watcher = DisconnectWatcher(receive)
     try:
@@ -158,16 +168,19 @@ def _resolve(
 async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
     decision = _decide(gateway, ex)
     if gateway.cache is None or not (decision.is_lookup or decision.is_store):
-        gateway.stats.count("bypass")
+        gateway.stats.count("bypass", tenant=ex.tenant)
         await _forward_direct(gateway, ex)
         return
     namespace = "*" if gateway.config.cache.is_shared_across_tenants else ex.tenant
-    key = cache_key(ex.body, endpoint=ex.endpoint.name, model=ex.model.name, tenant=namespace)
+    request = request_key(ex.body, endpoint=ex.endpoint.name, model=ex.model.name)
+    key = namespaced_key(request, namespace)
+    # What /admin/cache/invalidate takes as "key"; it only ever names the caller's entry.
+    ex.extra_headers = (*ex.extra_headers, (b"x-hasten-cache-key", request.encode()))
     found = None
     if decision.is_lookup:
         entry = await gateway.cache.get(key, max_age_s=decision.max_age_s)
         if entry is not None:
-            gateway.stats.count("hit")
+            gateway.stats.count("hit", tenant=ex.tenant)
             await _serve_hit(gateway, ex, entry, b"hit")
             return
         if gateway.semantic is not None and ex.endpoint is CHAT:
@@ -175,17 +188,17 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
                 ex.body, model=ex.model.name, tenant=namespace, max_age_s=decision.max_age_s
             )
             if found.hit is not None:
-                gateway.stats.count("semantic_hit")
+                gateway.stats.count("semantic_hit", tenant=ex.tenant)
                 await _serve_hit(gateway, ex, found.hit.entry, b"semantic", found.hit.headers())
                 return
-    gateway.stats.count("miss" if decision.is_lookup else "bypass")
+    gateway.stats.count("miss" if decision.is_lookup else "bypass", tenant=ex.tenant)
     stored = _Stored(gateway, ex, key, namespace, found) if decision.is_store else None
     can_add_usage = ex.model.has_stream_options
     ex.is_usage_added = ex.is_stream and decision.is_store and not ex.wants_usage and can_add_usage
     flight_key = _flight_key(ex, key, decision, can_add_usage)
     flight, is_new = gateway.coalescer.join(flight_key, lambda f: _pump(gateway, ex, f, stored))
     if not is_new:
-        gateway.stats.count("coalesced")
+        gateway.stats.count("coalesced", tenant=ex.tenant)
     try:
         await _serve_flight(ex, flight, b"miss" if decision.is_lookup else b"bypass")
     finally:
@@ -250,8 +263,8 @@ def _header_str(scope: Scope, name: bytes) -> str | None:
 
 
 async def _open(gateway: Gateway, ex: Exchange) -> UpstreamCall:
-    headers = upstream_headers(ex.scope, ex.is_stream, not gateway.auth.is_enforcing)
-    gateway.stats.count("upstream_calls")
+    headers = ex.forwarded_headers
+    gateway.stats.count("upstream_calls", tenant=ex.tenant)
     # A client marks a request that must not run twice (so is never hedged) this way.
     is_idempotent = header(ex.scope, b"x-hasten-idempotent") not in (b"false", b"0", b"no")
     route = gateway.client.route_request(

@@ -175,8 +175,16 @@ class SemanticTier:
         vectors = [await self.semantic.embedder.embed(text) for text in (one, two)]
         return float(np.dot(vectors[0], vectors[1])) >= min_similarity
 
-    async def report_wrong(self, entry_id: int, similarity: float, tenant: str) -> bool:
-        """User feedback on a served hit: teach the entry's threshold, then evict it."""
+    async def report_wrong(self, entry_id: int, similarity: float, tenant: str | None) -> bool:
+        """User feedback on a served hit: teach the entry's threshold, then evict it.
+
+        ``tenant`` None (the admin key) may name any entry; a tenant only its own, so no
+        tenant can teach another's thresholds."""
+        is_owned = tenant is None or await self.semantic.count_entries(
+            tenant=tenant, entry_id=entry_id
+        )
+        if not is_owned:
+            return False
         match = SemanticMatch(entry_id=entry_id, similarity=similarity, answer_key="")
         await self.semantic.report_verification(match, is_correct=False)
         self.semantic.counters["reported_wrong"] += 1

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import os
 import socket
 import sys
@@ -15,8 +14,9 @@ from typing import Any
 
 import uvicorn
 
-from hasten import edge
+from hasten import edge, logs
 from hasten.app import HastenApp
+from hasten.auth import ADMIN_KEY_HINT
 from hasten.config import (
     WILDCARD_MODEL,
     CacheConfig,
@@ -33,6 +33,7 @@ from hasten.connection import protocol_for
 from hasten.errors import ConfigError
 from hasten.local.config import LocalServerConfig
 from hasten.local.supervisor import EngineSupervisor, RestartSettings
+from hasten.logs import LOG_FORMATS
 
 # The embedded demo upstream answers like a slow-ish cloud model so the cache shows.
 DEMO_TTFT_MS = 300.0
@@ -76,6 +77,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("debug", "info", "warning", "error"),
         help="log verbosity",
     )
+    parser.add_argument(
+        "--log-format",
+        default=None,
+        choices=LOG_FORMATS,
+        help="text (default: human, control characters escaped) or json (one object a line)",
+    )
 
 
 def _pick(flag: Any, env: Mapping[str, str], name: str) -> Any:
@@ -93,6 +100,7 @@ def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> GatewayC
         host=host or server.host,
         port=_port(port, server.port),
         log_level=args.log_level or server.log_level,
+        log_format=args.log_format or server.log_format,
     )
     config = replace(config, server=server, cache=_cache_overrides(config.cache, args, env))
     upstream = _pick(args.upstream, env, "HASTEN_UPSTREAM")
@@ -143,12 +151,18 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _uvicorn_server(app: Any, log_level: str, limits: ServerConfig | None = None) -> uvicorn.Server:
-    # The gateway's connections get hasten's limits; the demo simulator's (loopback) do not.
+def _uvicorn_server(
+    app: Any, log_level: str, limits: ServerConfig | None = None, log_format: str = "text"
+) -> uvicorn.Server:
+    # The gateway's connections get hasten's limits and OpenAI-shaped parser errors; the
+    # demo simulator's (loopback) do not.
     http: Any = "httptools" if limits is None else protocol_for(limits)
+    # In JSON mode uvicorn's own loggers go through hasten's handler, not its text one.
+    log_config = None if log_format == "json" else uvicorn.config.LOGGING_CONFIG
     config = uvicorn.Config(
         app,
         log_level=log_level,
+        log_config=log_config,
         access_log=False,
         http=http,
         loop="none",
@@ -182,7 +196,8 @@ async def _serve(config: GatewayConfig, *, is_simulator_default: bool) -> None:
     config = edge.with_hybrid_routes(config)
     sock = _bind(config.server.host, config.server.port)
     app = HastenApp(config, engine=supervisor)
-    servers.append((_uvicorn_server(app, config.server.log_level, config.server), sock))
+    server = config.server
+    servers.append((_uvicorn_server(app, server.log_level, server, server.log_format), sock))
     print(_banner(config, sock, supervisor), file=sys.stderr, flush=True)
     try:
         await asyncio.gather(*(server.serve(sockets=[s]) for server, s in servers))
@@ -257,6 +272,11 @@ def _banner(config: GatewayConfig, sock: socket.socket, supervisor: EngineSuperv
         lines.append("  cache: disabled")
     if config.server.api_keys:
         lines.append(f"  gateway keys: {len(config.server.api_keys)} tenant key(s) enforced")
+    if config.server.admin_api_key:
+        lines.append("  admin API: on (admin key set)")
+    else:
+        scoped = " except tenant-scoped calls with a tenant key" if config.server.api_keys else ""
+        lines.append(f"  admin API: off{scoped}; to enable it, {ADMIN_KEY_HINT}")
     return "\n".join(lines)
 
 
@@ -266,10 +286,7 @@ def _has_cloud(config: GatewayConfig) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     config = resolve_config(args, os.environ)
-    logging.basicConfig(
-        level=config.server.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logs.configure(config.server.log_level, config.server.log_format)
     try:
         import uvloop
 

@@ -132,14 +132,16 @@ class AiohttpTransport:
                     timeout=timeout,
                     allow_redirects=False,
                 )
+        except aiohttp.ServerTimeoutError:
+            # Before TimeoutError, which it subclasses: a connect timeout is retryable and
+            # must not be reported as a slow first byte.
+            raise UpstreamConnectError(
+                f"connecting to upstream timed out after {request.connect_timeout_s:g} s"
+            ) from None
         except TimeoutError:
             raise UpstreamTimeout(
                 f"upstream did not answer within {request.first_byte_timeout_s:g} s",
                 code="upstream_first_byte_timeout",
-            ) from None
-        except aiohttp.ServerTimeoutError:
-            raise UpstreamConnectError(
-                f"connecting to upstream timed out after {request.connect_timeout_s:g} s"
             ) from None
         except aiohttp.ClientConnectorError as exc:
             raise UpstreamConnectError(f"cannot connect to upstream: {exc.os_error}") from None

@@ -11,6 +11,15 @@ import orjson
 from hasten.errors import InvalidJSON, InvalidRequest
 
 _NUMBER = (int, float)
+_MIN_INT = -(2**63)
+_MAX_INT = 2**64 - 1
+
+# Deep enough for any real request (tool schemas nest a dozen levels), shallow enough that
+# every later serialisation stays far below orjson's 254-level limit.
+DEFAULT_MAX_JSON_DEPTH = 64
+# The cache key wraps a body two levels deeper; orjson refuses to serialise past 254.
+MAX_JSON_DEPTH_LIMIT = 200
+_MAX_COUNTED_BYTES = 8192
 
 
 def _is_number(value: Any) -> bool:
@@ -19,6 +28,11 @@ def _is_number(value: Any) -> bool:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_beyond_64_bits(value: Any) -> bool:
+    """orjson reads an integer too big for 64 bits as a float (3.67e+22): not a typo'd type."""
+    return isinstance(value, float) and value.is_integer() and abs(value) >= 2**63
 
 
 def _require(body: dict[str, Any], param: str, check: Callable[[Any], bool], what: str) -> None:
@@ -39,6 +53,13 @@ def _optional(body: dict[str, Any], param: str, check: Callable[[Any], bool], wh
 
 
 def _invalid(param: str, what: str, value: Any) -> InvalidRequest:
+    if what.startswith("an integer") and _is_beyond_64_bits(value):
+        return InvalidRequest(
+            f"Invalid '{param}': the integer is out of range; it must fit in 64 bits "
+            f"({_MIN_INT} to {_MAX_INT}).",
+            param=param,
+            code="integer_out_of_range",
+        )
     shown = repr(value)
     if len(shown) > 60:
         shown = shown[:57] + "..."
@@ -104,14 +125,44 @@ def check_embedding(body: dict[str, Any]) -> None:
     )
 
 
-def parse_body(raw: bytes) -> dict[str, Any]:
+def parse_body(raw: bytes, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> dict[str, Any]:
+    """The request's JSON object, nested at most ``max_depth`` levels (the object is one)."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise InvalidJSON(f"We could not parse the JSON body of your request: {exc}") from None
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.")
+    # Each level needs its own bracket, so a body with few cannot be too deep; counting
+    # them in C costs a small body less than walking it, a large one (long texts) more.
+    if len(raw) > _MAX_COUNTED_BYTES or raw.count(b"[") + raw.count(b"{") > max_depth:
+        _check_depth(body, max_depth)
     return body
+
+
+def _check_depth(body: dict[str, Any], max_depth: int) -> None:
+    """Raises naming the top-level field whose value nests deeper than ``max_depth``."""
+    num_levels_left = max_depth - 2  # below a field's value, itself at level 2
+    for name, value in body.items():
+        if type(value) is not dict and type(value) is not list:
+            continue
+        if num_levels_left < 0 or _is_too_deep(value, num_levels_left):
+            raise InvalidRequest(
+                f"'{name}' is nested more than {max_depth} levels deep.",
+                param=name,
+                code="json_too_deep",
+            )
+
+
+def _is_too_deep(node: dict[str, Any] | list[Any], num_levels_left: int) -> bool:
+    # Recursion stops after max_depth levels (at most MAX_JSON_DEPTH_LIMIT), far below
+    # Python's own limit, however deep the input.
+    for child in node.values() if type(node) is dict else node:
+        if (type(child) is dict or type(child) is list) and (
+            num_levels_left == 0 or _is_too_deep(child, num_levels_left - 1)
+        ):
+            return True
+    return False
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hasten.cache.entry import AnswerKind, CachedAnswer
 from hasten.cache.factory import BACKENDS, build_cache
-from hasten.cache.keys import cache_key
+from hasten.cache.keys import cache_key, namespaced_key, request_key
 from hasten.cache.memory import MemoryLRU
 from hasten.cache.policy import (
     CacheDecision,
@@ -47,6 +47,8 @@ __all__ = [
     "decide",
     "is_deterministic",
     "is_usage_chunk",
+    "namespaced_key",
     "parse_cache_control",
+    "request_key",
     "sse_frames",
 ]

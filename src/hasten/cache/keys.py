@@ -9,7 +9,8 @@ from typing import Any
 import orjson
 
 # Bump when the canonical form changes so old entries can never be served for new keys.
-_KEY_VERSION = 1
+# 2: the stored key is the tenant's namespace applied to a tenant-free request key.
+_KEY_VERSION = 2
 
 # Transport-only fields: they change how the answer is delivered, never what it says.
 _EXCLUDED_FIELDS = frozenset({"stream", "stream_options", "user"})
@@ -20,8 +21,13 @@ _MAX_INT = 2**64 - 1
 
 
 def cache_key(body: Mapping[str, Any], *, endpoint: str, model: str, tenant: str) -> str:
-    """Hex digest of the canonical request: resolved model, tenant, endpoint and every field
-    except ``stream``, ``stream_options`` and ``user``.
+    """The stored key: ``request_key`` inside the tenant's namespace."""
+    return namespaced_key(request_key(body, endpoint=endpoint, model=model), tenant)
+
+
+def request_key(body: Mapping[str, Any], *, endpoint: str, model: str) -> str:
+    """Hex digest of the canonical request: resolved model, endpoint and every field
+    except ``stream``, ``stream_options`` and ``user``; the same for every tenant.
 
     Insensitive to key order, formatting and ``0`` vs ``0.0``; sensitive to anything else.
     """
@@ -31,8 +37,17 @@ def cache_key(body: Mapping[str, Any], *, endpoint: str, model: str, tenant: str
         if name not in _EXCLUDED_FIELDS
     }
     canonical_body["model"] = model
-    envelope = {"v": _KEY_VERSION, "endpoint": endpoint, "tenant": tenant, "body": canonical_body}
+    envelope = {"v": _KEY_VERSION, "endpoint": endpoint, "body": canonical_body}
     return hashlib.sha256(orjson.dumps(envelope, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def namespaced_key(request_key: str, tenant: str) -> str:
+    """The stored key of a request key in one tenant's namespace.
+
+    Derived here, never taken from a client: whatever key a caller names, it can only
+    reach entries of its own namespace.
+    """
+    return hashlib.sha256(orjson.dumps([_KEY_VERSION, tenant, request_key])).hexdigest()
 
 
 def _needs_normalizing(value: Any) -> bool:

@@ -213,7 +213,7 @@ class LocalApp:
 
 def _require(method: str, expected: str) -> None:
     if method != expected:
-        raise MethodNotAllowed(f"method {method} not allowed here; use {expected}")
+        raise MethodNotAllowed(f"method {method} not allowed here; use {expected}", allow=expected)
 
 
 async def _send_event(send: Send, payload: dict[str, Any]) -> None:
@@ -229,4 +229,5 @@ async def _send_error(send: Send, exc: HastenError) -> None:
     headers = [JSON_CONTENT_TYPE]
     if exc.retry_after_s is not None:
         headers.append((b"retry-after", str(max(1, round(exc.retry_after_s))).encode()))
+    headers.extend((name.encode(), value.encode()) for name, value in exc.headers.items())
     await send_response(send, exc.status_code, exc.to_json(), headers)

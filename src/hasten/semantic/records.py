@@ -214,24 +214,35 @@ class Records:
         expired_at: float | None = None,
     ) -> list[tuple[int, str]]:
         """Ids and partitions of rows matching every given condition (all rows if none)."""
-        clauses: list[str] = []
-        values: list[object] = []
-        for column, operator, value in (
+        where, values = _where(
             ("id", "=", entry_id),
             ("tenant", "=", tenant),
             ("model", "=", model),
             ("created_at", "<", created_before),
             ("expires_at", "<=", expired_at),
-        ):
-            if value is not None:
-                clauses.append(f"{column} {operator} ?")
-                values.append(value)
-        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        )
         rows = self.conn.execute(f"SELECT id, partition FROM {_TABLE}{where}", values)
         return [(int(row[0]), row[1]) for row in rows]
 
+    def count_where(self, *, entry_id: int | None = None, tenant: str | None = None) -> int:
+        """Rows matching every given condition, counted in SQLite (a tenant may hold many)."""
+        where, values = _where(("id", "=", entry_id), ("tenant", "=", tenant))
+        row = self.conn.execute(f"SELECT COUNT(*) FROM {_TABLE}{where}", values).fetchone()
+        return int(row[0])
+
     def delete(self, ids: Iterable[int]) -> None:
         self.conn.executemany(f"DELETE FROM {_TABLE} WHERE id = ?", ((i,) for i in ids))
+
+
+def _where(*conditions: tuple[str, str, object]) -> tuple[str, list[object]]:
+    """A WHERE clause (or nothing) for the conditions whose value is not None."""
+    clauses: list[str] = []
+    values: list[object] = []
+    for column, operator, value in conditions:
+        if value is not None:
+            clauses.append(f"{column} {operator} ?")
+            values.append(value)
+    return (f" WHERE {' AND '.join(clauses)}" if clauses else ""), values
 
 
 def _stored_entry(row: tuple[Any, ...]) -> StoredEntry:

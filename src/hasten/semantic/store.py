@@ -219,6 +219,10 @@ class SemanticCache(Upkeep, SharedReplica):
             await self.share_delete(event, [i for i, _ in rows])
         return len(rows)
 
+    async def count_entries(self, *, tenant: str | None = None, entry_id: int | None = None) -> int:
+        """Entries matching every given condition (a tenant's, or one id within a tenant)."""
+        return await self._run(self._count_sync, tenant, entry_id)
+
     def _note_error(self, operation: str) -> None:
         self.counters[f"{operation}_errors"] += 1
         if self.counters[f"{operation}_errors"] == 1:  # the first of a kind is enough
@@ -369,6 +373,9 @@ class SemanticCache(Upkeep, SharedReplica):
         rows = records.select_where(created_before=event.created_before, **event.where)
         self._remove(records, rows, reason)
         return rows
+
+    def _count_sync(self, tenant: str | None, entry_id: int | None) -> int:
+        return self._open().count_where(tenant=tenant, entry_id=entry_id)
 
     def _observe_sync(self, entry_id: int, similarity: float, is_correct: bool) -> None:
         if self.budget is None:

@@ -7,6 +7,7 @@ generator and a couple of sends. See the package docstring for endpoints and hea
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -118,7 +119,10 @@ class SimulatorApp:
             else:
                 return ("other" if path.startswith(API_PREFIX) else None), _not_found
         endpoint, methods = route
-        return endpoint, methods.get(method, _method_not_allowed)
+        handler = methods.get(method)
+        if handler is None:
+            return endpoint, functools.partial(_method_not_allowed, allow=", ".join(methods))
+        return endpoint, handler
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         start_s = asyncio.get_running_loop().time()
@@ -348,6 +352,6 @@ async def _not_found(scope: Scope, receive: Receive, send: Send, start_s: float)
 
 
 async def _method_not_allowed(
-    scope: Scope, receive: Receive, send: Send, start_s: float
+    scope: Scope, receive: Receive, send: Send, start_s: float, *, allow: str
 ) -> Outcome:
-    raise MethodNotAllowed(f"Method {scope['method']} not allowed on {scope['path']}")
+    raise MethodNotAllowed(f"Method {scope['method']} not allowed on {scope['path']}", allow=allow)

@@ -60,11 +60,12 @@ async def send_json(
 
 
 def error_headers(error: HastenError) -> tuple[tuple[bytes, bytes], ...]:
+    extra = tuple((name.encode(), value.encode()) for name, value in error.headers.items())
     if error.retry_after_s is None:
-        return ()
+        return extra
     seconds = f"{error.retry_after_s:g}".encode()
     millis = str(round(error.retry_after_s * 1000)).encode()
-    return ((b"retry-after", seconds), (b"retry-after-ms", millis))
+    return ((b"retry-after", seconds), (b"retry-after-ms", millis), *extra)
 
 
 async def send_error(send: Send, error: HastenError) -> None:
