@@ -117,8 +117,13 @@ def test_banner_redacts_a_redis_password() -> None:
     assert PASSWORD not in banner
 
 
+ADMIN_KEY = "sk-admin-test"
+
+
 def _in_flight(gateway: ServerThread) -> dict[str, int]:
-    routing = httpx.get(f"{gateway.url}/admin/routing", timeout=10).json()["models"]
+    headers = {"authorization": f"Bearer {ADMIN_KEY}"}
+    response = httpx.get(f"{gateway.url}/admin/routing", headers=headers, timeout=10)
+    routing = response.json()["models"]
     return {
         name: state["in_flight"]
         for pool in routing.values()
@@ -137,7 +142,9 @@ def _settles_at_zero(gateway: ServerThread) -> dict[str, int]:
 
 
 def test_in_flight_is_zero_after_connect_refused() -> None:
-    config = make_config({"down": f"http://127.0.0.1:{free_port()}/v1"}, cache=NO_CACHE)
+    config = make_config(
+        {"down": f"http://127.0.0.1:{free_port()}/v1"}, cache=NO_CACHE, admin_api_key=ADMIN_KEY
+    )
     with running_gateway(config) as gateway:
         for stream in (False, True):
             assert _post(gateway, chat_body(stream=stream)).status_code == 502
@@ -148,7 +155,7 @@ def test_in_flight_is_zero_after_the_transport_raises(good_sim: ServerThread) ->
     # aiohttp itself raises ValueError for credentials in the URL plus an Authorization header:
     # the URL is built here directly, past the config check that refuses it.
     url = good_sim.url.replace("http://", f"http://user:{PASSWORD}@") + "/v1"
-    config = make_config({"creds": url}, cache=NO_CACHE)
+    config = make_config({"creds": url}, cache=NO_CACHE, admin_api_key=ADMIN_KEY)
     upstream = replace(config.upstreams["creds"], api_key="sk-upstream")
     config = replace(config, upstreams={"creds": upstream})
     with running_gateway(config) as gateway:
@@ -162,7 +169,9 @@ def test_in_flight_is_zero_after_the_transport_raises(good_sim: ServerThread) ->
 def test_in_flight_is_zero_after_timeouts() -> None:
     with ServerThread(build_app(SimConfig(ttft_base_ms=3000))) as slow:
         timeouts = TimeoutConfig(first_byte_s=0.2, total_s=5)
-        config = make_config({"slow": slow.url + "/v1"}, timeouts=timeouts, cache=NO_CACHE)
+        config = make_config(
+            {"slow": slow.url + "/v1"}, timeouts=timeouts, cache=NO_CACHE, admin_api_key=ADMIN_KEY
+        )
         with running_gateway(config) as gateway:
             for stream in (False, True):
                 assert _post(gateway, chat_body(stream=stream)).status_code == 504
@@ -170,7 +179,7 @@ def test_in_flight_is_zero_after_timeouts() -> None:
 
 
 def test_in_flight_is_zero_after_a_cut_off_answer(cut_sim: ServerThread) -> None:
-    config = make_config({"cut": cut_sim.url + "/v1"}, cache=NO_CACHE)
+    config = make_config({"cut": cut_sim.url + "/v1"}, cache=NO_CACHE, admin_api_key=ADMIN_KEY)
     with running_gateway(config) as gateway:
         assert _post(gateway, chat_body()).status_code == 502
         streamed = _post(gateway, chat_body(stream=True))  # cut after bytes reached us
@@ -185,7 +194,7 @@ def test_in_flight_is_zero_after_client_disconnects(stream: bool, when: str) -> 
     if when == "mid_stream":
         sim_config = SimConfig(ttft_base_ms=0, decode_ms_per_token=100, output_tokens=100)
     with ServerThread(build_app(sim_config)) as sim:
-        config = make_config({"sim": sim.url + "/v1"}, cache=NO_CACHE)
+        config = make_config({"sim": sim.url + "/v1"}, cache=NO_CACHE, admin_api_key=ADMIN_KEY)
         with running_gateway(config) as gateway:
             url = f"{gateway.url}/v1/chat/completions"
             for i in range(3):
