@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -293,6 +294,71 @@ def _process_tree(pid: int) -> list[int]:
     return pids
 
 
+def interleaved(args: argparse.Namespace, num_reps: int) -> dict[str, Any]:
+    """In-process vs child, both up at once and asked in turn, one request at a time.
+
+    An idle engine takes no CPU, so the one being asked has the cores to itself, and any
+    drift in the machine's load hits both alike: a fairer A/B of the process boundary than
+    phases minutes apart. Per rep: warm TTFT and one 48-token stream's tok/s.
+    """
+    servers = {}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    with contextlib.ExitStack() as stack:
+        try:
+            for name in ("hasten", "gateway"):
+                port = _free_port()
+                command = _server_command(name, args.model, port, args.threads, args.n_ctx)
+                stderr = stack.enter_context(tempfile.TemporaryFile())
+                proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+                servers[name] = (proc, f"http://127.0.0.1:{port}")
+                _wait_ready(servers[name][1], proc, stderr)
+            return asyncio.run(_interleave({n: url for n, (_, url) in servers.items()}, num_reps))
+        finally:
+            for proc, _ in servers.values():
+                proc.terminate()
+                proc.wait(timeout=30)
+
+
+async def _interleave(urls: dict[str, str], num_reps: int) -> dict[str, Any]:
+    system = SYSTEM_SENTENCE * 20
+    ttft: dict[str, list[float]] = {name: [] for name in urls}
+    tok_s: dict[str, list[float]] = {name: [] for name in urls}
+    clients = {name: httpx.AsyncClient(base_url=url, timeout=600) for name, url in urls.items()}
+    try:
+        for client in clients.values():
+            await _ttft_ms(client, system, "Do you sell nails?")  # primes the shared prefix
+        for rep in range(num_reps):
+            names = list(urls) if rep % 2 == 0 else list(urls)[::-1]
+            for name in names:
+                ttft[name].append(await _ttft_ms(clients[name], system, f"Q{rep}: paint?"))
+                story = [
+                    {"role": "user", "content": f"Write a long story about {TOPICS[rep % 8]}."}
+                ]
+                started_s = time.perf_counter()
+                result = await _stream(clients[name], story, 48, rep)
+                tok_s[name].append(result.num_tokens / (time.perf_counter() - started_s))
+    finally:
+        for client in clients.values():
+            await client.aclose()
+    medians = {
+        name: {
+            "ttft_warm_ms_p50": statistics.median(ttft[name]),
+            "tok_s_1_stream_p50": statistics.median(tok_s[name]),
+        }
+        for name in urls
+    }
+    return {
+        "num_reps": num_reps,
+        "medians": medians,
+        "child_vs_in_process": {
+            "tok_s_1": medians["gateway"]["tok_s_1_stream_p50"]
+            / medians["hasten"]["tok_s_1_stream_p50"],
+            "ttft_warm": medians["hasten"]["ttft_warm_ms_p50"]
+            / medians["gateway"]["ttft_warm_ms_p50"],
+        },
+    }
+
+
 def merge_rounds(reports: list[ServerReport]) -> ServerReport:
     """One report per server: the median of each figure over the rounds."""
     merged = ServerReport(reports[0].name)
@@ -449,6 +515,12 @@ def main(argv: list[str] | None = None) -> int:
         "--rounds", type=int, default=2, help="alternating rounds; figures are medians"
     )
     parser.add_argument(
+        "--interleaved-reps",
+        type=int,
+        default=20,
+        help="in-process vs child asked in turn, both running (0: skip)",
+    )
+    parser.add_argument(
         "--ceiling", action="store_true", help="also measure raw llama.cpp batched decode"
     )
     args = parser.parse_args(argv)
@@ -465,8 +537,11 @@ def main(argv: list[str] | None = None) -> int:
         # Alternating order: drift in the machine's load lands on every server alike.
         for name in names if index % 2 == 0 else names[::-1]:
             rounds[name].append(run_server(name, args))
-    reports = {name: merge_rounds(runs) for name, runs in rounds.items()}
+    reports = {name: merge_rounds(runs) for name, runs in rounds.items() if runs}
     goals = _goals(reports) if reports else {}
+    is_ab = args.interleaved_reps > 0 and {"hasten", "gateway"} <= set(names)
+    if is_ab:
+        goals["interleaved"] = interleaved(args, args.interleaved_reps)
     settings = {
         "threads": args.threads,
         "n_ctx": args.n_ctx,
