@@ -37,7 +37,7 @@ def test_the_validator_answers_any_bytes_with_a_gateway_error_or_a_body(raw: byt
     try:
         body = parse_body(raw)
     except HastenError as exc:
-        assert exc.status_code == 400 and exc.to_dict()["error"]["message"]
+        assert exc.status_code == 400 and orjson.loads(exc.to_json())["error"]["message"]
         return
     for endpoint in (CHAT, COMPLETIONS, EMBEDDINGS):
         try:
