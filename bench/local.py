@@ -299,8 +299,8 @@ def interleaved(args: argparse.Namespace, num_reps: int) -> dict[str, Any]:
 
     An idle engine takes no CPU, so the one being asked has the cores to itself, and any
     drift in the machine's load hits both alike: a fairer A/B of the process boundary than
-    phases minutes apart. Per rep: a warm TTFT, then (after all of those) one 48-token
-    stream's tok/s.
+    phases minutes apart. Per rep: a warm TTFT; then (after all of those) a cold TTFT and
+    aggregate tok/s at 1, 2, 4 and 8 concurrent 48-token streams.
     """
     servers = {}
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
@@ -322,44 +322,58 @@ def interleaved(args: argparse.Namespace, num_reps: int) -> dict[str, Any]:
 
 async def _interleave(urls: dict[str, str], num_reps: int) -> dict[str, Any]:
     system = SYSTEM_SENTENCE * 20
-    ttft: dict[str, list[float]] = {name: [] for name in urls}
-    tok_s: dict[str, list[float]] = {name: [] for name in urls}
+    samples: dict[str, dict[str, list[float]]] = {name: {} for name in urls}
+
+    def add(name: str, figure: str, value: float) -> None:
+        samples[name].setdefault(figure, []).append(value)
+
     clients = {name: httpx.AsyncClient(base_url=url, timeout=600) for name, url in urls.items()}
     try:
         for client in clients.values():
             await _ttft_ms(client, system, "Do you sell nails?")  # primes the shared prefix
-        # Warm TTFTs first, stories after: a story's own prompt may take the cache slot
+        # Warm TTFTs first, streams after: a story's own prompt may take the cache slot
         # that holds the shared system prompt.
         for rep in range(num_reps):
             for name in list(urls) if rep % 2 == 0 else list(urls)[::-1]:
-                ttft[name].append(await _ttft_ms(clients[name], system, f"Q{rep}: paint?"))
+                add(name, "ttft_warm", await _ttft_ms(clients[name], system, f"Q{rep}: paint?"))
         for rep in range(num_reps):
             for name in list(urls) if rep % 2 == 0 else list(urls)[::-1]:
-                topic = TOPICS[rep % len(TOPICS)]
-                story = [{"role": "user", "content": f"Write a long story about {topic}."}]
-                started_s = time.perf_counter()
-                result = await _stream(clients[name], story, 48, rep)
-                tok_s[name].append(result.num_tokens / (time.perf_counter() - started_s))
+                nonce = f"Session {rep} {time.time_ns()}. {system}"
+                add(name, "ttft_cold", await _ttft_ms(clients[name], nonce, "Hi"))
+                for level in STREAM_LEVELS:
+                    add(name, f"tok_s_{level}", await _level_tok_s(clients[name], level, rep))
     finally:
         for client in clients.values():
             await client.aclose()
     medians = {
-        name: {
-            "ttft_warm_ms_p50": statistics.median(ttft[name]),
-            "tok_s_1_stream_p50": statistics.median(tok_s[name]),
-        }
-        for name in urls
+        name: {figure: statistics.median(values) for figure, values in figures.items()}
+        for name, figures in samples.items()
+    }
+    direct, child = medians["hasten"], medians["gateway"]
+    # tok/s: child / in-process; TTFT: in-process / child; 1.0 is parity either way.
+    ratios = {
+        figure: (child[figure] / direct[figure])
+        if figure.startswith("tok_s")
+        else (direct[figure] / child[figure])
+        for figure in direct
     }
     return {
         "num_reps": num_reps,
         "medians": medians,
-        "child_vs_in_process": {
-            "tok_s_1": medians["gateway"]["tok_s_1_stream_p50"]
-            / medians["hasten"]["tok_s_1_stream_p50"],
-            "ttft_warm": medians["hasten"]["ttft_warm_ms_p50"]
-            / medians["gateway"]["ttft_warm_ms_p50"],
-        },
+        "child_vs_in_process": ratios,
+        "child_within_5pct": all(value >= 0.95 for value in ratios.values()),
     }
+
+
+async def _level_tok_s(client: httpx.AsyncClient, num_streams: int, rep: int) -> float:
+    started_s = time.perf_counter()
+    results = await asyncio.gather(
+        *(
+            _stream(client, [{"role": "user", "content": f"Tell a story about {topic}."}], 48, rep)
+            for topic in TOPICS[:num_streams]
+        )
+    )
+    return sum(r.num_tokens for r in results) / (time.perf_counter() - started_s)
 
 
 def merge_rounds(reports: list[ServerReport]) -> ServerReport:
