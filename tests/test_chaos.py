@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -178,8 +177,10 @@ def sqlite_config(sim: ServerThread, path: Path) -> Any:
 # --- Redis -------------------------------------------------------------------------------
 
 
-def test_redis_stopped_and_restarted_under_load_fails_no_request(sim: ServerThread) -> None:
-    port, workdir = free_port(), tempfile.mkdtemp(prefix="hasten-chaos-redis-")
+def test_redis_stopped_and_restarted_under_load_fails_no_request(
+    sim: ServerThread, tmp_path: Path
+) -> None:
+    port, workdir = free_port(), str(tmp_path)
     redis_url = f"redis://127.0.0.1:{port}/0"
     cache = CacheConfig(backend="redis", redis_url=redis_url, l1_max_bytes=L1_MAX_BYTES)
     with running_gateway(make_config({"sim": sim.url + "/v1"}, cache=cache)) as gateway:
