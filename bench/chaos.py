@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import random
 import shlex
 import shutil
 import signal
@@ -243,8 +244,6 @@ def write_garbage(path: Path, seed: int, include_header: bool) -> str:
     """Random 4 KiB blocks over live pages of the file. The WAL is checkpointed into the file
     first (any process may): otherwise live pages sit in the WAL and in the gateway's page
     cache, and garbage would land only on pages nobody reads again."""
-    import random
-
     with contextlib.closing(sqlite3.connect(path, timeout=5.0)) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     rng = random.Random(seed)
