@@ -303,6 +303,7 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
     try:
         with started(workdir) as (url, gateway, sim_url):
             raw = asyncio.run(soak(url, gateway, sim_url, duration_s, args.rate))
+        log_lines = gateway.log_path.read_text(errors="replace").splitlines()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     counts: Counts = raw["counts"]
@@ -331,6 +332,9 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
         "idle_after": _sample_dict(raw["idle_after"]),
         "verdict": verdict(g, raw["idle_before"], raw["idle_after"]),
         "series": [_sample_dict(s) for s in samples],
+        # Kept because the work dir is not: what the gateway complained about, if anything.
+        "gateway_log_warnings": sum((" WARNING " in x or " ERROR " in x) for x in log_lines),
+        "gateway_log_tail": log_lines[-10:],
     }
 
 
