@@ -234,6 +234,9 @@ class HastenApp:
         return {
             "requests": dict(gateway.stats.counts),
             "in_flight": len(gateway.coalescer),
+            # asyncio tasks alive in the gateway's loop: flat under steady load, or a leak
+            # (bench/soak.py samples it). One len() of a weak set: cheap enough per call.
+            "tasks": len(asyncio.all_tasks()),
             "cache": self._cache_state(gateway),
         }
 

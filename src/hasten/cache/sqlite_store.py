@@ -195,7 +195,7 @@ class SQLiteStore:
         return conn
 
     def _on_failure(self, exc: BaseException) -> None:
-        error_name = getattr(exc, "sqlite_errorname", None)
+        error_name = _primary_error_name(exc)
         if error_name in _CORRUPTION_ERRORS:
             self._num_corruptions += 1
             if len(self._moved_aside) < _MAX_FILES_MOVED_ASIDE and self._move_aside(exc):
@@ -206,14 +206,18 @@ class SQLiteStore:
             self._close_sync()
         else:
             self._retry_at = time.monotonic() + self._retry_backoff_s
-            if self._conn is not None and self._conn.in_transaction:
+            if error_name == "SQLITE_READONLY":
+                # SQLite opens a file it cannot write read-only and stays so: only a new
+                # connection sees the file writable again (permissions fixed, disk remounted).
+                self._close_sync()
+            elif self._conn is not None and self._conn.in_transaction:
                 self._rollback()
         if self._is_healthy:
             self._is_healthy = False
             _LOG.warning(
                 "SQLite cache at %s unavailable (%s: %s); serving misses and dropping writes%s",
                 self.path,
-                error_name or type(exc).__name__,
+                getattr(exc, "sqlite_errorname", None) or type(exc).__name__,
                 exc,
                 " until restart" if is_permanent else "",
             )
@@ -339,6 +343,15 @@ class SQLiteStore:
             with contextlib.suppress(sqlite3.Error):
                 self._conn.close()
             self._conn = None
+
+
+def _primary_error_name(exc: BaseException) -> str | None:
+    """``SQLITE_CORRUPT`` for ``SQLITE_CORRUPT_INDEX`` too: SQLite reports extended codes
+    (``<primary>_<detail>``), and a malformed index is as corrupt as a malformed table."""
+    name = getattr(exc, "sqlite_errorname", None)
+    if not isinstance(name, str):
+        return None
+    return "_".join(name.split("_")[:2])
 
 
 def _open_only(conn: sqlite3.Connection, arg: None) -> None:
