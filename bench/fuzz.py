@@ -4,7 +4,10 @@
 Counts requests and distinct bodies (a body generated twice is one case, not two), and
 every answer that breaks the contract: a 5xx, or an error outside the OpenAI shape.
 
-    .venv/bin/python bench/fuzz.py --num-cases 50000 [--json]
+    .venv/bin/python bench/fuzz.py --num-cases 50000 [--json] [--hashes-out FILE]
+
+Two runs side by side use both cores; ``--hashes-out`` lets their distinct cases be counted
+as one set (``sort -u a b | wc -l``).
 """
 
 from __future__ import annotations
@@ -102,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-cases", type=int, default=50_000)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--hashes-out", type=Path, help="write each distinct case's digest, to union several runs"
+    )
     args = parser.parse_args(argv)
     logs = Path(tempfile.mkdtemp(prefix="hasten-fuzz-"))
     sim_port, gateway_port = free_port(), free_port()
@@ -141,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         gateway.stop()
         sim.stop()
+    if args.hashes_out is not None:
+        args.hashes_out.write_text("".join(digest.hex() + "\n" for digest in tally.bodies))
     doc = {
         "num_requests": tally.num_requests,
         "num_distinct_cases": len(tally.bodies),
