@@ -120,22 +120,39 @@ def _engine_flags(model: Path, num_threads: int, n_ctx: int) -> list[str]:
     ]
 
 
-def _gateway_config(model: Path, num_threads: int, n_ctx: int) -> Path:
-    path = ROOT / "bench" / "results" / "local-gateway.toml"
+# For the boundary A/B only: both engines on fixed thread counts (no tuning), so the two
+# differ in nothing but the process boundary. The tuner's state otherwise drifts apart
+# between two engines by up to 30% in tok/s on this shared box.
+FIXED_MODES = {"thread_probe_steps": 0, "n_threads_single_token": 2}
+
+
+def _gateway_config(
+    model: Path, num_threads: int, n_ctx: int, extra: dict[str, int] | None = None
+) -> Path:
+    path = ROOT / "bench" / "results" / f"local-gateway-{os.getpid()}.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
+    lines = "".join(f"{key} = {value}\n" for key, value in (extra or {}).items())
     path.write_text(
         f'[local]\nmodel_path = "{model}"\nn_threads = {num_threads}\nn_ctx = {n_ctx}\n'
-        "max_seqs = 8\nmax_queue = 64\n"
+        "max_seqs = 8\nmax_queue = 64\n" + lines
     )
     return path
 
 
-def _server_command(name: str, model: Path, port: int, num_threads: int, n_ctx: int) -> list[str]:
+def _server_command(
+    name: str,
+    model: Path,
+    port: int,
+    num_threads: int,
+    n_ctx: int,
+    extra: dict[str, int] | None = None,
+) -> list[str]:
     if name == "hasten":
         local = [sys.executable, "-m", "hasten", "local", "--port", str(port)]
-        return local + _engine_flags(model, num_threads, n_ctx)
+        flags = [f"--{k.replace('_', '-')}={v}" for k, v in (extra or {}).items()]
+        return local + _engine_flags(model, num_threads, n_ctx) + flags
     if name == "gateway":
-        config = _gateway_config(model, num_threads, n_ctx)
+        config = _gateway_config(model, num_threads, n_ctx, extra)
         return [
             sys.executable,
             "-m",
@@ -299,8 +316,8 @@ def interleaved(args: argparse.Namespace, num_reps: int) -> dict[str, Any]:
 
     An idle engine takes no CPU, so the one being asked has the cores to itself, and any
     drift in the machine's load hits both alike: a fairer A/B of the process boundary than
-    phases minutes apart. Per rep: a warm TTFT; then (after all of those) a cold TTFT and
-    aggregate tok/s at 1, 2, 4 and 8 concurrent 48-token streams.
+    phases minutes apart. Both run ``FIXED_MODES``. Per rep: a warm TTFT; then (after all
+    of those) a cold TTFT and aggregate tok/s at 1, 2, 4 and 8 concurrent 48-token streams.
     """
     servers = {}
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
@@ -308,7 +325,9 @@ def interleaved(args: argparse.Namespace, num_reps: int) -> dict[str, Any]:
         try:
             for name in ("hasten", "gateway"):
                 port = _free_port()
-                command = _server_command(name, args.model, port, args.threads, args.n_ctx)
+                command = _server_command(
+                    name, args.model, port, args.threads, args.n_ctx, FIXED_MODES
+                )
                 stderr = stack.enter_context(tempfile.TemporaryFile())
                 proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
                 servers[name] = (proc, f"http://127.0.0.1:{port}")
