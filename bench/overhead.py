@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import shutil
 import sys
 import tempfile
@@ -26,7 +25,7 @@ import litellm_env
 import orjson
 import overhead_docs
 from overhead_figures import THROUGHPUT_CONCURRENCY, Tally, figures, summary_line
-from server_process import ServerProcess, free_port
+from server_process import ServerProcess, free_port, invocation
 
 from hasten.loadgen import LoadSettings, WorkloadSpec, run_load
 from hasten.loadgen.cli import run_coroutine
@@ -290,14 +289,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--json", action="store_true", help="print only the JSON object")
     parser.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
     return parser.parse_args(argv)
-
-
-def invocation(argv: list[str]) -> str:
-    def relative(path: str) -> str:
-        absolute = Path(path).absolute()
-        return str(absolute.relative_to(REPO)) if absolute.is_relative_to(REPO) else path
-
-    return shlex.join([relative(sys.executable), relative(sys.argv[0]), *argv])
 
 
 def main(argv: list[str] | None = None) -> int:

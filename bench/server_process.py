@@ -8,17 +8,30 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
 POLL_INTERVAL_S = 0.1
 STOP_GRACE_S = 10.0
+
+
+def invocation(argv: list[str]) -> str:
+    """The command line that ran this benchmark, with paths relative to the repository."""
+
+    def relative(path: str) -> str:
+        absolute = Path(path).absolute()
+        return str(absolute.relative_to(REPO)) if absolute.is_relative_to(REPO) else path
+
+    return shlex.join([relative(sys.executable), relative(sys.argv[0]), *argv])
 
 
 def free_port() -> int:

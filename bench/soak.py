@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shlex
 import shutil
 import statistics
 import sys
@@ -32,7 +31,7 @@ from typing import Any
 import httpx
 import orjson
 from mixed_load import Ask, Outcome, expected_text, fixed_rate, new_client
-from server_process import ServerProcess, free_port
+from server_process import ServerProcess, free_port, invocation
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_EVERY_S = 10.0
@@ -356,14 +355,6 @@ def summary_line(result: dict[str, Any]) -> str:
         f"{result['idle_before']['tasks']} -> {result['idle_after']['tasks']}, idle fds "
         f"{result['idle_before']['fds']} -> {result['idle_after']['fds']}"
     )
-
-
-def invocation(argv: list[str]) -> str:
-    def relative(path: str) -> str:
-        absolute = Path(path).absolute()
-        return str(absolute.relative_to(REPO)) if absolute.is_relative_to(REPO) else path
-
-    return shlex.join([relative(sys.executable), relative(sys.argv[0]), *argv])
 
 
 def main(argv: list[str] | None = None) -> int:
