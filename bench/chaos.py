@@ -43,7 +43,7 @@ from typing import Any
 import httpx
 import orjson
 from mixed_load import Ask, Outcome, expected_text, fixed_rate, new_client, send
-from server_process import ServerProcess, free_port
+from server_process import ServerProcess, clean_environment, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 SIM_MODELS = ("sim-model", "sim-solo")
@@ -84,15 +84,6 @@ FULL = Plan(rate_rps=20.0, phase_s={name: 3 * s for name, s in QUICK.phase_s.ite
 
 def hasten_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "hasten", *args]
-
-
-def clean_environment() -> dict[str, str]:
-    """No HASTEN_* or provider keys leak in from the caller's shell and change behaviour."""
-    return {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith("HASTEN_") and name != "OPENAI_API_KEY"
-    }
 
 
 def wait_port(port: int, timeout_s: float) -> None:

@@ -25,7 +25,7 @@ import litellm_env
 import orjson
 import overhead_docs
 from overhead_figures import THROUGHPUT_CONCURRENCY, Tally, figures, summary_line
-from server_process import ServerProcess, free_port, invocation
+from server_process import ServerProcess, clean_environment, free_port, invocation
 
 from hasten.loadgen import LoadSettings, WorkloadSpec, run_load
 from hasten.loadgen.cli import run_coroutine
@@ -67,15 +67,6 @@ class Target:
 def hasten_executable() -> list[str]:
     script = Path(sys.executable).parent / "hasten"
     return [str(script)] if script.exists() else [sys.executable, "-m", "hasten.cli"]
-
-
-def clean_environment() -> dict[str, str]:
-    """No HASTEN_* or upstream keys leak in from the caller's shell and change behaviour."""
-    return {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith("HASTEN_") and name != "OPENAI_API_KEY"
-    }
 
 
 @contextmanager

@@ -25,8 +25,8 @@ from typing import Any
 
 import httpx
 import numpy as np
-from overhead import clean_environment, hasten_executable
-from server_process import ServerProcess, free_port
+from overhead import hasten_executable
+from server_process import ServerProcess, clean_environment, free_port
 
 DATA_DIR = Path("/work/shared/data/semcache")
 READY_TIMEOUT_S = 120.0

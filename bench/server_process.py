@@ -24,6 +24,15 @@ POLL_INTERVAL_S = 0.1
 STOP_GRACE_S = 10.0
 
 
+def clean_environment() -> dict[str, str]:
+    """No HASTEN_* or provider keys leak in from the caller's shell and change behaviour."""
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith("HASTEN_") and name != "OPENAI_API_KEY"
+    }
+
+
 def invocation(argv: list[str]) -> str:
     """The command line that ran this benchmark, with paths relative to the repository."""
 

@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 import orjson
 from mixed_load import Ask, Outcome, expected_text, fixed_rate, new_client
-from server_process import ServerProcess, free_port, invocation
+from server_process import ServerProcess, clean_environment, free_port, invocation
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_EVERY_S = 10.0
@@ -94,14 +94,6 @@ def soak_ask(index: int) -> Ask:
     if slot < 18:
         return Ask("sim-model", fresh, stream=True, no_cache=True)
     return Ask("sim-model", fresh, stream=True, no_cache=True, no_store=True, disconnect_after=2)
-
-
-def clean_environment() -> dict[str, str]:
-    return {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith("HASTEN_") and name != "OPENAI_API_KEY"
-    }
 
 
 @contextmanager

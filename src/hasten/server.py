@@ -29,7 +29,7 @@ from hasten.config import (
     redact_url,
     with_upstream,
 )
-from hasten.connection import protocol_for
+from hasten.connection import bind, protocol_for
 from hasten.errors import ConfigError
 from hasten.local.config import LocalServerConfig
 from hasten.local.supervisor import EngineSupervisor, RestartSettings
@@ -140,17 +140,6 @@ def _cache_overrides(
     return check_cache(cache, "--cache-backend/--redis-url")
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets it knows are TCP,
-    # and without it small responses wait ~40 ms for delayed ACKs.
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.set_inheritable(True)
-    return sock
-
-
 def _uvicorn_server(
     app: Any, log_level: str, limits: ServerConfig | None = None, log_format: str = "text"
 ) -> uvicorn.Server:
@@ -190,11 +179,11 @@ async def _serve(config: GatewayConfig, *, is_simulator_default: bool) -> None:
         config = edge.with_local_upstream(config, supervisor.url)
         await supervisor.wait_first_outcome(supervisor.start_timeout_s)
     elif config.is_simulated:
-        sim_sock = _bind("127.0.0.1", 0)
+        sim_sock = bind("127.0.0.1", 0)
         config = _with_demo_upstream(config, _loopback_url(sim_sock))
         servers.append((_uvicorn_server(_demo_simulator(), "warning"), sim_sock))
     config = edge.with_hybrid_routes(config)
-    sock = _bind(config.server.host, config.server.port)
+    sock = bind(config.server.host, config.server.port)
     app = HastenApp(config, engine=supervisor)
     server = config.server
     servers.append((_uvicorn_server(app, server.log_level, server, server.log_format), sock))

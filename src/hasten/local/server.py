@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import sys
 import threading
 import time
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import uvicorn
 
+from hasten.connection import bind
 from hasten.errors import ConfigError
 from hasten.local.config import (
     DEFAULT_HOST,
@@ -102,7 +102,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     with engine:
         self_test_ms = _self_test(engine) if is_supervised else None
-        sock = _bind(config.host, config.port)
+        sock = bind(config.host, config.port)
+        # Listening before "ready" is reported: a connection made right after it waits in
+        # the backlog for uvicorn's first accept instead of being refused.
+        sock.listen(2048)
         server = uvicorn.Server(
             uvicorn.Config(
                 build_app(engine, is_any_model=bool(args.any_model)),
@@ -162,17 +165,6 @@ def _self_test(engine: Engine) -> float:
     started_s = time.perf_counter()
     asyncio.run(asyncio.wait_for(one_token(), SELF_TEST_TIMEOUT_S))
     return round((time.perf_counter() - started_s) * 1000.0, 1)
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    # Listening before "ready" is reported: a connection made right after it waits in the
-    # backlog for uvicorn's first accept instead of being refused.
-    sock.listen(2048)
-    return sock
 
 
 def _exit_with_stdin(server: uvicorn.Server) -> None:

@@ -151,7 +151,6 @@ class EngineSupervisor:
         self.start_timeout_s = start_timeout_s
         self.state = "starting"
         self.num_restarts = 0
-        self.num_exits = 0
         self.last_exit: str | None = None
         self.info: dict[str, object] = {}
         self.pid: int | None = None
@@ -199,7 +198,6 @@ class EngineSupervisor:
             if self._is_stopping:
                 return
             has_been_ready = has_been_ready or self.info.get("ready_s") is not None
-            self.num_exits += 1
             self.last_exit = describe_exit(returncode)
             uptime_s = time.monotonic() - started_s
             if not has_been_ready:
