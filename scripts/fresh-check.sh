@@ -7,9 +7,10 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 work="$(mktemp -d -t hasten-fresh-XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 git clone -q "$root" "$work/hasten"
+revision="$(git -C "$work/hasten" rev-parse --short HEAD)"
 cd "$work/hasten"
 started=$(date +%s)
 status=0
 PIP_CACHE_DIR="$work/pip-cache" HASTEN_WHEEL_DIR="$work/wheels" make "${@:-test}" || status=$?
-echo "fresh-check: make ${*:-test} exited $status after $(( $(date +%s) - started )) s (clone of $(git -C "$root" rev-parse --short HEAD))"
+echo "fresh-check: make ${*:-test} exited $status after $(( $(date +%s) - started )) s (clone of $revision)"
 exit $status
