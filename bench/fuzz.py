@@ -5,6 +5,7 @@ Counts requests and distinct bodies (a body generated twice is one case, not two
 every answer that breaks the contract: a 5xx, or an error outside the OpenAI shape.
 
     .venv/bin/python bench/fuzz.py --num-cases 50000 [--json] [--hashes-out FILE]
+        [--no-admin-key]
 
 Two runs side by side use both cores; ``--hashes-out`` lets their distinct cases be counted
 as one set (``sort -u a b | wc -l``).
@@ -16,6 +17,7 @@ import argparse
 import hashlib
 import json
 import os
+import secrets
 import sys
 import tempfile
 import time
@@ -37,6 +39,10 @@ from server_process import ServerProcess, free_port  # noqa: E402
 
 from hasten.openapi import build_document  # noqa: E402
 
+NUM_SLOWEST = 5
+READ_TIMEOUT_S = 30.0
+ADMIN_PATHS = ("/admin", "/stats")
+
 
 class Tally:
     def __init__(self) -> None:
@@ -45,13 +51,27 @@ class Tally:
         self.statuses: Counter[int] = Counter()
         self.violations: list[dict[str, Any]] = []
 
-    def record(self, case: Any, response: requests.Response) -> None:
+        self.slowest: list[tuple[float, str, str]] = []  # (latency_s, path, body), top few
+
+    def record(
+        self, case: Any, response: requests.Response | None, latency_s: float, failure: str = ""
+    ) -> None:
+        """One answered case, or one that got no answer (``response`` None, ``failure`` why):
+        a request the gateway never answers is a violation too."""
         self.num_requests += 1
         # repr, not JSON: generated integers may exceed 64 bits.
         raw = repr((case.method, case.path, case.query, case.body)).encode()
         self.bodies.add(hashlib.blake2b(raw, digest_size=16).digest())
-        self.statuses[response.status_code] += 1
-        problem = _violation(response)
+        if len(self.slowest) < NUM_SLOWEST or latency_s > self.slowest[-1][0]:
+            self.slowest.append((latency_s, case.path, repr(case.body)[:200]))
+            self.slowest.sort(reverse=True)
+            del self.slowest[NUM_SLOWEST:]
+        if response is None:
+            self.statuses[0] += 1
+            problem: str | None = f"no answer: {failure}"
+        else:
+            self.statuses[response.status_code] += 1
+            problem = _violation(response)
         if problem is not None and len(self.violations) < 20:
             self.violations.append(
                 {"problem": problem, "path": case.path, "body": repr(case.body)[:300]}
@@ -73,9 +93,10 @@ def _violation(response: requests.Response) -> str | None:
     return None
 
 
-def run(base_url: str, num_cases: int) -> Tally:
+def run(base_url: str, num_cases: int, admin_key: str | None) -> Tally:
     """Half the cases valid per the document, half invalid, spread over the operations
-    that take a body (a GET without parameters has one case only)."""
+    that take a body (a GET without parameters has one case only). With ``admin_key`` the
+    admin endpoints get it, so their bodies reach the validators instead of a 403."""
     schema = schemathesis.openapi.from_dict(build_document())
     operations = [result.ok() for result in schema.get_all_operations()]
     with_body = [op for op in operations if op.method.upper() == "POST"]
@@ -94,8 +115,22 @@ def run(base_url: str, num_cases: int) -> Tally:
                 database=None,
             )
             def one(case: Any) -> None:
-                response = case.call(base_url=base_url, session=session, timeout=30)
-                tally.record(case, response)
+                headers = None
+                if admin_key is not None and case.path.startswith(ADMIN_PATHS):
+                    headers = {"authorization": f"Bearer {admin_key}"}
+                started_s = time.perf_counter()
+                try:
+                    response = case.call(
+                        base_url=base_url,
+                        session=session,
+                        headers=headers,
+                        timeout=READ_TIMEOUT_S,
+                    )
+                except requests.RequestException as exc:
+                    failure = f"{type(exc).__name__}: {exc}"[:300]
+                    tally.record(case, None, time.perf_counter() - started_s, failure)
+                    return
+                tally.record(case, response, time.perf_counter() - started_s)
 
             one()
     return tally
@@ -108,10 +143,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--hashes-out", type=Path, help="write each distinct case's digest, to union several runs"
     )
+    parser.add_argument(
+        "--no-admin-key",
+        action="store_true",
+        help="run the gateway without an admin key (the admin endpoints then answer 403)",
+    )
     args = parser.parse_args(argv)
+    admin_key = None if args.no_admin_key else secrets.token_urlsafe(24)
     logs = Path(tempfile.mkdtemp(prefix="hasten-fuzz-"))
     sim_port, gateway_port = free_port(), free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env.pop("HASTEN_ADMIN_API_KEY", None)
+    if admin_key is not None:
+        env["HASTEN_ADMIN_API_KEY"] = admin_key
     python = sys.executable
     sim = ServerProcess(
         "simulator",
@@ -143,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         sim.wait_ready(f"http://127.0.0.1:{sim_port}/v1/models", 60)
         gateway.start()
         gateway.wait_ready(f"http://127.0.0.1:{gateway_port}/healthz", 60)
-        tally = run(f"http://127.0.0.1:{gateway_port}", args.num_cases)
+        tally = run(f"http://127.0.0.1:{gateway_port}", args.num_cases, admin_key)
     finally:
         gateway.stop()
         sim.stop()
@@ -154,7 +198,12 @@ def main(argv: list[str] | None = None) -> int:
         "num_distinct_cases": len(tally.bodies),
         "num_violations": len(tally.violations),
         "violations": tally.violations[:20],
-        "statuses": dict(sorted(tally.statuses.items())),
+        "has_admin_key": admin_key is not None,
+        "statuses": dict(sorted(tally.statuses.items())),  # 0: no answer
+        "slowest": [
+            {"latency_ms": round(t * 1000, 1), "path": path, "body": body}
+            for t, path, body in tally.slowest
+        ],
         "elapsed_s": round(time.perf_counter() - started_s, 1),
     }
     print(

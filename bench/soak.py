@@ -53,6 +53,7 @@ class Sample:
     fds: int
     tasks: int
     requests: int
+    task_kinds: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -147,6 +148,7 @@ async def sample(
         fds=num_fds(gateway.pid),
         tasks=int(stats["tasks"]),
         requests=requests,
+        task_kinds=stats.get("task_kinds", {}),
     )
 
 
@@ -330,7 +332,8 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
 
 
 def _sample_dict(s: Sample) -> dict[str, Any]:
-    return {"t_s": s.t_s, "rss_mb": s.rss_mb, "fds": s.fds, "tasks": s.tasks, "req": s.requests}
+    row = {"t_s": s.t_s, "rss_mb": s.rss_mb, "fds": s.fds, "tasks": s.tasks, "req": s.requests}
+    return {**row, "task_kinds": s.task_kinds}
 
 
 def summary_line(result: dict[str, Any]) -> str:

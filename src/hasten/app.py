@@ -6,6 +6,7 @@ import asyncio
 import logging
 import random
 import time
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -237,8 +238,25 @@ class HastenApp:
             # asyncio tasks alive in the gateway's loop: flat under steady load, or a leak
             # (bench/soak.py samples it). One len() of a weak set: cheap enough per call.
             "tasks": len(asyncio.all_tasks()),
+            "task_kinds": _task_kinds(),
             "cache": self._cache_state(gateway),
         }
+
+
+def _task_kinds() -> dict[str, int]:
+    """Live tasks by coroutine and the innermost coroutine it awaits (``outer > inner``):
+    what a growing ``tasks`` count is made of, and where it waits."""
+    kinds: Counter[str] = Counter()
+    for task in asyncio.all_tasks():
+        coro: Any = task.get_coro()
+        name = inner = getattr(coro, "__qualname__", type(coro).__name__)
+        for _ in range(64):  # an await chain is short; the bound is for a cycle
+            coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+            if coro is None or not hasattr(coro, "__qualname__"):
+                break
+            inner = coro.__qualname__
+        kinds[name if inner == name else f"{name} > {inner}"] += 1
+    return dict(kinds.most_common())
 
 
 def _semantic_tier(config: GatewayConfig, cache: TieredCache | None) -> SemanticTier | None:
