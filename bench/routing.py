@@ -26,8 +26,8 @@ import litellm_env
 import orjson
 from routing_setup import CACHE_SIMS, TAIL_SIMS, Fleet, started_fleet
 
-from hasten.attempt import FirstTokenWatch
 from hasten.loadgen.stats import percentile
+from hasten.upstream.attempt import FirstTokenWatch
 
 REPO = Path(__file__).resolve().parents[1]
 CONCURRENCY = 8

@@ -36,7 +36,7 @@ import orjson
 
 from hasten.cache import CachedAnswer, MemoryLRU, TieredCache, cache_key
 from hasten.semantic import SemanticCache, SemanticConfig, build_embedder
-from hasten.semantic_tier import JOIN_AGREEMENT_SIMILARITY, SemanticTier
+from hasten.semantic.tier import JOIN_AGREEMENT_SIMILARITY, SemanticTier
 
 DATA = Path(os.environ.get("HASTEN_SEMCACHE_DATA", "/work/shared/data/semcache"))
 PAIRS = DATA / "gptcache_mock_pairs.jsonl"

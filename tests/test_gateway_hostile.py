@@ -13,8 +13,8 @@ import pytest
 
 from hasten.config import CacheConfig, GatewayConfig
 from hasten.errors import InvalidRequest
+from hasten.proxy.validation import parse_body
 from hasten.simulator import SimConfig, build_app
-from hasten.validation import parse_body
 from tests.gateway_fixtures import chat_body, completion, make_config, running_gateway
 from tests.servers import GatewayProcess, ServerThread
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from hasten.logs import JsonFormatter, TextFormatter
+from hasten.server.logs import JsonFormatter, TextFormatter
 from hasten.simulator import SimConfig, build_app
 from tests.servers import GatewayProcess, ServerThread
 

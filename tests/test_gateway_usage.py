@@ -22,10 +22,10 @@ from openai.types.chat import ChatCompletionChunk
 
 from hasten.cache import MemoryLRU, TieredCache
 from hasten.config import CacheConfig
-from hasten.flight import Flight
-from hasten.recorder import Recorder
+from hasten.proxy.flight import Flight
+from hasten.proxy.recorder import Recorder
+from hasten.proxy.sse import DONE, SSEDecoder, UsageStripper
 from hasten.simulator import SimConfig, build_app
-from hasten.sse import DONE, SSEDecoder, UsageStripper
 from tests.gateway_fixtures import (
     BodyRecorder,
     chat_body,

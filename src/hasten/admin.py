@@ -28,7 +28,7 @@ from hasten.errors import (
     Unauthorized,
 )
 from hasten.gateway import Gateway
-from hasten.validation import parse_body
+from hasten.proxy.validation import parse_body
 
 MAX_ADMIN_BODY_BYTES = 64 * 1024 * 1024
 TENANT_PATHS = frozenset({"/admin/cache/invalidate", "/admin/cache/report", "/admin/cache/stats"})

@@ -28,15 +28,15 @@ from hasten.cache import TieredCache, build_cache
 from hasten.config import GatewayConfig
 from hasten.errors import HastenError, MethodNotAllowed, NotFound
 from hasten.gateway import Gateway, Stats
-from hasten.models import ModelRouter
 from hasten.openapi import openapi_json
-from hasten.proxy import MODEL_SCOPE_KEY, TENANT_SCOPE_KEY, handle
-from hasten.transport import AiohttpTransport, Transport
-from hasten.upstream import UpstreamClient
-from hasten.validation import CHAT, COMPLETIONS, EMBEDDINGS, Endpoint
+from hasten.proxy.handle import MODEL_SCOPE_KEY, TENANT_SCOPE_KEY, handle
+from hasten.proxy.validation import CHAT, COMPLETIONS, EMBEDDINGS, Endpoint
+from hasten.routing.models import ModelRouter
+from hasten.upstream.client import UpstreamClient
+from hasten.upstream.transport import AiohttpTransport, Transport
 
 if TYPE_CHECKING:
-    from hasten.semantic_tier import SemanticTier
+    from hasten.semantic.tier import SemanticTier
 
 _log = logging.getLogger("hasten")
 _access_log = logging.getLogger("hasten.access")
@@ -265,7 +265,7 @@ def _semantic_tier(config: GatewayConfig, cache: TieredCache | None) -> Semantic
     if not settings.is_enabled or cache is None:
         return None
     from hasten.semantic import FreshnessPolicy, SemanticCache, SemanticConfig, build_embedder
-    from hasten.semantic_tier import SemanticTier
+    from hasten.semantic.tier import SemanticTier
 
     semantic = SemanticCache(
         build_embedder(settings.embedder, num_threads=settings.num_threads),

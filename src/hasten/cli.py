@@ -71,7 +71,7 @@ def _describe(path: str, config: GatewayConfig) -> str:
 # Each command's module is imported only when that command runs: `hasten local` pulls in
 # llama.cpp and `hasten eval-cache` an embedding model, which `serve` must not pay for.
 _COMMANDS: dict[str, tuple[str, str]] = {
-    "serve": ("hasten.server", "run the gateway"),
+    "serve": ("hasten.server.run", "run the gateway"),
     "simulate": ("hasten.simulator.server", "run the latency simulator"),
     "bench": ("hasten.loadgen.cli", "run the load generator"),
     "local": ("hasten.local.server", "serve the local llama.cpp model on its own"),

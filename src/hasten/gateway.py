@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 from hasten.auth import Authenticator
 from hasten.cache import TieredCache
 from hasten.config import GatewayConfig
-from hasten.flight import Coalescer
-from hasten.models import ModelRouter
-from hasten.upstream import UpstreamClient
+from hasten.proxy.flight import Coalescer
+from hasten.routing.models import ModelRouter
+from hasten.upstream.client import UpstreamClient
 
 if TYPE_CHECKING:
-    from hasten.semantic_tier import SemanticTier
+    from hasten.semantic.tier import SemanticTier
 
 
 @dataclass

@@ -49,7 +49,7 @@ from hasten.local.protocol import (
     usage_chunk_body,
 )
 from hasten.local.scheduler import ContextTooLong
-from hasten.validation import parse_body
+from hasten.proxy.validation import parse_body
 
 _log = logging.getLogger(__name__)
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024

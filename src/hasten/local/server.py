@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import uvicorn
 
-from hasten.connection import bind
 from hasten.errors import ConfigError
 from hasten.local.config import (
     DEFAULT_HOST,
@@ -33,6 +32,7 @@ from hasten.local.config import (
 )
 from hasten.local.sampling import SamplingParams
 from hasten.local.supervisor import EVENT_PREFIX
+from hasten.server.connection import bind
 
 if TYPE_CHECKING:
     from hasten.local.engine import Engine

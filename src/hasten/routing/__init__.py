@@ -10,5 +10,5 @@
 ``pool``       one model's deployments: ranking (P2C / affinity / tiers) and bookkeeping
 
 Every method takes ``now_s`` from its caller, so tests drive time by hand; the I/O that
-carries decisions out lives in ``hasten.upstream`` and ``hasten.dispatch``.
+carries decisions out lives in ``hasten.upstream.client`` and ``hasten.upstream.dispatch``.
 """

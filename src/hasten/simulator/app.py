@@ -16,6 +16,7 @@ import orjson
 
 from hasten.asgi import accept_lifespan
 from hasten.errors import HastenError, MethodNotAllowed, ModelNotFound, NotFound, RateLimited
+from hasten.proxy.validation import parse_body
 from hasten.simulator.config import SimConfig
 from hasten.simulator.control import ControlEndpoints
 from hasten.simulator.execution import StreamRun, WholeResponse, send_whole
@@ -55,7 +56,6 @@ from hasten.simulator.transport import (
     send_error,
     send_json,
 )
-from hasten.validation import parse_body
 
 Handler = Callable[[Scope, Receive, Send, float], Awaitable[Outcome]]
 RequestParser = Callable[[dict[str, object]], GenerationRequest]

@@ -7,10 +7,10 @@ from urllib.parse import parse_qs
 import orjson
 
 from hasten.errors import ConfigError, InvalidRequest
+from hasten.proxy.validation import parse_body
 from hasten.simulator.state import SimState
 from hasten.simulator.stats import Outcome
 from hasten.simulator.transport import Receive, Scope, Send, read_body, send_json
-from hasten.validation import parse_body
 
 _TRUE_VALUES = ("1", "true", "yes")
 

@@ -1,0 +1,469 @@
+"""Gateway configuration: frozen dataclasses with named defaults, loaded from TOML.
+
+Precedence: command-line flags > environment variables > config file > defaults.
+Secrets are read from the environment (``api_key_env``) or the file, never logged:
+the dataclasses that hold them exclude the secret from ``repr``.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from hasten.cache.policy import ModelCachePolicy
+from hasten.config.reader import TomlTable
+from hasten.config.semantic import SemanticSettings, parse_semantic
+from hasten.errors import ConfigError
+from hasten.local.config import LocalServerConfig, parse_local_table
+from hasten.proxy.validation import DEFAULT_MAX_JSON_DEPTH, MAX_JSON_DEPTH_LIMIT
+from hasten.routing.hybrid import HybridConfig, parse_hybrid
+from hasten.routing.settings import (
+    DeploymentConfig,
+    RoutingConfig,
+    parse_deployment,
+    parse_routing,
+)
+from hasten.server.logs import LOG_FORMATS
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024
+DEFAULT_MAX_HEADER_BYTES = 64 * 1024
+DEFAULT_MAX_URL_BYTES = 8 * 1024
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+DEFAULT_BODY_TIMEOUT_S = 60.0
+DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 1024
+DEFAULT_L1_MAX_BYTES = 64 * 1024 * 1024
+DEFAULT_TTL_S = 3600.0
+DEFAULT_SQLITE_PATH = "hasten-cache.sqlite3"
+# Where the admin key is read from unless [server] admin_api_key_env names another variable.
+DEFAULT_ADMIN_KEY_ENV = "HASTEN_ADMIN_API_KEY"
+WILDCARD_MODEL = "*"
+CACHE_BACKENDS = ("memory", "sqlite", "redis")
+REPLAY_MODES = ("instant", "paced")
+
+
+@dataclass(frozen=True)
+class TimeoutConfig:
+    """Per-upstream timeouts; ``first_byte_s`` is time to the response headers."""
+
+    connect_s: float = 5.0
+    first_byte_s: float = 120.0
+    idle_s: float = 60.0
+    total_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class RetryConfig:
+    """Retries on connect errors, 429 and 5xx, before any byte reached the client."""
+
+    max_retries: int = 2
+    backoff_base_s: float = 0.2
+    backoff_max_s: float = 8.0
+    max_retry_after_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class UpstreamConfig:
+    name: str
+    url: str
+    api_key: str | None = field(default=None, repr=False)
+    timeouts: TimeoutConfig = TimeoutConfig()
+    retry: RetryConfig = RetryConfig()
+    max_connections: int = 256
+    # False for servers that reject ``stream_options`` (older Azure OpenAI API versions):
+    # hasten then never adds it, and streams cached from them replay without usage.
+    has_stream_options: bool = True
+
+
+@dataclass(frozen=True)
+class ModelRoute:
+    """Where a model name goes: a primary upstream, then fallbacks in order.
+
+    With ``deployments`` in the TOML, ``upstream`` and ``fallbacks`` are derived from them
+    (best priority first) and ``routing.deployments`` holds weights, priorities and limits.
+    """
+
+    name: str
+    upstream: str
+    fallbacks: tuple[str, ...] = ()
+    upstream_model: str | None = None
+    cache: ModelCachePolicy | None = None
+    routing: RoutingConfig = field(default_factory=RoutingConfig)
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    is_enabled: bool = True
+    backend: str = "sqlite"
+    sqlite_path: str = DEFAULT_SQLITE_PATH
+    redis_url: str | None = None
+    l1_max_bytes: int = DEFAULT_L1_MAX_BYTES
+    ttl_s: float = DEFAULT_TTL_S
+    is_deterministic_only: bool = True
+    replay: str = "instant"
+    replay_chunk_interval_ms: float = 20.0
+    is_shared_across_tenants: bool = False
+
+
+@dataclass(frozen=True)
+class TenantKey:
+    tenant: str
+    key: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    # Per connection (hasten.server.connection): what one client can hold of the server.
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    max_url_bytes: int = DEFAULT_MAX_URL_BYTES
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S  # connect (or first byte) to headers
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S  # headers to the end of the body
+    max_connections_per_client: int = DEFAULT_MAX_CONNECTIONS_PER_CLIENT  # 0: no cap
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    api_keys: tuple[TenantKey, ...] = ()
+    # The operator's key for /admin/* and global views; None: the admin API is off.
+    admin_api_key: str | None = field(default=None, repr=False)
+    log_level: str = "info"
+    log_format: str = "text"  # or "json": one object per line (hasten.server.logs)
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    server: ServerConfig = ServerConfig()
+    upstreams: Mapping[str, UpstreamConfig] = field(default_factory=dict)
+    models: Mapping[str, ModelRoute] = field(default_factory=dict)
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    cache: CacheConfig = CacheConfig()
+    local: LocalServerConfig | None = None  # the llama.cpp engine child, when enabled
+    hybrid: HybridConfig | None = None
+    semantic: SemanticSettings = field(default_factory=SemanticSettings)
+
+    @property
+    def is_simulated(self) -> bool:
+        """True when no upstream is configured and the built-in simulator stands in."""
+        return not self.upstreams
+
+
+def _secret(table: TomlTable, env: Mapping[str, str], *, what: str) -> str | None:
+    """Reads ``api_key`` or ``api_key_env`` (the name of an environment variable)."""
+    literal = table.get("api_key", str, None)
+    env_name = table.get("api_key_env", str, None)
+    if literal is not None and env_name is not None:
+        raise ConfigError(f"{table.path}: set api_key or api_key_env, not both")
+    if env_name is None:
+        return literal  # type: ignore[no-any-return]
+    value = env.get(env_name)
+    if not value:
+        raise ConfigError(
+            f"{table.path}.api_key_env: environment variable {env_name} for {what} is not set"
+        )
+    return value
+
+
+def _timeouts(table: TomlTable) -> TimeoutConfig:
+    d = TimeoutConfig()
+    return TimeoutConfig(
+        connect_s=table.number("connect_timeout_s", d.connect_s),
+        first_byte_s=table.number("first_byte_timeout_s", d.first_byte_s),
+        idle_s=table.number("idle_timeout_s", d.idle_s),
+        total_s=table.number("total_timeout_s", d.total_s),
+    )
+
+
+def _retry(table: TomlTable) -> RetryConfig:
+    d = RetryConfig()
+    return RetryConfig(
+        max_retries=table.integer("max_retries", d.max_retries),
+        backoff_base_s=table.number("backoff_base_s", d.backoff_base_s),
+        backoff_max_s=table.number("backoff_max_s", d.backoff_max_s),
+        max_retry_after_s=table.number("max_retry_after_s", d.max_retry_after_s),
+    )
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``, fit for banners, logs and errors."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, path = rest.partition("/")
+    userinfo, at, host = authority.rpartition("@")
+    if not at:
+        return url
+    user, colon, _ = userinfo.partition(":")
+    # A user name alone may itself be the token (``https://sk-...@host``): hide it too.
+    shown = f"{user}:***" if colon else "***"
+    return f"{scheme}://{shown}@{host}{slash}{path}"
+
+
+def check_url(url: str, where: str) -> str:
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"{where}: expected an http:// or https:// URL, got {redact_url(url)!r}")
+    authority = url.split("://", 1)[1].split("/", 1)[0]
+    if "@" in authority:
+        # Refused rather than turned into basic auth: hasten authenticates upstream with a
+        # bearer key (or passes the caller's), and a URL is printed in banners and logs.
+        raise ConfigError(
+            f"{where}: credentials in the URL ({redact_url(url)}) are not supported; "
+            "give the upstream key as api_key_env (or --upstream plus HASTEN_UPSTREAM_API_KEY)"
+        )
+    return url.rstrip("/")
+
+
+def _upstream(name: str, table: TomlTable, env: Mapping[str, str]) -> UpstreamConfig:
+    url = table.get("url", str, None)
+    if url is None:
+        raise ConfigError(f"{table.path}: missing required key 'url'")
+    config = UpstreamConfig(
+        name=name,
+        url=check_url(url, f"{table.path}.url"),
+        api_key=_secret(table, env, what=f"upstream {name!r}"),
+        timeouts=_timeouts(table),
+        retry=_retry(table),
+        max_connections=table.integer("max_connections", 256, minimum=1),
+        has_stream_options=table.get("stream_options", bool, True),
+    )
+    table.finish()
+    return config
+
+
+def _model_cache(table: TomlTable, base: CacheConfig) -> ModelCachePolicy:
+    config = ModelCachePolicy(
+        is_enabled=table.get("enabled", bool, True),
+        is_deterministic_only=table.get("deterministic_only", bool, base.is_deterministic_only),
+        ttl_s=table.number("ttl_s", base.ttl_s),
+    )
+    table.finish()
+    return config
+
+
+def _route(
+    name: str, table: TomlTable, upstreams: Mapping[str, Any], cache: CacheConfig
+) -> ModelRoute:
+    deployments = _deployments(table, upstreams)
+    if deployments:
+        upstream, fallbacks = deployments[0].upstream, [d.upstream for d in deployments[1:]]
+    else:
+        upstream, fallbacks = _upstream_and_fallbacks(table, upstreams)
+    has_cache = "cache" in table.data
+    route = ModelRoute(
+        name=name,
+        upstream=upstream,
+        fallbacks=tuple(fallbacks),
+        upstream_model=table.get("upstream_model", str, None),
+        cache=_model_cache(table.table("cache"), cache) if has_cache else None,
+        routing=parse_routing(table.table("routing"), deployments),
+    )
+    table.finish()
+    return route
+
+
+def _upstream_and_fallbacks(
+    table: TomlTable, upstreams: Mapping[str, Any]
+) -> tuple[str, list[Any]]:
+    upstream = table.get("upstream", str, None)
+    if upstream is None:
+        raise ConfigError(f"{table.path}: missing required key 'upstream' (or 'deployments')")
+    fallbacks = table.get("fallbacks", list, [])
+    for i, target in enumerate([upstream, *fallbacks]):
+        if not isinstance(target, str):
+            raise ConfigError(f"{table.path}.fallbacks[{i - 1}]: expected a string")
+        if target not in upstreams:
+            key = "upstream" if i == 0 else f"fallbacks[{i - 1}]"
+            known = ", ".join(sorted(upstreams)) or "none"
+            raise ConfigError(f"{table.path}.{key}: unknown upstream {target!r} (known: {known})")
+    return upstream, fallbacks
+
+
+def _deployments(table: TomlTable, upstreams: Mapping[str, Any]) -> tuple[DeploymentConfig, ...]:
+    """``deployments = [{ upstream = "east", weight = 2 }, ...]``, sorted best priority first."""
+    items = table.get("deployments", list, None)
+    if items is None:
+        return ()
+    if "upstream" in table.data or "fallbacks" in table.data:
+        raise ConfigError(f"{table.path}: set 'deployments' or 'upstream'/'fallbacks', not both")
+    if not items:
+        raise ConfigError(f"{table.path}.deployments: needs at least one deployment")
+    parsed: list[DeploymentConfig] = []
+    for i, item in enumerate(items):
+        where = f"{table.path}.deployments[{i}]"
+        if not isinstance(item, dict):
+            raise ConfigError(f'{where}: expected a table like {{ upstream = "name" }}')
+        deployment = parse_deployment(TomlTable(item, where), upstreams)
+        if any(d.upstream == deployment.upstream for d in parsed):
+            raise ConfigError(f"{where}.upstream: {deployment.upstream!r} is listed twice")
+        parsed.append(deployment)
+    # Stable: equal priorities keep the order they were written in.
+    return tuple(sorted(parsed, key=lambda d: d.priority))
+
+
+def _cache(table: TomlTable) -> CacheConfig:
+    d = CacheConfig()
+    config = CacheConfig(
+        is_enabled=table.get("enabled", bool, d.is_enabled),
+        backend=table.get("backend", str, d.backend),
+        sqlite_path=table.get("sqlite_path", str, d.sqlite_path),
+        redis_url=table.get("redis_url", str, d.redis_url),
+        l1_max_bytes=table.integer("l1_max_bytes", d.l1_max_bytes, minimum=0),
+        ttl_s=table.number("ttl_s", d.ttl_s),
+        is_deterministic_only=table.get("deterministic_only", bool, d.is_deterministic_only),
+        replay=table.get("replay", str, d.replay),
+        replay_chunk_interval_ms=table.number(
+            "replay_chunk_interval_ms", d.replay_chunk_interval_ms
+        ),
+        is_shared_across_tenants=table.get("shared_across_tenants", bool, False),
+    )
+    table.finish()
+    return check_cache(config, table.path)
+
+
+def check_cache(config: CacheConfig, where: str = "cache") -> CacheConfig:
+    if config.backend not in CACHE_BACKENDS:
+        raise ConfigError(
+            f"{where}.backend: expected one of {', '.join(CACHE_BACKENDS)}, got {config.backend!r}"
+        )
+    if config.replay not in REPLAY_MODES:
+        raise ConfigError(
+            f"{where}.replay: expected one of {', '.join(REPLAY_MODES)}, got {config.replay!r}"
+        )
+    if config.backend == "redis" and not (config.redis_url or "").startswith(
+        ("redis://", "rediss://", "unix://")
+    ):
+        raise ConfigError(f"{where}.redis_url: backend 'redis' needs a redis:// URL")
+    return config
+
+
+def _server(table: TomlTable, env: Mapping[str, str]) -> ServerConfig:
+    d = ServerConfig()
+    keys: list[TenantKey] = []
+    for i, item in enumerate(table.get("api_keys", list, [])):
+        if not isinstance(item, dict):
+            raise ConfigError(f"{table.path}.api_keys[{i}]: expected a table")
+        key_table = TomlTable(item, f"{table.path}.api_keys[{i}]")
+        tenant = key_table.get("tenant", str, None)
+        secret = _secret(key_table, env, what="a gateway key")
+        if tenant is None or secret is None:
+            raise ConfigError(f"{key_table.path}: needs 'tenant' and 'api_key' or 'api_key_env'")
+        key_table.finish()
+        keys.append(TenantKey(tenant=tenant, key=secret))
+    config = ServerConfig(
+        host=table.get("host", str, d.host),
+        port=table.integer("port", d.port, minimum=0),
+        max_body_bytes=table.integer("max_body_bytes", d.max_body_bytes, minimum=1),
+        max_header_bytes=table.integer("max_header_bytes", d.max_header_bytes, minimum=1024),
+        max_url_bytes=table.integer("max_url_bytes", d.max_url_bytes, minimum=64),
+        header_timeout_s=table.number("header_timeout_s", d.header_timeout_s),
+        body_timeout_s=table.number("body_timeout_s", d.body_timeout_s),
+        max_connections_per_client=table.integer(
+            "max_connections_per_client", d.max_connections_per_client
+        ),
+        max_json_depth=_max_json_depth(table, d.max_json_depth),
+        api_keys=tuple(keys),
+        admin_api_key=_admin_key(table, env, keys),
+        log_level=table.get("log_level", str, d.log_level),
+        log_format=table.get("log_format", str, d.log_format),
+    )
+    if config.log_format not in LOG_FORMATS:
+        raise ConfigError(
+            f"{table.path}.log_format: expected one of {', '.join(LOG_FORMATS)}, "
+            f"got {config.log_format!r}"
+        )
+    table.finish()
+    return config
+
+
+def _admin_key(table: TomlTable, env: Mapping[str, str], keys: list[TenantKey]) -> str | None:
+    """The admin key from ``admin_api_key_env`` (default HASTEN_ADMIN_API_KEY, optional)."""
+    env_name = table.get("admin_api_key_env", str, None)
+    where = f"{table.path}.admin_api_key_env"
+    if env_name is None:
+        env_name, where = DEFAULT_ADMIN_KEY_ENV, f"{where} (default {DEFAULT_ADMIN_KEY_ENV})"
+        value = env.get(env_name) or None
+    else:
+        value = env.get(env_name) or None
+        if value is None:
+            raise ConfigError(
+                f"{where}: environment variable {env_name} for the admin key is not set"
+            )
+    if value is not None and any(key.key == value for key in keys):
+        raise ConfigError(f"{where}: the admin key must differ from every tenant key")
+    return value
+
+
+def _max_json_depth(table: TomlTable, default: int) -> int:
+    depth = table.integer("max_json_depth", default, minimum=1)
+    if depth > MAX_JSON_DEPTH_LIMIT:
+        raise ConfigError(
+            f"{table.path}.max_json_depth: must be <= {MAX_JSON_DEPTH_LIMIT}, got {depth}"
+        )
+    return depth
+
+
+def parse_config(data: Mapping[str, Any], env: Mapping[str, str]) -> GatewayConfig:
+    """Validates a parsed TOML document; raises ConfigError naming the offending key."""
+    root = TomlTable(data, "")
+    server = _server(root.table("server"), env)
+    cache = _cache(root.table("cache"))
+    upstream_tables = root.table("upstreams")
+    upstreams = {
+        name: _upstream(name, upstream_tables.table(name), env) for name in upstream_tables.data
+    }
+    upstream_tables.seen.update(upstream_tables.data)
+    model_tables = root.table("models")
+    models = {
+        name: _route(name, model_tables.table(name), upstreams, cache) for name in model_tables.data
+    }
+    if upstreams and not models:
+        raise ConfigError('models: no model routes; add e.g. [models."*"] upstream = "..."')
+    aliases = root.get("aliases", dict, {})
+    for alias, target in aliases.items():
+        if not isinstance(target, str):
+            raise ConfigError(f"aliases.{alias}: expected a model name string")
+        if target not in models and WILDCARD_MODEL not in models:
+            raise ConfigError(f"aliases.{alias}: points at unknown model {target!r}")
+    local = parse_local_table(root.get("local", dict, {})) if "local" in data else None
+    hybrid = None
+    if "hybrid" in data:
+        hybrid = parse_hybrid(root.get("hybrid", dict, {}), known_models=models)
+        if hybrid.policy != "cloud-only" and local is None:
+            local = LocalServerConfig()  # a hybrid route needs the local engine running
+    semantic = parse_semantic(root.get("semantic", dict, {}))
+    root.finish()
+    return GatewayConfig(
+        semantic=semantic,
+        server=server,
+        upstreams=upstreams,
+        models=models,
+        aliases=aliases,
+        cache=cache,
+        local=local,
+        hybrid=hybrid,
+    )
+
+
+def load_config(path: str | os.PathLike[str] | None, env: Mapping[str, str]) -> GatewayConfig:
+    """Loads a TOML file (or the embedded defaults when ``path`` is None)."""
+    if path is None:
+        return parse_config({}, env)
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    return parse_config(data, env)
+
+
+def with_upstream(config: GatewayConfig, url: str, api_key: str | None) -> GatewayConfig:
+    """Fronts one upstream for every model name (``hasten serve --upstream URL``)."""
+    upstream = UpstreamConfig(name="default", url=check_url(url, "--upstream"), api_key=api_key)
+    upstreams = {**config.upstreams, "default": upstream}
+    models = {**config.models, WILDCARD_MODEL: ModelRoute(name=WILDCARD_MODEL, upstream="default")}
+    return replace(config, upstreams=upstreams, models=models)

@@ -1,0 +1,111 @@
+"""The local edge model behind the gateway.
+
+The llama.cpp engine runs in a supervised child process (``hasten.local.supervisor``)
+behind a loopback listener and is registered as upstream ``local``, so it gets the same
+cache, coalescing, routing, breaker and failover as any cloud upstream. Hybrid routing
+becomes two ordinary routes per hybrid model name: ``<model>@local`` (local first, cloud as
+fallback) and ``<model>@cloud`` (cloud first with a first-token timeout, local as
+fallback); ``hasten.routing.hybrid`` picks one per request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hasten.config import (
+    WILDCARD_MODEL,
+    GatewayConfig,
+    ModelRoute,
+    RetryConfig,
+    TimeoutConfig,
+    UpstreamConfig,
+)
+from hasten.routing.hybrid import HybridConfig, Target
+from hasten.routing.settings import DeploymentConfig, RoutingConfig
+from hasten.upstream.client import route_deployments
+
+LOCAL = "local"
+# The engine answers its own 429 with Retry-After when its queue is full; retrying in
+# the gateway would only add load to a saturated CPU, so the router fails over instead.
+LOCAL_RETRY = RetryConfig(max_retries=0)
+LOCAL_TIMEOUTS = TimeoutConfig(connect_s=2.0, first_byte_s=120.0, idle_s=60.0, total_s=600.0)
+
+
+def is_local_available() -> bool:
+    """True when llama.cpp and a GGUF model can be found without loading anything."""
+    import importlib.util
+
+    from hasten.local.config import ModelNotFound, default_model_path
+
+    if importlib.util.find_spec("llama_cpp") is None:
+        return False
+    try:
+        return default_model_path().is_file()
+    except ModelNotFound:
+        return False
+
+
+def route_name(model: str, target: Target) -> str:
+    return f"{model}@{target}"
+
+
+def with_local_upstream(config: GatewayConfig, url: str) -> GatewayConfig:
+    """Adds upstream and model ``local`` (and the hybrid routes) for an engine at ``url``."""
+    upstream = UpstreamConfig(name=LOCAL, url=url, timeouts=LOCAL_TIMEOUTS, retry=LOCAL_RETRY)
+    models = dict(config.models)
+    models.setdefault(LOCAL, ModelRoute(name=LOCAL, upstream=LOCAL))
+    if not config.upstreams:
+        # The embedded default: with no cloud configured, every model name is answered locally.
+        models[WILDCARD_MODEL] = ModelRoute(name=WILDCARD_MODEL, upstream=LOCAL)
+    return replace(config, upstreams={**config.upstreams, LOCAL: upstream}, models=models)
+
+
+def with_hybrid_routes(config: GatewayConfig) -> GatewayConfig:
+    """Adds ``<model>@local`` and ``<model>@cloud`` for a ``[hybrid]`` section, if any."""
+    if config.hybrid is None:
+        return config
+    return replace(config, models={**config.models, **hybrid_routes(config, config.hybrid)})
+
+
+def hybrid_routes(config: GatewayConfig, hybrid: HybridConfig) -> dict[str, ModelRoute]:
+    """The two routes behind one hybrid model name."""
+    cloud = config.models.get(hybrid.cloud_model) or config.models.get(WILDCARD_MODEL)
+    cloud_deployments = route_deployments(cloud) if cloud is not None else ()
+    # Without a running engine (policy cloud-only) the routes simply have no local tier.
+    local = (DeploymentConfig(upstream=LOCAL),) if LOCAL in config.upstreams else ()
+    # A slow cloud first token fails over to the local model (cloud-first's promise).
+    timed_cloud = tuple(
+        replace(d, ttft_timeout_s=d.ttft_timeout_s or hybrid.cloud_first_token_timeout_s)
+        for d in cloud_deployments
+    )
+    orders: dict[Target, tuple[DeploymentConfig, ...]] = {
+        "local": _tiers(local, () if hybrid.policy == "local-only" else cloud_deployments),
+        "cloud": _tiers(timed_cloud, () if hybrid.policy == "cloud-only" else local),
+    }
+    upstream_model = LOCAL
+    if cloud is not None and hybrid.policy != "local-only":
+        upstream_model = cloud.upstream_model or hybrid.cloud_model
+    routes = {}
+    for target, deployments in orders.items():
+        if not deployments:
+            continue
+        name = route_name(hybrid.model, target)
+        routes[name] = ModelRoute(
+            name=name,
+            upstream=deployments[0].upstream,
+            fallbacks=tuple(d.upstream for d in deployments[1:]),
+            upstream_model=upstream_model,
+            cache=cloud.cache if cloud is not None else None,
+            routing=replace(cloud.routing if cloud else RoutingConfig(), deployments=deployments),
+        )
+    return routes
+
+
+def _tiers(
+    first: tuple[DeploymentConfig, ...], then: tuple[DeploymentConfig, ...]
+) -> tuple[DeploymentConfig, ...]:
+    """``first`` keeps its priorities; ``then`` goes strictly after all of them."""
+    if not first:
+        return then
+    offset = max(d.priority for d in first) + 1
+    return first + tuple(replace(d, priority=d.priority + offset) for d in then)

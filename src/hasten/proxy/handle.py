@@ -1,0 +1,381 @@
+"""The completion path: validate, look up the cache, coalesce, call upstream, stream back.
+
+Three ways a request can be answered, chosen per request:
+- ``hit``: from the tiered cache, replayed as a stream or one JSON body as asked;
+- ``miss``: through a coalesced flight, recorded and stored when complete;
+- ``bypass``: not cacheable, so forwarded directly with nothing recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from hasten.asgi import (
+    JSON_CONTENT_TYPE,
+    SSE_HEADERS,
+    DisconnectWatcher,
+    Headers,
+    Receive,
+    Scope,
+    Send,
+    header,
+    read_body,
+    send_response,
+)
+from hasten.cache import (
+    CachedAnswer,
+    CacheDecision,
+    ModelCachePolicy,
+    decide,
+    namespaced_key,
+    parse_cache_control,
+    request_key,
+)
+from hasten.cache.replay import answer_body, answer_frames
+from hasten.errors import HastenError
+from hasten.gateway import Gateway
+from hasten.local.gateway import route_name
+from hasten.proxy.flight import Flight
+from hasten.proxy.headers import response_headers, upstream_headers
+from hasten.proxy.recorder import Recorder
+from hasten.proxy.validation import CHAT, EMBEDDINGS, Endpoint, parse_body
+from hasten.routing.hybrid import decide_hybrid
+from hasten.routing.models import ResolvedModel
+from hasten.upstream.client import UpstreamCall
+
+if TYPE_CHECKING:
+    from hasten.semantic.tier import Found
+
+_log = logging.getLogger("hasten.proxy")
+
+_EMBEDDING_POLICY = ModelCachePolicy(is_deterministic_only=False)
+# Per-request facts the JSON access record shows (hasten.app), kept in the ASGI scope.
+TENANT_SCOPE_KEY = "hasten.tenant"
+MODEL_SCOPE_KEY = "hasten.model"
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One client request on its way through the gateway."""
+
+    scope: Scope
+    send: Send
+    endpoint: Endpoint
+    body: dict[str, Any]
+    raw_body: bytes  # as the client sent it; see _upstream_body
+    model: ResolvedModel
+    tenant: str
+    is_stream: bool
+    wants_usage: bool  # a stream with stream_options.include_usage
+    started_s: float
+    request_id: str
+    extra_headers: tuple[tuple[bytes, bytes], ...] = ()
+    # What goes upstream, built (and refused if it cannot be forwarded unchanged) up front.
+    forwarded_headers: dict[str, str] = field(default_factory=dict)
+    # A stored stream asks upstream for usage so the cache can serve it to anyone; a
+    # client that did not ask gets its copy without the usage event.
+    is_usage_added: bool = False
+
+    def base_headers(self, cache_label: bytes, ttfb_ms: float | None) -> Headers:
+        gateway_ms = (time.perf_counter() - self.started_s) * 1000.0 - (ttfb_ms or 0.0)
+        timing = f"hasten;dur={gateway_ms:.3f}"
+        if ttfb_ms is not None:
+            timing += f", upstream;dur={ttfb_ms:.3f}"
+        return [
+            (b"x-hasten-cache", cache_label),
+            (b"x-hasten-request-id", self.request_id.encode()),
+            (b"server-timing", timing.encode()),
+            *self.extra_headers,
+        ]
+
+
+async def handle(
+    gateway: Gateway,
+    endpoint: Endpoint,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    request_id: str,
+) -> None:
+    """Serves one chat/completions/embeddings request end to end."""
+    started_s = time.perf_counter()
+    # The key first: a caller without one learns nothing about validation (or our limits).
+    tenant = gateway.auth.tenant_for(header(scope, b"authorization"))
+    scope[TENANT_SCOPE_KEY] = tenant
+    raw = await read_body(receive, scope, gateway.config.server.max_body_bytes)
+    body = parse_body(raw, gateway.config.server.max_json_depth)
+    endpoint.check(body)
+    scope[MODEL_SCOPE_KEY] = body["model"]
+    model, extra_headers = _resolve(gateway, body, request_id)
+    is_stream = endpoint.is_streamable and body.get("stream") is True
+    exchange = Exchange(
+        scope,
+        send,
+        endpoint,
+        body,
+        raw,
+        model,
+        tenant,
+        is_stream,
+        is_stream and _asks_usage(body),
+        started_s,
+        request_id,
+        extra_headers,
+        upstream_headers(scope, is_stream, not gateway.auth.is_enforcing),
+    )
+    watcher = DisconnectWatcher(receive)
+    try:
+        await _dispatch(gateway, exchange)
+    finally:
+        watcher.finish()
+
+
+def _asks_usage(body: dict[str, Any]) -> bool:
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+def _upstream_body(ex: Exchange) -> bytes:
+    """The client's bytes, re-serialised (once) only for a renamed model or added usage."""
+    if not (ex.is_usage_added or ex.model.is_renamed):
+        return ex.raw_body
+    body = {**ex.body, "model": ex.model.upstream_model} if ex.model.is_renamed else {**ex.body}
+    if ex.is_usage_added:
+        body["stream_options"] = {**(ex.body.get("stream_options") or {}), "include_usage": True}
+    return orjson.dumps(body)
+
+
+def _resolve(
+    gateway: Gateway, body: dict[str, Any], request_id: str
+) -> tuple[ResolvedModel, tuple[tuple[bytes, bytes], ...]]:
+    """The route for this request; a hybrid model name picks local or cloud per request."""
+    hybrid = gateway.config.hybrid
+    if hybrid is None or body["model"] != hybrid.model:
+        return gateway.router.resolve(body["model"]), ()
+    choice = decide_hybrid(body, hybrid)
+    _log.info("request %s: hybrid %s", request_id, choice.header)
+    model = gateway.router.resolve(route_name(hybrid.model, choice.target))
+    return model, ((b"x-hasten-hybrid", choice.header.encode()),)
+
+
+async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
+    decision = _decide(gateway, ex)
+    if gateway.cache is None or not (decision.is_lookup or decision.is_store):
+        gateway.stats.count("bypass", tenant=ex.tenant)
+        await _forward_direct(gateway, ex)
+        return
+    namespace = "*" if gateway.config.cache.is_shared_across_tenants else ex.tenant
+    request = request_key(ex.body, endpoint=ex.endpoint.name, model=ex.model.name)
+    key = namespaced_key(request, namespace)
+    # What /admin/cache/invalidate takes as "key"; it only ever names the caller's entry.
+    ex.extra_headers = (*ex.extra_headers, (b"x-hasten-cache-key", request.encode()))
+    found = None
+    if decision.is_lookup:
+        entry = await gateway.cache.get(key, max_age_s=decision.max_age_s)
+        if entry is not None:
+            gateway.stats.count("hit", tenant=ex.tenant)
+            await _serve_hit(gateway, ex, entry, b"hit")
+            return
+        if gateway.semantic is not None and ex.endpoint is CHAT:
+            found = await gateway.semantic.find(
+                ex.body, model=ex.model.name, tenant=namespace, max_age_s=decision.max_age_s
+            )
+            if found.hit is not None:
+                gateway.stats.count("semantic_hit", tenant=ex.tenant)
+                await _serve_hit(gateway, ex, found.hit.entry, b"semantic", found.hit.headers())
+                return
+    gateway.stats.count("miss" if decision.is_lookup else "bypass", tenant=ex.tenant)
+    stored = _Stored(gateway, ex, key, namespace, found) if decision.is_store else None
+    can_add_usage = ex.model.has_stream_options
+    ex.is_usage_added = ex.is_stream and decision.is_store and not ex.wants_usage and can_add_usage
+    flight_key = _flight_key(ex, key, decision, can_add_usage)
+    flight, is_new = gateway.coalescer.join(flight_key, lambda f: _pump(gateway, ex, f, stored))
+    if not is_new:
+        gateway.stats.count("coalesced", tenant=ex.tenant)
+    try:
+        await _serve_flight(ex, flight, b"miss" if decision.is_lookup else b"bypass")
+    finally:
+        gateway.coalescer.leave(flight)
+
+
+def _flight_key(ex: Exchange, key: str, decision: CacheDecision, can_add_usage: bool) -> str:
+    """Requests with one key share a flight only if one upstream call can answer them all."""
+    if not decision.is_lookup:
+        return f"solo:{ex.request_id}"  # a no-cache request asked for its own fresh answer
+    if not ex.is_stream:
+        return f"{key}:0"
+    if decision.is_store and can_add_usage:
+        return f"{key}:1"  # usage always asked for: each client keeps or drops the event
+    # Not stored, or to an upstream that takes no ``stream_options``: sent as the client
+    # sent it, so it is shared only by requests that made the same usage choice.
+    return f"{key}:1:{int(ex.wants_usage)}"
+
+
+class _Stored:
+    """Where a complete answer goes: the exact tiers, then the semantic index."""
+
+    __slots__ = ("_ex", "_found", "_gateway", "_key", "_tenant", "recorder")
+
+    def __init__(
+        self, gateway: Gateway, ex: Exchange, key: str, tenant: str, found: Found | None
+    ) -> None:
+        assert gateway.cache is not None
+        self._gateway, self._ex, self._key, self._tenant = gateway, ex, key, tenant
+        self._found = found  # what the semantic lookup saw, if one ran
+        ttl_s = ex.model.cache.ttl_s
+        self.recorder = Recorder(gateway.cache, key, ex.endpoint.name, ex.is_stream, ttl_s=ttl_s)
+
+    def commit(self) -> None:
+        if not self.recorder.commit():
+            return
+        semantic = self._gateway.semantic
+        if semantic is None or self._ex.endpoint is not CHAT:
+            return
+        found = self._found
+        semantic.remember(
+            self._ex.body,
+            model=self._ex.model.name,
+            tenant=self._tenant,
+            key=self._key,
+            ttl_s=self._ex.model.cache.ttl_s,
+            near=None if found is None else found.near,
+        )
+        if found is not None and found.to_verify is not None:
+            semantic.verify(found.to_verify, self._key)
+
+
+def _decide(gateway: Gateway, ex: Exchange) -> CacheDecision:
+    directives = parse_cache_control(_header_str(ex.scope, b"cache-control"))
+    policy = _EMBEDDING_POLICY if ex.endpoint is EMBEDDINGS else ex.model.cache
+    return decide(ex.body, policy, directives)
+
+
+def _header_str(scope: Scope, name: bytes) -> str | None:
+    value = header(scope, name)
+    return value.decode("latin-1") if value is not None else None
+
+
+async def _open(gateway: Gateway, ex: Exchange) -> UpstreamCall:
+    headers = ex.forwarded_headers
+    gateway.stats.count("upstream_calls", tenant=ex.tenant)
+    # A client marks a request that must not run twice (so is never hedged) this way.
+    is_idempotent = header(ex.scope, b"x-hasten-idempotent") not in (b"false", b"0", b"no")
+    route = gateway.client.route_request(
+        ex.model.name, ex.body, is_stream=ex.is_stream, is_idempotent=is_idempotent
+    )
+    return await gateway.client.open(
+        ex.model.targets, ex.endpoint.path, _upstream_body(ex), headers, route=route
+    )
+
+
+async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
+    call = await _open(gateway, ex)
+    try:
+        status = call.response.status
+        headers = response_headers(call.headers, status, ex.is_stream)
+        headers.extend(ex.base_headers(b"bypass", call.ttfb_ms))
+        if not ex.is_stream or status != 200:
+            body = await call.read()
+            await send_response(ex.send, status, body, headers)
+            return
+        await _stream_start(ex.send, status, headers)
+        await _stream_body(ex.send, call.iter_chunks())
+    finally:
+        call.response.close()
+
+
+async def _stream_start(send: Send, status: int, headers: Headers) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+
+
+async def _stream_body(
+    send: Send, chunks: AsyncIterator[bytes], error: Callable[[], HastenError | None] | None = None
+) -> None:
+    """Forwards chunks as they come; a failure ends the stream with an SSE error event."""
+    failure: HastenError | None = None
+    try:
+        async for chunk in chunks:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    except HastenError as exc:
+        failure = exc
+    if failure is None and error is not None:
+        failure = error()
+    if failure is not None:
+        event = b"data: " + failure.to_json() + b"\n\n"
+        await send({"type": "http.response.body", "body": event, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _pump(gateway: Gateway, ex: Exchange, flight: Flight, stored: _Stored | None) -> None:
+    """Runs one upstream call into a flight; stores the answer when it completed cleanly."""
+    try:
+        call = await _open(gateway, ex)
+    except HastenError as exc:
+        flight.finish(exc)
+        return
+    try:
+        flight.start(call.response.status, call.headers, call.upstream.name, call.ttfb_ms)
+        if call.response.status != 200:
+            stored = None  # only a successful answer is recorded
+        recorder = None if stored is None else stored.recorder
+        try:
+            async for chunk in call.iter_chunks():
+                # Recorded first: a chunk completing a usage event is marked before it is read.
+                flight.push(chunk, 0 if recorder is None else recorder.feed(chunk))
+        except HastenError as exc:
+            flight.finish(exc)
+            return
+    finally:
+        call.response.close()
+    flight.finish()
+    if stored is not None:
+        stored.commit()
+
+
+async def _serve_flight(ex: Exchange, flight: Flight, label: bytes) -> None:
+    await flight.wait_started()
+    headers = response_headers(flight.headers, flight.status, ex.is_stream)
+    if not ex.is_stream or flight.status != 200:
+        body = await flight.read_all()
+        if flight.error is not None:
+            raise flight.error
+        headers.extend(ex.base_headers(label, flight.ttfb_ms))
+        await send_response(ex.send, flight.status, body, headers)
+        return
+    headers.extend(ex.base_headers(label, flight.ttfb_ms))
+    await _stream_start(ex.send, flight.status, headers)
+    chunks = flight.iter_chunks_without_usage() if ex.is_usage_added else flight.iter_chunks()
+    await _stream_body(ex.send, chunks, lambda: flight.error)
+
+
+async def _serve_hit(
+    gateway: Gateway,
+    ex: Exchange,
+    entry: CachedAnswer,
+    label: bytes,
+    extra_headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    headers = ex.base_headers(label, None)
+    if extra_headers:
+        headers.extend(extra_headers)
+    if not ex.is_stream:
+        await send_response(ex.send, 200, answer_body(entry), [JSON_CONTENT_TYPE, *headers])
+        return
+    frames = answer_frames(entry, include_usage=ex.wants_usage)
+    await _stream_start(ex.send, 200, [*SSE_HEADERS, *headers])
+    if gateway.config.cache.replay == "instant":
+        await ex.send({"type": "http.response.body", "body": b"".join(frames), "more_body": False})
+        return
+    interval_s = gateway.config.cache.replay_chunk_interval_ms / 1000.0
+    for i, frame in enumerate(frames):
+        if i:
+            await asyncio.sleep(interval_s)
+        await ex.send({"type": "http.response.body", "body": frame, "more_body": True})
+    await ex.send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -1,0 +1,90 @@
+"""Headers the gateway relays: request headers sent upstream, response headers passed back."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from hasten.asgi import SSE_HEADERS, Headers, Scope, header
+from hasten.errors import InvalidRequest
+
+# Upstream response headers worth passing back (rate limits, request ids, timings).
+_PASSED_HEADERS = frozenset(
+    {
+        "openai-processing-ms",
+        "openai-version",
+        "openai-organization",
+        "x-request-id",
+        "x-ratelimit-limit-requests",
+        "x-ratelimit-limit-tokens",
+        "x-ratelimit-remaining-requests",
+        "x-ratelimit-remaining-tokens",
+        "x-ratelimit-reset-requests",
+        "x-ratelimit-reset-tokens",
+        "retry-after",
+        "retry-after-ms",
+        # The router's account of the call (see hasten.upstream.dispatch.Decision).
+        "x-hasten-upstream",
+        "x-hasten-route",
+        "x-hasten-hedge",
+        "x-hasten-failover",
+    }
+)
+_CONTROL_CHARACTERS = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
+_FORWARDED_REQUEST_HEADERS = (b"openai-organization", b"openai-project", b"openai-beta")
+
+
+def upstream_headers(scope: Scope, ex_is_stream: bool, is_passthrough: bool) -> dict[str, str]:
+    headers = {
+        "content-type": "application/json",
+        "accept": "text/event-stream" if ex_is_stream else "application/json",
+    }
+    for name in _FORWARDED_REQUEST_HEADERS:
+        value = header(scope, name)
+        if value is not None:
+            headers[name.decode()] = _forwardable(name, value)
+    if is_passthrough:
+        authorization = header(scope, b"authorization")
+        if authorization is not None:
+            headers["authorization"] = _forwardable(b"authorization", authorization)
+    return headers
+
+
+def _forwardable(name: bytes, value: bytes) -> str:
+    """The text aiohttp writes back as exactly ``value``: it encodes header values as UTF-8
+    (and drops what it cannot encode), so only UTF-8 bytes can pass through unchanged."""
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidRequest(
+            f"The {name.decode()} header is not valid UTF-8, so it cannot be forwarded unchanged.",
+            param=name.decode(),
+            code="invalid_header",
+        ) from None
+    if _CONTROL_CHARACTERS.search(text):
+        # aiohttp refuses these (header injection) with a ValueError, a 500 otherwise.
+        raise InvalidRequest(
+            f"The {name.decode()} header contains a control character.",
+            param=name.decode(),
+            code="invalid_header",
+        )
+    return text
+
+
+def _raw(value: str) -> bytes:
+    """The bytes aiohttp read: it decodes response headers as UTF-8 with surrogateescape."""
+    return value.encode("utf-8", "surrogateescape")
+
+
+def response_headers(call_headers: Any, status: int, is_stream: bool) -> Headers:
+    headers: Headers = []
+    if is_stream and status == 200:
+        headers.extend(SSE_HEADERS)
+    else:
+        content_type = call_headers.get("content-type", "application/json")
+        headers.append((b"content-type", _raw(content_type)))
+    for name, value in call_headers.items():
+        lowered = name.lower()
+        if lowered in _PASSED_HEADERS:
+            headers.append((lowered.encode(), _raw(value)))
+    return headers

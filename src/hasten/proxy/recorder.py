@@ -1,0 +1,84 @@
+"""Records an upstream answer while it is forwarded, and stores it only if it is whole.
+
+A stream counts as whole when it ended with ``data: [DONE]`` and carried no error event;
+a JSON body when it parses to an object without an ``error``. Anything else (a cut
+stream, an upstream error, a cancelled call) never reaches the cache.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from hasten.cache import CachedAnswer, TieredCache, is_usage_chunk
+from hasten.proxy.sse import DONE, SSEDecoder
+
+
+class Recorder:
+    __slots__ = ("_cache", "_decoder", "_endpoint", "_is_stream", "_key", "_parts", "_ttl_s")
+
+    def __init__(
+        self, cache: TieredCache, key: str, endpoint: str, is_stream: bool, *, ttl_s: float
+    ) -> None:
+        self._cache, self._key, self._endpoint = cache, key, endpoint
+        self._is_stream, self._ttl_s = is_stream, ttl_s
+        self._decoder = SSEDecoder() if is_stream else None
+        self._parts: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> int:
+        """Records a chunk; returns how many usage-only stream events it completed.
+
+        The stream is decoded here anyway, so this is where clients that did not ask for
+        usage learn which chunk to look inside (see ``hasten.proxy.sse.UsageStripper``). The
+        usage chunk comes last but for ``[DONE]``: only a chunk's last two events can be it.
+        """
+        decoder = self._decoder
+        if decoder is None:
+            self._parts.append(chunk)
+            return 0
+        payloads = decoder.feed(chunk)
+        if not payloads:
+            return 0
+        self._parts.extend(payloads)
+        count = int(is_usage_chunk(payloads[-1]))
+        if len(payloads) > 1 and is_usage_chunk(payloads[-2]):
+            count += 1
+        return count
+
+    def answer(self) -> CachedAnswer | None:
+        """The complete answer, or None when what was recorded must not be stored."""
+        if self._decoder is not None:
+            return self._stream_answer(self._decoder)
+        body = b"".join(self._parts)
+        try:
+            parsed = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(parsed, dict) or "error" in parsed:
+            return None
+        return CachedAnswer.from_body(body, endpoint=self._endpoint, ttl_s=self._ttl_s)
+
+    def _stream_answer(self, decoder: SSEDecoder) -> CachedAnswer | None:
+        events = self._parts
+        if decoder.has_pending or not events or events[-1] != DONE:
+            return None
+        chunks = events[:-1]
+        for event in chunks:
+            if b'"error"' in event and _is_error_event(event):
+                return None
+        return CachedAnswer.from_chunks(chunks, endpoint=self._endpoint, ttl_s=self._ttl_s)
+
+    def commit(self) -> bool:
+        """Stores the answer if it is whole; the write to slower tiers runs in the background."""
+        answer = self.answer()
+        if answer is None:
+            return False
+        self._cache.put(self._key, answer)
+        return True
+
+
+def _is_error_event(event: bytes) -> bool:
+    try:
+        parsed = orjson.loads(event)
+    except orjson.JSONDecodeError:
+        return True  # unparseable data is not an answer we can vouch for
+    return isinstance(parsed, dict) and "error" in parsed

@@ -1,0 +1,288 @@
+"""``hasten serve``: resolve the configuration, start the gateway (and the demo upstream)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import socket
+import sys
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import uvicorn
+
+from hasten.app import HastenApp
+from hasten.auth import ADMIN_KEY_HINT
+from hasten.config import (
+    WILDCARD_MODEL,
+    CacheConfig,
+    GatewayConfig,
+    ModelRoute,
+    ServerConfig,
+    UpstreamConfig,
+    check_cache,
+    load_config,
+    redact_url,
+    with_upstream,
+)
+from hasten.errors import ConfigError
+from hasten.local import gateway as edge
+from hasten.local.config import LocalServerConfig
+from hasten.local.supervisor import EngineSupervisor, RestartSettings
+from hasten.server import logs
+from hasten.server.connection import bind, protocol_for
+from hasten.server.logs import LOG_FORMATS
+
+# The embedded demo upstream answers like a slow-ish cloud model so the cache shows.
+DEMO_TTFT_MS = 300.0
+DEMO_DECODE_MS_PER_TOKEN = 20.0
+UPSTREAM_KEY_ENVS = ("HASTEN_UPSTREAM_API_KEY", "OPENAI_API_KEY")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--host", help="interface to listen on (default 127.0.0.1; env HASTEN_HOST)"
+    )
+    parser.add_argument(
+        "--port", type=int, help="port to listen on (default 8080; env HASTEN_PORT)"
+    )
+    parser.add_argument("--config", help="TOML config file (env HASTEN_CONFIG)")
+    parser.add_argument(
+        "--upstream",
+        help="front this OpenAI-compatible base URL for every "
+        "model, e.g. https://api.openai.com/v1 (env HASTEN_UPSTREAM); its key "
+        "comes from HASTEN_UPSTREAM_API_KEY or OPENAI_API_KEY",
+    )
+    parser.add_argument(
+        "--cache-backend",
+        choices=("memory", "sqlite", "redis"),
+        help="L2 cache tier (env HASTEN_CACHE_BACKEND)",
+    )
+    parser.add_argument("--sqlite-path", help="SQLite cache file (env HASTEN_SQLITE_PATH)")
+    parser.add_argument(
+        "--redis-url", help="redis:// URL; implies --cache-backend redis (env HASTEN_REDIS_URL)"
+    )
+    parser.add_argument("--no-cache", action="store_true", help="disable the answer cache")
+    parser.add_argument(
+        "--simulator",
+        action="store_true",
+        help="with no upstream configured, front the built-in latency simulator instead of "
+        "the local model",
+    )
+    parser.add_argument(
+        "--log-level",
+        default=None,
+        choices=("debug", "info", "warning", "error"),
+        help="log verbosity",
+    )
+    parser.add_argument(
+        "--log-format",
+        default=None,
+        choices=LOG_FORMATS,
+        help="text (default: human, control characters escaped) or json (one object a line)",
+    )
+
+
+def _pick(flag: Any, env: Mapping[str, str], name: str) -> Any:
+    return flag if flag is not None else env.get(name)
+
+
+def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> GatewayConfig:
+    """Flags beat environment variables, which beat the file, which beats the defaults."""
+    config = load_config(_pick(args.config, env, "HASTEN_CONFIG"), env)
+    server = config.server
+    host = _pick(args.host, env, "HASTEN_HOST")
+    port = _pick(args.port, env, "HASTEN_PORT")
+    server = replace(
+        server,
+        host=host or server.host,
+        port=_port(port, server.port),
+        log_level=args.log_level or server.log_level,
+        log_format=args.log_format or server.log_format,
+    )
+    config = replace(config, server=server, cache=_cache_overrides(config.cache, args, env))
+    upstream = _pick(args.upstream, env, "HASTEN_UPSTREAM")
+    if upstream:
+        key = next((env[name] for name in UPSTREAM_KEY_ENVS if env.get(name)), None)
+        config = with_upstream(config, upstream, key)
+    return config
+
+
+def _port(value: Any, default: int) -> int:
+    # 0 is a real port (ask the OS for a free one), so test for "unset", not falsiness.
+    if value is None or value == "":
+        return default
+    try:
+        port = int(value)
+    except ValueError:
+        raise ConfigError(f"HASTEN_PORT: expected a port number, got {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--port/HASTEN_PORT: expected 0-65535, got {port}")
+    return port
+
+
+def _cache_overrides(
+    cache: CacheConfig, args: argparse.Namespace, env: Mapping[str, str]
+) -> CacheConfig:
+    redis_url = _pick(args.redis_url, env, "HASTEN_REDIS_URL")
+    backend = _pick(args.cache_backend, env, "HASTEN_CACHE_BACKEND")
+    if redis_url and backend is None:
+        backend = "redis"
+    cache = replace(
+        cache,
+        backend=backend or cache.backend,
+        sqlite_path=_pick(args.sqlite_path, env, "HASTEN_SQLITE_PATH") or cache.sqlite_path,
+        redis_url=redis_url or cache.redis_url,
+        is_enabled=cache.is_enabled and not args.no_cache,
+    )
+    return check_cache(cache, "--cache-backend/--redis-url")
+
+
+def _uvicorn_server(
+    app: Any, log_level: str, limits: ServerConfig | None = None, log_format: str = "text"
+) -> uvicorn.Server:
+    # The gateway's connections get hasten's limits and OpenAI-shaped parser errors; the
+    # demo simulator's (loopback) do not.
+    http: Any = "httptools" if limits is None else protocol_for(limits)
+    # In JSON mode uvicorn's own loggers go through hasten's handler, not its text one.
+    log_config = None if log_format == "json" else uvicorn.config.LOGGING_CONFIG
+    config = uvicorn.Config(
+        app,
+        log_level=log_level,
+        log_config=log_config,
+        access_log=False,
+        http=http,
+        loop="none",
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+    )
+    return uvicorn.Server(config)
+
+
+async def _serve(config: GatewayConfig, *, is_simulator_default: bool) -> None:
+    servers: list[tuple[uvicorn.Server, socket.socket]] = []
+    local = config.local
+    if local is None and config.is_simulated and not is_simulator_default:
+        local = LocalServerConfig() if edge.is_local_available() else None
+    supervisor = None
+    if local is not None:
+        # The engine runs in a child process: a native crash there never ends the gateway.
+        restart = RestartSettings(
+            backoff_base_s=local.restart_backoff_s,
+            max_restarts_per_minute=local.max_restarts_per_minute,
+        )
+        supervisor = EngineSupervisor(
+            local.engine, command=local.command or None, restart=restart
+        ).start()
+        config = edge.with_local_upstream(config, supervisor.url)
+        await supervisor.wait_first_outcome(supervisor.start_timeout_s)
+    elif config.is_simulated:
+        sim_sock = bind("127.0.0.1", 0)
+        config = _with_demo_upstream(config, _loopback_url(sim_sock))
+        servers.append((_uvicorn_server(_demo_simulator(), "warning"), sim_sock))
+    config = edge.with_hybrid_routes(config)
+    sock = bind(config.server.host, config.server.port)
+    app = HastenApp(config, engine=supervisor)
+    server = config.server
+    servers.append((_uvicorn_server(app, server.log_level, server, server.log_format), sock))
+    print(_banner(config, sock, supervisor), file=sys.stderr, flush=True)
+    try:
+        await asyncio.gather(*(server.serve(sockets=[s]) for server, s in servers))
+    finally:
+        if supervisor is not None:
+            await supervisor.aclose()
+
+
+def _loopback_url(sock: socket.socket) -> str:
+    return f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+
+
+def _demo_simulator() -> Any:
+    from hasten.simulator import SimConfig, build_app
+
+    return build_app(
+        SimConfig(
+            ttft_base_ms=DEMO_TTFT_MS,
+            decode_ms_per_token=DEMO_DECODE_MS_PER_TOKEN,
+            output_tokens=24,
+        )
+    )
+
+
+def _with_demo_upstream(config: GatewayConfig, url: str) -> GatewayConfig:
+    upstream = UpstreamConfig(name="simulator", url=url)
+    return replace(
+        config,
+        upstreams={"simulator": upstream},
+        models={WILDCARD_MODEL: ModelRoute(name=WILDCARD_MODEL, upstream="simulator")},
+    )
+
+
+def _banner(config: GatewayConfig, sock: socket.socket, supervisor: EngineSupervisor | None) -> str:
+    host, port = sock.getsockname()[:2]
+    lines = [f"hasten gateway on http://{host}:{port}/v1"]
+    if supervisor is not None:
+        info = supervisor.status()
+        names = "model name 'local'" + (", and every other name" if not _has_cloud(config) else "")
+        if supervisor.is_ready:
+            lines.append(
+                f"  upstream local: LOCAL MODEL {info.get('model')} on llama.cpp in child "
+                f"process {info.get('pid')} ({info.get('n_threads')} threads, "
+                f"{info.get('max_seqs')} sequences); {names}; engine: ready"
+            )
+        else:
+            lines.append(f"  upstream local: local engine {supervisor.state}")
+    if config.hybrid is not None:
+        hybrid = config.hybrid
+        lines.append(
+            f"  hybrid model '{hybrid.model}': {hybrid.policy} "
+            f"(cloud: {hybrid.cloud_model or 'none'})"
+        )
+    for upstream in config.upstreams.values():
+        if upstream.name == edge.LOCAL and supervisor is not None:
+            continue
+        label = (
+            " (BUILT-IN SIMULATOR: synthetic text, not a real model)"
+            if upstream.name == "simulator"
+            else ""
+        )
+        lines.append(f"  upstream {upstream.name}: {redact_url(upstream.url)}{label}")
+    cache = config.cache
+    if cache.is_enabled:
+        redis_url = redact_url(cache.redis_url or "")
+        where = {"sqlite": cache.sqlite_path, "redis": redis_url, "memory": "in-process"}
+        lines.append(
+            f"  cache: L1 memory {cache.l1_max_bytes // (1024 * 1024)} MiB + "
+            f"{cache.backend} ({where[cache.backend]})"
+        )
+    else:
+        lines.append("  cache: disabled")
+    if config.server.api_keys:
+        lines.append(f"  gateway keys: {len(config.server.api_keys)} tenant key(s) enforced")
+    if config.server.admin_api_key:
+        lines.append("  admin API: on (admin key set)")
+    else:
+        scoped = " except tenant-scoped calls with a tenant key" if config.server.api_keys else ""
+        lines.append(f"  admin API: off{scoped}; to enable it, {ADMIN_KEY_HINT}")
+    return "\n".join(lines)
+
+
+def _has_cloud(config: GatewayConfig) -> bool:
+    return any(name != edge.LOCAL for name in config.upstreams)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = resolve_config(args, os.environ)
+    logs.configure(config.server.log_level, config.server.log_format)
+    try:
+        import uvloop
+
+        runner: Any = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    with contextlib.suppress(KeyboardInterrupt):
+        runner(_serve(config, is_simulator_default=args.simulator))
+    return 0

@@ -1,0 +1,214 @@
+"""One upstream attempt, up to the moment it has something a client can use.
+
+An attempt is "ready" once it has a token (the first SSE event with content) for a stream,
+the whole body of a non-stream 200, or a final non-retryable status; anything else is a
+``Failed`` with a short reason the router learns from. Nothing here decides what to do next:
+that is ``hasten.upstream.dispatch`` (doing) asking ``hasten.routing`` (deciding).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from hasten.config import UpstreamConfig
+from hasten.errors import HastenError, UpstreamError, UpstreamTimeout
+from hasten.proxy.sse import DONE, SSEDecoder
+from hasten.upstream.retry import is_retryable_status, parse_retry_after_s
+from hasten.upstream.transport import (
+    Transport,
+    UpstreamConnectError,
+    UpstreamRequest,
+    UpstreamResponse,
+)
+
+ERROR_BODY_TIMEOUT_S = 5.0
+_TOKEN_DELTA_KEYS = ("content", "refusal", "tool_calls", "function_call", "reasoning_content")
+
+
+class BufferedResponse:
+    """A response whose body was already read (a final upstream error we pass through)."""
+
+    __slots__ = ("body", "headers", "status")
+
+    def __init__(self, status: int, headers: Mapping[str, str], body: bytes) -> None:
+        self.status, self.headers, self.body = status, headers, body
+
+    async def iter_chunks(self, idle_timeout_s: float) -> AsyncIterator[bytes]:
+        if self.body:
+            yield self.body
+
+    async def read(self, timeout_s: float) -> bytes:
+        return self.body
+
+    def close(self) -> None:
+        return None
+
+
+async def buffer_response(response: UpstreamResponse, timeout_s: float) -> BufferedResponse:
+    try:
+        body = await response.read(min(ERROR_BODY_TIMEOUT_S, max(0.001, timeout_s)))
+    except HastenError:
+        body = b""
+    finally:
+        response.close()
+    # Lower-cased: aiohttp title-cases names, and the retry policy looks them up by name.
+    headers = {name.lower(): value for name, value in response.headers.items()}
+    return BufferedResponse(response.status, headers, body)
+
+
+class FirstTokenWatch:
+    """Watches SSE bytes for the first event that carries output (or ends the stream)."""
+
+    def __init__(self) -> None:
+        self._decoder = SSEDecoder()
+        self.error_message: str | None = None
+
+    def feed(self, chunk: bytes) -> bool:
+        for payload in self._decoder.feed(chunk):
+            if payload == DONE:
+                return True
+            try:
+                event = orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(event, dict) and _event_has_output(event, self):
+                return True
+        return False
+
+
+def _event_has_output(event: dict[str, Any], watch: FirstTokenWatch) -> bool:
+    error = event.get("error")
+    if error is not None:
+        message = error.get("message") if isinstance(error, dict) else None
+        watch.error_message = str(message or error)
+        return False
+    choices = event.get("choices")
+    if not isinstance(choices, list):
+        return False
+    for choice in choices:
+        if not isinstance(choice, dict):
+            continue
+        if choice.get("text") or choice.get("finish_reason") is not None:
+            return True
+        delta = choice.get("delta")
+        if isinstance(delta, dict) and any(delta.get(key) for key in _TOKEN_DELTA_KEYS):
+            return True
+    return False
+
+
+@dataclass(slots=True)
+class Ready:
+    """An attempt with something usable; for a stream, the bytes read up to the first token."""
+
+    response: UpstreamResponse
+    ttft_ms: float
+    is_token: bool  # False for a final error status: no latency sample to learn from
+    head: list[bytes] = field(default_factory=list)
+    rest: AsyncIterator[bytes] | None = None
+
+
+@dataclass(slots=True)
+class Failed:
+    reason: str  # connect_error, 429, 503, first_byte_timeout, ttft_timeout, stream_ended...
+    error: HastenError | None = None
+    buffered: BufferedResponse | None = None
+    retry_after_s: float | None = None
+    is_retryable_here: bool = False  # worth retrying on the same deployment
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptSpec:
+    upstream: UpstreamConfig
+    path: str
+    body: bytes
+    headers: Mapping[str, str]
+    deadline_s: float
+    is_stream: bool
+
+
+async def run_attempt(transport: Transport, spec: AttemptSpec) -> Ready | Failed:
+    """One try against one upstream, up to its first token; never raises HastenError."""
+    upstream = spec.upstream
+    remaining_s = spec.deadline_s - time.monotonic()
+    if remaining_s <= 0:
+        return Failed("deadline", UpstreamTimeout("request deadline passed before trying"))
+    request_headers = dict(spec.headers)
+    if upstream.api_key:
+        request_headers["authorization"] = f"Bearer {upstream.api_key}"
+    request = UpstreamRequest(
+        method="POST" if spec.body else "GET",
+        url=upstream.url + spec.path,
+        headers=request_headers,
+        body=spec.body or None,
+        connect_timeout_s=min(upstream.timeouts.connect_s, remaining_s),
+        first_byte_timeout_s=min(upstream.timeouts.first_byte_s, remaining_s),
+    )
+    started_s = time.perf_counter()
+    try:
+        response = await transport.send(request)
+    except UpstreamConnectError as exc:
+        return Failed("connect_error", exc, is_retryable_here=True)
+    except UpstreamTimeout as exc:
+        return Failed("first_byte_timeout", exc)
+    except UpstreamError as exc:
+        return Failed("upstream_error", exc)
+    status = response.status
+    if is_retryable_status(status):
+        buffered = await buffer_response(response, spec.deadline_s - time.monotonic())
+        retry_after_s = parse_retry_after_s(buffered.headers)
+        return Failed(str(status), None, buffered, retry_after_s, is_retryable_here=True)
+    if status != 200:
+        elapsed_ms = (time.perf_counter() - started_s) * 1000.0
+        return Ready(response, elapsed_ms, is_token=False)
+    if not spec.is_stream:
+        return await _read_whole(response, spec.deadline_s, started_s)
+    return await _await_first_token(response, upstream, started_s)
+
+
+async def _read_whole(
+    response: UpstreamResponse, deadline_s: float, started_s: float
+) -> Ready | Failed:
+    """A non-stream answer is usable only once complete: one cut off midway has reached
+    no client yet, so it fails like a connect error and is retried or failed over."""
+    ttft_ms = (time.perf_counter() - started_s) * 1000.0
+    try:
+        body = await response.read(max(0.001, deadline_s - time.monotonic()))
+    except UpstreamTimeout as exc:
+        return Failed("body_timeout", exc)
+    except UpstreamError as exc:
+        return Failed("body_cut", exc, is_retryable_here=True)
+    finally:
+        response.close()
+    return Ready(BufferedResponse(200, response.headers, body), ttft_ms, is_token=True)
+
+
+async def _await_first_token(
+    response: UpstreamResponse, upstream: UpstreamConfig, started_s: float
+) -> Ready | Failed:
+    rest = response.iter_chunks(upstream.timeouts.idle_s)
+    watch = FirstTokenWatch()
+    head: list[bytes] = []
+    is_handed_over = False
+    try:
+        async for chunk in rest:
+            head.append(chunk)
+            if watch.feed(chunk):
+                is_handed_over = True
+                ttft_ms = (time.perf_counter() - started_s) * 1000.0
+                return Ready(response, ttft_ms, True, head, rest)
+            if watch.error_message is not None:
+                error = UpstreamError(
+                    f"upstream error before the first token: {watch.error_message}"
+                )
+                return Failed("stream_error_event", error)
+    except HastenError as exc:
+        return Failed("stream_error", exc)
+    finally:
+        if not is_handed_over:
+            response.close()
+    return Failed("stream_ended", UpstreamError("upstream stream ended before the first token"))

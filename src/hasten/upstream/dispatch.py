@@ -1,0 +1,407 @@
+"""Carrying out one routing decision: the hedge race, TTFT timeouts, retries and failover.
+
+``Dispatch.run`` walks the pool's ranking for one request. Nothing reaches the client until
+an attempt is ready (see ``hasten.upstream.attempt``), so the gateway is free to
+- hedge: when the running attempt has no token by its deployment's hedge delay, start the
+  same request on the next deployment (budget permitting); the first ready attempt wins and
+  every other is cancelled at once, which closes its connection so the upstream stops work;
+- fail over: on a TTFT or first-byte timeout, or any failure, move to the next deployment;
+  on a connect error or retryable status with no untried peer of equal priority left, retry
+  the same deployment first (backoff, Retry-After), as the single-upstream client always did.
+All within the request's deadline. Every outcome is reported to the pool, which decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import orjson
+
+from hasten.config import UpstreamConfig
+from hasten.errors import HastenError, UpstreamError, UpstreamTimeout
+from hasten.routing.pool import DeploymentPool
+from hasten.upstream.attempt import AttemptSpec, BufferedResponse, Failed, Ready, run_attempt
+from hasten.upstream.retry import retry_delay_s
+from hasten.upstream.transport import Transport
+
+_log = logging.getLogger("hasten.dispatch")
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRequest:
+    """What the router may know about a client request."""
+
+    model: str
+    is_stream: bool = False
+    affinity_key: int | None = None
+    expected_tokens: int = 0
+    is_idempotent: bool = True  # False: never hedged (the request must not run twice)
+
+
+@dataclass(slots=True)
+class Decision:
+    """What the router did for one request, for response headers and logs."""
+
+    ranking: str = ""
+    deployment: str = ""
+    hedge: str = ""  # "", "won", "lost" (the primary won after all), "denied"
+    failovers: list[str] = field(default_factory=list)
+
+    def headers(self) -> dict[str, str]:
+        headers = {"x-hasten-upstream": self.deployment, "x-hasten-route": self.ranking}
+        if self.hedge:
+            headers["x-hasten-hedge"] = self.hedge
+        if self.failovers:
+            headers["x-hasten-failover"] = ", ".join(self.failovers)
+        return headers
+
+
+@dataclass(slots=True)
+class _Running:
+    name: str
+    started_s: float
+    is_probe: bool
+    is_hedge: bool
+    ttft_deadline_s: float | None
+
+
+@dataclass(slots=True)
+class Won:
+    name: str
+    ready: Ready
+    is_probe: bool
+    elapsed_ms: float
+
+
+class Dispatch:
+    def __init__(
+        self,
+        transport: Transport,
+        pool: DeploymentPool,
+        upstreams: Mapping[str, UpstreamConfig],
+        request: RouteRequest,
+        *,
+        path: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        rng: random.Random,
+    ) -> None:
+        self._transport, self._pool, self._upstreams = transport, pool, upstreams
+        self._request = request
+        self._path, self._body, self._headers = path, body, headers
+        self._rng = rng
+        self._started_s = time.monotonic()
+        self._order: list[str] = []
+        self._num_tries: dict[str, int] = {}
+        self._running: dict[asyncio.Task[Ready | Failed], _Running] = {}
+        self._last: tuple[str, Failed] | None = None
+        self._last_buffered: tuple[str, BufferedResponse] | None = None
+        self._is_hedge_spent = False
+        self.decision = Decision()
+        self.num_attempts = 0
+        self.deadline_s = self._started_s
+
+    @property
+    def _is_hedging(self) -> bool:
+        return self._pool.routing.hedge.is_enabled and self._request.is_idempotent
+
+    async def run(self) -> Won:
+        """The winning attempt; raises when every deployment failed without a usable answer
+        (``GaveUp`` carries the last upstream error response, if there was one)."""
+        now_s = time.monotonic()
+        pool, request = self._pool, self._request
+        pool.on_request(now_s)
+        ranking = pool.rank(
+            now_s, affinity_key=request.affinity_key, expected_tokens=request.expected_tokens
+        )
+        self._order = list(ranking.order)
+        self.decision.ranking = ranking.reason
+        self.deadline_s = now_s + self._upstreams[self._order[0]].timeouts.total_s
+        self._start(self._order[0], is_hedge=False)
+        won: Won | None = None
+        try:
+            won = await self._race()
+        except HastenError as exc:
+            exc.headers.update(self._failure_headers())
+            raise
+        finally:
+            try:
+                await self._cancel_running()
+            except BaseException:
+                # Cancelled (the client left) while the losers unwound: nobody will close
+                # the winner, so it is closed and counted out here.
+                if won is not None:
+                    won.ready.response.close()
+                    self._pool.on_attempt_end(won.name)
+                raise
+        return won
+
+    def _failure_headers(self) -> dict[str, str]:
+        """The routing headers of a request that failed: who was tried last, and what broke."""
+        if not self.decision.deployment:
+            if self._last is not None:
+                self.decision.deployment = self._last[0]
+            elif self._order:
+                self.decision.deployment = self._order[0]
+        return self.decision.headers()
+
+    async def _race(self) -> Won:
+        while True:
+            if not self._running and not await self._start_after_failure():
+                raise self._give_up()
+            timeout_s = max(0.0, self._next_wakeup_s() - time.monotonic())
+            done, _ = await asyncio.wait(
+                self._running, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+            )
+            won = self._collect(done)
+            if won is not None:
+                return won
+            now_s = time.monotonic()
+            await self._expire_ttft(now_s)
+            if now_s >= self.deadline_s:
+                await self._cancel_running()
+                raise UpstreamTimeout(
+                    "request deadline passed before the upstream answered",
+                    code="upstream_total_timeout",
+                )
+            self._maybe_hedge(now_s)
+
+    def _collect(self, done: set[asyncio.Task[Ready | Failed]]) -> Won | None:
+        won: Won | None = None
+        now_s = time.monotonic()
+        for task in done:
+            info = self._running.pop(task)
+            outcome = _outcome(task)
+            if isinstance(outcome, Failed):
+                self._record_failure(info, outcome, now_s)
+            elif won is None:
+                won = self._win(info, outcome, now_s)
+            else:  # two finished together: the later one is a loser like any other
+                outcome.response.close()
+                self._record_cancelled(info, now_s)
+        return won
+
+    def _win(self, info: _Running, ready: Ready, now_s: float) -> Won:
+        if ready.is_token:
+            self._pool.on_first_token(
+                info.name, ready.ttft_ms, now_s, is_probe=info.is_probe, started_s=info.started_s
+            )
+        else:  # a final 4xx: the deployment answered, but its latency says nothing
+            self._pool.on_final_status(
+                info.name, now_s, is_probe=info.is_probe, started_s=info.started_s
+            )
+        if self.decision.hedge == "fired":
+            self.decision.hedge = "won" if info.is_hedge else "lost"
+        self.decision.deployment = info.name
+        return Won(info.name, ready, info.is_probe, (now_s - self._started_s) * 1000.0)
+
+    def _record_failure(self, info: _Running, failed: Failed, now_s: float) -> None:
+        elapsed_ms = (now_s - info.started_s) * 1000.0
+        is_slow = failed.reason in ("ttft_timeout", "first_byte_timeout")
+        self._pool.on_failure(
+            info.name,
+            now_s,
+            is_probe=info.is_probe,
+            reason=failed.reason,
+            elapsed_ms=elapsed_ms if is_slow else None,
+            retry_after_s=failed.retry_after_s if failed.reason == "429" else None,
+            started_s=info.started_s,
+        )
+        self._pool.on_attempt_end(info.name)
+        self.decision.failovers.append(f"{info.name}={failed.reason}")
+        self._last = (info.name, failed)
+        if failed.buffered is not None:
+            self._last_buffered = (info.name, failed.buffered)
+
+    def _record_cancelled(self, info: _Running, now_s: float) -> None:
+        elapsed_ms = (now_s - info.started_s) * 1000.0
+        self._pool.on_cancelled(
+            info.name, elapsed_ms, now_s, is_probe=info.is_probe, started_s=info.started_s
+        )
+        self._pool.on_attempt_end(info.name)
+
+    def _start(self, name: str, *, is_hedge: bool) -> None:
+        now_s = time.monotonic()
+        is_probe = self._pool.on_attempt_start(name, now_s)
+        self._num_tries[name] = self._num_tries.get(name, 0) + 1
+        self.num_attempts += 1
+        ttft_timeout_s = self._pool.ttft_timeout_s(name)
+        deadline_s = None if ttft_timeout_s is None else now_s + ttft_timeout_s
+        task = asyncio.get_running_loop().create_task(
+            run_attempt(self._transport, self._spec(name))
+        )
+        self._running[task] = _Running(name, now_s, is_probe, is_hedge, deadline_s)
+
+    def _spec(self, name: str) -> AttemptSpec:
+        body = self._body
+        deployment = self._pool.deployments[name].config
+        key = self._request.affinity_key
+        if deployment.is_prompt_cache_key and key is not None and body:
+            # OpenAI routes by prompt_cache_key too: the same key keeps its cache warm.
+            parsed = orjson.loads(body)
+            if isinstance(parsed, dict) and "prompt_cache_key" not in parsed:
+                body = orjson.dumps({**parsed, "prompt_cache_key": f"hasten-{key:016x}"})
+        return AttemptSpec(
+            self._upstreams[name],
+            self._path,
+            body,
+            self._headers,
+            self.deadline_s,
+            self._request.is_stream,
+        )
+
+    def _next_untried(self, *, is_eligible_only: bool) -> str | None:
+        now_s = time.monotonic()
+        for name in self._order:
+            if name in self._num_tries:
+                continue
+            if is_eligible_only and not self._pool.deployments[name].is_eligible(now_s):
+                continue
+            return name
+        return None
+
+    async def _start_after_failure(self) -> bool:
+        """Retries the failed deployment or moves on; False when nothing is left to try."""
+        if self._last is None:
+            return False
+        name, failed = self._last
+        if failed.is_retryable_here and not self._can_move_on(name):
+            upstream = self._upstreams[name]
+            delay_s = retry_delay_s(
+                self._num_tries[name] - 1,
+                upstream.retry,
+                self._rng,
+                retry_after_s=failed.retry_after_s,
+                remaining_s=self.deadline_s - time.monotonic(),
+            )
+            if delay_s is not None:
+                await asyncio.sleep(delay_s)
+                self._start(name, is_hedge=False)
+                return True
+        following = self._next_untried(is_eligible_only=False)
+        if following is None or time.monotonic() >= self.deadline_s:
+            return False
+        self._start(following, is_hedge=False)
+        return True
+
+    def _can_move_on(self, name: str) -> bool:
+        """True when failing over beats retrying here: an untried peer of equal priority
+        waits, or this deployment's breaker just opened (say, Retry-After) and any other
+        healthy one is left. Otherwise the same deployment is retried, as it always was."""
+        if self._has_untried_peer(name):
+            return True
+        is_tripped = not self._pool.deployments[name].breaker.is_available(time.monotonic())
+        return is_tripped and self._next_untried(is_eligible_only=True) is not None
+
+    def _has_untried_peer(self, name: str) -> bool:
+        priority = self._pool.deployments[name].config.priority
+        now_s = time.monotonic()
+        return any(
+            other not in self._num_tries
+            and self._pool.deployments[other].config.priority == priority
+            and self._pool.deployments[other].is_eligible(now_s)
+            for other in self._order
+        )
+
+    def _hedge_at_s(self) -> float | None:
+        if not self._is_hedging or self._is_hedge_spent or len(self._running) != 1:
+            return None
+        info = next(iter(self._running.values()))
+        return info.started_s + self._pool.hedge_delay_s(info.name)
+
+    def _next_wakeup_s(self) -> float:
+        times = [self.deadline_s]
+        times.extend(i.ttft_deadline_s for i in self._running.values() if i.ttft_deadline_s)
+        hedge_at_s = self._hedge_at_s()
+        if hedge_at_s is not None:
+            times.append(hedge_at_s)
+        return min(times)
+
+    def _maybe_hedge(self, now_s: float) -> None:
+        hedge_at_s = self._hedge_at_s()
+        if hedge_at_s is None or now_s < hedge_at_s:
+            return
+        target = self._next_untried(is_eligible_only=True)
+        self._is_hedge_spent = True  # one chance per request, or the wait loop would spin
+        if target is None:
+            return
+        if not self._pool.try_hedge(now_s):
+            self.decision.hedge = "denied"
+            return
+        self.decision.hedge = "fired"
+        self._start(target, is_hedge=True)
+
+    async def _expire_ttft(self, now_s: float) -> None:
+        expired = [
+            task
+            for task, info in self._running.items()
+            if info.ttft_deadline_s is not None and now_s >= info.ttft_deadline_s
+        ]
+        for task in expired:
+            info = self._running.pop(task)
+            _abandon(task)
+            timeout_s = self._pool.ttft_timeout_s(info.name) or 0.0
+            error = UpstreamTimeout(
+                f"no first token from upstream {info.name!r} within {timeout_s:g} s",
+                code="upstream_ttft_timeout",
+            )
+            # Counted out before waiting, so a client leaving meanwhile cannot skip it.
+            self._record_failure(info, Failed("ttft_timeout", error), time.monotonic())
+            await asyncio.wait([task])
+
+    async def _cancel_running(self) -> None:
+        running, self._running = self._running, {}
+        if not running:
+            return
+        now_s = time.monotonic()
+        for task, info in running.items():
+            _abandon(task)
+            self._record_cancelled(info, now_s)
+        # Cancelled attempts close their connections as they unwind; wait for that, so the
+        # upstream sees the hang-up before the winner's first byte reaches the client.
+        await asyncio.wait(running)
+
+    def _give_up(self) -> HastenError:
+        if self._last_buffered is not None:
+            name, buffered = self._last_buffered
+            return GaveUp(name, buffered, self.decision)
+        if self._last is not None and self._last[1].error is not None:
+            return self._last[1].error
+        return UpstreamError("no upstream available")
+
+
+def _outcome(task: asyncio.Task[Ready | Failed]) -> Ready | Failed:
+    """A finished attempt's outcome; an attempt that raised (a bug) is a failure too, so
+    its in-flight count still comes down and the request still fails over."""
+    exc = task.exception()
+    if exc is None:
+        return task.result()
+    _log.error("upstream attempt raised", exc_info=exc)
+    return Failed("internal_error", UpstreamError(f"upstream attempt failed: {type(exc).__name__}"))
+
+
+def _abandon(task: asyncio.Task[Ready | Failed]) -> None:
+    """Cancels an attempt nobody waits for; one that is (or still becomes) ready is closed."""
+    task.cancel()
+    task.add_done_callback(_close_if_ready)
+
+
+def _close_if_ready(task: asyncio.Task[Ready | Failed]) -> None:
+    if task.cancelled():
+        return
+    outcome = _outcome(task)
+    if isinstance(outcome, Ready):
+        outcome.response.close()  # ready at the last moment: too late all the same
+
+
+class GaveUp(UpstreamError):
+    """Every try failed; the last upstream error response is passed to the client as is."""
+
+    def __init__(self, name: str, buffered: BufferedResponse, decision: Decision) -> None:
+        super().__init__(f"upstream {name!r} answered {buffered.status}")
+        self.name, self.buffered, self.decision = name, buffered, decision

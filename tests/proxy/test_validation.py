@@ -1,0 +1,237 @@
+"""Unit tests for hasten.proxy.validation: 400s that name the offending ``param``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from hasten.errors import InvalidRequest
+from hasten.proxy.validation import check_chat, check_completion, check_embedding
+
+Check = Callable[[dict[str, Any]], None]
+
+
+def _chat(**overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": "gpt-4o-mini",
+        "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "hi"},
+        ],
+    }
+    body.update(overrides)
+    return body
+
+
+def _param_of(check: Check, body: dict[str, Any]) -> InvalidRequest:
+    with pytest.raises(InvalidRequest) as info:
+        check(body)
+    assert info.value.status_code == 400
+    assert info.value.error_type == "invalid_request_error"
+    return info.value
+
+
+# --- valid bodies ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        _chat(),
+        _chat(stream=True, stream_options={"include_usage": True}),
+        _chat(temperature=0, top_p=1, n=2, max_tokens=16, seed=7, stop=["\n"]),
+        _chat(temperature=0.7, max_completion_tokens=5, stop="END"),
+        _chat(temperature=None, n=None, stream=None, max_tokens=None),
+        _chat(tools=[{"type": "function", "function": {"name": "f"}}]),
+        _chat(
+            messages=[
+                {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+                {"role": "assistant", "content": None, "tool_calls": []},
+                {"role": "tool", "content": "42", "tool_call_id": "c1"},
+            ]
+        ),
+        _chat(
+            some_future_field={"x": 1},
+            user="u-1",
+            logit_bias={"50256": -100},
+            response_format={"type": "json_object"},
+        ),
+    ],
+)
+def test_valid_chat_bodies_accepted(body: dict[str, Any]) -> None:
+    check_chat(body)
+
+
+def test_valid_completion_and_embedding_bodies() -> None:
+    check_completion({"model": "m", "prompt": "once upon", "max_tokens": 3, "extra": True})
+    check_completion({"model": "m", "prompt": ["a", "b"], "stream": False})
+    check_completion({"model": "m", "prompt": ""})
+    check_embedding({"model": "m", "input": "text", "encoding_format": "float"})
+    check_embedding({"model": "m", "input": ["a", "b"], "dimensions": 8})
+    check_embedding({"model": "m", "input": [1, 2, 3]})
+
+
+def test_validation_does_not_mutate_body() -> None:
+    body = _chat(temperature=0.5, unknown={"nested": [1]})
+    snapshot = repr(body)
+    check_chat(body)
+    assert repr(body) == snapshot
+
+
+# --- model ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("check", [check_chat, check_completion, check_embedding])
+def test_missing_model(check: Check) -> None:
+    body = {"messages": [{"role": "user", "content": "x"}], "prompt": "x", "input": "x"}
+    error = _param_of(check, body)
+    assert error.param == "model"
+    assert error.code == "missing_required_parameter"
+    assert "'model'" in error.message
+
+
+@pytest.mark.parametrize("check", [check_chat, check_completion, check_embedding])
+@pytest.mark.parametrize("model", ["", 3, None, ["gpt"], True])
+def test_invalid_model(check: Check, model: Any) -> None:
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "x"}],
+        "prompt": "x",
+        "input": "x",
+    }
+    error = _param_of(check, body)
+    assert error.param == "model"
+    assert error.code == "invalid_type"
+
+
+# --- messages -------------------------------------------------------------------------------
+
+
+def test_missing_messages() -> None:
+    error = _param_of(check_chat, {"model": "m"})
+    assert error.param == "messages"
+    assert error.code == "missing_required_parameter"
+
+
+@pytest.mark.parametrize("messages", [[], "hi", {"role": "user"}, None, 5])
+def test_invalid_messages(messages: Any) -> None:
+    error = _param_of(check_chat, _chat(messages=messages))
+    assert error.param == "messages"
+    assert error.code == "invalid_type"
+
+
+def test_message_not_an_object() -> None:
+    error = _param_of(check_chat, _chat(messages=[{"role": "user", "content": "x"}, "hello"]))
+    assert error.param == "messages[1]"
+
+
+@pytest.mark.parametrize("role", [None, 3, ["user"]])
+def test_invalid_role_names_index(role: Any) -> None:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "x"}, {"content": "y"}]
+    if role is not None:
+        messages[1]["role"] = role
+    error = _param_of(check_chat, _chat(messages=messages))
+    assert error.param == "messages[1].role"
+
+
+def test_invalid_content_names_index() -> None:
+    messages = [{"role": "user", "content": "x"}, {"role": "user", "content": 5}]
+    error = _param_of(check_chat, _chat(messages=messages))
+    assert error.param == "messages[1].content"
+
+
+def test_first_bad_message_reported() -> None:
+    messages = [{"role": "user", "content": "x"}, {"role": 1}, {"role": 2}]
+    assert _param_of(check_chat, _chat(messages=messages)).param == "messages[1].role"
+
+
+# --- sampling parameters --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("param", "value"),
+    [
+        ("temperature", "hot"),
+        ("temperature", True),
+        ("temperature", [0]),
+        ("top_p", "1"),
+        ("stream", "yes"),
+        ("stream", 1),
+        ("stream", 0),
+        ("n", 0),
+        ("n", -1),
+        ("n", 1.5),
+        ("n", "2"),
+        ("n", True),
+        ("max_tokens", 0),
+        ("max_tokens", -5),
+        ("max_tokens", 10.0),
+        ("max_tokens", "10"),
+        ("max_tokens", False),
+        ("max_completion_tokens", 0),
+        ("seed", 1.5),
+        ("seed", "7"),
+        ("seed", True),
+        ("stream_options", "include_usage"),
+        ("stop", 5),
+        ("tools", {"type": "function"}),
+    ],
+)
+def test_invalid_sampling_param(param: str, value: Any) -> None:
+    error = _param_of(check_chat, _chat(**{param: value}))
+    assert error.param == param
+    assert error.code == "invalid_type"
+    assert f"'{param}'" in error.message
+
+
+@pytest.mark.parametrize(
+    ("param", "value"), [("temperature", "hot"), ("stream", "yes"), ("n", 0), ("max_tokens", 0)]
+)
+def test_sampling_checked_for_completions(param: str, value: Any) -> None:
+    error = _param_of(check_completion, {"model": "m", "prompt": "p", param: value})
+    assert error.param == param
+
+
+def test_long_values_truncated_in_message() -> None:
+    error = _param_of(check_chat, _chat(temperature="x" * 500))
+    assert len(error.message) < 200
+    assert "..." in error.message
+
+
+# --- prompt and input -----------------------------------------------------------------------
+
+
+def test_missing_prompt() -> None:
+    error = _param_of(check_completion, {"model": "m"})
+    assert error.param == "prompt"
+    assert error.code == "missing_required_parameter"
+
+
+@pytest.mark.parametrize("prompt", [5, None, {"text": "x"}, True])
+def test_invalid_prompt(prompt: Any) -> None:
+    assert _param_of(check_completion, {"model": "m", "prompt": prompt}).param == "prompt"
+
+
+def test_missing_input() -> None:
+    error = _param_of(check_embedding, {"model": "m"})
+    assert error.param == "input"
+    assert error.code == "missing_required_parameter"
+
+
+@pytest.mark.parametrize("value", [[], 5, None, {"a": 1}])
+def test_invalid_input(value: Any) -> None:
+    assert _param_of(check_embedding, {"model": "m", "input": value}).param == "input"
+
+
+def test_error_renders_param_in_json() -> None:
+    error = _param_of(check_chat, _chat(n=0))
+    assert error.to_dict() == {
+        "error": {
+            "message": error.message,
+            "type": "invalid_request_error",
+            "param": "n",
+            "code": "invalid_type",
+        }
+    }

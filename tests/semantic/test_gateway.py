@@ -1,0 +1,269 @@
+"""The semantic tier through the gateway, driven by the openai SDK against the simulator."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from hasten.auth import Authenticator
+from hasten.config import CacheConfig, GatewayConfig
+from hasten.config.semantic import SemanticSettings
+from hasten.simulator import SimConfig, build_app
+from tests.gateway_fixtures import (
+    ScriptedUpstream,
+    completion,
+    make_config,
+    running_gateway,
+    sim_stats,
+)
+from tests.servers import ServerThread
+
+ADMIN_KEY = "semantic-admin-key"
+ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
+# The namespace of a pass-through caller whose SDK sends the key "k".
+K_TENANT = Authenticator(()).tenant_for(b"Bearer k")
+QUESTION = "What is the capital of France?"
+PARAPHRASE = "Which city is the capital of France?"
+
+
+def _config(sim_url: str, tmp: Path, **keys: str) -> GatewayConfig:
+    config = make_config(
+        {"sim": sim_url + "/v1"},
+        cache=CacheConfig(backend="sqlite", sqlite_path=str(tmp / "exact.sqlite3")),
+        api_keys=list(keys.items()),
+        admin_api_key=ADMIN_KEY,
+    )
+    semantic = SemanticSettings(is_enabled=True, path=str(tmp / "semantic.sqlite3"))
+    return replace(config, semantic=semantic)
+
+
+@pytest.fixture()
+def sim() -> Iterator[ServerThread]:
+    with ServerThread(build_app(SimConfig())) as server:
+        yield server
+
+
+def _ask(
+    client: openai.OpenAI, text: str, history: list[dict[str, str]] | None = None, **extra: object
+) -> openai.APIResponse:  # type: ignore[type-arg]
+    messages = [*(history or []), {"role": "user", "content": text}]
+    return client.chat.completions.with_raw_response.create(  # type: ignore[call-overload, no-any-return]
+        model="sim-model", messages=messages, temperature=0, **extra
+    )
+
+
+def _wait_indexed(gateway: ServerThread, num_entries: int, key: str = "") -> None:
+    headers = {"authorization": f"Bearer {key or ADMIN_KEY}"}
+    for _ in range(200):
+        stats = httpx.get(f"{gateway.url}/admin/cache/stats", headers=headers).json()
+        if stats["semantic"]["entries"] >= num_entries:
+            return
+        import time
+
+        time.sleep(0.02)
+    raise AssertionError(f"semantic index never reached {num_entries} entries: {stats}")
+
+
+def test_paraphrase_hits_stream_and_not(sim: ServerThread, tmp_path: Path) -> None:
+    with running_gateway(_config(sim.url, tmp_path)) as gateway:
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="k", max_retries=0)
+        first = _ask(client, QUESTION)
+        assert first.headers["x-hasten-cache"] == "miss"
+        _wait_indexed(gateway, 1)
+        again = _ask(client, PARAPHRASE)
+        assert again.headers["x-hasten-cache"] == "semantic"
+        assert float(again.headers["x-hasten-semantic-similarity"]) > 0.9
+        assert again.headers["x-hasten-semantic-entry"]
+        answer = first.parse().choices[0].message.content
+        assert again.parse().choices[0].message.content == answer
+        stream = client.chat.completions.create(
+            model="sim-model",
+            messages=[{"role": "user", "content": PARAPHRASE}],
+            temperature=0,
+            stream=True,
+        )
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == answer
+        assert sim_stats(sim.url)["num_requests"] == 1
+
+
+def test_other_conversation_does_not_hit(sim: ServerThread, tmp_path: Path) -> None:
+    with running_gateway(_config(sim.url, tmp_path)) as gateway:
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="k", max_retries=0)
+        obama = [
+            {"role": "user", "content": "Tell me about Barack Obama."},
+            {"role": "assistant", "content": "He was the 44th US president."},
+        ]
+        biden = [
+            {"role": "user", "content": "Tell me about Joe Biden."},
+            {"role": "assistant", "content": "He was the 46th US president."},
+        ]
+        _ask(client, "How old is he?", obama)
+        _wait_indexed(gateway, 1)
+        assert _ask(client, "How old is he?", biden).headers["x-hasten-cache"] == "miss"
+        assert _ask(client, "How old is he now?", obama).headers["x-hasten-cache"] in (
+            "semantic",
+            "miss",
+        )  # same conversation: allowed to hit, never required
+
+
+def test_tenants_are_isolated(sim: ServerThread, tmp_path: Path) -> None:
+    with running_gateway(_config(sim.url, tmp_path, a="key-a", b="key-b")) as gateway:
+        a = openai.OpenAI(base_url=gateway.url + "/v1", api_key="key-a", max_retries=0)
+        b = openai.OpenAI(base_url=gateway.url + "/v1", api_key="key-b", max_retries=0)
+        _ask(a, QUESTION)
+        _wait_indexed(gateway, 1, "key-a")
+        assert _ask(b, PARAPHRASE).headers["x-hasten-cache"] == "miss"
+        hit = _ask(a, PARAPHRASE)
+        assert hit.headers["x-hasten-cache"] == "semantic"
+        # B naming A's entry id neither evicts it nor teaches its threshold anything.
+        report = httpx.post(
+            f"{gateway.url}/admin/cache/report",
+            json={"entry_id": int(hit.headers["x-hasten-semantic-entry"]), "similarity": 0.99},
+            headers={"authorization": "Bearer key-b"},
+        )
+        assert report.json() == {"evicted": False}
+        stats = httpx.get(f"{gateway.url}/admin/cache/stats", headers=ADMIN).json()["semantic"]
+        assert stats.get("reported_wrong", 0) == 0
+        assert _ask(a, PARAPHRASE).headers["x-hasten-cache"] == "semantic"
+
+
+def test_report_wrong_hit_evicts_and_invalidate_by_model(sim: ServerThread, tmp_path: Path) -> None:
+    with running_gateway(_config(sim.url, tmp_path)) as gateway:
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="k", max_retries=0)
+        _ask(client, QUESTION)
+        _wait_indexed(gateway, 1)
+        hit = _ask(client, PARAPHRASE)
+        entry_id = int(hit.headers["x-hasten-semantic-entry"])
+        report = httpx.post(
+            f"{gateway.url}/admin/cache/report",
+            json={"entry_id": entry_id, "similarity": 0.99},
+            headers=ADMIN,
+        )
+        assert report.json() == {"evicted": True}
+        assert _ask(client, "Which city is France's capital?").headers["x-hasten-cache"] == "miss"
+        _wait_indexed(gateway, 1)
+        gone = httpx.post(
+            f"{gateway.url}/admin/cache/invalidate",
+            json={"model": "sim-model", "tenant": K_TENANT},
+            headers=ADMIN,
+        )
+        assert gone.json()["semantic_deleted"] >= 1
+        bad = httpx.post(
+            f"{gateway.url}/admin/cache/report",
+            json={"entry_id": "x"},
+            headers=ADMIN,
+        )
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "entry_id"
+
+
+def test_import_warms_and_persists_across_restart(sim: ServerThread, tmp_path: Path) -> None:
+    config = _config(sim.url, tmp_path)
+    lines = (
+        b'{"question": "How tall is Mount Everest?", "answer": "8,849 metres.", '
+        b'"model": "sim-model", "tenant": "' + K_TENANT.encode() + b'"}\n'
+    )
+    with running_gateway(config) as gateway:
+        result = httpx.post(
+            f"{gateway.url}/admin/cache/import",
+            content=lines,
+            headers=ADMIN,
+        )
+        assert result.json() == {"imported": 1}
+    with running_gateway(config) as gateway:
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="k", max_retries=0)
+        reply = _ask(client, "What is the height of Mount Everest?")
+        assert reply.headers["x-hasten-cache"] == "semantic"
+        assert reply.parse().choices[0].message.content == "8,849 metres."
+    assert sim_stats(sim.url)["num_requests"] == 0
+
+
+def test_opposite_command_does_not_hit(sim: ServerThread, tmp_path: Path) -> None:
+    # e5 scores this pair about 0.965, above the default cut-off: only the guard tells them apart.
+    with running_gateway(_config(sim.url, tmp_path)) as gateway:
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="k", max_retries=0)
+        assert _ask(client, "Turn on the lights in the kitchen").headers["x-hasten-cache"] == "miss"
+        _wait_indexed(gateway, 1)
+        off = _ask(client, "Turn off the lights in the kitchen")
+        assert off.headers["x-hasten-cache"] == "miss"
+        assert "x-hasten-semantic-entry" not in off.headers
+        stats = httpx.get(f"{gateway.url}/admin/cache/stats", headers=ADMIN).json()["semantic"]
+        assert stats["guard_polarity"] == 1  # found above the cut-off, then vetoed
+        assert _ask(client, "Switch on the lights in the kitchen").headers["x-hasten-cache"] in (
+            "semantic",
+            "miss",
+        )  # the same command in other words may hit, never required
+        assert sim_stats(sim.url)["num_requests"] >= 2
+
+
+def test_replicas_share_semantic_entries_through_redis(
+    sim: ServerThread, tmp_path: Path, redis_url: str
+) -> None:
+    def replica(name: str) -> GatewayConfig:
+        cache = CacheConfig(backend="redis", redis_url=redis_url)
+        config = make_config({"sim": sim.url + "/v1"}, cache=cache, admin_api_key=ADMIN_KEY)
+        path = str(tmp_path / f"{name}.sqlite3")
+        return replace(config, semantic=SemanticSettings(is_enabled=True, path=path))
+
+    question = f"{QUESTION} ({tmp_path.name})"  # unique within the session's shared Redis
+    with running_gateway(replica("one")) as one, running_gateway(replica("two")) as two:
+        first = openai.OpenAI(base_url=one.url + "/v1", api_key="k", max_retries=0)
+        second = openai.OpenAI(base_url=two.url + "/v1", api_key="k", max_retries=0)
+        assert _ask(first, question).headers["x-hasten-cache"] == "miss"
+        _wait_indexed(two, 1)  # applied from the shared stream, never asked on this replica
+        hit = _ask(second, f"{PARAPHRASE} ({tmp_path.name})")
+        assert hit.headers["x-hasten-cache"] == "semantic"
+        entry_id = int(hit.headers["x-hasten-semantic-entry"])
+        gone = httpx.post(
+            f"{two.url}/admin/cache/invalidate",
+            json={"entry_id": entry_id, "tenant": K_TENANT},
+            headers=ADMIN,
+        )
+        assert gone.json()["semantic_deleted"] == 1
+        for _ in range(250):  # the other replica applies the invalidation from the stream
+            stats = httpx.get(f"{one.url}/admin/cache/stats", headers=ADMIN).json()["semantic"]
+            if stats.get("invalidated_shared"):
+                break
+            time.sleep(0.02)
+        assert stats["invalidated_shared"] == 1
+        assert sim_stats(sim.url)["num_requests"] == 1
+
+
+# e5: FAR is 0.945 to NEAR (below the 0.96 cut-off, a near miss); BETWEEN is 0.963 to FAR and
+# 0.986 to NEAR, so it is served only if the two stored answers were seen to agree.
+FAR = "Tell me the capital city of France."
+NEAR = "What is the capital of France?"
+BETWEEN = "Name the capital of France."
+
+
+def _three_paraphrases(tmp_path: Path, answers: list[str]) -> tuple[list[str], dict[str, Any]]:
+    upstream = ScriptedUpstream([(200, {}, completion(answer)) for answer in answers])
+    with ServerThread(upstream) as server, running_gateway(_config(server.url, tmp_path)) as gw:
+        client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+        outcomes = [_ask(client, FAR).headers["x-hasten-cache"]]
+        _wait_indexed(gw, 1)
+        outcomes.append(_ask(client, NEAR).headers["x-hasten-cache"])
+        _wait_indexed(gw, 2)
+        outcomes.append(_ask(client, BETWEEN).headers["x-hasten-cache"])
+        stats = httpx.get(f"{gw.url}/admin/cache/stats", headers=ADMIN).json()["semantic"]
+    assert len(upstream.calls) == outcomes.count("miss")
+    return outcomes, stats
+
+
+def test_paraphrase_stored_after_a_near_miss_joins_when_answers_agree(tmp_path: Path) -> None:
+    outcomes, stats = _three_paraphrases(tmp_path, ["Paris."])  # every call: the same answer
+    assert outcomes == ["miss", "miss", "semantic"]
+    assert stats["answer_class_joined"] == 1 and "lookup_ambiguous" not in stats
+
+
+def test_paraphrases_with_disagreeing_answers_stay_ambiguous(tmp_path: Path) -> None:
+    answers = ["Paris.", "The Eiffel Tower is 330 metres tall.", "Paris."]
+    outcomes, stats = _three_paraphrases(tmp_path, answers)
+    assert outcomes == ["miss", "miss", "miss"]
+    assert stats["answer_class_disagreed"] >= 1 and stats["lookup_ambiguous"] == 1
