@@ -230,11 +230,11 @@ async def _embed_plus_search(num_entries: int, dim: int) -> dict[str, Any]:
     """Full lookups (split, embed, search, guard) against 100k stored synthetic entries."""
     from hasten.semantic.embedder import E5Embedder
     from hasten.semantic.partition import split_chat
-    from hasten.semantic.store import SemanticCache, SemanticConfig
+    from hasten.semantic.store import SemanticCache, SemanticStoreConfig
 
     texts = [json.loads(line)["b"] for line in (DATA_DIR / "qqp_dev.jsonl").open()][:300]
     with tempfile.TemporaryDirectory() as directory:
-        cache = SemanticCache(E5Embedder(), SemanticConfig(path=Path(directory) / "s.sqlite3"))
+        cache = SemanticCache(E5Embedder(), SemanticStoreConfig(path=Path(directory) / "s.sqlite3"))
         probe = {"model": "m", "messages": [{"role": "user", "content": "probe"}]}
         query = split_chat(probe, model="m", tenant="t")
         assert query is not None
@@ -315,7 +315,7 @@ async def _eviction_run(policy: str, args: argparse.Namespace) -> dict[str, floa
     from collections.abc import Sequence
 
     from hasten.semantic.embedder import Vectors, normalize
-    from hasten.semantic.store import SemanticCache, SemanticConfig
+    from hasten.semantic.store import SemanticCache, SemanticStoreConfig
 
     class OneHot:
         """Each question its own direction: isolates eviction from matching."""
@@ -333,7 +333,7 @@ async def _eviction_run(policy: str, args: argparse.Namespace) -> dict[str, floa
     shift = np.where(np.arange(args.requests) < args.requests // 2, 0, num_questions // 2)
     stream = (ranks + shift) % num_questions  # popularity moves halfway through
     with tempfile.TemporaryDirectory() as directory:
-        config = SemanticConfig(path=Path(directory) / "e.sqlite3", min_similarity=0.99,
+        config = SemanticStoreConfig(path=Path(directory) / "e.sqlite3", min_similarity=0.99,
                                 max_entries=capacity, eviction=policy)  # fmt: skip
         cache = SemanticCache(OneHot(), config)
         num_hits = 0

@@ -35,7 +35,7 @@ from typing import Any
 import orjson
 
 from hasten.cache import CachedAnswer, MemoryLRU, TieredCache, cache_key
-from hasten.semantic import SemanticCache, SemanticConfig, build_embedder
+from hasten.semantic import SemanticCache, SemanticStoreConfig, build_embedder
 from hasten.semantic.tier import JOIN_AGREEMENT_SIMILARITY, SemanticTier
 
 DATA = Path(os.environ.get("HASTEN_SEMCACHE_DATA", "/work/shared/data/semcache"))
@@ -123,7 +123,7 @@ class _Stream:
         answer = _completion(self.clusters[cluster].answer)
         self.exact.put(key, CachedAnswer.from_body(answer, endpoint="chat", ttl_s=_TTL_S))
         self.cluster_of_key[key] = cluster
-        counters = self.tier.semantic.counters
+        counters = self.tier.cache.counters
         num_joined = counters["answer_class_joined"]
         self.tier.remember(body, model=_MODEL, tenant=_TENANT, key=key, ttl_s=_TTL_S,
                            near=found.near)  # fmt: skip
@@ -144,7 +144,7 @@ async def run_stream(
     """One pass of the stream through a fresh cache."""
     exact = TieredCache(MemoryLRU(1 << 30))
     with tempfile.TemporaryDirectory(prefix="hasten-live-") as directory:
-        config = SemanticConfig(path=Path(directory) / "semantic.sqlite3")
+        config = SemanticStoreConfig(path=Path(directory) / "semantic.sqlite3")
         semantic = SemanticCache(build_embedder(embedder), config)
         tier = SemanticTier(semantic, exact, join_classes=join,
                             join_agreement_similarity=agreement_similarity)  # fmt: skip
@@ -153,7 +153,7 @@ async def run_stream(
         for text, cluster in stream:
             await run.ask(text, cluster)
         elapsed_s = time.perf_counter() - started
-        stats = tier.semantic.stats()
+        stats = tier.cache.stats()
         await tier.aclose()
     return _summary(run.tally, stats, elapsed_s)
 

@@ -139,7 +139,7 @@ async def _invalidate(gateway: Gateway, body: dict[str, Any], caller: Caller) ->
     has_semantic_filter = (entry_id, model, older_than_s) != (None, None, None)
     # A bare key names one exact answer; anything else (or nothing) names semantic entries.
     if gateway.semantic is not None and (key is None or has_semantic_filter):
-        result["semantic_deleted"] = await gateway.semantic.semantic.invalidate(
+        result["semantic_deleted"] = await gateway.semantic.cache.invalidate(
             entry_id=entry_id, tenant=namespace, model=model, older_than_s=older_than_s
         )
     return result
@@ -232,7 +232,7 @@ def _completion(model: str, answer: str) -> bytes:
 
 async def _stats(gateway: Gateway, caller: Caller) -> dict[str, Any]:
     """Global tiers for the admin key; a tenant key sees its own requests and entries."""
-    semantic = gateway.semantic.semantic if gateway.semantic else None
+    semantic = gateway.semantic.cache if gateway.semantic else None
     if caller.is_admin:
         return {
             "exact": gateway.cache.stats() if gateway.cache else None,

@@ -264,12 +264,12 @@ def _semantic_tier(config: GatewayConfig, cache: TieredCache | None) -> Semantic
     settings = config.semantic
     if not settings.is_enabled or cache is None:
         return None
-    from hasten.semantic import FreshnessPolicy, SemanticCache, SemanticConfig, build_embedder
+    from hasten.semantic import FreshnessPolicy, SemanticCache, SemanticStoreConfig, build_embedder
     from hasten.semantic.tier import SemanticTier
 
     semantic = SemanticCache(
         build_embedder(settings.embedder, num_threads=settings.num_threads),
-        SemanticConfig(
+        SemanticStoreConfig(
             path=Path(settings.path),
             min_similarity=settings.min_similarity,
             max_error_rate=settings.max_error_rate,

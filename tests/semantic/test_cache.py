@@ -18,7 +18,7 @@ from hasten.semantic.embedder import AsyncEmbedder, Vectors, normalize
 from hasten.semantic.freshness import FreshnessPolicy
 from hasten.semantic.index import VectorIndex
 from hasten.semantic.partition import split_chat
-from hasten.semantic.store import SemanticCache, SemanticConfig
+from hasten.semantic.store import SemanticCache, SemanticStoreConfig
 
 
 class WordsEmbedder:
@@ -57,7 +57,7 @@ def chat(*turns: str, system: str | None = None, **fields: Any) -> dict[str, Any
 
 def make_cache(path: Path, clock: Clock | None = None, **overrides: Any) -> SemanticCache:
     settings: dict[str, Any] = {"min_similarity": 0.9, **overrides}
-    config = SemanticConfig(path=path / "semantic.sqlite3", **settings)
+    config = SemanticStoreConfig(path=path / "semantic.sqlite3", **settings)
     return SemanticCache(WordsEmbedder(), config, clock=clock or Clock())
 
 
@@ -341,7 +341,7 @@ async def test_embedder_failure_is_a_miss_not_an_error(tmp_path: Path) -> None:
         def embed(self, texts: Sequence[str]) -> Vectors:
             raise OSError("embedding upstream down")
 
-    config = SemanticConfig(path=tmp_path / "s.sqlite3", min_similarity=0.9)
+    config = SemanticStoreConfig(path=tmp_path / "s.sqlite3", min_similarity=0.9)
     cache = SemanticCache(Broken(), config)
     assert await cache.insert(chat("q one"), model="m", tenant="t", answer_key="k") is None
     assert await cache.lookup(chat("q one"), model="m", tenant="t") is None

@@ -18,7 +18,7 @@ from hasten.semantic.guard import signature
 from hasten.semantic.near import candidate_floor
 from hasten.semantic.records import Records
 from hasten.semantic.shared import SharedEntry, decode_entry, encode_entry
-from hasten.semantic.store import SemanticCache, SemanticConfig
+from hasten.semantic.store import SemanticCache, SemanticStoreConfig
 from hasten.semantic.tier import SemanticTier
 from tests.gateway_fixtures import completion
 from tests.semantic.test_cache import WordsEmbedder, chat, make_cache
@@ -158,9 +158,16 @@ def test_records_without_the_column_are_migrated(tmp_path: Path) -> None:
     assert records.entries([7])[7].answer_class == 7  # no value: its own class
     vector = np.ones(4, dtype=np.float32)
     new = records.insert(
-        partition="p", tenant="t", model="m", text="q2", vector=vector, answer_key="k2",
-        now=0.0, ttl_s=9e9, answer_class=7,
-    )  # fmt: skip
+        partition="p",
+        tenant="t",
+        model="m",
+        text="q2",
+        vector=vector,
+        answer_key="k2",
+        now=0.0,
+        ttl_s=9e9,
+        answer_class=7,
+    )
     assert records.entries([new])[new].answer_class == 7
     records.close()
     reopened = Records(path)  # the column is there now: nothing to add
@@ -199,10 +206,12 @@ def test_shared_entry_class_is_optional_on_the_wire() -> None:
 
 
 def _replica(path: Path, redis_url: str, namespace: str) -> SemanticCache:
-    config = SemanticConfig(
-        path=path / "semantic.sqlite3", min_similarity=0.9, redis_url=redis_url,
+    config = SemanticStoreConfig(
+        path=path / "semantic.sqlite3",
+        min_similarity=0.9,
+        redis_url=redis_url,
         redis_namespace=namespace,
-    )  # fmt: skip
+    )
     return SemanticCache(WordsEmbedder(), config, clock=time.time)
 
 
@@ -222,7 +231,8 @@ async def test_answer_class_travels_to_other_replicas(tmp_path: Path, redis_url:
     await _eventually(lambda: serves_the_joined_entry(two))
     late = _replica(tmp_path / "late", redis_url, namespace)  # rebuilds from the hashes
     await _eventually(lambda: serves_the_joined_entry(late))
-    assert late.follower is not None and late.follower.num_rebuilds == 1
+    assert late.replica is not None and late.replica.follower is not None
+    assert late.replica.follower.num_rebuilds == 1
     for cache in (one, two, late):
         await cache.close()
 
@@ -254,13 +264,13 @@ async def test_tier_joins_agreeing_answers_only(tmp_path: Path) -> None:
     assert not await agree.ask(Q1, "k1", BOIL)
     assert not await agree.ask(Q2, "k2", "Boil it  for 12 minutes.")  # spacing aside, the same
     assert await agree.ask(Q3, "k3", "unused")
-    assert agree.tier.semantic.counters["answer_class_joined"] == 1
+    assert agree.tier.cache.counters["answer_class_joined"] == 1
     await agree.tier.aclose()
     control = _Gateway(tmp_path / "disagree")
     assert not await control.ask(Q1, "k1", BOIL)
     assert not await control.ask(Q2, "k2", "Paris is the capital of France.")
     assert not await control.ask(Q3, "k3", "unused")  # ambiguous, its answer differs too
-    assert control.tier.semantic.counters["answer_class_disagreed"] == 2
+    assert control.tier.cache.counters["answer_class_disagreed"] == 2
     await control.tier.aclose()
 
 
@@ -269,11 +279,11 @@ async def test_tier_without_joining_or_without_the_near_answer(tmp_path: Path) -
     assert not await off.ask(Q1, "k1", BOIL)
     assert not await off.ask(Q2, "k2", BOIL)
     assert not await off.ask(Q3, "k3", "unused")  # the collapse, kept for comparison
-    assert "answer_class_joined" not in off.tier.semantic.counters
+    assert "answer_class_joined" not in off.tier.cache.counters
     await off.tier.aclose()
     gone = _Gateway(tmp_path / "gone")
     assert not await gone.ask(Q1, "k1", BOIL)
     await gone.exact.delete("k1")  # the near entry's answer left the exact tiers
     assert not await gone.ask(Q2, "k2", BOIL)
-    assert gone.tier.semantic.counters["answer_class_unchecked"] == 1
+    assert gone.tier.cache.counters["answer_class_unchecked"] == 1
     await gone.tier.aclose()

@@ -32,7 +32,7 @@ SAME_MEANING = [
     ("星期四开会吗", "周四开会吗"),
     # A date or unit detail added on one side is not a contradiction.
     ("周四发生了什么", "周四上午发生了什么"),
-]  # fmt: skip
+]
 
 DIFFERENT = [
     ("How do I learn Python in 3 months?", "How do I learn Python in 6 months?", guard.NUMBERS),

@@ -11,7 +11,7 @@ from typing import Any
 
 from hasten.semantic.follower import needs_rebuild
 from hasten.semantic.shared import LOCAL_ID_BASE
-from hasten.semantic.store import SemanticCache, SemanticConfig
+from hasten.semantic.store import SemanticCache, SemanticStoreConfig
 from tests.semantic.test_cache import WordsEmbedder, chat
 from tests.servers import free_port, redis_server
 
@@ -20,7 +20,7 @@ PARAPHRASE = chat("how do i COOK rice")
 
 
 def _replica(path: Path, redis_url: str, namespace: str) -> SemanticCache:
-    config = SemanticConfig(
+    config = SemanticStoreConfig(
         path=path / "semantic.sqlite3",
         min_similarity=0.9,
         redis_url=redis_url,
@@ -90,12 +90,14 @@ async def test_new_replica_rebuilds_then_restarts_from_its_position(
     await writer.insert(QUESTION, model="m", tenant="t", answer_key="rice")
     late = _replica(tmp_path / "late", redis_url, namespace)  # joins after the insert
     await _eventually(lambda: late.lookup(PARAPHRASE, model="m", tenant="t"))
-    assert late.follower is not None and late.follower.num_rebuilds == 1
+    assert late.replica is not None and late.replica.follower is not None
+    assert late.replica.follower.num_rebuilds == 1
     await late.close()
     await writer.insert(chat("Who wrote Hamlet?"), model="m", tenant="t", answer_key="hamlet")
     again = _replica(tmp_path / "late", redis_url, namespace)  # same file: resumes the stream
     await _eventually(lambda: again.lookup(chat("who wrote hamlet"), model="m", tenant="t"))
-    assert again.follower is not None and again.follower.num_rebuilds == 0
+    assert again.replica is not None and again.replica.follower is not None
+    assert again.replica.follower.num_rebuilds == 0
     await again.close()
     await writer.close()
 
@@ -154,8 +156,8 @@ async def test_invalidation_while_redis_is_away_is_shared_when_it_returns(
 
     with redis_server(port, workdir) as url:  # back, with its data
         await _eventually(is_gone_on_two, num_tries=1000)
-        assert one.follower is not None
-        follower = one.follower
+        assert one.replica is not None and one.replica.follower is not None
+        follower = one.replica.follower
 
         async def is_counted_on_one() -> bool:
             # The publisher counts the replayed delete only after its own bookkeeping write,
@@ -175,7 +177,8 @@ async def test_invalidation_while_redis_is_away_is_shared_when_it_returns(
 
 
 async def _has_failed(cache: SemanticCache) -> bool:
-    return cache.follower is not None and cache.follower.num_failures > 0
+    follower = None if cache.replica is None else cache.replica.follower
+    return follower is not None and follower.num_failures > 0
 
 
 def test_rebuild_decision() -> None:
@@ -193,10 +196,11 @@ async def test_malformed_event_is_skipped(tmp_path: Path, redis_url: str) -> Non
     one = _replica(tmp_path / "one", redis_url, namespace)
     two = _replica(tmp_path / "two", redis_url, namespace)
     two.start()
-    assert one.shared is not None
+    assert one.replica is not None
+    events_key = one.replica.shared.events_key
     client = Redis.from_url(redis_url)
-    await client.xadd(one.shared.events_key, {"op": "delete", "filter": "not json"})
-    await client.xadd(one.shared.events_key, {"op": "insert", "id": "x"})
+    await client.xadd(events_key, {"op": "delete", "filter": "not json"})
+    await client.xadd(events_key, {"op": "insert", "id": "x"})
     await client.aclose()
     await one.insert(QUESTION, model="m", tenant="t", answer_key="rice")
     assert await _eventually(lambda: two.lookup(PARAPHRASE, model="m", tenant="t"))

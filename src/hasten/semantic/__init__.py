@@ -2,9 +2,9 @@
 
 Public surface for the gateway::
 
-    from hasten.semantic import SemanticCache, SemanticConfig, SemanticMatch, build_embedder
+    from hasten.semantic import SemanticCache, SemanticMatch, SemanticStoreConfig, build_embedder
 
-    config = SemanticConfig(path=state_dir / "semantic.sqlite3")
+    config = SemanticStoreConfig(path=state_dir / "semantic.sqlite3")
     semantic = SemanticCache(build_embedder("e5"), config)
     match = await semantic.lookup(body, model=resolved_model, tenant=tenant)
     result = await semantic.lookup_near(...)   # the same, plus a near miss (``near``)
@@ -30,7 +30,7 @@ from hasten.semantic.embedder import (
 )
 from hasten.semantic.freshness import FreshnessPolicy
 from hasten.semantic.near import LookupResult, NearMiss
-from hasten.semantic.store import SemanticCache, SemanticConfig, SemanticMatch
+from hasten.semantic.store import SemanticCache, SemanticMatch, SemanticStoreConfig
 
 __all__ = [
     "AsyncEmbedder",
@@ -42,7 +42,7 @@ __all__ = [
     "MiniLMEmbedder",
     "NearMiss",
     "SemanticCache",
-    "SemanticConfig",
     "SemanticMatch",
+    "SemanticStoreConfig",
     "build_embedder",
 ]

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from hasten.semantic.embedder import AsyncEmbedder, Embedder, Vectors, build_embedder
-from hasten.semantic.settings import SemanticConfig
 from hasten.semantic.store import SemanticCache
+from hasten.semantic.store_config import SemanticStoreConfig
 
 _MODEL = "eval-model"
 _TENANT = "eval"
@@ -241,7 +241,7 @@ async def _run(
     # Remember every text so extra passes (error-budget learning) do not embed again.
     embedder = AsyncEmbedder(model, num_remembered=2 * len(pairs) + 16)
     with tempfile.TemporaryDirectory(prefix="hasten-eval-") as directory:
-        config = SemanticConfig(
+        config = SemanticStoreConfig(
             path=Path(directory) / "semantic.sqlite3",
             min_similarity=args.min_similarity,
             max_distance_ratio=args.max_distance_ratio,
@@ -294,6 +294,12 @@ if __name__ == "__main__":
 
 
 __all__ = [
-    "Outcomes", "Pair", "Vectors", "add_arguments", "evaluate", "load_pairs", "run",
+    "Outcomes",
+    "Pair",
+    "Vectors",
+    "add_arguments",
+    "evaluate",
+    "load_pairs",
+    "run",
     "verbatim_repeats",
-]  # fmt: skip
+]

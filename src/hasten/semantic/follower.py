@@ -98,9 +98,10 @@ class Follower:
         if self.is_connected or self.num_failures == 1:
             is_expected = isinstance(exc, FAILURES)
             _LOG.warning(
-                "semantic shared tier: following stopped (%s); retrying", exc,
+                "semantic shared tier: following stopped (%s); retrying",
+                exc,
                 exc_info=not is_expected,
-            )  # fmt: skip
+            )
         self.is_connected = False
 
     async def _publish_pending(self) -> None:

@@ -1,4 +1,5 @@
-"""Near misses and answer classes: how paraphrases stored after a miss stop blocking hits.
+"""What a lookup returns (a match, or a near miss) and how answer classes stop paraphrases
+stored after a miss from blocking hits.
 
 The ambiguity rule (``matcher``) refuses a lookup when two close entries have different
 answers. Live traffic creates such pairs by itself: Q1 is cached, its paraphrase Q2 lands
@@ -18,7 +19,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hasten.semantic.matcher import Candidate
-from hasten.semantic.settings import SemanticMatch
+
+
+@dataclass(frozen=True, slots=True)
+class SemanticMatch:
+    """A cached question close enough to the request.
+
+    ``answer_key`` is the exact-cache key its answer was stored under. ``is_verification``
+    (error-budget mode): do not serve it; answer from upstream, then call
+    ``report_verification`` with whether the fresh answer agrees with the cached one.
+    """
+
+    entry_id: int
+    similarity: float
+    answer_key: str
+    is_verification: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,7 +77,7 @@ POLARITY_AXES: MappingProxyType[str, tuple[frozenset[str], frozenset[str]]] = Ma
         ),
         "login": (frozenset({"login", "登录", "登入"}), frozenset({"logout", "登出", "退出登录"})),
     }
-)  # fmt: skip
+)
 # "on"/"off" and "up"/"down" decide the answer only as a particle of a switching or moving
 # verb ("turn the lights off", "scroll down"); elsewhere they are prepositions ("on Monday")
 # or parts of unrelated phrasal verbs ("set up", "shut down", "calm down").
@@ -91,13 +91,23 @@ _MOVE_VERBS = frozenset(
 # A particle may follow its verb's object ("turn the kitchen lights off").
 _PARTICLE_WINDOW = 4
 _ENGLISH_SIDES = MappingProxyType(
-    {word: (axis, side) for axis, sides in POLARITY_AXES.items() for side in (0, 1)
-     for word in sides[side] if word.isascii()}
-)  # fmt: skip
+    {
+        word: (axis, side)
+        for axis, sides in POLARITY_AXES.items()
+        for side in (0, 1)
+        for word in sides[side]
+        if word.isascii()
+    }
+)
 _HAN_SIDES = MappingProxyType(
-    {word: (axis, side) for axis, sides in POLARITY_AXES.items() for side in (0, 1)
-     for word in sides[side] if not word.isascii()}
-)  # fmt: skip
+    {
+        word: (axis, side)
+        for axis, sides in POLARITY_AXES.items()
+        for side in (0, 1)
+        for word in sides[side]
+        if not word.isascii()
+    }
+)
 _HAN_POLARITY = re.compile("|".join(sorted(_HAN_SIDES, key=len, reverse=True)))
 # Chinese words that contain a polar word without taking a side ("买卖" trade, "开关" switch,
 # "加密货币" cryptocurrency, "拍卖" auction, "出卖" betray).

@@ -127,9 +127,21 @@ class Records:
             f"INSERT INTO {_TABLE} (id, partition, tenant, model, text, vector, answer_key,"
             " created_at, expires_at, accessed_at, size_bytes, answer_class)"
             " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-            (entry_id, partition, tenant, model, text, blob, answer_key, now, now + ttl_s, now,
-             size_bytes, answer_class),
-        )  # fmt: skip
+            (
+                entry_id,
+                partition,
+                tenant,
+                model,
+                text,
+                blob,
+                answer_key,
+                now,
+                now + ttl_s,
+                now,
+                size_bytes,
+                answer_class,
+            ),
+        )
         return int(cursor.lastrowid or 0)
 
     def has(self, entry_id: int) -> bool:
@@ -248,9 +260,14 @@ def _where(*conditions: tuple[str, str, object]) -> tuple[str, list[object]]:
 def _stored_entry(row: tuple[Any, ...]) -> StoredEntry:
     entry_id, partition, text, answer_key, expires_at, observations, answer_class = row
     return StoredEntry(
-        int(entry_id), partition, text, answer_key, float(expires_at),
-        _decode_observations(observations), int(answer_class),
-    )  # fmt: skip
+        int(entry_id),
+        partition,
+        text,
+        answer_key,
+        float(expires_at),
+        _decode_observations(observations),
+        int(answer_class),
+    )
 
 
 def _decode_observations(blob: bytes | None) -> tuple[Observation, ...]:

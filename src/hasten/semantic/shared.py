@@ -77,10 +77,15 @@ Event = SharedEntry | DeleteEvent | None  # None: an insert whose hash is alread
 
 def encode_entry(entry: SharedEntry) -> dict[str, bytes | str]:
     fields: dict[str, bytes | str] = {
-        "partition": entry.partition, "tenant": entry.tenant, "model": entry.model,
-        "text": entry.text, "vector": entry.vector_f16, "answer_key": entry.answer_key,
-        "created_at": repr(entry.created_at), "expires_at": repr(entry.expires_at),
-    }  # fmt: skip
+        "partition": entry.partition,
+        "tenant": entry.tenant,
+        "model": entry.model,
+        "text": entry.text,
+        "vector": entry.vector_f16,
+        "answer_key": entry.answer_key,
+        "created_at": repr(entry.created_at),
+        "expires_at": repr(entry.expires_at),
+    }
     if entry.answer_class is not None:
         fields["answer_class"] = str(entry.answer_class)
     return fields
@@ -148,14 +153,18 @@ class SharedTier:
         self._max_events = max_events
         # No client-side retries: a local-only entry is cheaper than waiting on Redis.
         self._client: Redis = Redis.from_url(
-            url, socket_connect_timeout=op_timeout_s, socket_timeout=op_timeout_s,
+            url,
+            socket_connect_timeout=op_timeout_s,
+            socket_timeout=op_timeout_s,
             retry=Retry(NoBackoff(), 0),
-        )  # fmt: skip
+        )
         # The follower's blocking reads need a socket timeout longer than the block.
         self._reader: Redis = Redis.from_url(
-            url, socket_connect_timeout=op_timeout_s,
-            socket_timeout=op_timeout_s + block_ms / 1000, retry=Retry(NoBackoff(), 0),
-        )  # fmt: skip
+            url,
+            socket_connect_timeout=op_timeout_s,
+            socket_timeout=op_timeout_s + block_ms / 1000,
+            retry=Retry(NoBackoff(), 0),
+        )
         self._retry_at = 0.0  # time.monotonic() before which writers leave Redis alone
 
     @property
@@ -179,8 +188,12 @@ class SharedTier:
         async def write(pipe: Any) -> None:
             pipe.hset(self.entry_key(entry.entry_id), mapping=encode_entry(entry))
             pipe.pexpireat(self.entry_key(entry.entry_id), int(entry.expires_at * 1000))
-            pipe.xadd(self.events_key, {"op": "insert", "id": str(entry.entry_id)},
-                      maxlen=self._max_events, approximate=True)  # fmt: skip
+            pipe.xadd(
+                self.events_key,
+                {"op": "insert", "id": str(entry.entry_id)},
+                maxlen=self._max_events,
+                approximate=True,
+            )
 
         return await self._transaction(write)
 
@@ -190,8 +203,12 @@ class SharedTier:
         async def write(pipe: Any) -> None:
             for start in range(0, len(entry_ids), _SCAN_BATCH):
                 pipe.delete(*(self.entry_key(i) for i in entry_ids[start : start + _SCAN_BATCH]))
-            pipe.xadd(self.events_key, {"op": "delete", "filter": payload},
-                      maxlen=self._max_events, approximate=True)  # fmt: skip
+            pipe.xadd(
+                self.events_key,
+                {"op": "delete", "filter": payload},
+                maxlen=self._max_events,
+                approximate=True,
+            )
 
         return await self._transaction(write)
 

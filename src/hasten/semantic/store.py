@@ -21,6 +21,12 @@ from the stored vectors whenever missing or stale.
 With ``redis_url`` set (the gateway does so when its exact cache is in Redis), that file is
 this replica's copy of a shared tier: entries are also written to Redis and a background
 ``Follower`` applies the other replicas' inserts and invalidations (see ``shared``).
+
+What the store owns and who does what: the rows (``Records``), the vector index and its
+saved graphs are the store's, touched on its one worker thread; ``Upkeep`` keeps their
+totals, signatures, expiry and eviction in step (called from the store's worker-thread
+methods); ``SharedReplica`` (None without ``redis_url``) owns the Redis side and the
+follower, and reaches the rows only through the store's ``ReplicaStore`` methods.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -40,34 +46,33 @@ import orjson
 from hasten.semantic import budget as budget_mod
 from hasten.semantic import freshness, matcher
 from hasten.semantic.embedder import AsyncEmbedder, Embedder
-from hasten.semantic.follower import Follower
 from hasten.semantic.graphs import GraphFiles
 from hasten.semantic.guard import signature
 from hasten.semantic.index import VectorIndex
-from hasten.semantic.near import NOTHING, LookupResult, candidate_floor, near_miss
+from hasten.semantic.near import NOTHING, LookupResult, SemanticMatch, candidate_floor, near_miss
 from hasten.semantic.partition import split_chat
 from hasten.semantic.records import Records
 from hasten.semantic.replica import SharedReplica
-from hasten.semantic.settings import DEFAULT_MIN_SIMILARITY, SemanticConfig, SemanticMatch
-from hasten.semantic.shared import LOCAL_ID_BASE, DeleteEvent, SharedEntry, SharedTier
+from hasten.semantic.shared import LOCAL_ID_BASE, DeleteEvent, Event, SharedEntry, SharedTier
+from hasten.semantic.store_config import DEFAULT_MIN_SIMILARITY, SemanticStoreConfig
 from hasten.semantic.upkeep import Upkeep
 
-__all__ = ["DEFAULT_MIN_SIMILARITY", "SemanticCache", "SemanticConfig", "SemanticMatch"]
+__all__ = ["DEFAULT_MIN_SIMILARITY", "SemanticCache", "SemanticMatch", "SemanticStoreConfig"]
 
 _LOG = logging.getLogger("hasten.semantic")
 _R = TypeVar("_R")
 
-_STOP_WAIT_S = 2.0
 
+class SemanticCache:
+    """The semantic tier. ``embedder`` may be shared with other users via ``AsyncEmbedder``.
 
-# Upkeep first: its bookkeeping implements what SharedReplica only declares.
-class SemanticCache(Upkeep, SharedReplica):
-    """The semantic tier. ``embedder`` may be shared with other users via ``AsyncEmbedder``."""
+    It is the ``ReplicaStore`` of its ``replica``.
+    """
 
     def __init__(
         self,
         embedder: Embedder | AsyncEmbedder,
-        config: SemanticConfig,
+        config: SemanticStoreConfig,
         *,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -97,19 +102,24 @@ class SemanticCache(Upkeep, SharedReplica):
         self._dim = model.dim
         self._embedder_name = model.name
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hasten-semantic")
+        self.counters: Counter[str] = Counter()
         # Worker-thread state below.
         self._records: Records | None = None
         self._graphs = GraphFiles(config.path.with_name(config.path.name + ".graphs"))
         self._index = VectorIndex(self._dim, max_flat_entries=config.max_flat_entries)
         self._loaded: set[str] = set()
-        self._start_upkeep()
-        self.counters: Counter[str] = Counter()
-        self.shared = None
+        self._upkeep = Upkeep(config, self._index, self.counters, dim=self._dim)
+        self.replica: SharedReplica | None = None
         if config.redis_url is not None:
             namespace = f"{config.redis_namespace}{model.name}:{model.dim}:"
-            self.shared = SharedTier(config.redis_url, namespace=namespace)
-        self._follower: Follower | None = None
-        self._follow_task: asyncio.Task[None] | None = None
+            shared = SharedTier(config.redis_url, namespace=namespace)
+            self.replica = SharedReplica(shared, self, self.counters, clock=clock)
+
+    def start(self) -> None:
+        """Starts following the shared tier, if any (idempotent; outside an event loop it
+        waits for the first lookup or insert)."""
+        if self.replica is not None:
+            self.replica.start()
 
     async def lookup(
         self, body: Mapping[str, Any], *, model: str, tenant: str
@@ -167,25 +177,40 @@ class SemanticCache(Upkeep, SharedReplica):
         try:
             vector = await self.embedder.embed(query.text)
             now = self._clock()
-            shared_id = None if self.shared is None else await self.shared.next_id()
+            shared_id = None if self.replica is None else await self.replica.next_id()
             entry_id = await self._run(
-                self._insert_sync, query.partition_key, tenant, model, query.text, vector,
-                answer_key, entry_ttl_s, now, shared_id, answer_class,
-            )  # fmt: skip
+                self._insert_sync,
+                query.partition_key,
+                tenant,
+                model,
+                query.text,
+                vector,
+                answer_key,
+                entry_ttl_s,
+                now,
+                shared_id,
+                answer_class,
+            )
         except Exception:
             self._note_error("insert")
             return None
-        if self.shared is not None and shared_id is not None:
+        if self.replica is not None and shared_id is not None:
             # Local-only ids name unrelated entries on other replicas: such a class stays here.
             is_shared_class = answer_class is not None and answer_class < LOCAL_ID_BASE
             shared_class = answer_class if is_shared_class else None
             entry = SharedEntry(
-                entry_id, query.partition_key, tenant, model, query.text,
-                np.asarray(vector, dtype=np.float16).tobytes(), answer_key, now, now + entry_ttl_s,
+                entry_id,
+                query.partition_key,
+                tenant,
+                model,
+                query.text,
+                np.asarray(vector, dtype=np.float16).tobytes(),
+                answer_key,
+                now,
+                now + entry_ttl_s,
                 shared_class,
-            )  # fmt: skip
-            is_published = await self.shared.publish_insert(entry)
-            self.counters["shared_published" if is_published else "shared_publish_dropped"] += 1
+            )
+            await self.replica.publish_insert(entry)
         return entry_id
 
     async def report_verification(self, match: SemanticMatch, *, is_correct: bool) -> None:
@@ -215,8 +240,8 @@ class SemanticCache(Upkeep, SharedReplica):
         rows = await self._run(self._delete_sync, event)
         # Local-only ids (made while Redis was away) are reused across replicas: not shared.
         is_local_only = entry_id is not None and entry_id >= LOCAL_ID_BASE
-        if self.shared is not None and not is_local_only:
-            await self.share_delete(event, [i for i, _ in rows])
+        if self.replica is not None and not is_local_only:
+            await self.replica.share_delete(event, [i for i, _ in rows])
         return len(rows)
 
     async def count_entries(self, *, tenant: str | None = None, entry_id: int | None = None) -> int:
@@ -232,15 +257,15 @@ class SemanticCache(Upkeep, SharedReplica):
         """Counters for the admin endpoint and benchmarks."""
         report: dict[str, Any] = dict(self.counters)
         report.update(
-            entries=self._num_entries,
-            bytes=self._num_bytes,
+            entries=self._upkeep.num_entries,
+            bytes=self._upkeep.num_bytes,
             min_similarity=self.policy.min_similarity,
             embedder=self._embedder_name,
             embed_batches=self.embedder.num_batches,
             embedded_texts=self.embedder.num_embedded,
         )
-        if self._follower is not None:
-            report["shared"] = self.follower_stats()
+        if self.replica is not None and self.replica.follower is not None:
+            report["shared"] = self.replica.follower_stats()
         if self.budget is not None:
             report["error_budget"] = {"max_error_rate": self.budget.policy.max_error_rate}
             report["error_budget"].update(self.budget.stats())
@@ -248,16 +273,29 @@ class SemanticCache(Upkeep, SharedReplica):
 
     async def close(self) -> None:
         """Stops following, saves large partitions' graphs and closes the file."""
-        if self._follow_task is not None and self._follower is not None:
-            self._follower.stop()
-            self._follow_task.cancel()
-            # Bounded: one blocking read at most; a stuck read must not hold up shutdown.
-            await asyncio.wait({self._follow_task}, timeout=_STOP_WAIT_S)
-        if self.shared is not None:
-            await self.shared.aclose()
+        if self.replica is not None:
+            await self.replica.close()
         await self._run(self._close_sync)
         self._executor.shutdown(wait=True)
         await self.embedder.close()
+
+    # --- the replica's access to the local copy (``replica.ReplicaStore``) ---
+
+    async def read_meta(self, key: str, parse: Callable[[bytes | None], _R]) -> _R:
+        return await self._run(lambda: parse(self._open().get_meta(key)))
+
+    async def update_meta(self, key: str, change: Callable[[bytes | None], bytes]) -> None:
+        def update() -> None:
+            records = self._open()
+            records.set_meta(key, change(records.get_meta(key)))
+
+        await self._run(update)
+
+    async def apply_shared(self, events: Sequence[Event]) -> None:
+        await self._run(self._apply_sync, events)
+
+    async def keep_only_shared(self, shared_ids: set[int]) -> None:
+        await self._run(self._keep_only_sync, shared_ids)
 
     # --- worker thread only below ---
 
@@ -281,7 +319,7 @@ class SemanticCache(Upkeep, SharedReplica):
                 self.budget.restore(
                     [budget_mod.Observation(s, bool(c)) for s, c in orjson.loads(saved)]
                 )
-        self._num_entries, self._num_bytes = records.totals()
+        self._upkeep.recount(records)
         self._records = records
         return records
 
@@ -310,10 +348,10 @@ class SemanticCache(Upkeep, SharedReplica):
         floor = candidate_floor(self.policy.min_similarity)
         stored = records.entries([entry_id for entry_id, sim in found if sim >= floor])
         live = {i: entry for i, entry in stored.items() if entry.expires_at > now}
-        self._drop_expired(records, [e for e in stored.values() if e.expires_at <= now])
+        self._upkeep.drop_expired(records, [e for e in stored.values() if e.expires_at <= now])
         candidates = [
             matcher.Candidate(
-                i, sim, self._signature(live[i]), live[i].answer_key, live[i].answer_class
+                i, sim, self._upkeep.signature(live[i]), live[i].answer_key, live[i].answer_class
             )
             for i, sim in found
             if i in live
@@ -354,24 +392,62 @@ class SemanticCache(Upkeep, SharedReplica):
     ) -> int:
         records = self._open()
         self._partition(records, partition)
-        if entry_id is None and self.shared is not None:  # Redis away: a local-only id
+        if entry_id is None and self.replica is not None:  # Redis away: a local-only id
             entry_id = records.next_id_from(LOCAL_ID_BASE)
         entry_id = records.insert(
-            partition=partition, tenant=tenant, model=model, text=text, vector=vector,
-            answer_key=answer_key, now=now, ttl_s=ttl_s, entry_id=entry_id,
+            partition=partition,
+            tenant=tenant,
+            model=model,
+            text=text,
+            vector=vector,
+            answer_key=answer_key,
+            now=now,
+            ttl_s=ttl_s,
+            entry_id=entry_id,
             answer_class=answer_class,
-        )  # fmt: skip
+        )
         self._index.add(partition, entry_id, vector)
-        self._note_insert(records, text, now)
+        self._upkeep.note_insert(records, text, now)
         self.counters["inserts"] += 1
         return entry_id
+
+    def _apply_sync(self, events: Sequence[Event]) -> None:
+        """Another replica's inserts and invalidations, idempotently."""
+        records = self._open()
+        now = self._clock()
+        for event in events:
+            if isinstance(event, DeleteEvent):
+                self._delete_sync(event, reason="invalidated_shared")
+            elif event is not None and event.expires_at > now and not records.has(event.entry_id):
+                vector = np.frombuffer(event.vector_f16, dtype=np.float16).astype(np.float32)
+                records.insert(
+                    partition=event.partition,
+                    tenant=event.tenant,
+                    model=event.model,
+                    text=event.text,
+                    vector=vector,
+                    answer_key=event.answer_key,
+                    now=event.created_at,
+                    ttl_s=event.expires_at - event.created_at,
+                    entry_id=event.entry_id,
+                    answer_class=event.answer_class,
+                )
+                if event.partition in self._loaded:  # else loaded from the file on first use
+                    self._index.add(event.partition, event.entry_id, vector)
+                self._upkeep.note_insert(records, event.text, now)
+                self.counters["shared_applied"] += 1
+
+    def _keep_only_sync(self, shared_ids: set[int]) -> None:
+        records = self._open()
+        rows = records.select_ids_below(LOCAL_ID_BASE)
+        self._upkeep.remove(records, [row for row in rows if row[0] not in shared_ids], "dropped")
 
     def _delete_sync(
         self, event: DeleteEvent, reason: str = "invalidated"
     ) -> list[tuple[int, str]]:
         records = self._open()
         rows = records.select_where(created_before=event.created_before, **event.where)
-        self._remove(records, rows, reason)
+        self._upkeep.remove(records, rows, reason)
         return rows
 
     def _count_sync(self, tenant: str | None, entry_id: int | None) -> int:

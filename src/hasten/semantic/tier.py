@@ -62,7 +62,7 @@ _NOT_FOUND = Found()
 
 
 class SemanticTier:
-    """Glue between the gateway's exact cache and ``SemanticCache``.
+    """Glue between the gateway's ``exact`` cache and the semantic ``cache``.
 
     ``join_classes`` False keeps every entry in its own answer class, as before classes
     existed; ``join_agreement_similarity`` above 1 lets only identical answer texts join
@@ -71,14 +71,14 @@ class SemanticTier:
 
     def __init__(
         self,
-        semantic: SemanticCache,
-        cache: TieredCache,
+        cache: SemanticCache,
+        exact: TieredCache,
         *,
         join_classes: bool = True,
         join_agreement_similarity: float = JOIN_AGREEMENT_SIMILARITY,
     ) -> None:
-        self.semantic = semantic
-        self._cache = cache
+        self.cache = cache
+        self._exact = exact
         self._join_classes = join_classes
         self._join_agreement_similarity = join_agreement_similarity
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -88,14 +88,14 @@ class SemanticTier:
     ) -> Found:
         """A hit to serve, or what the upstream's fresh answer is to be compared with."""
         try:
-            result = await self.semantic.lookup_near(body, model=model, tenant=tenant)
+            result = await self.cache.lookup_near(body, model=model, tenant=tenant)
         except Exception:
             _log.exception("semantic lookup failed; answering from upstream")
             return _NOT_FOUND
         match, near = result.match, result.near if self._join_classes else None
         if match is None or match.is_verification:
             return Found(to_verify=match, near=near)
-        entry = await self._cache.get(match.answer_key, max_age_s=max_age_s)
+        entry = await self._exact.get(match.answer_key, max_age_s=max_age_s)
         if entry is None:
             return _NOT_FOUND  # the answer expired or was evicted from the exact tiers
         return Found(hit=SemanticHit(entry, match))
@@ -127,13 +127,17 @@ class SemanticTier:
         # shared-tier event, no update to follow); the cost: the entry becomes searchable
         # one answer comparison later, which only matters after a near miss.
         answer_class = None if near is None else await self._joined_class(near, key)
-        await self.semantic.insert(
-            body, model=model, tenant=tenant, answer_key=key, ttl_s=ttl_s,
+        await self.cache.insert(
+            body,
+            model=model,
+            tenant=tenant,
+            answer_key=key,
+            ttl_s=ttl_s,
             answer_class=answer_class,
-        )  # fmt: skip
+        )
 
     async def _joined_class(self, near: NearMiss, fresh_key: str) -> int | None:
-        counters = self.semantic.counters
+        counters = self.cache.counters
         try:
             agrees = await self._compare(
                 near.answer_key, fresh_key, self._join_agreement_similarity
@@ -154,12 +158,12 @@ class SemanticTier:
     async def _verify(self, match: SemanticMatch, fresh_key: str) -> None:
         is_correct = await self._compare(match.answer_key, fresh_key, ANSWER_AGREEMENT_SIMILARITY)
         if is_correct is not None:
-            await self.semantic.report_verification(match, is_correct=is_correct)
+            await self.cache.report_verification(match, is_correct=is_correct)
 
     async def _compare(self, cached_key: str, fresh_key: str, min_similarity: float) -> bool | None:
         """Whether two stored answers agree; None when either is gone or carries no text."""
-        cached = await self._cache.get(cached_key)
-        fresh = await self._cache.get(fresh_key)
+        cached = await self._exact.get(cached_key)
+        fresh = await self._exact.get(fresh_key)
         if cached is None or fresh is None:
             return None
         cached_text, fresh_text = _answer_text(cached), _answer_text(fresh)
@@ -172,7 +176,7 @@ class SemanticTier:
             return True
         if min_similarity > 1.0:  # identical texts only: no need to embed
             return False
-        vectors = [await self.semantic.embedder.embed(text) for text in (one, two)]
+        vectors = [await self.cache.embedder.embed(text) for text in (one, two)]
         return float(np.dot(vectors[0], vectors[1])) >= min_similarity
 
     async def report_wrong(self, entry_id: int, similarity: float, tenant: str | None) -> bool:
@@ -180,15 +184,15 @@ class SemanticTier:
 
         ``tenant`` None (the admin key) may name any entry; a tenant only its own, so no
         tenant can teach another's thresholds."""
-        is_owned = tenant is None or await self.semantic.count_entries(
+        is_owned = tenant is None or await self.cache.count_entries(
             tenant=tenant, entry_id=entry_id
         )
         if not is_owned:
             return False
         match = SemanticMatch(entry_id=entry_id, similarity=similarity, answer_key="")
-        await self.semantic.report_verification(match, is_correct=False)
-        self.semantic.counters["reported_wrong"] += 1
-        return await self.semantic.invalidate(entry_id=entry_id, tenant=tenant) > 0
+        await self.cache.report_verification(match, is_correct=False)
+        self.cache.counters["reported_wrong"] += 1
+        return await self.cache.invalidate(entry_id=entry_id, tenant=tenant) > 0
 
     def _spawn(self, work: Coroutine[Any, Any, Any]) -> None:
         if len(self._tasks) >= MAX_BACKGROUND_TASKS:
@@ -209,7 +213,7 @@ class SemanticTier:
 
     async def aclose(self) -> None:
         await self.drain()
-        await self.semantic.close()
+        await self.cache.close()
 
 
 def _answer_text(entry: CachedAnswer) -> str | None:

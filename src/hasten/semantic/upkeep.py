@@ -1,6 +1,8 @@
 """The semantic store's upkeep: approximate size totals, guard signatures, expiry, eviction.
 
-Mixed into ``SemanticCache`` (kept apart so the store stays readable); worker thread only.
+``SemanticCache`` owns one ``Upkeep`` and calls it on its worker thread only: whenever rows
+are added or removed, so the vector index, the signature cache and the totals stay in step
+with the SQLite rows, and the row count and bytes stay within the configured limits.
 """
 
 from __future__ import annotations
@@ -10,78 +12,102 @@ from collections import Counter
 from hasten.semantic.guard import TextSignature, signature
 from hasten.semantic.index import VectorIndex
 from hasten.semantic.records import Records, StoredEntry
-from hasten.semantic.settings import SemanticConfig
+from hasten.semantic.store_config import SemanticStoreConfig
 
-_PURGE_EVERY_INSERTS = 256
+PURGE_EVERY_INSERTS = 256
 # Evict down to this fraction of the limits so eviction does not run on every insert.
-_LOW_WATER_FRACTION = 0.9
-_NUM_SIGNATURES_KEPT = 65_536
+LOW_WATER_FRACTION = 0.9
+NUM_SIGNATURES_KEPT = 65_536
+# Besides the text: the float16 vector is 2 bytes a dimension; the rest a row's overhead.
+_ROW_OVERHEAD_BYTES = 256
 
 
 class Upkeep:
-    """Keeps the row count and bytes within ``config`` limits and the in-memory state in step."""
+    """Keeps the row count and bytes within ``config`` limits and ``index`` in step.
 
-    config: SemanticConfig
-    counters: Counter[str]
-    _index: VectorIndex
-    _dim: int
-    _signatures: dict[int, TextSignature]
-    _num_entries: int
-    _num_bytes: int
-    _inserts_since_purge: int
+    ``counters`` is the store's: ``expired``, ``evicted`` and whatever reason ``remove`` is
+    given count the rows removed.
+    """
 
-    def _start_upkeep(self) -> None:
-        self._signatures = {}
+    def __init__(
+        self,
+        config: SemanticStoreConfig,
+        index: VectorIndex,
+        counters: Counter[str],
+        *,
+        dim: int,
+    ) -> None:
+        self._config = config
+        self._index = index
+        self._counters = counters
+        self._bytes_per_vector = 2 * dim
+        self._signatures: dict[int, TextSignature] = {}
         self._num_entries = 0
         self._num_bytes = 0
         self._inserts_since_purge = 0
 
-    def _signature(self, entry: StoredEntry) -> TextSignature:
+    @property
+    def num_entries(self) -> int:
+        """Rows in the file, approximately (exact after ``recount``)."""
+        return self._num_entries
+
+    @property
+    def num_bytes(self) -> int:
+        """Bytes the rows take, approximately."""
+        return self._num_bytes
+
+    def recount(self, records: Records) -> None:
+        """Takes the totals from the file (when it is opened)."""
+        self._num_entries, self._num_bytes = records.totals()
+
+    def signature(self, entry: StoredEntry) -> TextSignature:
+        """The guard's signature of a stored question, computed once while memory allows."""
         cached = self._signatures.get(entry.entry_id)
         if cached is None:
-            if len(self._signatures) >= _NUM_SIGNATURES_KEPT:
+            if len(self._signatures) >= NUM_SIGNATURES_KEPT:
                 self._signatures.clear()  # cheap to recompute; keeps memory bounded
             cached = self._signatures[entry.entry_id] = signature(entry.text)
         return cached
 
-    def _note_insert(self, records: Records, text: str, now: float) -> None:
+    def note_insert(self, records: Records, text: str, now: float) -> None:
+        """A row was added (and indexed): purges expired rows now and then, evicts if over."""
         self._num_entries += 1
-        self._num_bytes += len(text.encode()) + 2 * self._dim + 256
+        self._num_bytes += len(text.encode()) + self._bytes_per_vector + _ROW_OVERHEAD_BYTES
         self._inserts_since_purge += 1
-        if self._inserts_since_purge >= _PURGE_EVERY_INSERTS:
+        if self._inserts_since_purge >= PURGE_EVERY_INSERTS:
             self._inserts_since_purge = 0
-            self._remove(records, records.select_where(expired_at=now), "expired")
+            self.remove(records, records.select_where(expired_at=now), "expired")
         self._evict(records)
 
-    def _evict(self, records: Records) -> None:
-        if (
-            self._num_entries <= self.config.max_entries
-            and self._num_bytes <= self.config.max_bytes
-        ):
-            return
-        self._num_entries, self._num_bytes = records.totals()
-        target_entries = int(self.config.max_entries * _LOW_WATER_FRACTION)
-        over_entries = self._num_entries - target_entries
-        average_bytes = self._num_bytes / max(1, self._num_entries)
-        over_bytes = (self._num_bytes - self.config.max_bytes * _LOW_WATER_FRACTION) / average_bytes
-        num_victims = int(max(over_entries, over_bytes, 0))
-        if num_victims > 0:
-            victims = records.select_victims(policy=self.config.eviction, num_rows=num_victims)
-            self._remove(records, victims, "evicted")
-
-    def _drop_expired(self, records: Records, expired: list[StoredEntry]) -> None:
+    def drop_expired(self, records: Records, expired: list[StoredEntry]) -> None:
+        """Removes entries a lookup found expired."""
         if expired:
-            self._remove(records, [(e.entry_id, e.partition) for e in expired], "expired")
+            self.remove(records, [(e.entry_id, e.partition) for e in expired], "expired")
 
-    def _remove(self, records: Records, rows: list[tuple[int, str]], reason: str) -> None:
+    def remove(self, records: Records, rows: list[tuple[int, str]], reason: str) -> None:
+        """Deletes ``(entry_id, partition)`` rows from the file and the index."""
         if not rows:
             return
         records.delete(entry_id for entry_id, _ in rows)
         for entry_id, partition in rows:
             self._index.remove(partition, entry_id)
             self._signatures.pop(entry_id, None)
-        self.counters[reason] += len(rows)
+        self._counters[reason] += len(rows)
         # Approximate bookkeeping: a full count is O(entries); _evict re-counts when it acts.
         average_bytes = self._num_bytes / max(1, self._num_entries)
         self._num_entries = max(0, self._num_entries - len(rows))
         self._num_bytes = max(0, int(self._num_bytes - average_bytes * len(rows)))
+
+    def _evict(self, records: Records) -> None:
+        config = self._config
+        if self._num_entries <= config.max_entries and self._num_bytes <= config.max_bytes:
+            return
+        self.recount(records)
+        target_entries = int(config.max_entries * LOW_WATER_FRACTION)
+        over_entries = self._num_entries - target_entries
+        average_bytes = self._num_bytes / max(1, self._num_entries)
+        over_bytes = (self._num_bytes - config.max_bytes * LOW_WATER_FRACTION) / average_bytes
+        num_victims = int(max(over_entries, over_bytes, 0))
+        if num_victims > 0:
+            victims = records.select_victims(policy=config.eviction, num_rows=num_victims)
+            self.remove(records, victims, "evicted")

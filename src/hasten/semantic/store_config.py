@@ -1,4 +1,4 @@
-"""What the semantic cache is configured with and what a lookup returns."""
+"""What the semantic store is configured with (the runtime side of the ``[semantic]`` table)."""
 
 from __future__ import annotations
 
@@ -17,23 +17,8 @@ DEFAULT_MIN_SIMILARITY = {
 
 
 @dataclass(frozen=True, slots=True)
-class SemanticMatch:
-    """A cached question close enough to the request.
-
-    ``answer_key`` is the exact-cache key its answer was stored under. ``is_verification``
-    (error-budget mode): do not serve it; answer from upstream, then call
-    ``report_verification`` with whether the fresh answer agrees with the cached one.
-    """
-
-    entry_id: int
-    similarity: float
-    answer_key: str
-    is_verification: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class SemanticConfig:
-    """Settings; ``min_similarity`` None means the embedder's measured default.
+class SemanticStoreConfig:
+    """The store's settings; ``min_similarity`` None means the embedder's measured default.
 
     ``max_error_rate`` switches on error-budget mode (per-entry learned thresholds); in it no
     single hit may be riskier than ``max_hit_error_rate`` and at most ``max_verify_fraction``
