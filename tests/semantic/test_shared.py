@@ -206,3 +206,30 @@ async def test_malformed_event_is_skipped(tmp_path: Path, redis_url: str) -> Non
     assert await _eventually(lambda: two.lookup(PARAPHRASE, model="m", tenant="t"))
     await one.close()
     await two.close()
+
+
+async def test_a_restarted_redis_costs_no_insert_its_share(tmp_path: Path) -> None:
+    """Every pooled connection dies with a restart: the next write reconnects and goes
+    through instead of failing once and leaving Redis alone for a back-off."""
+    namespace, port, workdir = "test:", free_port(), str(tmp_path / "redis")
+    Path(workdir).mkdir()
+    url = f"redis://127.0.0.1:{port}/0"
+    one = _replica(tmp_path / "one", url, namespace)
+    two = _replica(tmp_path / "two", url, namespace)
+    with redis_server(port, workdir):
+        one.start()
+        two.start()
+        first = await one.insert(QUESTION, model="m", tenant="t", answer_key="rice")
+        assert first is not None and first < LOCAL_ID_BASE
+        await _eventually(lambda: two.lookup(PARAPHRASE, model="m", tenant="t"))
+    with redis_server(port, workdir):  # back, with its data
+        hamlet = chat("Who wrote Hamlet?")
+        entry_id = await one.insert(hamlet, model="m", tenant="t", answer_key="hamlet")
+        assert entry_id is not None and entry_id < LOCAL_ID_BASE  # shared, not local-only
+        assert one.stats()["shared_published"] == 2
+        match = await _eventually(
+            lambda: two.lookup(chat("who wrote hamlet"), model="m", tenant="t")
+        )
+        assert match.entry_id == entry_id
+        await one.close()
+        await two.close()

@@ -37,6 +37,7 @@ import orjson
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 _LOG = logging.getLogger("hasten.semantic")
@@ -128,6 +129,10 @@ def _delete_event(fields: Mapping[bytes, bytes]) -> DeleteEvent | None:
         return None
 
 
+def _reconnect_once() -> Retry:
+    return Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
+
+
 def is_before(first: bytes, second: bytes) -> bool:
     """Stream id order ("<ms>-<seq>")."""
     one, two = first.split(b"-"), second.split(b"-")
@@ -151,19 +156,22 @@ class SharedTier:
         self.block_ms = block_ms
         self.retry_backoff_s = retry_backoff_s
         self._max_events = max_events
-        # No client-side retries: a local-only entry is cheaper than waiting on Redis.
+        # One immediate retry, on a dropped connection only (as the exact cache's Redis
+        # store): after a Redis restart every pooled connection is dead, and the first use
+        # of each would otherwise cost an insert its shared id. A timeout is not retried: a
+        # local-only entry is cheaper than waiting twice on a struggling Redis.
         self._client: Redis = Redis.from_url(
             url,
             socket_connect_timeout=op_timeout_s,
             socket_timeout=op_timeout_s,
-            retry=Retry(NoBackoff(), 0),
+            retry=_reconnect_once(),
         )
         # The follower's blocking reads need a socket timeout longer than the block.
         self._reader: Redis = Redis.from_url(
             url,
             socket_connect_timeout=op_timeout_s,
             socket_timeout=op_timeout_s + block_ms / 1000,
-            retry=Retry(NoBackoff(), 0),
+            retry=_reconnect_once(),
         )
         self._retry_at = 0.0  # time.monotonic() before which writers leave Redis alone
 

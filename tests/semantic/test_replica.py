@@ -1,0 +1,110 @@
+"""The shared replica on its own: what it keeps in the store's file while Redis is away."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import TypeVar
+
+import pytest
+
+from hasten.semantic.replica import CURSOR_META, PENDING_META, SharedReplica
+from hasten.semantic.shared import DeleteEvent, Event, SharedEntry, SharedTier
+from tests.servers import free_port
+
+_T = TypeVar("_T")
+NOW = 1_000.0
+
+
+class MemoryStore:
+    """A ``ReplicaStore`` keeping the file's metadata in a dict."""
+
+    def __init__(self) -> None:
+        self.meta: dict[str, bytes] = {}
+        self.applied: list[Event] = []
+        self.kept: list[set[int]] = []
+
+    async def read_meta(self, key: str, parse: Callable[[bytes | None], _T]) -> _T:
+        return parse(self.meta.get(key))
+
+    async def update_meta(self, key: str, change: Callable[[bytes | None], bytes]) -> None:
+        self.meta[key] = change(self.meta.get(key))
+
+    async def apply_shared(self, events: Sequence[Event]) -> None:
+        self.applied.extend(events)
+
+    async def keep_only_shared(self, shared_ids: set[int]) -> None:
+        self.kept.append(shared_ids)
+
+
+@pytest.fixture
+async def away() -> AsyncIterator[tuple[SharedReplica, MemoryStore, Counter[str]]]:
+    """A replica whose Redis is not there (nothing listens on the port)."""
+    shared = SharedTier(f"redis://127.0.0.1:{free_port()}/0", namespace="test:")
+    store, counters = MemoryStore(), Counter[str]()
+    replica = SharedReplica(shared, store, counters, clock=lambda: NOW)
+    yield replica, store, counters
+    await replica.close()
+
+
+async def test_invalidations_wait_in_the_file_while_redis_is_away(
+    away: tuple[SharedReplica, MemoryStore, Counter[str]],
+) -> None:
+    replica, store, counters = away
+    await replica.share_delete(DeleteEvent({"tenant": "t"}, None), [1, 2])
+    await replica.share_delete(DeleteEvent({"entry_id": 3}, NOW - 5), [3])
+    assert counters["shared_publish_queued"] == 2 and not counters["shared_published"]
+    assert PENDING_META in store.meta and replica.has_pending_deletes
+    pending = await replica.pending_deletes()
+    # Replayed later, a filter must not reach entries created after the invalidation.
+    assert pending == [
+        (DeleteEvent({"tenant": "t"}, NOW), [1, 2]),
+        (DeleteEvent({"entry_id": 3}, NOW - 5), [3]),
+    ]
+    await replica.drop_pending_deletes(1)
+    assert replica.has_pending_deletes
+    assert await replica.pending_deletes() == pending[1:]
+    await replica.drop_pending_deletes(1)
+    assert not replica.has_pending_deletes
+    assert await replica.pending_deletes() == []
+
+
+async def test_nothing_pending_once_the_file_has_been_read(
+    away: tuple[SharedReplica, MemoryStore, Counter[str]],
+) -> None:
+    replica, _, _ = away
+    assert replica.has_pending_deletes  # unknown until the file is read
+    assert await replica.pending_deletes() == []
+    assert not replica.has_pending_deletes
+
+
+async def test_cursor_and_events_go_to_the_store(
+    away: tuple[SharedReplica, MemoryStore, Counter[str]],
+) -> None:
+    replica, store, _ = away
+    assert await replica.load_cursor() is None
+    await replica.save_cursor(b"5-0")
+    assert store.meta[CURSOR_META] == b"5-0"
+    assert await replica.load_cursor() == b"5-0"
+    event = DeleteEvent({"model": "m"}, None)
+    await replica.apply([event, None])
+    await replica.keep_only({1, 2})
+    assert store.applied == [event, None] and store.kept == [{1, 2}]
+
+
+async def test_redis_away_gives_no_id_and_drops_the_insert(
+    away: tuple[SharedReplica, MemoryStore, Counter[str]],
+) -> None:
+    replica, _, counters = away
+    assert await replica.next_id() is None
+    await replica.publish_insert(SharedEntry(1, "p", "t", "m", "q", b"\x00\x00", "k", 1.0, 2.0))
+    assert counters["shared_publish_dropped"] == 1 and not counters["shared_published"]
+    assert replica.follower is None and replica.follower_stats() == {}  # not started
+    replica.start()
+    assert replica.follower is not None
+    assert set(replica.follower_stats()) == {
+        "is_connected",
+        "applied_events",
+        "rebuilds",
+        "failures",
+    }
