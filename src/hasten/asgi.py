@@ -23,11 +23,11 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Headers = list[tuple[bytes, bytes]]
 
 JSON_CONTENT_TYPE = (b"content-type", b"application/json")
-SSE_HEADERS: Headers = [
+SSE_HEADERS = (
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),  # nginx and friends: pass each event on at once
-]
+)
 SSE_DONE = b"data: [DONE]\n\n"
 # The message of the cancellation a watcher delivers: how it tells its own from others.
 DISCONNECTED = "client disconnected"
