@@ -34,6 +34,8 @@ def _assert_error(
     error = response.json()["error"]
     assert response.headers["x-hasten-cache"] == "bypass"
     assert response.headers["server-timing"].startswith("hasten;dur=")
+    assert response.headers["x-hasten-request-id"]
+    assert response.headers["content-type"] == "application/json"
     assert set(error) == {"message", "type", "param", "code"}
     assert error["message"] and "Traceback" not in error["message"]
     if param is not None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from hasten.asgi import JSON_CONTENT_TYPE, Receive, Scope, Send, header, read_body, send_response
+from hasten.asgi import Receive, Scope, Send, header, read_body, send_json
 from hasten.auth import ADMIN, ADMIN_KEY_HINT, PUBLIC_TENANT, Caller
 from hasten.cache import CachedAnswer, cache_key, namespaced_key
 from hasten.errors import (
@@ -249,4 +249,4 @@ async def _stats(gateway: Gateway, caller: Caller) -> dict[str, Any]:
 
 
 async def _json(send: Send, payload: dict[str, Any]) -> None:
-    await send_response(send, 200, orjson.dumps(payload), [JSON_CONTENT_TYPE])
+    await send_json(send, 200, orjson.dumps(payload))

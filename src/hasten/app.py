@@ -13,20 +13,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 from hasten import admin
-from hasten.asgi import (
-    DISCONNECTED,
-    JSON_CONTENT_TYPE,
-    Message,
-    Receive,
-    Scope,
-    Send,
-    header,
-    send_response,
-)
+from hasten.asgi import Message, Receive, Scope, Send, header, send_error, send_json
 from hasten.auth import Authenticator, Caller
 from hasten.cache import TieredCache, build_cache
 from hasten.config import GatewayConfig
-from hasten.errors import HastenError, MethodNotAllowed, NotFound
+from hasten.errors import ClientGone, HastenError, MethodNotAllowed, NotFound
 from hasten.gateway import Gateway, Stats
 from hasten.openapi import openapi_json
 from hasten.proxy.handle import MODEL_SCOPE_KEY, TENANT_SCOPE_KEY, handle
@@ -157,11 +148,7 @@ class HastenApp:
             gateway.stats.count(f"error_{exc.status_code}")
             if start is None:
                 await _send_error(tracked_send, exc, request_id, started_s)
-        except asyncio.CancelledError as exc:
-            task = asyncio.current_task()
-            if task is None or DISCONNECTED not in exc.args:
-                raise
-            task.uncancel()
+        except ClientGone:
             gateway.stats.count("client_disconnects")
         except Exception:
             _log.exception("request %s: internal error", request_id)
@@ -192,7 +179,7 @@ class HastenApp:
         if method not in ("GET", "HEAD"):
             raise MethodNotAllowed(f"{method} is not allowed on {path}; use GET", allow="GET, HEAD")
         if path == "/healthz":
-            await _send_json(send, 200, {"status": "ok"})
+            await send_json(send, 200, orjson.dumps({"status": "ok"}))
             return
         # With gateway keys only health and a bare readiness status are open; without
         # them every caller is anonymous anyway and these views stay open.
@@ -203,26 +190,26 @@ class HastenApp:
         if path == "/readyz":
             await self._readyz(gateway, send, caller)
         elif path == "/openapi.json":
-            await send_response(send, 200, self._openapi, [JSON_CONTENT_TYPE])
+            await send_json(send, 200, self._openapi)
         elif path == "/stats":
-            await _send_json(send, 200, self._stats(gateway, caller))
+            await send_json(send, 200, orjson.dumps(self._stats(gateway, caller)))
         else:
-            await _send_json(send, 200, await _list_models(gateway))
+            await send_json(send, 200, orjson.dumps(await _list_models(gateway)))
 
     async def _readyz(self, gateway: Gateway, send: Send, caller: Caller | None) -> None:
         if self._is_stopping:
-            await _send_json(send, 503, {"status": "stopping"})
+            await send_json(send, 503, orjson.dumps({"status": "stopping"}))
             return
         body: dict[str, Any] = {"status": "ready"}
         is_enforcing = gateway.auth.is_enforcing
         if is_enforcing and caller is None:
-            await _send_json(send, 200, body)
+            await send_json(send, 200, orjson.dumps(body))
             return
         if not is_enforcing or (caller is not None and caller.is_admin):
             body["cache"] = self._cache_state(gateway)
         if self._engine is not None:
             body["engine"] = self._engine.status()
-        await _send_json(send, 200, body)
+        await send_json(send, 200, orjson.dumps(body))
 
     def _cache_state(self, gateway: Gateway) -> dict[str, Any]:
         if gateway.cache is None:
@@ -367,15 +354,11 @@ def _log_error(request_id: str, exc: HastenError) -> None:
 async def _send_error(send: Send, exc: HastenError, request_id: str, started_s: float) -> None:
     gateway_ms = (time.perf_counter() - started_s) * 1000.0
     headers = [
-        JSON_CONTENT_TYPE,
         (b"x-hasten-cache", b"bypass"),  # nothing was served from or stored in the cache
         (b"x-hasten-request-id", request_id.encode()),
         (b"server-timing", f"hasten;dur={gateway_ms:.3f}".encode()),
     ]
-    if exc.retry_after_s is not None:
-        headers.append((b"retry-after", str(max(1, round(exc.retry_after_s))).encode()))
-    headers.extend((name.encode(), value.encode()) for name, value in exc.headers.items())
-    await send_response(send, exc.status_code, exc.to_json(), headers)
+    await send_error(send, exc, headers)
 
 
 def _stamp(start: Message, started_s: float) -> None:
@@ -389,7 +372,3 @@ def _stamp(start: Message, started_s: float) -> None:
         (b"x-hasten-cache", b"bypass"),
         (b"server-timing", f"hasten;dur={gateway_ms:.3f}".encode()),
     ]
-
-
-async def _send_json(send: Send, status: int, payload: dict[str, Any]) -> None:
-    await send_response(send, status, orjson.dumps(payload), [JSON_CONTENT_TYPE])

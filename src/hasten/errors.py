@@ -1,7 +1,39 @@
-"""One exception tree for the whole gateway.
+"""Every exception hasten raises, in one tree.
 
-Handlers raise these; a single ASGI middleware renders them as OpenAI-shaped JSON
-(``{"error": {"message", "type", "param", "code"}}``) with the status they carry.
+Handlers raise a ``HastenError``; ``hasten.asgi.send_error`` is the one place that renders
+it, as OpenAI-shaped JSON (``{"error": {"message", "type", "param", "code"}}``) with the
+status (and headers) it carries. The others never reach a client as themselves.
+
+Our exception hierarchy::
+
+    HastenError                  rendered to the client: status, type, code
+    +-- InvalidRequest           400 invalid_request_error
+    |   +-- InvalidJSON          400 invalid_json
+    |   +-- PayloadTooLarge      413
+    |   +-- RequestTimeout       408 (the connection layer's body or head timeout)
+    |   +-- URLTooLong           414
+    |   +-- HeadersTooLarge      431
+    |   +-- NotFound             404
+    |   |   +-- ModelNotFound    404 model_not_found
+    |   +-- MethodNotAllowed     405, with an Allow header
+    +-- Unauthorized             401 authentication_error
+    +-- Forbidden                403 permission_error
+    |   +-- AdminDisabled
+    +-- RateLimited              429 rate_limit_error, Retry-After when known
+    |   +-- TooManyConnections
+    +-- UpstreamError            502 upstream_error
+    |   +-- UpstreamConnectError 502 upstream_unreachable: nothing was sent, safe to retry
+    |   +-- UpstreamTimeout      504 timeout_error
+    +-- EngineFailed             500 engine_error: the local engine could not generate
+    ClientGone                   the client disconnected: nobody left to answer
+    ConfigError                  a configuration file or flag is invalid
+    EngineQueueFull              the local engine is full (answered as RateLimited)
+    QueueFull                    the engine scheduler's waiting queue is at its limit
+    ModelFileNotFound            (FileNotFoundError) no GGUF file for the local engine
+    DecodeError                  (RuntimeError) llama_decode failed
+    ContextTooLong               (ValueError) a prompt that can never fit the KV cache
+    DamagedCacheEntry            (ValueError) a cache entry that fails its checksum
+    OutdatedCacheEntry           (ValueError) a cache entry from before checksums
 """
 
 from __future__ import annotations
@@ -129,10 +161,57 @@ class UpstreamError(HastenError):
     default_code = "upstream_unavailable"
 
 
+class UpstreamConnectError(UpstreamError):
+    """No connection could be made: safe to retry, nothing was sent."""
+
+    default_code = "upstream_unreachable"
+
+
 class UpstreamTimeout(UpstreamError):
     status_code = 504
     error_type = "timeout_error"
     default_code = "upstream_timeout"
+
+
+class EngineFailed(HastenError):
+    """The local engine failed while generating (a decode error, a dead child)."""
+
+    status_code = 500
+    error_type = "server_error"
+    default_code = "engine_error"
+
+
+class ClientGone(Exception):
+    """The client disconnected: seen while reading its body, while answering it (see
+    ``hasten.asgi.DisconnectWatcher``) or when a send failed. Never rendered."""
+
+
+class EngineQueueFull(Exception):
+    """The local engine cannot queue another request; retry in ``retry_after_s``."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class QueueFull(Exception):
+    """The waiting queue is at its limit; the client should retry later."""
+
+
+class ModelFileNotFound(FileNotFoundError):
+    """No GGUF file at the configured path, and no bundled model package installed."""
+
+
+class DecodeError(RuntimeError):
+    """llama_decode returned a non-zero ``code``."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"llama_decode failed with code {code}")
+        self.code = code
+
+
+class ContextTooLong(ValueError):
+    """The prompt plus requested tokens can never fit in the KV cache."""
 
 
 class DamagedCacheEntry(ValueError):

@@ -10,15 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hasten.errors import ConfigError, InvalidRequest
+from hasten.errors import ConfigError, ContextTooLong, InvalidRequest, QueueFull
 from hasten.local.config import EngineConfig, parse_local_table
 from hasten.local.protocol import parse_chat_request
 from hasten.local.sampling import SamplingParams, TokenSampler
 from hasten.local.scheduler import (
-    ContextTooLong,
     KvCopy,
     KvRemove,
-    QueueFull,
     Scheduler,
     Sequence,
     Status,

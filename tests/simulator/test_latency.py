@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hasten.asgi import error_headers
 from hasten.errors import ConfigError, InvalidRequest
 from hasten.simulator.config import SimConfig, config_from_mapping, load_toml_config
 from hasten.simulator.faults import (
@@ -26,7 +27,7 @@ from hasten.simulator.inputs import (
     parse_overrides,
 )
 from hasten.simulator.latency import LatencyPlan, PrefixCache, plan_latency, ttft_ms
-from hasten.simulator.payloads import ChatStreamEncoder
+from hasten.simulator.payloads import ChatStreamEncoder, rate_limit_error
 from hasten.simulator.streaming import stream_schedule
 from hasten.simulator.textgen import (
     chat_prompt_tokens,
@@ -208,6 +209,21 @@ def test_forced_faults_win_over_rates() -> None:
     )
     assert cut.after_chunks == 0
     assert decide_fault(config, rng, num_tokens=8).after_chunks is None
+
+
+@pytest.mark.parametrize(
+    ("retry_after_s", "seconds", "millis"), [(3.0, "3", "3000"), (0.25, "0.25", "250")]
+)
+def test_simulated_429_keeps_openais_retry_headers(
+    retry_after_s: float, seconds: str, millis: str
+) -> None:
+    error = rate_limit_error(retry_after_s)
+    assert error.status_code == 429 and error.retry_after_s is None
+    # Rendered as given: the toolkit adds no whole-second Retry-After of its own.
+    assert error_headers(error) == [
+        (b"retry-after", seconds.encode()),
+        (b"retry-after-ms", millis.encode()),
+    ]
 
 
 # --- text, generation, streaming -----------------------------------------------------------

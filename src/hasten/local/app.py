@@ -7,18 +7,15 @@ Retry-After; a client that disconnects has its request cancelled, freeing its sl
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 
 from hasten.asgi import (
-    DISCONNECTED,
-    JSON_CONTENT_TYPE,
-    SSE_HEADERS,
+    SSE_DONE,
+    ASGIApp,
     DisconnectWatcher,
     Message,
     Receive,
@@ -26,9 +23,17 @@ from hasten.asgi import (
     Send,
     accept_lifespan,
     read_body,
-    send_response,
+    send_body,
+    send_error,
+    send_json,
+    sse_event,
+    start_sse,
 )
 from hasten.errors import (
+    ClientGone,
+    ContextTooLong,
+    EngineFailed,
+    EngineQueueFull,
     HastenError,
     InvalidRequest,
     MethodNotAllowed,
@@ -37,7 +42,7 @@ from hasten.errors import (
     RateLimited,
 )
 from hasten.local.config import MODEL_ID
-from hasten.local.engine import Engine, EngineQueueFull, Generation, StreamEvent, Usage
+from hasten.local.engine import Engine, Generation, StreamEvent, Usage
 from hasten.local.protocol import (
     ChatRequest,
     chunk_body,
@@ -48,18 +53,10 @@ from hasten.local.protocol import (
     parse_chat_request,
     usage_chunk_body,
 )
-from hasten.local.scheduler import ContextTooLong
 from hasten.proxy.validation import parse_body
 
 _log = logging.getLogger(__name__)
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-
-class EngineFailed(HastenError):
-    status_code = 500
-    error_type = "server_error"
-    default_code = "engine_error"
 
 
 def build_app(
@@ -103,16 +100,13 @@ class LocalApp:
             await self._route(scope, receive, tracked_send)
         except HastenError as exc:
             if not is_started:
-                await _send_error(send, exc)
-        except asyncio.CancelledError as exc:
-            task = asyncio.current_task()
-            if task is None or DISCONNECTED not in exc.args:
-                raise
-            task.uncancel()
+                await send_error(send, exc)
+        except ClientGone:
+            pass  # its generation is cancelled already; nobody to answer
         except Exception:
             _log.exception("local: internal error")
             if not is_started:
-                await _send_error(send, HastenError("internal server error"))
+                await send_error(send, HastenError("internal server error"))
 
     async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"].rstrip("/")
@@ -122,15 +116,16 @@ class LocalApp:
             await self._chat(scope, receive, send)
         elif path == "/v1/models":
             _require(method, "GET")
-            await _send_json(send, 200, models_body(self.model_id, self.created))
+            await send_json(send, 200, orjson.dumps(models_body(self.model_id, self.created)))
         elif path.startswith("/v1/models/"):
             _require(method, "GET")
             if path.removeprefix("/v1/models/") != self.model_id:
                 raise ModelNotFound(f"model '{path.removeprefix('/v1/models/')}' not found")
-            await _send_json(send, 200, model_body(self.model_id, self.created))
+            await send_json(send, 200, orjson.dumps(model_body(self.model_id, self.created)))
         elif path == "/health":
-            stats = {"status": "ok", **self.engine.stats()}
-            await _send_json(send, 200, stats | {"step_modes": self.engine.threads.best_modes()})
+            health = {"status": "ok", **self.engine.stats()}
+            health["step_modes"] = self.engine.threads.best_modes()
+            await send_json(send, 200, orjson.dumps(health))
         else:
             raise NotFound(f"no route for {method} {path}")
 
@@ -141,13 +136,12 @@ class LocalApp:
         if request.model != self.model_id and not self.is_any_model:
             raise ModelNotFound(f"model '{request.model}' not found", param="model")
         generation = self._submit(request)
-        watcher = DisconnectWatcher(receive)
         try:
-            if request.is_stream:
-                await self._stream(send, request, generation)
-            else:
-                await self._complete(send, generation)
-            watcher.finish()
+            with DisconnectWatcher(receive):
+                if request.is_stream:
+                    await self._stream(send, request, generation)
+                else:
+                    await self._complete(send, generation)
         finally:
             # Frees the sequence at once when the client left or anything failed.
             generation.cancel()
@@ -181,11 +175,11 @@ class LocalApp:
             final.finish_reason or "stop",
             final.usage,
         )
-        await _send_json(send, 200, body)
+        await send_json(send, 200, orjson.dumps(body))
 
     async def _stream(self, send: Send, request: ChatRequest, generation: Generation) -> None:
         response_id, created = completion_id(), int(time.time())
-        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        await start_sse(send)
         first = chunk_body(
             response_id, self.model_id, {"role": "assistant", "content": ""}, created=created
         )
@@ -208,7 +202,7 @@ class LocalApp:
                 )
         if usage is not None and request.includes_usage:
             await _send_event(send, usage_chunk_body(response_id, self.model_id, usage, created))
-        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+        await send_body(send, SSE_DONE, more_body=False)
 
 
 def _require(method: str, expected: str) -> None:
@@ -217,17 +211,4 @@ def _require(method: str, expected: str) -> None:
 
 
 async def _send_event(send: Send, payload: dict[str, Any]) -> None:
-    data = b"data: " + orjson.dumps(payload) + b"\n\n"
-    await send({"type": "http.response.body", "body": data, "more_body": True})
-
-
-async def _send_json(send: Send, status: int, payload: dict[str, Any]) -> None:
-    await send_response(send, status, orjson.dumps(payload), [JSON_CONTENT_TYPE])
-
-
-async def _send_error(send: Send, exc: HastenError) -> None:
-    headers = [JSON_CONTENT_TYPE]
-    if exc.retry_after_s is not None:
-        headers.append((b"retry-after", str(max(1, round(exc.retry_after_s))).encode()))
-    headers.extend((name.encode(), value.encode()) for name, value in exc.headers.items())
-    await send_response(send, exc.status_code, exc.to_json(), headers)
+    await send_body(send, sse_event(orjson.dumps(payload)))

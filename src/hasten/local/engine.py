@@ -19,11 +19,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hasten.errors import DecodeError, EngineQueueFull, QueueFull
 from hasten.local.config import EngineConfig, default_model_path
 from hasten.local.model import ContextParams, LocalModel
-from hasten.local.runner import DECODE_NO_KV_SLOT, DecodeError, Runner
+from hasten.local.runner import DECODE_NO_KV_SLOT, Runner
 from hasten.local.sampling import SamplingParams, TokenSampler
-from hasten.local.scheduler import QueueFull, Scheduler, Status, StepPlan
+from hasten.local.scheduler import Scheduler, Status, StepPlan
 from hasten.local.scheduler import Sequence as SchedSequence
 from hasten.local.textstream import TextStream
 from hasten.local.threads import ThreadTuner
@@ -31,12 +32,6 @@ from hasten.local.threads import ThreadTuner
 _log = logging.getLogger(__name__)
 _IDLE_WAIT_S = 0.5
 _SERVICE_EMA_WEIGHT = 0.2
-
-
-class EngineQueueFull(Exception):
-    def __init__(self, message: str, retry_after_s: float) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
 
 
 @dataclass(frozen=True, slots=True)

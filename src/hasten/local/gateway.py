@@ -35,13 +35,14 @@ def is_local_available() -> bool:
     """True when llama.cpp and a GGUF model can be found without loading anything."""
     import importlib.util
 
-    from hasten.local.config import ModelNotFound, default_model_path
+    from hasten.errors import ModelFileNotFound
+    from hasten.local.config import default_model_path
 
     if importlib.util.find_spec("llama_cpp") is None:
         return False
     try:
         return default_model_path().is_file()
-    except ModelNotFound:
+    except ModelFileNotFound:
         return False
 
 

@@ -17,7 +17,7 @@ import jinja2
 import llama_cpp
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from hasten.local.config import ModelNotFound
+from hasten.errors import ModelFileNotFound
 
 # Used when a GGUF carries no chat template at all.
 CHATML_TEMPLATE = (
@@ -50,14 +50,14 @@ class LocalModel:
 
     def __init__(self, path: Path) -> None:
         if not path.is_file():
-            raise ModelNotFound(f"GGUF model not found: {path}")
+            raise ModelFileNotFound(f"GGUF model not found: {path}")
         _quiet_llama_logs()
         llama_cpp.llama_backend_init()
         params = llama_cpp.llama_model_default_params()
         self.path = path
         self.handle: Any = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         if not self.handle:
-            raise ModelNotFound(f"llama.cpp could not load {path}")
+            raise ModelFileNotFound(f"llama.cpp could not load {path}")
         self.vocab: Any = llama_cpp.llama_model_get_vocab(self.handle)
         self.num_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
         self.max_train_ctx = int(llama_cpp.llama_model_n_ctx_train(self.handle))

@@ -13,6 +13,7 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
+from hasten.errors import DecodeError
 from hasten.local.model import ContextParams, LocalModel
 from hasten.local.sampling import TokenSampler, sample_rows
 from hasten.local.scheduler import Chunk, KvCopy, KvRemove, Sequence, StepPlan
@@ -20,12 +21,6 @@ from hasten.local.threads import StepMode
 
 # llama_decode's "no free KV cells for this batch": recoverable by evicting cached prefixes.
 DECODE_NO_KV_SLOT = 1
-
-
-class DecodeError(RuntimeError):
-    def __init__(self, code: int) -> None:
-        super().__init__(f"llama_decode failed with code {code}")
-        self.code = code
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,13 +17,7 @@ import enum
 from collections import deque
 from dataclasses import dataclass, field
 
-
-class QueueFull(Exception):
-    """The waiting queue is at its limit; the client should retry later."""
-
-
-class ContextTooLong(ValueError):
-    """The prompt plus requested tokens can never fit in the KV cache."""
+from hasten.errors import ContextTooLong, QueueFull
 
 
 class Status(enum.Enum):

@@ -21,13 +21,12 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import uvicorn
 
-from hasten.errors import ConfigError
+from hasten.errors import ConfigError, ModelFileNotFound
 from hasten.local.config import (
     DEFAULT_HOST,
     DEFAULT_PORT,
     EngineConfig,
     LocalServerConfig,
-    ModelNotFound,
     load_local_config,
 )
 from hasten.local.sampling import SamplingParams
@@ -97,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         if is_supervised:
             _report({"event": "system_info", "system_info": _system_info()})
         engine = Engine(config.engine)
-    except (ConfigError, ModelNotFound) as exc:
+    except (ConfigError, ModelFileNotFound) as exc:
         print(f"hasten local: {exc}", file=sys.stderr)
         return 2
     with engine:

@@ -18,8 +18,6 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from hasten.asgi import (
-    JSON_CONTENT_TYPE,
-    SSE_HEADERS,
     DisconnectWatcher,
     Headers,
     Receive,
@@ -27,7 +25,12 @@ from hasten.asgi import (
     Send,
     header,
     read_body,
+    send_body,
+    send_json,
     send_response,
+    sse_event,
+    start_sse,
+    start_stream,
 )
 from hasten.cache import (
     CachedAnswer,
@@ -130,11 +133,8 @@ async def handle(
         extra_headers,
         upstream_headers(scope, is_stream, not gateway.auth.is_enforcing),
     )
-    watcher = DisconnectWatcher(receive)
-    try:
+    with DisconnectWatcher(receive):
         await _dispatch(gateway, exchange)
-    finally:
-        watcher.finish()
 
 
 def _asks_usage(body: dict[str, Any]) -> bool:
@@ -285,14 +285,10 @@ async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
             body = await call.read()
             await send_response(ex.send, status, body, headers)
             return
-        await _stream_start(ex.send, status, headers)
+        await start_stream(ex.send, status, headers)
         await _stream_body(ex.send, call.iter_chunks())
     finally:
         call.response.close()
-
-
-async def _stream_start(send: Send, status: int, headers: Headers) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": headers})
 
 
 async def _stream_body(
@@ -302,15 +298,14 @@ async def _stream_body(
     failure: HastenError | None = None
     try:
         async for chunk in chunks:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send_body(send, chunk)
     except HastenError as exc:
         failure = exc
     if failure is None and error is not None:
         failure = error()
     if failure is not None:
-        event = b"data: " + failure.to_json() + b"\n\n"
-        await send({"type": "http.response.body", "body": event, "more_body": True})
-    await send({"type": "http.response.body", "body": b"", "more_body": False})
+        await send_body(send, sse_event(failure.to_json()))
+    await send_body(send, b"", more_body=False)
 
 
 async def _pump(gateway: Gateway, ex: Exchange, flight: Flight, stored: _Stored | None) -> None:
@@ -350,7 +345,7 @@ async def _serve_flight(ex: Exchange, flight: Flight, label: bytes) -> None:
         await send_response(ex.send, flight.status, body, headers)
         return
     headers.extend(ex.base_headers(label, flight.ttfb_ms))
-    await _stream_start(ex.send, flight.status, headers)
+    await start_stream(ex.send, flight.status, headers)
     chunks = flight.iter_chunks_without_usage() if ex.is_usage_added else flight.iter_chunks()
     await _stream_body(ex.send, chunks, lambda: flight.error)
 
@@ -366,16 +361,16 @@ async def _serve_hit(
     if extra_headers:
         headers.extend(extra_headers)
     if not ex.is_stream:
-        await send_response(ex.send, 200, answer_body(entry), [JSON_CONTENT_TYPE, *headers])
+        await send_json(ex.send, 200, answer_body(entry), headers)
         return
     frames = answer_frames(entry, include_usage=ex.wants_usage)
-    await _stream_start(ex.send, 200, [*SSE_HEADERS, *headers])
+    await start_sse(ex.send, headers)
     if gateway.config.cache.replay == "instant":
-        await ex.send({"type": "http.response.body", "body": b"".join(frames), "more_body": False})
+        await send_body(ex.send, b"".join(frames), more_body=False)
         return
     interval_s = gateway.config.cache.replay_chunk_interval_ms / 1000.0
     for i, frame in enumerate(frames):
         if i:
             await asyncio.sleep(interval_s)
-        await ex.send({"type": "http.response.body", "body": frame, "more_body": True})
-    await ex.send({"type": "http.response.body", "body": b"", "more_body": False})
+        await send_body(ex.send, frame)
+    await send_body(ex.send, b"", more_body=False)

@@ -14,15 +14,30 @@ from dataclasses import dataclass
 
 import orjson
 
-from hasten.asgi import accept_lifespan
-from hasten.errors import HastenError, MethodNotAllowed, ModelNotFound, NotFound, RateLimited
+from hasten.asgi import (
+    DisconnectWatcher,
+    Receive,
+    Scope,
+    Send,
+    accept_lifespan,
+    read_body,
+    send_error,
+    send_json,
+)
+from hasten.errors import ClientGone, HastenError, MethodNotAllowed, ModelNotFound, NotFound
 from hasten.proxy.validation import parse_body
 from hasten.simulator.config import SimConfig
 from hasten.simulator.control import ControlEndpoints
-from hasten.simulator.execution import StreamRun, WholeResponse, send_whole
+from hasten.simulator.execution import (
+    SIMULATED_500_MESSAGE,
+    StreamRun,
+    send_whole,
+    wait_until_due,
+)
 from hasten.simulator.faults import Fault, FaultKind, decide_fault
 from hasten.simulator.generation import GeneratedChoice, generate_choices
 from hasten.simulator.inputs import (
+    MAX_BODY_BYTES,
     GenerationRequest,
     Overrides,
     parse_chat_request,
@@ -38,6 +53,7 @@ from hasten.simulator.payloads import (
     embeddings_body,
     model_dict,
     models_body,
+    rate_limit_error,
     text_completion_body,
     usage_dict,
 )
@@ -45,24 +61,12 @@ from hasten.simulator.state import SimState
 from hasten.simulator.stats import Outcome
 from hasten.simulator.streaming import stream_schedule
 from hasten.simulator.textgen import embedding_vector, text_tokens
-from hasten.simulator.transport import (
-    ClientGone,
-    DisconnectWatcher,
-    Receive,
-    Scope,
-    Send,
-    error_headers,
-    read_body,
-    send_error,
-    send_json,
-)
 
 Handler = Callable[[Scope, Receive, Send, float], Awaitable[Outcome]]
 RequestParser = Callable[[dict[str, object]], GenerationRequest]
 
 API_PREFIX = "/v1/"
 MODEL_PATH_PREFIX = "/v1/models/"
-SIMULATED_500_MESSAGE = "The server had an error while processing your request."
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,16 +188,14 @@ class SimulatorApp:
         """An up-front 429 or 500, after one network round trip."""
         error: HastenError
         if fault.kind is FaultKind.RATE_LIMIT:
-            error = RateLimited(
-                "Rate limit reached (simulated).", retry_after_s=fault.retry_after_s
-            )
+            error = rate_limit_error(fault.retry_after_s)
             outcome = Outcome.RATE_LIMITED
         else:
             error = HastenError(SIMULATED_500_MESSAGE)
             outcome = Outcome.SERVER_ERROR
-        response = WholeResponse(error.status_code, error.to_json(), error_headers(error))
-        sent = await send_whole(send, watcher, start_s, self.state.config.rtt_ms, response)
-        return outcome if sent else Outcome.CANCELLED
+        await wait_until_due(watcher, start_s, self.state.config.rtt_ms)
+        await send_error(send, error)
+        return outcome
 
     # --- chat and text completions -------------------------------------------------------
 
@@ -228,20 +230,17 @@ class SimulatorApp:
         self, scope: Scope, receive: Receive, send: Send, start_s: float, parse: RequestParser
     ) -> Outcome:
         overrides = parse_overrides(scope["headers"])
-        request = parse(parse_body(await read_body(receive)))
+        request = parse(parse_body(await read_body(receive, scope, MAX_BODY_BYTES)))
         self._check_model(request.model)
         if request.stream:
             self.state.stats.num_stream_requests += 1
         prepared = self._prepare(request, overrides, is_chat=parse is parse_chat_request)
-        watcher = DisconnectWatcher(receive)
-        try:
+        with DisconnectWatcher(receive, is_armed=False) as watcher:
             if _fails_up_front(prepared.fault, request.stream):
                 return await self._send_fault(send, watcher, start_s, prepared.fault)
             if request.stream:
                 return await self._stream(send, watcher, start_s, prepared)
             return await self._respond_whole(send, watcher, start_s, prepared)
-        finally:
-            watcher.close()
 
     async def _stream(
         self,
@@ -288,10 +287,7 @@ class SimulatorApp:
         )
         is_cut = prepared.fault.kind is FaultKind.DISCONNECT
         due_ms = prepared.plan.total_ms(prepared.num_steps)
-        if not await send_whole(
-            send, watcher, start_s, due_ms, WholeResponse(200, body), cut_midway=is_cut
-        ):
-            return Outcome.CANCELLED
+        await send_whole(send, watcher, start_s, due_ms, body, cut_midway=is_cut)
         if is_cut:
             return Outcome.DISCONNECTED
         state.stats.num_completion_tokens += sum(len(c.pieces) for c in prepared.choices)
@@ -303,13 +299,14 @@ class SimulatorApp:
         self, scope: Scope, receive: Receive, send: Send, start_s: float
     ) -> Outcome:
         overrides = parse_overrides(scope["headers"])
-        request = parse_embedding_request(parse_body(await read_body(receive)))
+        request = parse_embedding_request(
+            parse_body(await read_body(receive, scope, MAX_BODY_BYTES))
+        )
         self._check_model(request.model)
         state = self.state
         num_tokens = sum(len(text_tokens(text)) for text in request.texts)
         fault = self._decide_fault(overrides, 0)
-        watcher = DisconnectWatcher(receive)
-        try:
+        with DisconnectWatcher(receive, is_armed=False) as watcher:
             if _fails_up_front(fault, False):
                 return await self._send_fault(send, watcher, start_s, fault)
             num_dims = request.num_dims or state.config.embedding_dims
@@ -320,12 +317,8 @@ class SimulatorApp:
             # An embedding is a prefill with no decode: its latency is the time to first token.
             due_ms = self._plan(overrides, num_tokens, 0).first_token_ms
             is_cut = fault.kind is FaultKind.DISCONNECT
-            response = WholeResponse(200, body)
-            if not await send_whole(send, watcher, start_s, due_ms, response, cut_midway=is_cut):
-                return Outcome.CANCELLED
+            await send_whole(send, watcher, start_s, due_ms, body, cut_midway=is_cut)
             return Outcome.DISCONNECTED if is_cut else Outcome.COMPLETED
-        finally:
-            watcher.close()
 
     async def _models(self, scope: Scope, receive: Receive, send: Send, start_s: float) -> Outcome:
         await send_json(send, 200, models_body(self.state.config.models))

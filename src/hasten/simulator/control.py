@@ -6,11 +6,12 @@ from urllib.parse import parse_qs
 
 import orjson
 
+from hasten.asgi import Receive, Scope, Send, read_body, send_json
 from hasten.errors import ConfigError, InvalidRequest
 from hasten.proxy.validation import parse_body
+from hasten.simulator.inputs import MAX_BODY_BYTES
 from hasten.simulator.state import SimState
 from hasten.simulator.stats import Outcome
-from hasten.simulator.transport import Receive, Scope, Send, read_body, send_json
 
 _TRUE_VALUES = ("1", "true", "yes")
 
@@ -34,7 +35,7 @@ class ControlEndpoints:
 
     async def reset(self, scope: Scope, receive: Receive, send: Send, start_s: float) -> Outcome:
         """Zeroes counters and reseeds the RNG; `?clear_prefix_cache=1` also empties the cache."""
-        await read_body(receive)
+        await read_body(receive, scope, MAX_BODY_BYTES)
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         clear = any(value.lower() in _TRUE_VALUES for value in query.get("clear_prefix_cache", []))
         self._state.reset(clear_prefix_cache=clear)
@@ -51,7 +52,7 @@ class ControlEndpoints:
         self, scope: Scope, receive: Receive, send: Send, start_s: float
     ) -> Outcome:
         """Applies the given fields on top of the current config; returns the whole new one."""
-        changes = parse_body(await read_body(receive))
+        changes = parse_body(await read_body(receive, scope, MAX_BODY_BYTES))
         try:
             config = self._state.config.updated(changes)
         except ConfigError as exc:

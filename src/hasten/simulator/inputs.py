@@ -16,6 +16,8 @@ from hasten.errors import InvalidRequest
 from hasten.simulator.faults import FaultKind
 from hasten.simulator.textgen import chat_prompt_tokens, completion_prompt_tokens
 
+# Request bodies, the control endpoints' included: far above any real one, still bounded.
+MAX_BODY_BYTES = 64 * 1024 * 1024
 MAX_CHOICES = 128
 MAX_STOP_SEQUENCES = 4
 HEADER_PREFIX = b"x-sim-"

@@ -13,12 +13,13 @@ from typing import Protocol
 
 import orjson
 
-from hasten.errors import HastenError
+from hasten.asgi import sse_event
+from hasten.errors import HastenError, RateLimited
 from hasten.simulator.generation import GeneratedChoice
 
 SYSTEM_FINGERPRINT = "fp_hasten_sim"
 OWNED_BY = "hasten-simulator"
-DONE_EVENT = b"data: [DONE]\n\n"
+RATE_LIMITED_MESSAGE = "Rate limit reached (simulated)."
 
 
 def usage_dict(
@@ -32,13 +33,22 @@ def usage_dict(
     }
 
 
-def sse_event(payload: object) -> bytes:
-    return b"data: " + orjson.dumps(payload) + b"\n\n"
+def _json_event(payload: object) -> bytes:
+    return sse_event(orjson.dumps(payload))
 
 
 def error_event(error: HastenError) -> bytes:
     """A mid-stream error as OpenAI sends it: an SSE event carrying the error object."""
-    return b"data: " + error.to_json() + b"\n\n"
+    return sse_event(error.to_json())
+
+
+def rate_limit_error(retry_after_s: float) -> RateLimited:
+    """A 429 with OpenAI's retry headers: ``retry-after`` in seconds as given (fractions
+    too, unlike the gateway's whole seconds) and ``retry-after-ms``."""
+    error = RateLimited(RATE_LIMITED_MESSAGE)
+    error.headers["retry-after"] = f"{retry_after_s:g}"
+    error.headers["retry-after-ms"] = str(round(retry_after_s * 1000))
+    return error
 
 
 class StreamEncoder(Protocol):
@@ -74,13 +84,13 @@ class _SplicingEncoder:
         payload = {**self._base, "choices": [choice]}
         if self._include_usage:
             payload["usage"] = None
-        return sse_event(payload)
+        return _json_event(payload)
 
     def content(self, index: int, piece: str) -> bytes:
         return self._heads[index] + orjson.dumps(piece) + self._tails[index]
 
     def usage(self, usage: dict[str, object]) -> bytes:
-        return sse_event({**self._base, "choices": [], "usage": usage})
+        return _json_event({**self._base, "choices": [], "usage": usage})
 
 
 class ChatStreamEncoder(_SplicingEncoder):

@@ -16,15 +16,10 @@ from typing import Any
 import orjson
 
 from hasten.config import UpstreamConfig
-from hasten.errors import HastenError, UpstreamError, UpstreamTimeout
+from hasten.errors import HastenError, UpstreamConnectError, UpstreamError, UpstreamTimeout
 from hasten.proxy.sse import DONE, SSEDecoder
 from hasten.upstream.retry import is_retryable_status, parse_retry_after_s
-from hasten.upstream.transport import (
-    Transport,
-    UpstreamConnectError,
-    UpstreamRequest,
-    UpstreamResponse,
-)
+from hasten.upstream.transport import Transport, UpstreamRequest, UpstreamResponse
 
 ERROR_BODY_TIMEOUT_S = 5.0
 _TOKEN_DELTA_KEYS = ("content", "refusal", "tool_calls", "function_call", "reasoning_content")

@@ -13,16 +13,10 @@ from typing import Protocol
 
 import aiohttp
 
-from hasten.errors import UpstreamError, UpstreamTimeout
+from hasten.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
 
 DEFAULT_MAX_CONNECTIONS = 512
 KEEPALIVE_TIMEOUT_S = 30.0
-
-
-class UpstreamConnectError(UpstreamError):
-    """No connection could be made: safe to retry, nothing was sent."""
-
-    default_code = "upstream_unreachable"
 
 
 @dataclass(frozen=True, slots=True)
