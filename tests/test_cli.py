@@ -92,7 +92,7 @@ def test_check_config_without_upstreams_mentions_simulator(
     ("text", "fragment"),
     [
         ("[server\n", "invalid TOML"),
-        ("bogus = 1\n", "unknown key 'bogus'"),
+        ("bogus = 1\n", "bogus: unknown key (known: aliases, "),
         (
             '[upstreams.a]\nurl = "http://a"\nconnect_timeout_s = "5"\n'
             '[models."*"]\nupstream = "a"\n',

@@ -26,6 +26,7 @@ from hasten.asgi import (
 from hasten.auth import Authenticator, Caller
 from hasten.cache import TieredCache, build_cache
 from hasten.config import GatewayConfig
+from hasten.config.served import served_config
 from hasten.errors import HastenError, MethodNotAllowed, NotFound
 from hasten.gateway import Gateway, Stats
 from hasten.openapi import openapi_json
@@ -67,7 +68,8 @@ class HastenApp:
         transport: Transport | None = None,
         engine: EngineStatus | None = None,
     ) -> None:
-        self.config = config
+        # Any parsed config can be served: the app adds what needs no process (hybrid routes).
+        self.config = served_config(config)
         self._transport = transport
         self._engine = engine
         self._openapi = openapi_json()
@@ -264,12 +266,14 @@ def _semantic_tier(config: GatewayConfig, cache: TieredCache | None) -> Semantic
     settings = config.semantic
     if not settings.is_enabled or cache is None:
         return None
-    from hasten.semantic import FreshnessPolicy, SemanticCache, SemanticConfig, build_embedder
+    # The store's own config, not the [semantic] table (hasten.config.semantic.SemanticConfig).
+    from hasten.semantic import FreshnessPolicy, SemanticCache, build_embedder
+    from hasten.semantic import SemanticConfig as SemanticStoreConfig
     from hasten.semantic.tier import SemanticTier
 
     semantic = SemanticCache(
         build_embedder(settings.embedder, num_threads=settings.num_threads),
-        SemanticConfig(
+        SemanticStoreConfig(
             path=Path(settings.path),
             min_similarity=settings.min_similarity,
             max_error_rate=settings.max_error_rate,

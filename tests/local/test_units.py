@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hasten.config.reader import TomlTable
 from hasten.errors import ConfigError, InvalidRequest
-from hasten.local.config import EngineConfig, parse_local_table
+from hasten.local.config import EngineConfig, parse_local
 from hasten.local.protocol import parse_chat_request
 from hasten.local.sampling import SamplingParams, TokenSampler
 from hasten.local.scheduler import (
@@ -318,11 +319,11 @@ def test_parse_chat_request_rejects_bad_fields(change: dict[str, object]) -> Non
 
 
 def test_local_config_table() -> None:
-    config = parse_local_table({"port": 9000, "n_ctx": 2048, "model_path": "/m.gguf"})
+    config = parse_local(TomlTable({"port": 9000, "n_ctx": 2048, "model_path": "/m.gguf"}, "local"))
     assert config.port == 9000 and config.engine.n_ctx == 2048
     assert str(config.engine.model_path) == "/m.gguf"
     with pytest.raises(ConfigError):
-        parse_local_table({"bogus": 1})
+        parse_local(TomlTable({"bogus": 1}, "local"))
     with pytest.raises(ConfigError):
         EngineConfig(max_seqs=0).check()
 
