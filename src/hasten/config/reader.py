@@ -88,8 +88,10 @@ class TomlTable:
     def number(self, key: str, default: float, *, minimum: float = 0.0) -> float:
         """A number >= ``minimum``; a duration (``*_s``) with minimum 0 must be > 0."""
         value = float(self.get(key, (int, float), default))
-        if value < minimum or (minimum == 0.0 and value <= 0.0 and key.endswith("_s")):
-            raise self.error(key, f"must be > {minimum:g}, got {value:g}")
+        if minimum == 0.0 and key.endswith("_s") and value <= 0.0:
+            raise self.error(key, f"must be > 0, got {value:g}")
+        if value < minimum:
+            raise self.error(key, f"must be >= {minimum:g}, got {value:g}")
         return value
 
     def integer(self, key: str, default: int, *, minimum: int = 0) -> int:

@@ -88,6 +88,7 @@ def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> GatewayC
 def overrides_from_cli(args: argparse.Namespace, env: Mapping[str, str]) -> Overrides:
     """The flags given, else the ``HASTEN_*`` variables set."""
     upstream_url = _pick(args.upstream, env, "HASTEN_UPSTREAM")
+    upstream_key = next((env[name] for name in UPSTREAM_KEY_ENVS if env.get(name)), None)
     return Overrides(
         host=_pick(args.host, env, "HASTEN_HOST"),
         port=_port(_pick(args.port, env, "HASTEN_PORT")),
@@ -98,9 +99,7 @@ def overrides_from_cli(args: argparse.Namespace, env: Mapping[str, str]) -> Over
         redis_url=_pick(args.redis_url, env, "HASTEN_REDIS_URL"),
         is_cache_disabled=args.no_cache,
         upstream_url=upstream_url,
-        upstream_api_key=next((env[n] for n in UPSTREAM_KEY_ENVS if env.get(n)), None)
-        if upstream_url
-        else None,
+        upstream_api_key=upstream_key if upstream_url else None,
     )
 
 
