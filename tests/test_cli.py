@@ -92,7 +92,7 @@ def test_check_config_without_upstreams_mentions_simulator(
     ("text", "fragment"),
     [
         ("[server\n", "invalid TOML"),
-        ("bogus = 1\n", "unknown key 'bogus'"),
+        ("bogus = 1\n", "bogus: unknown key (known: aliases, "),
         (
             '[upstreams.a]\nurl = "http://a"\nconnect_timeout_s = "5"\n'
             '[models."*"]\nupstream = "a"\n',
@@ -103,6 +103,9 @@ def test_check_config_without_upstreams_mentions_simulator(
             '[upstreams.a]\nurl = "http://a"\napi_key_env = "HASTEN_TEST_UNSET_VAR"\n',
             "HASTEN_TEST_UNSET_VAR",
         ),
+        ("[semantic]\nenabld = true\n", "semantic.enabld: unknown key (known: "),
+        ('[hybrid]\npolicy = "local-only"\nmodle = "x"\n', "hybrid.modle: unknown key (known: "),
+        ("[local]\nn_thread = 2\n", "local.n_thread: unknown key (known: "),
     ],
 )
 def test_check_config_invalid(

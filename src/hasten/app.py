@@ -17,6 +17,7 @@ from hasten.asgi import Message, Receive, Scope, Send, header, send_error, send_
 from hasten.auth import Authenticator, Caller
 from hasten.cache import TieredCache, build_cache
 from hasten.config import GatewayConfig
+from hasten.config.served import served_config
 from hasten.errors import ClientGone, HastenError, MethodNotAllowed, NotFound
 from hasten.gateway import Gateway, Stats
 from hasten.openapi import openapi_json
@@ -58,7 +59,8 @@ class HastenApp:
         transport: Transport | None = None,
         engine: EngineStatus | None = None,
     ) -> None:
-        self.config = config
+        # Any parsed config can be served: the app adds what needs no process (hybrid routes).
+        self.config = served_config(config)
         self._transport = transport
         self._engine = engine
         self._openapi = openapi_json()

@@ -285,29 +285,37 @@ def test_with_upstream_rejects_bad_url() -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "key", "where"),
+    ("text", "path", "known"),
     [
-        ("bogus = 1\n", "bogus", "top level"),
-        ("[server]\nhots = 'x'\n", "hots", "[server]"),
-        ("[cache]\nbakend = 'memory'\n", "bakend", "[cache]"),
-        (MINIMAL + "\n[upstreams.b]\nurl = 'http://b'\ntimeout = 3\n", "timeout", "[upstreams.b]"),
-        (MINIMAL + "\n[models.m]\nupstream = 'a'\nfallback = ['a']\n", "fallback", "[models.m]"),
+        ("bogus = 1\n", "bogus", "aliases, cache, hybrid, local, models, semantic, server"),
+        ("[server]\nhots = 'x'\n", "server.hots", "host"),
+        ("[cache]\nbakend = 'memory'\n", "cache.bakend", "backend"),
+        (
+            MINIMAL + "\n[upstreams.b]\nurl = 'http://b'\ntimeout = 3\n",
+            "upstreams.b.timeout",
+            "url",
+        ),
+        (
+            MINIMAL + "\n[models.m]\nupstream = 'a'\nfallback = ['a']\n",
+            "models.m.fallback",
+            "fallbacks",
+        ),
         (
             MINIMAL + "\n[models.m]\nupstream = 'a'\ncache = { ttl = 3 }\n",
-            "ttl",
-            "[models.m.cache]",
+            "models.m.cache.ttl",
+            "ttl_s",
         ),
         (
             "[server]\napi_keys = [{ tenant = 't', api_key = 'k', role = 'x' }]\n",
-            "role",
-            "[server.api_keys[0]]",
+            "server.api_keys[0].role",
+            "api_key, api_key_env, tenant",
         ),
     ],
 )
-def test_unknown_key_names_key_and_table(tmp_path: Path, text: str, key: str, where: str) -> None:
+def test_unknown_key_names_key_and_table(tmp_path: Path, text: str, path: str, known: str) -> None:
     message = _error(tmp_path, text)
-    assert f"unknown key {key!r}" in message
-    assert where in message
+    assert message.startswith(f"{path}: unknown key (known: "), message
+    assert known in message
 
 
 # --- wrong types ----------------------------------------------------------------------------

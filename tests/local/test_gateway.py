@@ -14,7 +14,7 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionSystemMessageParam
 
 from hasten.config import GatewayConfig, TimeoutConfig
-from hasten.local.gateway import with_hybrid_routes, with_local_upstream
+from hasten.config.served import served_config
 from hasten.routing.hybrid import HybridConfig
 from hasten.simulator import SimConfig
 from hasten.simulator import build_app as build_sim
@@ -57,7 +57,7 @@ def _edge_config(cloud_url: str, local_url: str, hybrid: HybridConfig | None) ->
         timeouts=TimeoutConfig(first_byte_s=30, total_s=60),
     )
     config = replace(config, hybrid=hybrid)
-    return with_hybrid_routes(with_local_upstream(config, local_url + "/v1"))
+    return served_config(config, local_url=local_url + "/v1")
 
 
 @pytest.fixture(scope="module")

@@ -93,7 +93,7 @@ def test_plain_routes_get_default_routing() -> None:
         ),
         (
             {"deployments": [{"upstream": "east", "colour": "red"}]},
-            "unknown key 'colour' in [models.gpt.deployments[0]]",
+            "models.gpt.deployments[0].colour: unknown key (known: max_concurrency, priority",
         ),
         (
             {"upstream": "east", "routing": {"hedge": {"quantile": 1.5}}},
@@ -129,7 +129,7 @@ def test_plain_routes_get_default_routing() -> None:
         ),
         (
             {"upstream": "east", "routing": {"hedging": True}},
-            "unknown key 'hedging' in [models.gpt.routing]",
+            "models.gpt.routing.hedging: unknown key (known: affinity, ",
         ),
     ],
 )

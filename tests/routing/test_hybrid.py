@@ -1,4 +1,4 @@
-"""Hybrid local/cloud decisions: pure, no I/O."""
+"""Hybrid local/cloud decisions and the ``[hybrid]`` table: pure, no I/O."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hasten.routing.hybrid import HybridConfig, complexity_score, decide_hybrid
+from hasten.config.reader import TomlTable
+from hasten.errors import ConfigError
+from hasten.routing.hybrid import HybridConfig, complexity_score, decide_hybrid, parse_hybrid
 
 
 def _chat(text: str, **extra: Any) -> dict[str, Any]:
@@ -71,3 +73,62 @@ def test_complexity_is_bounded_and_monotone_in_hard_words(text: str) -> None:
 
 def test_decision_header_names_target_and_reason() -> None:
     assert decide_hybrid(_chat("hi"), LOCAL_FIRST).header == "local; reason=easy"
+
+
+# --- the [hybrid] table ---------------------------------------------------------------------
+
+MODELS = {"gpt": object()}
+
+
+def _parse(table: dict[str, Any], models: dict[str, Any] = MODELS) -> HybridConfig:
+    return parse_hybrid(TomlTable(table, "hybrid"), known_models=models)
+
+
+def test_hybrid_table_keys_and_defaults() -> None:
+    assert _parse({"cloud_model": "gpt"}) == HybridConfig(cloud_model="gpt")
+    config = _parse(
+        {
+            "model": "smart",
+            "policy": "cloud-first",
+            "cloud_model": "gpt",
+            "max_local_prompt_tokens": 100,
+            "max_local_output_tokens": 50,
+            "max_local_turns": 2,
+            "max_complexity": 0.5,
+            "cloud_first_token_timeout_s": 1,
+        }
+    )
+    assert config == HybridConfig("smart", "cloud-first", "gpt", 100, 50, 2, 0.5, 1)
+    assert _parse({"policy": "local-only"}).cloud_model == ""  # no cloud side needed
+    assert _parse({"cloud_model": "any"}, {"*": object()}).cloud_model == "any"
+    # The limits have always taken a float too, kept as written.
+    assert _parse({"cloud_model": "gpt", "max_local_turns": 2.5}).max_local_turns == 2.5
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"policy": "fast"}, "hybrid.policy: expected one of local-first, cloud-first"),
+        ({"policy": "cloud-first"}, "hybrid.cloud_model: required for policy 'cloud-first'"),
+        ({"cloud_model": "nope"}, "hybrid.cloud_model: unknown model 'nope'"),
+        ({"cloud_model": "gpt", "model": "gpt"}, "hybrid.model: 'gpt' is also a [models] route"),
+        ({"cloud_model": 3}, "hybrid.cloud_model: expected a string, got int 3"),
+        (
+            {"cloud_model": "gpt", "max_local_turns": 0},
+            "hybrid.max_local_turns: expected a number > 0",
+        ),
+        (
+            {"cloud_model": "gpt", "max_complexity": -1},
+            "hybrid.max_complexity: expected a number > 0",
+        ),
+        (
+            {"cloud_model": "gpt", "max_complexity": True},
+            "hybrid.max_complexity: expected an integer",
+        ),
+        ({"cloud_model": "gpt", "modle": "x"}, "hybrid.modle: unknown key (known: "),
+    ],
+)
+def test_hybrid_table_errors_name_their_key(table: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        _parse(table)
+    assert str(info.value).startswith(message), str(info.value)

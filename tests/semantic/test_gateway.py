@@ -14,7 +14,7 @@ import pytest
 
 from hasten.auth import Authenticator
 from hasten.config import CacheConfig, GatewayConfig
-from hasten.config.semantic import SemanticSettings
+from hasten.config.semantic import SemanticConfig
 from hasten.simulator import SimConfig, build_app
 from tests.gateway_fixtures import (
     ScriptedUpstream,
@@ -40,7 +40,7 @@ def _config(sim_url: str, tmp: Path, **keys: str) -> GatewayConfig:
         api_keys=list(keys.items()),
         admin_api_key=ADMIN_KEY,
     )
-    semantic = SemanticSettings(is_enabled=True, path=str(tmp / "semantic.sqlite3"))
+    semantic = SemanticConfig(is_enabled=True, path=str(tmp / "semantic.sqlite3"))
     return replace(config, semantic=semantic)
 
 
@@ -209,7 +209,7 @@ def test_replicas_share_semantic_entries_through_redis(
         cache = CacheConfig(backend="redis", redis_url=redis_url)
         config = make_config({"sim": sim.url + "/v1"}, cache=cache, admin_api_key=ADMIN_KEY)
         path = str(tmp_path / f"{name}.sqlite3")
-        return replace(config, semantic=SemanticSettings(is_enabled=True, path=path))
+        return replace(config, semantic=SemanticConfig(is_enabled=True, path=path))
 
     question = f"{QUESTION} ({tmp_path.name})"  # unique within the session's shared Redis
     with running_gateway(replica("one")) as one, running_gateway(replica("two")) as two:

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from hasten.errors import ConfigError
+from hasten.config.reader import TomlTable
 
 EMBEDDERS = ("e5", "minilm")
 EVICTIONS = ("lru", "lfu")
 
 
 @dataclass(frozen=True, slots=True)
-class SemanticSettings:
+class SemanticConfig:
     """Off by default: each exact miss then pays one local embedding (about 10-40 ms)."""
 
     is_enabled: bool = False
@@ -28,38 +26,27 @@ class SemanticSettings:
     num_threads: int = 0  # 0: measured per batch (``E5Embedder``); n: always n
 
 
-_KINDS: dict[str, tuple[type, ...]] = {
-    "enabled": (bool,),
-    "embedder": (str,),
-    "path": (str,),
-    "min_similarity": (float, int),
-    "max_error_rate": (float, int),
-    "max_entries": (int,),
-    "eviction": (str,),
-    "default_ttl_s": (float, int),
-    "short_ttl_s": (float, int),
-    "num_threads": (int,),
-}
-
-
-def parse_semantic(table: Mapping[str, Any]) -> SemanticSettings:
-    values: dict[str, Any] = {}
-    for key, value in table.items():
-        kinds = _KINDS.get(key)
-        if kinds is None:
-            raise ConfigError(f"semantic: unknown key {key!r} (known: {', '.join(_KINDS)})")
-        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-            raise ConfigError(f"semantic.{key}: expected {kinds[0].__name__}, got {value!r}")
-        values["is_enabled" if key == "enabled" else key] = value
-    settings = SemanticSettings(**values)
-    if settings.embedder not in EMBEDDERS:
-        raise ConfigError(f"semantic.embedder: expected one of {', '.join(EMBEDDERS)}")
-    if settings.eviction not in EVICTIONS:
-        raise ConfigError(f"semantic.eviction: expected one of {', '.join(EVICTIONS)}")
-    if settings.min_similarity is not None and not 0 < settings.min_similarity < 1:
-        raise ConfigError("semantic.min_similarity: must be between 0 and 1")
-    if settings.num_threads < 0:
-        raise ConfigError("semantic.num_threads: 0 (measured) or a positive count")
-    if settings.max_error_rate is not None and not 0 < settings.max_error_rate < 0.5:
-        raise ConfigError("semantic.max_error_rate: must be between 0 and 0.5")
-    return settings
+def parse_semantic(table: TomlTable) -> SemanticConfig:
+    d = SemanticConfig()
+    config = SemanticConfig(
+        is_enabled=table.boolean("enabled", d.is_enabled),
+        embedder=table.choice("embedder", d.embedder, EMBEDDERS),
+        path=table.string("path", d.path),
+        min_similarity=table.optional_real("min_similarity"),
+        max_error_rate=table.optional_real("max_error_rate"),
+        max_entries=int(table.get("max_entries", int, d.max_entries)),
+        eviction=table.choice("eviction", d.eviction, EVICTIONS),
+        default_ttl_s=table.real("default_ttl_s", d.default_ttl_s),
+        short_ttl_s=table.real("short_ttl_s", d.short_ttl_s),
+        num_threads=table.integer("num_threads", d.num_threads, minimum=0),
+    )
+    table.finish()
+    if config.min_similarity is not None and not 0 < config.min_similarity < 1:
+        raise table.error(
+            "min_similarity", f"must be between 0 and 1, got {config.min_similarity:g}"
+        )
+    if config.max_error_rate is not None and not 0 < config.max_error_rate < 0.5:
+        raise table.error(
+            "max_error_rate", f"must be between 0 and 0.5, got {config.max_error_rate:g}"
+        )
+    return config

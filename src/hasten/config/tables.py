@@ -8,17 +8,15 @@ the dataclasses that hold them exclude the secret from ``repr``.
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from hasten.cache.policy import ModelCachePolicy
-from hasten.config.reader import TomlTable
-from hasten.config.semantic import SemanticSettings, parse_semantic
+from hasten.config.reader import TomlTable, read_toml_file
+from hasten.config.semantic import SemanticConfig, parse_semantic
 from hasten.errors import ConfigError
-from hasten.local.config import LocalServerConfig, parse_local_table
+from hasten.local.config import LocalServerConfig, parse_local
 from hasten.proxy.validation import DEFAULT_MAX_JSON_DEPTH, MAX_JSON_DEPTH_LIMIT
 from hasten.routing.hybrid import HybridConfig, parse_hybrid
 from hasten.routing.settings import (
@@ -144,7 +142,7 @@ class GatewayConfig:
     cache: CacheConfig = CacheConfig()
     local: LocalServerConfig | None = None  # the llama.cpp engine child, when enabled
     hybrid: HybridConfig | None = None
-    semantic: SemanticSettings = field(default_factory=SemanticSettings)
+    semantic: SemanticConfig = field(default_factory=SemanticConfig)
 
     @property
     def is_simulated(self) -> bool:
@@ -157,14 +155,12 @@ def _secret(table: TomlTable, env: Mapping[str, str], *, what: str) -> str | Non
     literal = table.get("api_key", str, None)
     env_name = table.get("api_key_env", str, None)
     if literal is not None and env_name is not None:
-        raise ConfigError(f"{table.path}: set api_key or api_key_env, not both")
+        raise table.error(None, "set api_key or api_key_env, not both")
     if env_name is None:
         return literal  # type: ignore[no-any-return]
     value = env.get(env_name)
     if not value:
-        raise ConfigError(
-            f"{table.path}.api_key_env: environment variable {env_name} for {what} is not set"
-        )
+        raise table.error("api_key_env", f"environment variable {env_name} for {what} is not set")
     return value
 
 
@@ -220,10 +216,10 @@ def check_url(url: str, where: str) -> str:
 def _upstream(name: str, table: TomlTable, env: Mapping[str, str]) -> UpstreamConfig:
     url = table.get("url", str, None)
     if url is None:
-        raise ConfigError(f"{table.path}: missing required key 'url'")
+        raise table.error(None, "missing required key 'url'")
     config = UpstreamConfig(
         name=name,
-        url=check_url(url, f"{table.path}.url"),
+        url=check_url(url, table.where("url")),
         api_key=_secret(table, env, what=f"upstream {name!r}"),
         timeouts=_timeouts(table),
         retry=_retry(table),
@@ -252,13 +248,13 @@ def _route(
         upstream, fallbacks = deployments[0].upstream, [d.upstream for d in deployments[1:]]
     else:
         upstream, fallbacks = _upstream_and_fallbacks(table, upstreams)
-    has_cache = "cache" in table.data
+    has_cache, cache_table = "cache" in table.data, table.table("cache")
     route = ModelRoute(
         name=name,
         upstream=upstream,
         fallbacks=tuple(fallbacks),
         upstream_model=table.get("upstream_model", str, None),
-        cache=_model_cache(table.table("cache"), cache) if has_cache else None,
+        cache=_model_cache(cache_table, cache) if has_cache else None,
         routing=parse_routing(table.table("routing"), deployments),
     )
     table.finish()
@@ -270,15 +266,15 @@ def _upstream_and_fallbacks(
 ) -> tuple[str, list[Any]]:
     upstream = table.get("upstream", str, None)
     if upstream is None:
-        raise ConfigError(f"{table.path}: missing required key 'upstream' (or 'deployments')")
+        raise table.error(None, "missing required key 'upstream' (or 'deployments')")
     fallbacks = table.get("fallbacks", list, [])
     for i, target in enumerate([upstream, *fallbacks]):
         if not isinstance(target, str):
-            raise ConfigError(f"{table.path}.fallbacks[{i - 1}]: expected a string")
+            raise table.error(f"fallbacks[{i - 1}]", "expected a string")
         if target not in upstreams:
             key = "upstream" if i == 0 else f"fallbacks[{i - 1}]"
             known = ", ".join(sorted(upstreams)) or "none"
-            raise ConfigError(f"{table.path}.{key}: unknown upstream {target!r} (known: {known})")
+            raise table.error(key, f"unknown upstream {target!r} (known: {known})")
     return upstream, fallbacks
 
 
@@ -288,12 +284,12 @@ def _deployments(table: TomlTable, upstreams: Mapping[str, Any]) -> tuple[Deploy
     if items is None:
         return ()
     if "upstream" in table.data or "fallbacks" in table.data:
-        raise ConfigError(f"{table.path}: set 'deployments' or 'upstream'/'fallbacks', not both")
+        raise table.error(None, "set 'deployments' or 'upstream'/'fallbacks', not both")
     if not items:
-        raise ConfigError(f"{table.path}.deployments: needs at least one deployment")
+        raise table.error("deployments", "needs at least one deployment")
     parsed: list[DeploymentConfig] = []
     for i, item in enumerate(items):
-        where = f"{table.path}.deployments[{i}]"
+        where = table.where(f"deployments[{i}]")
         if not isinstance(item, dict):
             raise ConfigError(f'{where}: expected a table like {{ upstream = "name" }}')
         deployment = parse_deployment(TomlTable(item, where), upstreams)
@@ -345,12 +341,12 @@ def _server(table: TomlTable, env: Mapping[str, str]) -> ServerConfig:
     keys: list[TenantKey] = []
     for i, item in enumerate(table.get("api_keys", list, [])):
         if not isinstance(item, dict):
-            raise ConfigError(f"{table.path}.api_keys[{i}]: expected a table")
-        key_table = TomlTable(item, f"{table.path}.api_keys[{i}]")
+            raise table.error(f"api_keys[{i}]", "expected a table")
+        key_table = TomlTable(item, table.where(f"api_keys[{i}]"))
         tenant = key_table.get("tenant", str, None)
         secret = _secret(key_table, env, what="a gateway key")
         if tenant is None or secret is None:
-            raise ConfigError(f"{key_table.path}: needs 'tenant' and 'api_key' or 'api_key_env'")
+            raise key_table.error(None, "needs 'tenant' and 'api_key' or 'api_key_env'")
         key_table.finish()
         keys.append(TenantKey(tenant=tenant, key=secret))
     config = ServerConfig(
@@ -371,9 +367,8 @@ def _server(table: TomlTable, env: Mapping[str, str]) -> ServerConfig:
         log_format=table.get("log_format", str, d.log_format),
     )
     if config.log_format not in LOG_FORMATS:
-        raise ConfigError(
-            f"{table.path}.log_format: expected one of {', '.join(LOG_FORMATS)}, "
-            f"got {config.log_format!r}"
+        raise table.error(
+            "log_format", f"expected one of {', '.join(LOG_FORMATS)}, got {config.log_format!r}"
         )
     table.finish()
     return config
@@ -382,7 +377,7 @@ def _server(table: TomlTable, env: Mapping[str, str]) -> ServerConfig:
 def _admin_key(table: TomlTable, env: Mapping[str, str], keys: list[TenantKey]) -> str | None:
     """The admin key from ``admin_api_key_env`` (default HASTEN_ADMIN_API_KEY, optional)."""
     env_name = table.get("admin_api_key_env", str, None)
-    where = f"{table.path}.admin_api_key_env"
+    where = table.where("admin_api_key_env")
     if env_name is None:
         env_name, where = DEFAULT_ADMIN_KEY_ENV, f"{where} (default {DEFAULT_ADMIN_KEY_ENV})"
         value = env.get(env_name) or None
@@ -400,9 +395,7 @@ def _admin_key(table: TomlTable, env: Mapping[str, str], keys: list[TenantKey]) 
 def _max_json_depth(table: TomlTable, default: int) -> int:
     depth = table.integer("max_json_depth", default, minimum=1)
     if depth > MAX_JSON_DEPTH_LIMIT:
-        raise ConfigError(
-            f"{table.path}.max_json_depth: must be <= {MAX_JSON_DEPTH_LIMIT}, got {depth}"
-        )
+        raise table.error("max_json_depth", f"must be <= {MAX_JSON_DEPTH_LIMIT}, got {depth}")
     return depth
 
 
@@ -421,20 +414,23 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str]) -> GatewayConf
         name: _route(name, model_tables.table(name), upstreams, cache) for name in model_tables.data
     }
     if upstreams and not models:
-        raise ConfigError('models: no model routes; add e.g. [models."*"] upstream = "..."')
-    aliases = root.get("aliases", dict, {})
+        raise model_tables.error(None, 'no model routes; add e.g. [models."*"] upstream = "..."')
+    alias_table = root.table("aliases")
+    aliases = dict(alias_table.data)
     for alias, target in aliases.items():
         if not isinstance(target, str):
-            raise ConfigError(f"aliases.{alias}: expected a model name string")
+            raise alias_table.error(alias, "expected a model name string")
         if target not in models and WILDCARD_MODEL not in models:
-            raise ConfigError(f"aliases.{alias}: points at unknown model {target!r}")
-    local = parse_local_table(root.get("local", dict, {})) if "local" in data else None
+            raise alias_table.error(alias, f"points at unknown model {target!r}")
+    # Both tables are read even when absent, so that a typo's message lists them as known.
+    local_table, hybrid_table = root.table("local"), root.table("hybrid")
+    local = parse_local(local_table) if "local" in data else None
     hybrid = None
     if "hybrid" in data:
-        hybrid = parse_hybrid(root.get("hybrid", dict, {}), known_models=models)
+        hybrid = parse_hybrid(hybrid_table, known_models=models)
         if hybrid.policy != "cloud-only" and local is None:
             local = LocalServerConfig()  # a hybrid route needs the local engine running
-    semantic = parse_semantic(root.get("semantic", dict, {}))
+    semantic = parse_semantic(root.table("semantic"))
     root.finish()
     return GatewayConfig(
         semantic=semantic,
@@ -452,13 +448,7 @@ def load_config(path: str | os.PathLike[str] | None, env: Mapping[str, str]) -> 
     """Loads a TOML file (or the embedded defaults when ``path`` is None)."""
     if path is None:
         return parse_config({}, env)
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
-    return parse_config(data, env)
+    return parse_config(read_toml_file(path).data, env)
 
 
 def with_upstream(config: GatewayConfig, url: str, api_key: str | None) -> GatewayConfig:

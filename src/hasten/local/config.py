@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from hasten.errors import ConfigError, ModelFileNotFound
+
+if TYPE_CHECKING:
+    # Only a type here: hasten.config imports this module to read its [local] table.
+    from hasten.config.reader import TomlTable
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8091
@@ -78,10 +80,13 @@ class EngineConfig:
             "default_max_tokens": 1,
         }
         for name, minimum in minimums.items():
-            if getattr(self, name) < minimum:
-                raise ConfigError(f"local.{name} must be at least {minimum}")
+            if (value := getattr(self, name)) < minimum:
+                raise ConfigError(f"local.{name}: must be >= {minimum}, got {value}")
         if self.max_step_tokens > self.n_ctx:
-            raise ConfigError("local.max_step_tokens must not exceed local.n_ctx")
+            raise ConfigError(
+                f"local.max_step_tokens: must not exceed local.n_ctx ({self.n_ctx}), "
+                f"got {self.max_step_tokens}"
+            )
         return self
 
 
@@ -99,56 +104,46 @@ class LocalServerConfig:
     max_restarts_per_minute: int = 5
 
 
-def parse_local_table(table: Mapping[str, Any]) -> LocalServerConfig:
-    """Reads ``[local]``: host, port, command and any ``EngineConfig`` field, by name."""
-    engine_names = {item.name for item in fields(EngineConfig)}
-    server_names = {"host", "port", "command", "restart_backoff_s", "max_restarts_per_minute"}
-    unknown = set(table) - engine_names - server_names
-    if unknown:
-        raise ConfigError(f"unknown keys in [local]: {', '.join(sorted(unknown))}")
-    engine_values: dict[str, Any] = {}
-    for name in engine_names & set(table):
-        value = table[name]
-        if name == "model_path":
-            if not isinstance(value, str):
-                raise ConfigError("local.model_path must be a string")
-            engine_values[name] = Path(value)
-        elif not isinstance(value, int) or isinstance(value, bool):
-            raise ConfigError(f"local.{name} must be an integer")
-        else:
-            engine_values[name] = value
-    host = table.get("host", DEFAULT_HOST)
-    port = table.get("port", DEFAULT_PORT)
-    if not isinstance(host, str) or not isinstance(port, int):
-        raise ConfigError("local.host must be a string and local.port an integer")
-    command = table.get("command", [])
-    if not isinstance(command, list) or not all(isinstance(word, str) for word in command):
-        raise ConfigError("local.command must be a list of strings")
-    backoff_s = table.get("restart_backoff_s", LocalServerConfig.restart_backoff_s)
-    if isinstance(backoff_s, bool) or not isinstance(backoff_s, int | float) or backoff_s < 0:
-        raise ConfigError("local.restart_backoff_s must be a number of seconds >= 0")
-    max_restarts = table.get("max_restarts_per_minute", LocalServerConfig.max_restarts_per_minute)
-    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
-        raise ConfigError("local.max_restarts_per_minute must be an integer >= 0")
-    return LocalServerConfig(
-        host,
-        port,
-        EngineConfig(**engine_values).check(),
-        tuple(command),
-        float(backoff_s),
-        max_restarts,
+def parse_local(table: TomlTable) -> LocalServerConfig:
+    """Reads ``[local]``: host, port, command, the restart policy and the ``EngineConfig``."""
+    d, e = LocalServerConfig(), EngineConfig()
+    model_path = table.optional_string("model_path")
+    engine = EngineConfig(
+        model_path=None if model_path is None else Path(model_path),
+        n_ctx=int(table.get("n_ctx", int, e.n_ctx)),
+        n_threads=int(table.get("n_threads", int, e.n_threads)),
+        n_threads_single_token=int(
+            table.get("n_threads_single_token", int, e.n_threads_single_token)
+        ),
+        thread_probe_steps=int(table.get("thread_probe_steps", int, e.thread_probe_steps)),
+        max_seqs=int(table.get("max_seqs", int, e.max_seqs)),
+        max_queue=int(table.get("max_queue", int, e.max_queue)),
+        max_step_tokens=int(table.get("max_step_tokens", int, e.max_step_tokens)),
+        num_cache_slots=int(table.get("num_cache_slots", int, e.num_cache_slots)),
+        default_max_tokens=int(table.get("default_max_tokens", int, e.default_max_tokens)),
     )
+    backoff_s = table.real("restart_backoff_s", d.restart_backoff_s)
+    if backoff_s < 0:
+        raise table.error("restart_backoff_s", f"must be >= 0, got {backoff_s:g}")
+    config = LocalServerConfig(
+        host=table.string("host", d.host),
+        port=int(table.get("port", int, d.port)),
+        engine=engine.check(),
+        command=table.strings("command", d.command),
+        restart_backoff_s=backoff_s,
+        max_restarts_per_minute=table.integer(
+            "max_restarts_per_minute", d.max_restarts_per_minute, minimum=0
+        ),
+    )
+    table.finish()
+    return config
 
 
 def load_local_config(path: str | os.PathLike[str] | None) -> LocalServerConfig:
+    """The ``[local]`` table of the file at ``path`` (other tables are the gateway's)."""
     if path is None:
         return LocalServerConfig()
-    try:
-        with open(path, "rb") as handle:
-            data = tomllib.load(handle)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"cannot read config {path}: {exc}") from exc
-    table = data.get("local", {})
-    if not isinstance(table, dict):
-        raise ConfigError("[local] must be a table")
-    return parse_local_table(table)
+    # Imported here: hasten.config imports this module for the gateway's [local] table.
+    from hasten.config.reader import read_toml_file
+
+    return parse_local(read_toml_file(path).table("local"))

@@ -62,10 +62,18 @@ def with_local_upstream(config: GatewayConfig, url: str) -> GatewayConfig:
 
 
 def with_hybrid_routes(config: GatewayConfig) -> GatewayConfig:
-    """Adds ``<model>@local`` and ``<model>@cloud`` for a ``[hybrid]`` section, if any."""
-    if config.hybrid is None:
+    """Adds ``<model>@local`` and ``<model>@cloud`` for a ``[hybrid]`` section, if any.
+
+    Routes added before are derived again from the rest, so this can be applied to its own
+    output, also after the local upstream was added in between.
+    """
+    hybrid = config.hybrid
+    if hybrid is None:
         return config
-    return replace(config, models={**config.models, **hybrid_routes(config, config.hybrid)})
+    derived = {route_name(hybrid.model, "local"), route_name(hybrid.model, "cloud")}
+    models = {name: route for name, route in config.models.items() if name not in derived}
+    config = replace(config, models=models)
+    return replace(config, models={**models, **hybrid_routes(config, hybrid)})
 
 
 def hybrid_routes(config: GatewayConfig, hybrid: HybridConfig) -> dict[str, ModelRoute]:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
-from hasten.errors import ConfigError
+if TYPE_CHECKING:
+    # Only a type here: hasten.config imports this module to read its [hybrid] table.
+    from hasten.config.reader import TomlTable
 
 Target = Literal["local", "cloud"]
 POLICIES = ("local-first", "cloud-first", "local-only", "cloud-only")
@@ -116,33 +118,39 @@ def decide_hybrid(body: Mapping[str, Any], config: HybridConfig) -> HybridDecisi
     return HybridDecision("cloud", "local", reason)
 
 
-def parse_hybrid(table: Mapping[str, Any], *, known_models: Mapping[str, Any]) -> HybridConfig:
+def parse_hybrid(table: TomlTable, *, known_models: Mapping[str, Any]) -> HybridConfig:
     """Reads ``[hybrid]``; the cloud side must name a configured model route."""
-    defaults = HybridConfig()
-    values: dict[str, Any] = {}
-    for item in fields(HybridConfig):
-        if item.name not in table:
-            continue
-        value, default = table[item.name], getattr(defaults, item.name)
-        is_number = isinstance(value, int | float) and not isinstance(value, bool)
-        if isinstance(default, str) and not isinstance(value, str):
-            raise ConfigError(f"hybrid.{item.name}: expected a string, got {value!r}")
-        if isinstance(default, int | float) and not (is_number and value > 0):
-            raise ConfigError(f"hybrid.{item.name}: expected a number > 0, got {value!r}")
-        values[item.name] = value
-    unknown = sorted(set(table) - {item.name for item in fields(HybridConfig)})
-    if unknown:
-        raise ConfigError(f"hybrid: unknown key {unknown[0]!r}")
-    config = HybridConfig(**values)
-    if config.policy not in POLICIES:
-        raise ConfigError(
-            f"hybrid.policy: expected one of {', '.join(POLICIES)}, got {config.policy!r}"
-        )
+    d = HybridConfig()
+    config = HybridConfig(
+        model=table.string("model", d.model),
+        policy=table.choice("policy", d.policy, POLICIES),
+        cloud_model=table.string("cloud_model", d.cloud_model),
+        max_local_prompt_tokens=_positive(
+            table, "max_local_prompt_tokens", d.max_local_prompt_tokens
+        ),
+        max_local_output_tokens=_positive(
+            table, "max_local_output_tokens", d.max_local_output_tokens
+        ),
+        max_local_turns=_positive(table, "max_local_turns", d.max_local_turns),
+        max_complexity=_positive(table, "max_complexity", d.max_complexity),
+        cloud_first_token_timeout_s=_positive(
+            table, "cloud_first_token_timeout_s", d.cloud_first_token_timeout_s
+        ),
+    )
+    table.finish()
     if config.policy != "local-only":
         if not config.cloud_model:
-            raise ConfigError(f"hybrid.cloud_model: required for policy {config.policy!r}")
+            raise table.error("cloud_model", f"required for policy {config.policy!r}")
         if config.cloud_model not in known_models and "*" not in known_models:
-            raise ConfigError(f"hybrid.cloud_model: unknown model {config.cloud_model!r}")
+            raise table.error("cloud_model", f"unknown model {config.cloud_model!r}")
     if config.model in known_models:
-        raise ConfigError(f"hybrid.model: {config.model!r} is also a [models] route")
+        raise table.error("model", f"{config.model!r} is also a [models] route")
     return config
+
+
+def _positive(table: TomlTable, key: str, default: float) -> Any:
+    """A number > 0, kept as written: the token limits have always taken a float too."""
+    value = table.get(key, (int, float), default)
+    if value <= 0:
+        raise table.error(key, f"expected a number > 0, got {value!r}")
+    return value

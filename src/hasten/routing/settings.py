@@ -1,16 +1,18 @@
 """Routing settings of one model: its deployments, hedging, breakers and prefix affinity.
 
 Frozen dataclasses with named defaults, plus their TOML readers. ``hasten.config`` calls the
-readers with its own table type (anything shaped like ``TableReader``), which keeps this module
+readers with its own table type (anything shaped like ``TomlTable``), which keeps this module
 free of an import cycle and gives every bad value a message naming its key.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from hasten.errors import ConfigError
+if TYPE_CHECKING:
+    # Only a type here: hasten.config imports this module to read the routing tables.
+    from hasten.config.reader import TomlTable
 
 DEFAULT_HEDGE_QUANTILE = 0.95
 DEFAULT_HEDGE_BUDGET = 0.05
@@ -75,54 +77,39 @@ class RoutingConfig:
     deployments: tuple[DeploymentConfig, ...] = field(default=())
 
 
-class TableReader(Protocol):
-    path: str
-    data: Any
-
-    def get(self, key: str, kind: type | tuple[type, ...], default: Any) -> Any: ...
-
-    def number(self, key: str, default: float, *, minimum: float = 0.0) -> float: ...
-
-    def integer(self, key: str, default: int, *, minimum: int = 0) -> int: ...
-
-    def table(self, key: str) -> TableReader: ...
-
-    def finish(self) -> None: ...
-
-
-def _fraction(table: TableReader, key: str, default: float, *, is_open: bool = False) -> float:
+def _fraction(table: TomlTable, key: str, default: float, *, is_open: bool = False) -> float:
     value = table.number(key, default)
     upper_ok = value < 1.0 if is_open else value <= 1.0
     if not (value > 0.0 and upper_ok):
         bound = "< 1" if is_open else "<= 1"
-        raise ConfigError(f"{table.path}.{key}: must be > 0 and {bound}, got {value:g}")
+        raise table.error(key, f"must be > 0 and {bound}, got {value:g}")
     return value
 
 
-def _non_negative(table: TableReader, key: str, default: float) -> float:
+def _non_negative(table: TomlTable, key: str, default: float) -> float:
     value = float(table.get(key, (int, float), default))
     if value < 0:
-        raise ConfigError(f"{table.path}.{key}: must be >= 0, got {value:g}")
+        raise table.error(key, f"must be >= 0, got {value:g}")
     return value
 
 
-def _optional_seconds(table: TableReader, key: str) -> float | None:
+def _optional_seconds(table: TomlTable, key: str) -> float | None:
     if key not in table.data:
         table.get(key, (int, float), None)
         return None
     return table.number(key, 1.0)
 
 
-def parse_deployment(table: TableReader, upstreams: Any) -> DeploymentConfig:
+def parse_deployment(table: TomlTable, upstreams: Any) -> DeploymentConfig:
     upstream = table.get("upstream", str, None)
     if upstream is None:
-        raise ConfigError(f"{table.path}: missing required key 'upstream'")
+        raise table.error(None, "missing required key 'upstream'")
     if upstream not in upstreams:
         known = ", ".join(sorted(upstreams)) or "none"
-        raise ConfigError(f"{table.path}.upstream: unknown upstream {upstream!r} (known: {known})")
+        raise table.error("upstream", f"unknown upstream {upstream!r} (known: {known})")
     weight = table.number("weight", 1.0)
     if weight <= 0:
-        raise ConfigError(f"{table.path}.weight: must be > 0, got {weight:g}")
+        raise table.error("weight", f"must be > 0, got {weight:g}")
     config = DeploymentConfig(
         upstream=upstream,
         weight=weight,
@@ -135,7 +122,7 @@ def parse_deployment(table: TableReader, upstreams: Any) -> DeploymentConfig:
     return config
 
 
-def _hedge(table: TableReader) -> HedgeConfig:
+def _hedge(table: TomlTable) -> HedgeConfig:
     d = HedgeConfig()
     config = HedgeConfig(
         is_enabled=table.get("enabled", bool, d.is_enabled),
@@ -147,15 +134,15 @@ def _hedge(table: TableReader) -> HedgeConfig:
         budget_window_s=table.number("budget_window_s", d.budget_window_s),
     )
     if config.min_delay_ms > config.max_delay_ms:
-        raise ConfigError(
-            f"{table.path}.min_delay_ms: must not exceed max_delay_ms "
-            f"({config.min_delay_ms:g} > {config.max_delay_ms:g})"
+        raise table.error(
+            "min_delay_ms",
+            f"must not exceed max_delay_ms ({config.min_delay_ms:g} > {config.max_delay_ms:g})",
         )
     table.finish()
     return config
 
 
-def _breaker(table: TableReader) -> BreakerConfig:
+def _breaker(table: TomlTable) -> BreakerConfig:
     d = BreakerConfig()
     config = BreakerConfig(
         max_consecutive_failures=table.integer(
@@ -169,14 +156,14 @@ def _breaker(table: TableReader) -> BreakerConfig:
         num_half_open_probes=table.integer("half_open_probes", d.num_half_open_probes, minimum=1),
     )
     if config.cooldown_s > config.max_cooldown_s:
-        raise ConfigError(f"{table.path}.cooldown_s: must not exceed max_cooldown_s")
+        raise table.error("cooldown_s", "must not exceed max_cooldown_s")
     if config.min_requests > config.window_size:
-        raise ConfigError(f"{table.path}.min_requests: must not exceed window_size")
+        raise table.error("min_requests", "must not exceed window_size")
     table.finish()
     return config
 
 
-def parse_routing(table: TableReader, deployments: tuple[DeploymentConfig, ...]) -> RoutingConfig:
+def parse_routing(table: TomlTable, deployments: tuple[DeploymentConfig, ...]) -> RoutingConfig:
     """Reads ``[models."<name>".routing]`` (with optional ``.hedge`` and ``.breaker`` tables)."""
     d = RoutingConfig()
     config = RoutingConfig(
@@ -202,17 +189,14 @@ def parse_routing(table: TableReader, deployments: tuple[DeploymentConfig, ...])
         deployments=deployments,
     )
     if config.affinity_load_factor < 1.0:
-        raise ConfigError(
-            f"{table.path}.affinity_load_factor: must be >= 1, got {config.affinity_load_factor:g}"
+        raise table.error(
+            "affinity_load_factor", f"must be >= 1, got {config.affinity_load_factor:g}"
         )
     if config.affinity_key_load_factor < 1.0:
-        raise ConfigError(
-            f"{table.path}.affinity_key_load_factor: must be >= 1, "
-            f"got {config.affinity_key_load_factor:g}"
+        raise table.error(
+            "affinity_key_load_factor", f"must be >= 1, got {config.affinity_key_load_factor:g}"
         )
     if config.affinity_min_prefix_chars > config.affinity_max_prefix_chars:
-        raise ConfigError(
-            f"{table.path}.affinity_min_prefix_chars: must not exceed affinity_max_prefix_chars"
-        )
+        raise table.error("affinity_min_prefix_chars", "must not exceed affinity_max_prefix_chars")
     table.finish()
     return config

@@ -9,25 +9,14 @@ import os
 import socket
 import sys
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 import uvicorn
 
 from hasten.app import HastenApp
 from hasten.auth import ADMIN_KEY_HINT
-from hasten.config import (
-    WILDCARD_MODEL,
-    CacheConfig,
-    GatewayConfig,
-    ModelRoute,
-    ServerConfig,
-    UpstreamConfig,
-    check_cache,
-    load_config,
-    redact_url,
-    with_upstream,
-)
+from hasten.config import GatewayConfig, ServerConfig, load_config, redact_url
+from hasten.config.served import DEMO_UPSTREAM, Overrides, served_config
 from hasten.errors import ConfigError
 from hasten.local import gateway as edge
 from hasten.local.config import LocalServerConfig
@@ -92,29 +81,32 @@ def _pick(flag: Any, env: Mapping[str, str], name: str) -> Any:
 
 def resolve_config(args: argparse.Namespace, env: Mapping[str, str]) -> GatewayConfig:
     """Flags beat environment variables, which beat the file, which beats the defaults."""
-    config = load_config(_pick(args.config, env, "HASTEN_CONFIG"), env)
-    server = config.server
-    host = _pick(args.host, env, "HASTEN_HOST")
-    port = _pick(args.port, env, "HASTEN_PORT")
-    server = replace(
-        server,
-        host=host or server.host,
-        port=_port(port, server.port),
-        log_level=args.log_level or server.log_level,
-        log_format=args.log_format or server.log_format,
+    parsed = load_config(_pick(args.config, env, "HASTEN_CONFIG"), env)
+    return served_config(parsed, overrides_from_cli(args, env))
+
+
+def overrides_from_cli(args: argparse.Namespace, env: Mapping[str, str]) -> Overrides:
+    """The flags given, else the ``HASTEN_*`` variables set."""
+    upstream_url = _pick(args.upstream, env, "HASTEN_UPSTREAM")
+    upstream_key = next((env[name] for name in UPSTREAM_KEY_ENVS if env.get(name)), None)
+    return Overrides(
+        host=_pick(args.host, env, "HASTEN_HOST"),
+        port=_port(_pick(args.port, env, "HASTEN_PORT")),
+        log_level=args.log_level,
+        log_format=args.log_format,
+        cache_backend=_pick(args.cache_backend, env, "HASTEN_CACHE_BACKEND"),
+        sqlite_path=_pick(args.sqlite_path, env, "HASTEN_SQLITE_PATH"),
+        redis_url=_pick(args.redis_url, env, "HASTEN_REDIS_URL"),
+        is_cache_disabled=args.no_cache,
+        upstream_url=upstream_url,
+        upstream_api_key=upstream_key if upstream_url else None,
     )
-    config = replace(config, server=server, cache=_cache_overrides(config.cache, args, env))
-    upstream = _pick(args.upstream, env, "HASTEN_UPSTREAM")
-    if upstream:
-        key = next((env[name] for name in UPSTREAM_KEY_ENVS if env.get(name)), None)
-        config = with_upstream(config, upstream, key)
-    return config
 
 
-def _port(value: Any, default: int) -> int:
+def _port(value: Any) -> int | None:
     # 0 is a real port (ask the OS for a free one), so test for "unset", not falsiness.
     if value is None or value == "":
-        return default
+        return None
     try:
         port = int(value)
     except ValueError:
@@ -122,23 +114,6 @@ def _port(value: Any, default: int) -> int:
     if not 0 <= port <= 65535:
         raise ConfigError(f"--port/HASTEN_PORT: expected 0-65535, got {port}")
     return port
-
-
-def _cache_overrides(
-    cache: CacheConfig, args: argparse.Namespace, env: Mapping[str, str]
-) -> CacheConfig:
-    redis_url = _pick(args.redis_url, env, "HASTEN_REDIS_URL")
-    backend = _pick(args.cache_backend, env, "HASTEN_CACHE_BACKEND")
-    if redis_url and backend is None:
-        backend = "redis"
-    cache = replace(
-        cache,
-        backend=backend or cache.backend,
-        sqlite_path=_pick(args.sqlite_path, env, "HASTEN_SQLITE_PATH") or cache.sqlite_path,
-        redis_url=redis_url or cache.redis_url,
-        is_enabled=cache.is_enabled and not args.no_cache,
-    )
-    return check_cache(cache, "--cache-backend/--redis-url")
 
 
 def _uvicorn_server(
@@ -177,13 +152,12 @@ async def _serve(config: GatewayConfig, *, is_simulator_default: bool) -> None:
         supervisor = EngineSupervisor(
             local.engine, command=local.command or None, restart=restart
         ).start()
-        config = edge.with_local_upstream(config, supervisor.url)
+        config = served_config(config, local_url=supervisor.url)
         await supervisor.wait_first_outcome(supervisor.start_timeout_s)
     elif config.is_simulated:
         sim_sock = bind("127.0.0.1", 0)
-        config = _with_demo_upstream(config, _loopback_url(sim_sock))
+        config = served_config(config, demo_url=_loopback_url(sim_sock))
         servers.append((_uvicorn_server(_demo_simulator(), "warning"), sim_sock))
-    config = edge.with_hybrid_routes(config)
     sock = bind(config.server.host, config.server.port)
     app = HastenApp(config, engine=supervisor)
     server = config.server
@@ -212,15 +186,6 @@ def _demo_simulator() -> Any:
     )
 
 
-def _with_demo_upstream(config: GatewayConfig, url: str) -> GatewayConfig:
-    upstream = UpstreamConfig(name="simulator", url=url)
-    return replace(
-        config,
-        upstreams={"simulator": upstream},
-        models={WILDCARD_MODEL: ModelRoute(name=WILDCARD_MODEL, upstream="simulator")},
-    )
-
-
 def _banner(config: GatewayConfig, sock: socket.socket, supervisor: EngineSupervisor | None) -> str:
     host, port = sock.getsockname()[:2]
     lines = [f"hasten gateway on http://{host}:{port}/v1"]
@@ -246,7 +211,7 @@ def _banner(config: GatewayConfig, sock: socket.socket, supervisor: EngineSuperv
             continue
         label = (
             " (BUILT-IN SIMULATOR: synthetic text, not a real model)"
-            if upstream.name == "simulator"
+            if upstream.name == DEMO_UPSTREAM
             else ""
         )
         lines.append(f"  upstream {upstream.name}: {redact_url(upstream.url)}{label}")

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hasten.config.reader import TomlTable, read_toml_file
 from hasten.errors import ConfigError
+
+TABLE = "simulator"  # the table of a TOML file, and the path its errors name
 
 DEFAULT_MODEL = "sim-model"
 DEFAULT_OUTPUT_TOKENS = 16
@@ -90,69 +92,75 @@ class SimConfig:
 
     def updated(self, changes: Mapping[str, Any]) -> SimConfig:
         """A copy with `changes` applied; raises ConfigError on unknown fields or bad values."""
-        return dataclasses.replace(self, **_coerce_fields(changes))
+        return read_simulator(TomlTable(changes, TABLE), base=self)
 
 
 def _validate(config: SimConfig) -> None:
+    def error(name: str, problem: str) -> ConfigError:
+        return ConfigError(f"{TABLE}.{name}: {problem}")
+
     if not config.models or not all(isinstance(m, str) and m for m in config.models):
-        raise ConfigError("models must be a non-empty list of non-empty strings")
+        raise error("models", "must be a non-empty list of non-empty strings")
     for name in _NON_NEGATIVE_FIELDS:
         value = getattr(config, name)
         if not math.isfinite(value) or value < 0:
-            raise ConfigError(f"{name} must be a finite number >= 0, got {value!r}")
+            raise error(name, f"must be a finite number >= 0, got {value!r}")
     for name in _PROBABILITY_FIELDS:
-        if not 0.0 <= getattr(config, name) <= 1.0:
-            raise ConfigError(f"{name} must be within [0, 1]")
+        if not 0.0 <= (value := getattr(config, name)) <= 1.0:
+            raise error(name, f"must be within [0, 1], got {value!r}")
     for name in _POSITIVE_INT_FIELDS:
-        if getattr(config, name) < 1:
-            raise ConfigError(f"{name} must be >= 1")
+        if (value := getattr(config, name)) < 1:
+            raise error(name, f"must be >= 1, got {value!r}")
     if config.prefix_cache_blocks < 0:
-        raise ConfigError("prefix_cache_blocks must be >= 0 (0 disables the prefix cache)")
+        raise error("prefix_cache_blocks", "must be >= 0 (0 disables the prefix cache)")
     if not math.isfinite(config.straggler_mult) or config.straggler_mult < 1.0:
-        raise ConfigError("straggler_mult must be a finite number >= 1")
+        raise error(
+            "straggler_mult", f"must be a finite number >= 1, got {config.straggler_mult!r}"
+        )
     if config.error_rate + config.rate_limit_rate + config.disconnect_rate > 1.0:
-        raise ConfigError("error_rate + rate_limit_rate + disconnect_rate must be <= 1")
+        raise error("error_rate", "error_rate + rate_limit_rate + disconnect_rate must be <= 1")
     if config.prefill_cached_ms_per_token > config.prefill_ms_per_token:
-        raise ConfigError("prefill_cached_ms_per_token must not exceed prefill_ms_per_token")
+        raise error("prefill_cached_ms_per_token", "must not exceed prefill_ms_per_token")
 
 
-_FIELD_TYPES: dict[str, type] = {
-    f.name: type(f.default) for f in dataclasses.fields(SimConfig) if f.name != "models"
-}
+def read_simulator(table: TomlTable, base: SimConfig) -> SimConfig:
+    """``base`` with the fields ``table`` gives (the TOML file, flags or ``/sim/config``)."""
+    b = base
+    config = SimConfig(
+        models=_models(table, b.models),
+        strict_models=table.boolean("strict_models", b.strict_models),
+        output_tokens=int(table.get("output_tokens", int, b.output_tokens)),
+        embedding_dims=int(table.get("embedding_dims", int, b.embedding_dims)),
+        rtt_ms=table.real("rtt_ms", b.rtt_ms),
+        ttft_base_ms=table.real("ttft_base_ms", b.ttft_base_ms),
+        prefill_ms_per_token=table.real("prefill_ms_per_token", b.prefill_ms_per_token),
+        prefill_cached_ms_per_token=table.real(
+            "prefill_cached_ms_per_token", b.prefill_cached_ms_per_token
+        ),
+        decode_ms_per_token=table.real("decode_ms_per_token", b.decode_ms_per_token),
+        jitter_sigma=table.real("jitter_sigma", b.jitter_sigma),
+        straggler_prob=table.real("straggler_prob", b.straggler_prob),
+        straggler_mult=table.real("straggler_mult", b.straggler_mult),
+        prefix_block_tokens=int(table.get("prefix_block_tokens", int, b.prefix_block_tokens)),
+        prefix_cache_blocks=int(table.get("prefix_cache_blocks", int, b.prefix_cache_blocks)),
+        error_rate=table.real("error_rate", b.error_rate),
+        rate_limit_rate=table.real("rate_limit_rate", b.rate_limit_rate),
+        disconnect_rate=table.real("disconnect_rate", b.disconnect_rate),
+        retry_after_s=table.real("retry_after_s", b.retry_after_s),
+        seed=int(table.get("seed", int, b.seed)),
+    )
+    table.finish()
+    return config
 
 
-def _coerce_fields(changes: Mapping[str, Any]) -> dict[str, Any]:
-    """Checks names and JSON/TOML value types so bad input becomes a ConfigError, not a crash."""
-    coerced: dict[str, Any] = {}
-    for name, value in changes.items():
-        if name == "models":
-            coerced[name] = _coerce_models(value)
-            continue
-        expected = _FIELD_TYPES.get(name)
-        if expected is None:
-            raise ConfigError(f"unknown simulator setting {name!r}")
-        # bool is an int subclass: refuse it for numbers, and numbers for bools.
-        if isinstance(value, bool) != (expected is bool):
-            raise ConfigError(f"{name} must be a {expected.__name__}, got {value!r}")
-        if expected is float and isinstance(value, float):
-            coerced[name] = value
-        elif expected is float and isinstance(value, int):
-            if abs(value) > 2**53:
-                raise ConfigError(f"{name} is out of range: {value!r}")
-            coerced[name] = float(value)
-        elif expected is float or (expected is int and not isinstance(value, int)):
-            raise ConfigError(f"{name} must be a {expected.__name__}, got {value!r}")
-        else:
-            coerced[name] = value
-    return coerced
-
-
-def _coerce_models(value: object) -> tuple[str, ...]:
+def _models(table: TomlTable, default: tuple[str, ...]) -> tuple[str, ...]:
+    """A list of names, or one comma-separated string (as the ``--model`` flag gives it)."""
+    value = table.get("models", (str, list, tuple), default)
     if isinstance(value, str):
         return tuple(part.strip() for part in value.split(",") if part.strip())
-    if isinstance(value, list | tuple) and all(isinstance(item, str) for item in value):
+    if all(isinstance(item, str) for item in value):
         return tuple(value)
-    raise ConfigError(f"models must be a string or a list of strings, got {value!r}")
+    raise table.error("models", f"expected a string or a list of strings, got {value!r}")
 
 
 def config_from_mapping(changes: Mapping[str, Any], base: SimConfig | None = None) -> SimConfig:
@@ -162,14 +170,4 @@ def config_from_mapping(changes: Mapping[str, Any], base: SimConfig | None = Non
 
 def load_toml_config(path: str | Path) -> SimConfig:
     """Reads the `[simulator]` table of a TOML file; a file without it yields the defaults."""
-    try:
-        with open(path, "rb") as fh:
-            document = tomllib.load(fh)
-    except OSError as exc:
-        raise ConfigError(f"cannot read simulator config {path}: {exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"invalid TOML in {path}: {exc}") from exc
-    table = document.get("simulator", {})
-    if not isinstance(table, dict):
-        raise ConfigError(f"[simulator] in {path} must be a table")
-    return config_from_mapping(table)
+    return read_simulator(read_toml_file(path).table(TABLE), base=SimConfig())

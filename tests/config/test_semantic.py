@@ -1,0 +1,56 @@
+"""The ``[semantic]`` table: keys, defaults and checks, read without loading any model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from hasten.config import parse_config
+from hasten.config.reader import TomlTable
+from hasten.config.semantic import SemanticConfig, parse_semantic
+from hasten.errors import ConfigError
+
+
+def _parse(table: dict[str, Any]) -> SemanticConfig:
+    return parse_semantic(TomlTable(table, "semantic"))
+
+
+def test_semantic_table_keys_and_defaults() -> None:
+    assert _parse({}) == SemanticConfig() == parse_config({}, {}).semantic
+    assert SemanticConfig().is_enabled is False
+    config = _parse(
+        {
+            "enabled": True,
+            "embedder": "minilm",
+            "path": "s.sqlite3",
+            "min_similarity": 0.9,
+            "max_error_rate": 0.01,
+            "max_entries": 10,
+            "eviction": "lfu",
+            "default_ttl_s": 60,
+            "short_ttl_s": 5.5,
+            "num_threads": 2,
+        }
+    )
+    assert config == SemanticConfig(True, "minilm", "s.sqlite3", 0.9, 0.01, 10, "lfu", 60, 5.5, 2)
+    assert parse_config({"semantic": {"enabled": True}}, {}).semantic.is_enabled is True
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"enabld": True}, "semantic.enabld: unknown key (known: default_ttl_s, embedder, enabled"),
+        ({"enabled": 1}, "semantic.enabled: expected true or false, got int 1"),
+        ({"embedder": "bert"}, "semantic.embedder: expected one of e5, minilm, got 'bert'"),
+        ({"eviction": "fifo"}, "semantic.eviction: expected one of lru, lfu, got 'fifo'"),
+        ({"min_similarity": 1}, "semantic.min_similarity: must be between 0 and 1"),
+        ({"max_error_rate": 0.5}, "semantic.max_error_rate: must be between 0 and 0.5"),
+        ({"num_threads": -1}, "semantic.num_threads: must be >= 0, got -1"),
+        ({"max_entries": 1.5}, "semantic.max_entries: expected an integer, got float 1.5"),
+    ],
+)
+def test_semantic_table_errors_name_their_key(table: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        _parse(table)
+    assert str(info.value).startswith(message), str(info.value)
