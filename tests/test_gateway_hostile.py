@@ -15,8 +15,8 @@ from hasten.config import CacheConfig, GatewayConfig
 from hasten.errors import InvalidRequest
 from hasten.proxy.validation import parse_body
 from hasten.simulator import SimConfig, build_app
-from tests.gateway_fixtures import chat_body, completion, make_config, running_gateway
-from tests.servers import GatewayProcess, ServerThread
+from tests.support.gateway import chat_body, completion, make_config, running_gateway
+from tests.support.servers import GatewayProcess, ServerThread
 
 
 @pytest.fixture(scope="module")

@@ -26,14 +26,14 @@ from hasten.proxy.flight import Flight
 from hasten.proxy.recorder import Recorder
 from hasten.proxy.sse import DONE, SSEDecoder, UsageStripper
 from hasten.simulator import SimConfig, build_app
-from tests.gateway_fixtures import (
+from tests.support.gateway import (
     BodyRecorder,
     chat_body,
     make_config,
     running_gateway,
     sim_stats,
 )
-from tests.servers import ServerThread
+from tests.support.servers import ServerThread
 
 ASK = {"stream_options": {"include_usage": True}}
 

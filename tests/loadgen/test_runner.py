@@ -17,7 +17,7 @@ import pytest
 from hasten.loadgen import LoadSettings, WorkloadSpec, run_load
 from hasten.loadgen.cli import add_arguments, run
 from hasten.loadgen.progress import ProgressSnapshot
-from tests.servers import ServerThread
+from tests.support.servers import ServerThread
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]

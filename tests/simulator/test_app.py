@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from hasten.simulator import SimConfig, build_app
-from tests.servers import ServerThread
+from tests.support.servers import ServerThread
 
 MODEL = "sim-model"
 MESSAGES: list[Any] = [{"role": "user", "content": "tell me about the sea"}]

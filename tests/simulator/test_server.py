@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from hasten.simulator.server import add_arguments, config_from_args, run
-from tests.servers import free_port
+from tests.support.servers import free_port
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
