@@ -1,19 +1,9 @@
-"""Pure parts of the local engine: sampling, stop handling, scheduling, wire format, config."""
+"""Unit tests for hasten.local.scheduler: admission, chunked prefill, prefix reuse, KV budget."""
 
 from __future__ import annotations
 
-import argparse
-import subprocess
-import sys
-from pathlib import Path
-
-import numpy as np
 import pytest
 
-from hasten.errors import ConfigError, InvalidRequest
-from hasten.local.config import EngineConfig, parse_local_table
-from hasten.local.protocol import parse_chat_request
-from hasten.local.sampling import SamplingParams, TokenSampler
 from hasten.local.scheduler import (
     ContextTooLong,
     KvCopy,
@@ -25,83 +15,6 @@ from hasten.local.scheduler import (
     StepPlan,
     common_prefix_len,
 )
-from hasten.local.server import add_arguments, resolve_config
-from hasten.local.textstream import TextStream
-
-# --- sampling ---------------------------------------------------------------------------
-
-
-def _logits(values: list[float]) -> np.ndarray:
-    return np.array(values, dtype=np.float32)
-
-
-def test_zero_temperature_is_greedy() -> None:
-    sampler = TokenSampler.from_params(SamplingParams(temperature=0.0))
-    assert sampler.sample(_logits([0.1, 3.0, 2.9, -1.0])) == 1
-
-
-def test_same_seed_same_tokens_and_seeds_differ() -> None:
-    rng = np.random.default_rng(0)
-    logits = rng.normal(size=1000).astype(np.float32)
-
-    def draw(seed: int) -> list[int]:
-        sampler = TokenSampler.from_params(SamplingParams(temperature=1.0, seed=seed))
-        return [sampler.sample(logits) for _ in range(20)]
-
-    assert draw(7) == draw(7)
-    assert draw(7) != draw(8)
-
-
-def test_top_p_keeps_only_the_nucleus() -> None:
-    # Probabilities ~ [0.64, 0.24, 0.09, 0.03]: top_p=0.5 leaves only the best token.
-    logits = np.log(np.array([0.64, 0.24, 0.09, 0.03])).astype(np.float32)
-    sampler = TokenSampler.from_params(SamplingParams(temperature=1.0, top_p=0.5, seed=1))
-    assert {sampler.sample(logits) for _ in range(200)} == {0}
-    sampler = TokenSampler.from_params(SamplingParams(temperature=1.0, top_p=0.8, seed=1))
-    assert {sampler.sample(logits) for _ in range(400)} == {0, 1}
-
-
-def test_top_p_over_a_large_vocabulary_uses_the_partial_sort_correctly() -> None:
-    logits = np.full(50_000, -10.0, dtype=np.float32)
-    logits[[5, 40_000]] = [5.0, 4.9]
-    sampler = TokenSampler.from_params(SamplingParams(temperature=1.0, top_p=0.9, seed=3))
-    assert {sampler.sample(logits) for _ in range(300)} == {5, 40_000}
-
-
-def test_temperature_sampling_follows_the_distribution() -> None:
-    logits = np.log(np.array([0.7, 0.3])).astype(np.float32)
-    sampler = TokenSampler.from_params(SamplingParams(temperature=1.0, seed=11))
-    draws = [sampler.sample(logits) for _ in range(4000)]
-    assert 0.66 < draws.count(0) / len(draws) < 0.74
-
-
-# --- stop sequences and UTF-8 ------------------------------------------------------------
-
-
-def test_text_stream_holds_back_a_possible_stop_then_releases_it() -> None:
-    stream = TextStream(("END",))
-    assert stream.feed(b"hello E").text == "hello "
-    delta = stream.feed(b"x")
-    assert (delta.text, delta.is_stopped) == ("Ex", False)
-
-
-def test_text_stream_stops_across_tokens_and_drops_the_stop() -> None:
-    stream = TextStream(("\n\n", "END"))
-    texts = [stream.feed(piece) for piece in (b"one E", b"N", b"D and more")]
-    assert "".join(delta.text for delta in texts) == "one "
-    assert texts[-1].is_stopped
-    assert stream.feed(b"more").text == ""
-    assert stream.finish() == ""
-
-
-def test_text_stream_joins_split_utf8_and_flushes_at_the_end() -> None:
-    stream = TextStream(("zz",))
-    encoded = "née z".encode()
-    out = [stream.feed(encoded[:2]).text, stream.feed(encoded[2:]).text]
-    assert "".join(out) + stream.finish() == "née z"
-
-
-# --- scheduler -------------------------------------------------------------------------
 
 
 def _scheduler(**overrides: int) -> Scheduler:
@@ -276,57 +189,6 @@ def test_evicting_a_copy_source_moves_the_count_to_the_copy() -> None:
     assert scheduler.used_kv_tokens() == 0 < before
 
 
-# --- wire format and config ---------------------------------------------------------------
-
-
-def test_parse_chat_request_reads_sampling_fields() -> None:
-    request = parse_chat_request(
-        {
-            "model": "local",
-            "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
-            "temperature": 0,
-            "top_p": 0.5,
-            "max_tokens": 7,
-            "stop": "x",
-            "seed": 3,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-    )
-    assert request.messages == [{"role": "user", "content": "hi"}]
-    assert request.sampling == SamplingParams(0.0, 0.5, 7, ("x",), 3)
-    assert request.is_stream and request.includes_usage
-
-
-@pytest.mark.parametrize(
-    "change",
-    [
-        {"messages": []},
-        {"temperature": 3},
-        {"top_p": 0},
-        {"max_tokens": 0},
-        {"stop": ["a", "b", "c", "d", "e"]},
-        {"n": 2},
-        {"seed": "x"},
-        {"messages": [{"role": "robot", "content": "x"}]},
-    ],
-)
-def test_parse_chat_request_rejects_bad_fields(change: dict[str, object]) -> None:
-    body = {"model": "local", "messages": [{"role": "user", "content": "hi"}], **change}
-    with pytest.raises(InvalidRequest):
-        parse_chat_request(body)
-
-
-def test_local_config_table() -> None:
-    config = parse_local_table({"port": 9000, "n_ctx": 2048, "model_path": "/m.gguf"})
-    assert config.port == 9000 and config.engine.n_ctx == 2048
-    assert str(config.engine.model_path) == "/m.gguf"
-    with pytest.raises(ConfigError):
-        parse_local_table({"bogus": 1})
-    with pytest.raises(ConfigError):
-        EngineConfig(max_seqs=0).check()
-
-
 def test_at_most_one_multi_token_chunk_per_step() -> None:
     scheduler = _scheduler(max_seqs=3, max_queue=3, max_step_tokens=64)
     sequences = [Sequence(i, [i * 100 + k for k in range(5)], 3) for i in range(3)]
@@ -340,27 +202,6 @@ def test_at_most_one_multi_token_chunk_per_step() -> None:
     ]
     for plan in plans:
         assert sum(len(c.token_ids) > 1 for c in plan.chunks) <= 1
-
-
-def test_server_flags_override_the_config_file(tmp_path: Path) -> None:
-    config_file = tmp_path / "hasten.toml"
-    config_file.write_text("[local]\nport = 9100\nn_ctx = 2048\nmax_seqs = 2\n")
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    args = parser.parse_args(["--config", str(config_file), "--max-seqs", "4"])
-    config = resolve_config(args)
-    assert (config.host, config.port) == ("127.0.0.1", 9100)
-    assert (config.engine.n_ctx, config.engine.max_seqs) == (2048, 4)
-    defaults = resolve_config(parser.parse_args([]))
-    assert defaults.port == 8091 and defaults.engine.model_path is None
-
-
-def test_server_run_fails_cleanly_without_a_model(tmp_path: Path) -> None:
-    missing = tmp_path / "missing.gguf"
-    command = [sys.executable, "-m", "hasten", "local", "--model-path", str(missing)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2
-    assert "GGUF model not found" in done.stderr and str(missing) in done.stderr
 
 
 def test_concurrent_requests_with_one_system_prompt_compute_it_once() -> None:
