@@ -1,11 +1,12 @@
-"""Unit tests for hasten.proxy.sse.SSEDecoder: chunking independence, separators, comments."""
+"""Unit tests for hasten.proxy.sse.SSEDecoder: chunking independence, separators, comments;
+the decoder and the usage stripper take any bytes."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hasten.proxy.sse import DONE, SSEDecoder
+from hasten.proxy.sse import DONE, SSEDecoder, UsageStripper
 
 LINE_ENDINGS = (b"\n", b"\r\n", b"\r")
 
@@ -197,3 +198,17 @@ def test_truncation_pending_exactly_inside_an_event(
     # ...and the rest of the stream completes the sequence.
     assert payloads + decoder.feed(stream[cut:]) == expected
     assert not decoder.has_pending
+
+
+@settings(max_examples=300, deadline=None)
+@given(chunks=st.lists(st.binary(max_size=300), max_size=12))
+def test_the_sse_parsers_take_any_bytes(chunks: list[bytes]) -> None:
+    decoder, stripper = SSEDecoder(), UsageStripper()
+    forwarded = b""
+    for chunk in chunks:
+        for payload in decoder.feed(chunk):
+            assert isinstance(payload, bytes)
+        forwarded += stripper.feed(chunk, 0)  # no usage event to drop: bytes pass as sent
+    forwarded += stripper.finish()
+    assert isinstance(decoder.has_pending, bool)
+    assert forwarded == b"".join(chunks)
