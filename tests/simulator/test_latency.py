@@ -93,9 +93,12 @@ def test_plans_replay_exactly_for_a_fixed_seed(
     seed: int, sigma: float, prob: float, sizes: list[int]
 ) -> None:
     config = SimConfig(
-        ttft_base_ms=5, prefill_ms_per_token=0.1, decode_ms_per_token=1,
-        jitter_sigma=sigma, straggler_prob=prob,
-    )  # fmt: skip
+        ttft_base_ms=5,
+        prefill_ms_per_token=0.1,
+        decode_ms_per_token=1,
+        jitter_sigma=sigma,
+        straggler_prob=prob,
+    )
     first_rng, second_rng = random.Random(seed), random.Random(seed)
     first = [plan_latency(config, first_rng, size, 0) for size in sizes]
     second = [plan_latency(config, second_rng, size, 0) for size in sizes]
@@ -177,8 +180,9 @@ def test_fault_kind_follows_rates() -> None:
     assert draw_fault_kind(SimConfig(error_rate=1), rng) is FaultKind.SERVER_ERROR
     assert draw_fault_kind(SimConfig(rate_limit_rate=1), rng) is FaultKind.RATE_LIMIT
     assert draw_fault_kind(SimConfig(disconnect_rate=1), rng) is FaultKind.DISCONNECT
-    kinds = [draw_fault_kind(SimConfig(error_rate=0.25, rate_limit_rate=0.25), rng)
-             for _ in range(400)]  # fmt: skip
+    kinds = [
+        draw_fault_kind(SimConfig(error_rate=0.25, rate_limit_rate=0.25), rng) for _ in range(400)
+    ]
     assert {FaultKind.NONE, FaultKind.SERVER_ERROR, FaultKind.RATE_LIMIT} == set(kinds)
 
 
@@ -261,8 +265,14 @@ def test_chat_prompt_tokens_mark_roles_and_read_text_parts() -> None:
         {"role": "assistant", "content": None},
     ]
     assert chat_prompt_tokens(messages) == [
-        "<|system|>", "be", "brief", "<|user|>", "hi", "there", "<|assistant|>",
-    ]  # fmt: skip
+        "<|system|>",
+        "be",
+        "brief",
+        "<|user|>",
+        "hi",
+        "there",
+        "<|assistant|>",
+    ]
 
 
 def test_generation_honours_n_max_tokens_and_stop() -> None:
