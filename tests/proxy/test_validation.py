@@ -276,3 +276,13 @@ def test_the_validator_answers_any_bytes_with_a_gateway_error_or_a_body(raw: byt
         except HastenError as exc:
             assert exc.status_code == 400
             assert orjson.loads(exc.to_json())["error"]["type"] == "invalid_request_error"
+
+
+def test_depth_check_counts_levels_not_brackets() -> None:
+    # Many brackets side by side (or inside strings) are shallow and pass.
+    wide = '{"a": [' + ", ".join(["[]"] * 500) + '], "s": "' + "[" * 500 + '"}'
+    assert len(parse_body(wide.encode(), 4)["a"]) == 500
+    for raw in (b'{"a": {"b": [[[]]]}}', b'{"s": "' + b"t" * 9000 + b'", "a": [[[[]]]]}'):
+        with pytest.raises(InvalidRequest, match="nested more than 4") as info:
+            parse_body(raw, 4)
+        assert info.value.param == "a"
