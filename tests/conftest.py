@@ -5,7 +5,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.servers import redis_server
+from tests.support.servers import redis_server
 
 
 @pytest.fixture(scope="session")

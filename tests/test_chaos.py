@@ -31,9 +31,9 @@ from hasten.simulator import SimConfig
 from hasten.simulator import build_app as build_sim
 from hasten.simulator.generation import generate_choices
 from hasten.simulator.inputs import parse_chat_request
-from tests.faults import read_only, write_garbage
-from tests.gateway_fixtures import chat_body, make_config, running_gateway
-from tests.servers import ServerThread, free_port, redis_server
+from tests.support.faults import read_only, write_garbage
+from tests.support.gateway import chat_body, make_config, running_gateway
+from tests.support.servers import ServerThread, free_port, redis_server
 
 # A little latency so requests overlap the fault instead of finishing between checks.
 SIM = SimConfig(ttft_base_ms=2.0, decode_ms_per_token=0.5)

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, settings
 from hasten.openapi import build_document
 from hasten.simulator import SimConfig
 from hasten.simulator import build_app as build_sim
-from tests.gateway_fixtures import make_config, running_gateway
-from tests.servers import ServerThread
+from tests.support.gateway import make_config, running_gateway
+from tests.support.servers import ServerThread
 
 schema = schemathesis.openapi.from_dict(build_document())
 MAX_EXAMPLES = 60

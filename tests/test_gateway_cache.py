@@ -13,8 +13,8 @@ import pytest
 
 from hasten.config import CacheConfig
 from hasten.simulator import SimConfig, build_app
-from tests.gateway_fixtures import chat_body, make_config, running_gateway, sim_stats
-from tests.servers import ServerThread
+from tests.support.gateway import chat_body, make_config, running_gateway, sim_stats
+from tests.support.servers import ServerThread
 
 
 @pytest.fixture()

@@ -10,8 +10,8 @@ import pytest
 
 from hasten.config import TimeoutConfig
 from hasten.simulator import SimConfig, build_app
-from tests.gateway_fixtures import chat_body, make_config, running_gateway
-from tests.servers import ServerThread, free_port
+from tests.support.gateway import chat_body, make_config, running_gateway
+from tests.support.servers import ServerThread, free_port
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import openai
 import orjson
 
 from hasten.simulator import SimConfig, build_app
-from tests.gateway_fixtures import (
+from tests.support.gateway import (
     ScriptedUpstream,
     chat_body,
     completion,
@@ -18,7 +18,7 @@ from tests.gateway_fixtures import (
     running_gateway,
     sim_stats,
 )
-from tests.servers import ServerThread, free_port
+from tests.support.servers import ServerThread, free_port
 
 
 async def test_identical_concurrent_requests_make_one_upstream_call() -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from hasten.server.logs import JsonFormatter, TextFormatter
 from hasten.simulator import SimConfig, build_app
-from tests.servers import GatewayProcess, ServerThread
+from tests.support.servers import GatewayProcess, ServerThread
 
 FORGED = "2026-01-01 00:00:00,000 INFO hasten: admin key rotated"
 EVIL_MODEL = f"nope\n{FORGED}\r\x1b[2K"

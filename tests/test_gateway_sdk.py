@@ -10,8 +10,8 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from hasten.simulator import SimConfig, build_app
-from tests.gateway_fixtures import BodyRecorder, make_config, running_gateway, sim_stats
-from tests.servers import ServerThread
+from tests.support.gateway import BodyRecorder, make_config, running_gateway, sim_stats
+from tests.support.servers import ServerThread
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,8 @@ from hasten.app import HastenApp
 from hasten.cache import cache_key
 from hasten.config import GatewayConfig
 from hasten.simulator import SimConfig, build_app
-from tests.gateway_fixtures import chat_body, make_config, running_gateway, sim_stats
-from tests.servers import GatewayProcess, ServerThread
+from tests.support.gateway import chat_body, make_config, running_gateway, sim_stats
+from tests.support.servers import GatewayProcess, ServerThread
 
 ADMIN_KEY = "admin-secret-key"
 KEYS = (("team-a", "key-a"), ("team-b", "key-b"))

@@ -16,24 +16,18 @@ import httpx
 import openai
 import orjson
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from openai.types.chat import ChatCompletionChunk
 
-from hasten.cache import MemoryLRU, TieredCache
 from hasten.config import CacheConfig
-from hasten.proxy.flight import Flight
-from hasten.proxy.recorder import Recorder
-from hasten.proxy.sse import DONE, SSEDecoder, UsageStripper
 from hasten.simulator import SimConfig, build_app
-from tests.gateway_fixtures import (
+from tests.support.gateway import (
     BodyRecorder,
     chat_body,
     make_config,
     running_gateway,
     sim_stats,
 )
-from tests.servers import ServerThread
+from tests.support.servers import ServerThread
 
 ASK = {"stream_options": {"include_usage": True}}
 
@@ -248,176 +242,3 @@ async def test_no_store_stream_does_not_join_a_stored_one() -> None:
             assert _calls(sim) == 2
     _assert_no_usage_chunk(stored)
     _assert_no_usage_chunk(unstored)
-
-
-# --- the stripper, under every way the network may split the stream -------------------
-
-_HEAD = b'{"id":"c","object":"chat.completion.chunk","created":1,"model":"m",'
-_EVENTS = (
-    _HEAD + b'"choices":[{"index":0,"delta":{"role":"assistant"},"finish_reason":null}],'
-    b'"usage":null}',
-    # A token that reads "usage" must not be mistaken for the usage chunk.
-    _HEAD + b'"choices":[{"index":0,"delta":{"content":"usage"},"finish_reason":null}],'
-    b'"usage":null}',
-    _HEAD + b'"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":null}',
-    _HEAD + b'"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}',
-    DONE,
-)
-_USAGE_INDEX = 3
-
-
-def _stream_bytes(eol: bytes, multiline_usage: bool) -> tuple[bytes, list[bytes]]:
-    """The raw stream with ``eol`` line ends, and each event's raw bytes."""
-    raws = []
-    for i, payload in enumerate(_EVENTS):
-        if i == _USAGE_INDEX and multiline_usage:
-            # Data split over lines (joined by \n it is still the same JSON) plus a comment.
-            head, _, tail = payload.partition(b'"choices"')
-            raws.append(b"data: " + head + eol + b": ping" + eol + b'data:"choices"' + tail)
-        else:
-            raws.append(b"data: " + payload)
-        raws[-1] += eol + eol
-    return b"".join(raws), raws
-
-
-def _strip(chunks: list[bytes], eol: bytes, raws: list[bytes]) -> bytes:
-    """Runs the recorder (which marks) and the stripper (which drops) like a flight does,
-    checking after every chunk that each event the decoder has seen whole was let through."""
-    recorder = Recorder(TieredCache(MemoryLRU(1 << 20)), "k", "chat", True, ttl_s=60)
-    decoder = SSEDecoder()
-    stripper = UsageStripper()
-    kept = [raw for i, raw in enumerate(raws) if i != _USAGE_INDEX]
-    expected = b"".join(kept)
-    out = b""
-    num_seen = 0
-    for chunk in chunks:
-        out += stripper.feed(chunk, recorder.feed(chunk))
-        num_seen += len(decoder.feed(chunk))
-        assert expected.startswith(out)
-        released = sum(len(raw) for i, raw in enumerate(raws[:num_seen]) if i != _USAGE_INDEX)
-        # A CR ends a line, so "...\r\n\r" is a whole event still waiting for its last LF.
-        assert len(out) >= released - (eol == b"\r\n")
-    out += stripper.finish()
-    answer = recorder.answer()
-    assert answer is not None and answer.chunks is not None
-    assert len(answer.chunks) == len(_EVENTS) - 1  # the cache keeps the usage chunk
-    return out
-
-
-@pytest.mark.parametrize("eol", [b"\n", b"\r\n", b"\r"])
-@pytest.mark.parametrize("multiline_usage", [False, True])
-def test_stripper_at_every_split_point(eol: bytes, multiline_usage: bool) -> None:
-    stream, raws = _stream_bytes(eol, multiline_usage)
-    expected = b"".join(raw for i, raw in enumerate(raws) if i != _USAGE_INDEX)
-    assert _strip([stream], eol, raws) == expected
-    for cut in range(len(stream) + 1):
-        assert _strip([stream[:cut], stream[cut:]], eol, raws) == expected
-    usage_start = sum(len(raw) for raw in raws[:_USAGE_INDEX])
-    usage_end = usage_start + len(raws[_USAGE_INDEX])
-    # Every pair of cuts from just before the usage event to the end of the stream.
-    for first in range(usage_start - 8, len(stream) + 1):
-        for second in range(max(first, usage_end - 8), len(stream) + 1):
-            chunks = [stream[:first], stream[first:second], stream[second:]]
-            assert _strip(chunks, eol, raws) == expected
-    one_byte_each = [stream[i : i + 1] for i in range(len(stream))]
-    assert _strip(one_byte_each, eol, raws) == expected
-
-
-@settings(deadline=None, max_examples=300)
-@given(
-    eol=st.sampled_from([b"\n", b"\r\n", b"\r"]),
-    multiline_usage=st.booleans(),
-    cuts=st.lists(st.integers(0, 1200), max_size=12),
-)
-def test_stripper_under_random_splits(eol: bytes, multiline_usage: bool, cuts: list[int]) -> None:
-    stream, raws = _stream_bytes(eol, multiline_usage)
-    points = sorted({min(c, len(stream)) for c in cuts})
-    chunks = [stream[a:b] for a, b in zip([0, *points], [*points, len(stream)], strict=True)]
-    expected = b"".join(raw for i, raw in enumerate(raws) if i != _USAGE_INDEX)
-    assert _strip(chunks, eol, raws) == expected
-
-
-_word = st.text(alphabet="abc usage:{}[],", max_size=12)
-
-
-def _data_event(payload: bytes, eol: bytes, is_multiline: bool) -> bytes:
-    if not is_multiline:
-        return b"data: " + payload + eol + eol
-    # A data line after each comma: joined by LF it is the same JSON.
-    lines = payload.replace(b",", b",\0").split(b"\0")
-    return eol.join(b"data: " + line for line in lines) + eol + eol
-
-
-@st.composite
-def _mixed_events(draw: st.DrawFn) -> list[tuple[bytes, bool]]:
-    """(raw event, is usage-only): text chunks, comments and blank lines, then maybe the
-    usage chunk, then [DONE]; each with its own line ends."""
-    events: list[tuple[bytes, bool]] = []
-    for _ in range(draw(st.integers(0, 6))):
-        eol = draw(st.sampled_from([b"\n", b"\r\n", b"\r"]))
-        extra = eol * draw(st.integers(0, 2))  # blank lines between events change nothing
-        if draw(st.booleans()):
-            events.append((b": ping" + eol + eol + extra, False))
-            continue
-        payload = b'{"choices":[{"delta":{"content":"%s"}}],"usage":null}' % draw(_word).encode()
-        events.append((_data_event(payload, eol, draw(st.booleans())) + extra, False))
-    if draw(st.booleans()):
-        eol = draw(st.sampled_from([b"\n", b"\r\n", b"\r"]))
-        payload = b'{"choices":[],"usage":{"total_tokens":%d}}' % draw(st.integers(1, 99))
-        events.append((_data_event(payload, eol, draw(st.booleans())), True))
-    events.append((b"data: [DONE]\n\n", False))
-    return events
-
-
-def _decoded(stream: bytes) -> list[bytes]:
-    decoder = SSEDecoder()
-    payloads = decoder.feed(stream)
-    assert not decoder.has_pending
-    return payloads
-
-
-@settings(deadline=None, max_examples=500)
-@given(events=_mixed_events(), cuts=st.lists(st.integers(0, 600), max_size=10))
-def test_stripper_with_any_events_and_line_ends(
-    events: list[tuple[bytes, bool]], cuts: list[int]
-) -> None:
-    stream = b"".join(raw for raw, _ in events)
-    kept = b"".join(raw for raw, is_usage in events if not is_usage)
-    points = sorted({min(c, len(stream)) for c in cuts})
-    chunks = [stream[a:b] for a, b in zip([0, *points], [*points, len(stream)], strict=True)]
-    recorder = Recorder(TieredCache(MemoryLRU(1 << 20)), "k", "chat", True, ttl_s=60)
-    stripper = UsageStripper()
-    out = b"".join([stripper.feed(chunk, recorder.feed(chunk)) for chunk in chunks])
-    out += stripper.finish()
-    assert _decoded(out) == _decoded(kept)
-    # Byte for byte but for where a blank line between events ends up.
-    assert out.translate(None, b"\r\n") == kept.translate(None, b"\r\n")
-
-
-def test_stripper_passes_a_stream_without_usage_untouched() -> None:
-    stripper = UsageStripper()
-    stream, _ = _stream_bytes(b"\n", False)
-    assert stripper.feed(stream, 0) == stream  # not flagged: never looked into
-    assert stripper.feed(b"data: {", 0) == b""  # half an event waits...
-    assert stripper.finish() == b"data: {"  # ...and goes out as it came if the stream ends
-
-
-async def test_flight_readers_with_and_without_usage() -> None:
-    stream, raws = _stream_bytes(b"\n", False)
-    expected = b"".join(raw for i, raw in enumerate(raws) if i != _USAGE_INDEX)
-    cut = stream.index(b'"choices":[]')  # the usage event arrives in two pieces
-    flight = Flight()
-    recorder = Recorder(TieredCache(MemoryLRU(1 << 20)), "k", "chat", True, ttl_s=60)
-
-    async def read(strip: bool) -> bytes:
-        chunks = flight.iter_chunks_without_usage() if strip else flight.iter_chunks()
-        return b"".join([chunk async for chunk in chunks])
-
-    live = asyncio.gather(read(True), read(False))
-    for chunk in (stream[:cut], stream[cut : cut + 5], stream[cut + 5 :]):
-        await asyncio.sleep(0)
-        flight.push(chunk, recorder.feed(chunk))
-    flight.finish()
-    assert list(await live) == [expected, stream]
-    assert flight.usage_at == {2: 1}
-    assert await read(True) == expected  # a late reader replays the recording the same way

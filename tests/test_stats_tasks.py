@@ -10,8 +10,8 @@ import pytest
 
 from hasten.simulator import SimConfig
 from hasten.simulator import build_app as build_sim
-from tests.gateway_fixtures import chat_body, make_config, running_gateway
-from tests.servers import ServerThread
+from tests.support.gateway import chat_body, make_config, running_gateway
+from tests.support.servers import ServerThread
 
 MAX_WAIT_S = 20.0
 

@@ -20,8 +20,8 @@ from redis.asyncio import Redis
 from hasten.cache import CachedAnswer, RedisStore, SQLiteStore
 from hasten.config import CacheConfig
 from hasten.simulator import SimConfig, build_app
-from tests.gateway_fixtures import chat_body, make_config, running_gateway
-from tests.servers import ServerThread
+from tests.support.gateway import chat_body, make_config, running_gateway
+from tests.support.servers import ServerThread
 
 NOW = 1_000_000.0
 

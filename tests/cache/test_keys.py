@@ -10,6 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hasten.cache.keys import cache_key
+from hasten.errors import HastenError
+from tests.support.strategies import any_json_values
 
 _EXCLUDED = ("stream", "stream_options", "user")
 
@@ -206,3 +208,14 @@ def test_other_mapping_and_sequence_types_match_plain_json() -> None:
         "x": 1,
     }
     assert key(exotic) == key(plain)
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=st.dictionaries(st.text(), any_json_values, max_size=8))
+def test_the_cache_key_is_defined_for_any_json_body(body: dict[str, Any]) -> None:
+    try:
+        key = cache_key(body, endpoint="chat", model="m", tenant="t")
+    except HastenError:
+        return  # e.g. an integer orjson cannot write: a 400, never a 500
+    assert key == cache_key(dict(body), endpoint="chat", model="m", tenant="t")
+    assert key != cache_key(body, endpoint="chat", model="m", tenant="other")

@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 
 from hasten.cache.entry import CachedAnswer
 from hasten.cache.redis_store import RedisStore
-from tests.servers import free_port
+from tests.support.servers import free_port
 
 
 class RestartableRedis:

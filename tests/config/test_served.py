@@ -14,8 +14,8 @@ from hasten.errors import ConfigError
 from hasten.local.gateway import LOCAL
 from hasten.simulator import SimConfig
 from hasten.simulator import build_app as build_sim
-from tests.gateway_fixtures import running_gateway
-from tests.servers import ServerThread
+from tests.support.gateway import running_gateway
+from tests.support.servers import ServerThread
 
 
 def _hybrid_document(cloud_url: str, policy: str = "local-first") -> dict[str, Any]:

@@ -17,7 +17,7 @@ import pytest
 from hasten.loadgen import LoadSettings, WorkloadSpec, run_load
 from hasten.loadgen.cli import add_arguments, run
 from hasten.loadgen.progress import ProgressSnapshot
-from tests.servers import ServerThread
+from tests.support.servers import ServerThread
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -245,9 +245,18 @@ def _cli_args(*argv: str) -> argparse.Namespace:
 def test_cli_prints_json(fake: tuple[FakeOpenAI, str], capsys: pytest.CaptureFixture[str]) -> None:
     app, base_url = fake
     args = _cli_args(
-        "--base-url", base_url, "--num-requests", "6", "--num-unique", "2", "--stream",
-        "--header", "Cache-Control: no-cache", "--json", "--no-progress",
-    )  # fmt: skip
+        "--base-url",
+        base_url,
+        "--num-requests",
+        "6",
+        "--num-unique",
+        "2",
+        "--stream",
+        "--header",
+        "Cache-Control: no-cache",
+        "--json",
+        "--no-progress",
+    )
     assert run(args) == 0
     report = orjson.loads(capsys.readouterr().out)
     assert report["num_ok"] == 6

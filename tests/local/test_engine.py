@@ -19,7 +19,7 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from hasten.local.config import default_model_path
-from tests.servers import EngineProcess
+from tests.support.servers import EngineProcess
 
 SYSTEM_PROMPT = "You are a terse assistant for a hardware store. " * 12
 QUESTION: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Name three colours."}]

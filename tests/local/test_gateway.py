@@ -18,8 +18,8 @@ from hasten.config.served import served_config
 from hasten.routing.hybrid import HybridConfig
 from hasten.simulator import SimConfig
 from hasten.simulator import build_app as build_sim
-from tests.gateway_fixtures import make_config, running_gateway, sim_stats
-from tests.servers import EngineProcess, ServerThread, free_port
+from tests.support.gateway import make_config, running_gateway, sim_stats
+from tests.support.servers import EngineProcess, ServerThread, free_port
 
 SYSTEM: ChatCompletionSystemMessageParam = {
     "role": "system",

@@ -29,7 +29,7 @@ from hasten.local.supervisor import (
 )
 from hasten.simulator import SimConfig
 from hasten.simulator import build_app as build_sim
-from tests.servers import GatewayProcess, ServerThread
+from tests.support.servers import GatewayProcess, ServerThread
 
 # --- decisions ---------------------------------------------------------------------------
 

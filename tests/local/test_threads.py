@@ -1,10 +1,7 @@
-"""The step-mode tuner (pure) and batched sampling across rows."""
+"""Unit tests for hasten.local.threads: the step-mode tuner (pure)."""
 
 from __future__ import annotations
 
-import numpy as np
-
-from hasten.local.sampling import SamplingParams, TokenSampler, sample_rows
 from hasten.local.threads import StepMode, ThreadTuner
 
 ONE, TWO, SPLIT = StepMode(1), StepMode(2), StepMode(1, is_split=True)
@@ -69,19 +66,6 @@ def test_lone_tokens_fall_back_to_one_thread_when_a_core_is_taken() -> None:
     assert chosen[-1] == ONE
     # Collapsed probes back off: at most a few dozen of 400 steps pay the 10x price.
     assert chosen.count(TWO) <= 12
-
-
-def test_sample_rows_matches_each_requests_own_sampler() -> None:
-    rng = np.random.default_rng(0)
-    logits = rng.normal(size=(3, 1000)).astype(np.float32)
-    params = [SamplingParams(temperature=0.0), SamplingParams(seed=5)]
-    batched = [TokenSampler.from_params(p) for p in params]
-    alone = [TokenSampler.from_params(p) for p in params]
-    rows = [sample_rows(logits[:2], batched) for _ in range(10)]
-    assert [row[0] for row in rows] == [int(np.argmax(logits[0]))] * 10
-    assert [row[1] for row in rows] == [alone[1].sample(logits[1]) for _ in range(10)]
-    nucleus = TokenSampler.from_params(SamplingParams(top_p=0.9, seed=1))
-    assert 0 <= sample_rows(logits, [*batched, nucleus])[2] < 1000
 
 
 def test_a_new_bucket_starts_from_its_neighbours_choice() -> None:

@@ -1,14 +1,28 @@
-"""Unit tests for hasten.proxy.validation: 400s that name the offending ``param``."""
+"""Unit tests for hasten.proxy.validation: 400s that name the offending ``param``, and any
+bytes at all answered with a body or the gateway's own 400."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from hasten.errors import InvalidRequest
-from hasten.proxy.validation import check_chat, check_completion, check_embedding
+from hasten.errors import HastenError, InvalidRequest
+from hasten.proxy.validation import (
+    CHAT,
+    COMPLETIONS,
+    EMBEDDINGS,
+    check_chat,
+    check_completion,
+    check_embedding,
+    parse_body,
+)
+from tests.support.strategies import any_json_values
 
 Check = Callable[[dict[str, Any]], None]
 
@@ -235,3 +249,40 @@ def test_error_renders_param_in_json() -> None:
             "code": "invalid_type",
         }
     }
+
+
+# JSON-shaped bytes (often valid bodies) and plain noise, so both paths are exercised.
+_bodies = st.one_of(
+    st.binary(max_size=2000),
+    st.dictionaries(
+        st.sampled_from(["model", "messages", "prompt", "input", "stream", "seed", "n", "x"]),
+        any_json_values,
+        max_size=6,
+    ).map(lambda body: json.dumps(body).encode()),  # stdlib: integers of any size
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(raw=_bodies)
+def test_the_validator_answers_any_bytes_with_a_gateway_error_or_a_body(raw: bytes) -> None:
+    try:
+        body = parse_body(raw)
+    except HastenError as exc:
+        assert exc.status_code == 400 and orjson.loads(exc.to_json())["error"]["message"]
+        return
+    for endpoint in (CHAT, COMPLETIONS, EMBEDDINGS):
+        try:
+            endpoint.check(body)
+        except HastenError as exc:
+            assert exc.status_code == 400
+            assert orjson.loads(exc.to_json())["error"]["type"] == "invalid_request_error"
+
+
+def test_depth_check_counts_levels_not_brackets() -> None:
+    # Many brackets side by side (or inside strings) are shallow and pass.
+    wide = '{"a": [' + ", ".join(["[]"] * 500) + '], "s": "' + "[" * 500 + '"}'
+    assert len(parse_body(wide.encode(), 4)["a"]) == 500
+    for raw in (b'{"a": {"b": [[[]]]}}', b'{"s": "' + b"t" * 9000 + b'", "a": [[[[]]]]}'):
+        with pytest.raises(InvalidRequest, match="nested more than 4") as info:
+            parse_body(raw, 4)
+        assert info.value.param == "a"

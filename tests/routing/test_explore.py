@@ -13,21 +13,7 @@ from hasten.routing.estimates import LatencyEstimate, healthy_quantile_ms
 from hasten.routing.exploration import is_slow, may_explore
 from hasten.routing.pool import DeploymentPool
 from hasten.routing.settings import DeploymentConfig, RoutingConfig
-
-
-def _pool(names: tuple[str, ...] = ("a", "b", "c"), seed: int = 1) -> DeploymentPool:
-    deployments = [DeploymentConfig(upstream=n) for n in names]
-    return DeploymentPool(deployments, RoutingConfig(), random.Random(seed))
-
-
-def _teach(pool: DeploymentPool, name: str, ttft_ms: float, num: int, start_s: float) -> float:
-    now_s = start_s
-    for _ in range(num):
-        now_s += 0.05
-        is_probe = pool.on_attempt_start(name, now_s)
-        pool.on_first_token(name, ttft_ms, now_s, is_probe=is_probe)
-        pool.on_attempt_end(name)
-    return now_s
+from tests.support.routing import make_pool, teach
 
 
 def test_a_lower_bound_below_the_typical_value_does_not_lower_it() -> None:
@@ -71,11 +57,11 @@ def test_exploration_is_one_request_at_a_time_and_one_per_interval() -> None:
 
 
 def test_an_avoided_deployment_gets_one_primary_per_interval() -> None:
-    pool = _pool()
+    pool = make_pool()
     now_s = 0.0
     for name in ("a", "b", "c"):
-        now_s = _teach(pool, name, 300.0, 20, now_s)
-    now_s = _teach(pool, "c", 1500.0, 20, now_s)
+        now_s = teach(pool, name, 300.0, 20, now_s)
+    now_s = teach(pool, "c", 1500.0, 20, now_s)
     interval_s = pool.routing.explore_decay_s
     chosen = []
     for _ in range(1000):  # 50 s, requests done at once: only the gate keeps c out
@@ -94,9 +80,9 @@ def test_affinity_homes_are_not_gated() -> None:
     pool = DeploymentPool(deployments, RoutingConfig(is_affinity_enabled=True), random.Random(1))
     now_s = 0.0
     for name in ("a", "b", "c"):
-        now_s = _teach(pool, name, 300.0, 20, now_s)
+        now_s = teach(pool, name, 300.0, 20, now_s)
     home = pool.rank(now_s, affinity_key=12345).order[0]
-    now_s = _teach(pool, home, 1500.0, 20, now_s)
+    now_s = teach(pool, home, 1500.0, 20, now_s)
     for _ in range(5):
         now_s += 0.05
         ranking = pool.rank(now_s, affinity_key=12345)

@@ -1,4 +1,4 @@
-"""Routing against real simulators on loopback: hedges, TTFT failover, breakers, affinity.
+"""Routing against real simulators on loopback: hedges, TTFT failover, breakers, affinity, probes.
 
 Latencies are chosen with wide margins (a 300 ms hedge delay against a 3 s straggler) so a
 noisy machine cannot flip an outcome; no test asserts that anything was fast.
@@ -27,8 +27,8 @@ from hasten.config import (
 )
 from hasten.routing.settings import BreakerConfig, DeploymentConfig, HedgeConfig, RoutingConfig
 from hasten.simulator import SimConfig, build_app
-from tests.gateway_fixtures import FAST_RETRY, chat_body, running_gateway, sim_stats
-from tests.servers import ServerThread
+from tests.support.gateway import FAST_RETRY, chat_body, running_gateway, sim_stats
+from tests.support.servers import ServerThread
 
 ADMIN_KEY = "routing-admin-key"
 ADMIN_HEADERS = {"authorization": f"Bearer {ADMIN_KEY}"}
@@ -357,3 +357,33 @@ def test_hedging_with_nowhere_to_hedge_just_waits() -> None:
         assert response.headers["x-hasten-upstream"] == "only"
         assert "x-hasten-hedge" not in response.headers
         assert len(content_pieces(stream_events(response))) == 3
+
+
+# --- headers on raised errors, active probes -------------------------------------------
+
+
+def test_a_raised_error_carries_the_routing_headers() -> None:
+    slow = SimConfig(ttft_base_ms=3000)
+    with simulators(a=slow, b=slow) as sims:
+        config = routed_config(sims, RoutingConfig(ttft_timeout_s=0.2))
+        with running_gateway(config) as gateway:
+            response = post_chat(gateway, chat_body("too slow", stream=True))
+    assert response.status_code == 504
+    assert response.headers["x-hasten-upstream"] in ("a", "b")
+    failovers = response.headers["x-hasten-failover"]
+    assert "a=ttft_timeout" in failovers and "b=ttft_timeout" in failovers
+
+
+def test_active_probes_measure_each_deployments_round_trip() -> None:
+    with simulators(a=SimConfig(), b=SimConfig()) as sims:
+        config = routed_config(sims, RoutingConfig(probe_interval_s=0.05))
+        with running_gateway(config) as gateway:
+            assert post_chat(gateway, chat_body("start the pool")).status_code == 200
+            deadline_s = time.monotonic() + 30.0
+            state: dict[str, Any] = routing_state(gateway)
+            while time.monotonic() < deadline_s and any(
+                d["probe_rtt_ms"] is None for d in state["deployments"].values()
+            ):
+                time.sleep(0.05)
+                state = routing_state(gateway)
+    assert all(d["probe_rtt_ms"] > 0 for d in state["deployments"].values())

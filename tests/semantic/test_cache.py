@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import random
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,46 +17,7 @@ from hasten.semantic.freshness import FreshnessPolicy
 from hasten.semantic.index import VectorIndex
 from hasten.semantic.partition import split_chat
 from hasten.semantic.store import SemanticCache, SemanticStoreConfig
-
-
-class WordsEmbedder:
-    """Bag of hashed words: same words in any order and case embed identically."""
-
-    name = "test/words"
-    dim = 64
-
-    def __init__(self) -> None:
-        self.batches: list[int] = []
-
-    def embed(self, texts: Sequence[str]) -> Vectors:
-        self.batches.append(len(texts))
-        rows = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for row, text in enumerate(texts):
-            for word in re.findall(r"\w+", text.lower()):
-                digest = hashlib.blake2b(word.encode(), digest_size=4).digest()
-                rows[row, int.from_bytes(digest, "little") % self.dim] += 1.0
-        return normalize(rows)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def chat(*turns: str, system: str | None = None, **fields: Any) -> dict[str, Any]:
-    messages: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
-    for index, turn in enumerate(turns):
-        messages.append({"role": "user" if index % 2 == 0 else "assistant", "content": turn})
-    return {"model": "gpt-x", "messages": messages, **fields}
-
-
-def make_cache(path: Path, clock: Clock | None = None, **overrides: Any) -> SemanticCache:
-    settings: dict[str, Any] = {"min_similarity": 0.9, **overrides}
-    config = SemanticStoreConfig(path=path / "semantic.sqlite3", **settings)
-    return SemanticCache(WordsEmbedder(), config, clock=clock or Clock())
+from tests.support.semantic import Clock, WordsEmbedder, chat, make_cache
 
 
 async def test_paraphrase_hits_and_unrelated_misses(tmp_path: Path) -> None:

@@ -20,9 +20,8 @@ from hasten.semantic.records import Records
 from hasten.semantic.shared import SharedEntry, decode_entry, encode_entry
 from hasten.semantic.store import SemanticCache, SemanticStoreConfig
 from hasten.semantic.tier import SemanticTier
-from tests.gateway_fixtures import completion
-from tests.semantic.test_cache import WordsEmbedder, chat, make_cache
-from tests.semantic.test_shared import _eventually
+from tests.support.gateway import completion
+from tests.support.semantic import WordsEmbedder, chat, eventually, make_cache, rebuilt
 
 # With WordsEmbedder and min_similarity 0.9 (floor 0.7): Q2 is a near miss of Q1 (0.845);
 # Q3 is above the cut-off to both (0.926 to Q2, 0.913 to Q1), so it hits only if they agree.
@@ -228,11 +227,10 @@ async def test_answer_class_travels_to_other_replicas(tmp_path: Path, redis_url:
         match = await cache.lookup(chat(Q3), model="m", tenant="t")
         return match is not None and match.answer_key == "k2"
 
-    await _eventually(lambda: serves_the_joined_entry(two))
+    await eventually(lambda: serves_the_joined_entry(two))
     late = _replica(tmp_path / "late", redis_url, namespace)  # rebuilds from the hashes
-    await _eventually(lambda: serves_the_joined_entry(late))
-    assert late.replica is not None and late.replica.follower is not None
-    assert late.replica.follower.num_rebuilds == 1
+    await eventually(lambda: serves_the_joined_entry(late))
+    await eventually(rebuilt(late, num_rebuilds=1))
     for cache in (one, two, late):
         await cache.close()
 

@@ -16,14 +16,14 @@ from hasten.auth import Authenticator
 from hasten.config import CacheConfig, GatewayConfig
 from hasten.config.semantic import SemanticConfig
 from hasten.simulator import SimConfig, build_app
-from tests.gateway_fixtures import (
+from tests.support.gateway import (
     ScriptedUpstream,
     completion,
     make_config,
     running_gateway,
     sim_stats,
 )
-from tests.servers import ServerThread
+from tests.support.servers import ServerThread
 
 ADMIN_KEY = "semantic-admin-key"
 ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}

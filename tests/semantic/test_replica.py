@@ -10,7 +10,7 @@ import pytest
 
 from hasten.semantic.replica import CURSOR_META, PENDING_META, SharedReplica
 from hasten.semantic.shared import DeleteEvent, Event, SharedEntry, SharedTier
-from tests.servers import free_port
+from tests.support.servers import free_port
 
 _T = TypeVar("_T")
 NOW = 1_000.0

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 from hasten.semantic.follower import needs_rebuild
 from hasten.semantic.shared import LOCAL_ID_BASE
 from hasten.semantic.store import SemanticCache, SemanticStoreConfig
-from tests.semantic.test_cache import WordsEmbedder, chat
-from tests.servers import free_port, redis_server
+from tests.support.semantic import WordsEmbedder, chat, eventually, rebuilt
+from tests.support.servers import free_port, redis_server
 
 QUESTION = chat("How do I cook rice?")
 PARAPHRASE = chat("how do i COOK rice")
@@ -29,16 +26,6 @@ def _replica(path: Path, redis_url: str, namespace: str) -> SemanticCache:
     return SemanticCache(WordsEmbedder(), config, clock=time.time)  # Redis expiry is real time
 
 
-async def _eventually(check: Callable[[], Awaitable[Any]], *, num_tries: int = 250) -> Any:
-    """Polls until ``check`` returns something truthy (bounded by tries, not by a deadline)."""
-    for _ in range(num_tries):
-        result = await check()
-        if result:
-            return result
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition never held")
-
-
 async def test_insert_on_one_replica_hits_on_the_other(tmp_path: Path, redis_url: str) -> None:
     namespace = f"test-{uuid.uuid4().hex}:"
     one = _replica(tmp_path / "one", redis_url, namespace)
@@ -47,7 +34,7 @@ async def test_insert_on_one_replica_hits_on_the_other(tmp_path: Path, redis_url
     two.start()
     entry_id = await one.insert(QUESTION, model="m", tenant="t", answer_key="rice")
     assert entry_id is not None and entry_id < LOCAL_ID_BASE
-    match = await _eventually(lambda: two.lookup(PARAPHRASE, model="m", tenant="t"))
+    match = await eventually(lambda: two.lookup(PARAPHRASE, model="m", tenant="t"))
     assert (match.entry_id, match.answer_key) == (entry_id, "rice")
     assert await two.lookup(PARAPHRASE, model="m", tenant="other") is None  # tenants still apart
     # An invalidation on the replica that served the hit removes the entry everywhere.
@@ -56,7 +43,7 @@ async def test_insert_on_one_replica_hits_on_the_other(tmp_path: Path, redis_url
     async def is_gone() -> bool:
         return await one.lookup(PARAPHRASE, model="m", tenant="t") is None
 
-    await _eventually(is_gone)
+    await eventually(is_gone)
     assert one.stats()["invalidated_shared"] == 1
     await one.close()
     await two.close()
@@ -69,14 +56,14 @@ async def test_filter_invalidation_reaches_other_replicas(tmp_path: Path, redis_
     two.start()
     await one.insert(QUESTION, model="m", tenant="t", answer_key="rice")
     await one.insert(chat("Who wrote Hamlet?"), model="other", tenant="t", answer_key="hamlet")
-    await _eventually(lambda: two.lookup(chat("who wrote hamlet"), model="other", tenant="t"))
-    await _eventually(lambda: two.lookup(PARAPHRASE, model="m", tenant="t"))
+    await eventually(lambda: two.lookup(chat("who wrote hamlet"), model="other", tenant="t"))
+    await eventually(lambda: two.lookup(PARAPHRASE, model="m", tenant="t"))
     assert await one.invalidate(model="m") == 1
 
     async def is_gone() -> bool:
         return await two.lookup(PARAPHRASE, model="m", tenant="t") is None
 
-    await _eventually(is_gone)
+    await eventually(is_gone)
     assert await two.lookup(chat("who wrote hamlet"), model="other", tenant="t") is not None
     await one.close()
     await two.close()
@@ -89,13 +76,12 @@ async def test_new_replica_rebuilds_then_restarts_from_its_position(
     writer = _replica(tmp_path / "writer", redis_url, namespace)
     await writer.insert(QUESTION, model="m", tenant="t", answer_key="rice")
     late = _replica(tmp_path / "late", redis_url, namespace)  # joins after the insert
-    await _eventually(lambda: late.lookup(PARAPHRASE, model="m", tenant="t"))
-    assert late.replica is not None and late.replica.follower is not None
-    assert late.replica.follower.num_rebuilds == 1
+    await eventually(lambda: late.lookup(PARAPHRASE, model="m", tenant="t"))
+    await eventually(rebuilt(late, num_rebuilds=1))
     await late.close()
     await writer.insert(chat("Who wrote Hamlet?"), model="m", tenant="t", answer_key="hamlet")
     again = _replica(tmp_path / "late", redis_url, namespace)  # same file: resumes the stream
-    await _eventually(lambda: again.lookup(chat("who wrote hamlet"), model="m", tenant="t"))
+    await eventually(lambda: again.lookup(chat("who wrote hamlet"), model="m", tenant="t"))
     assert again.replica is not None and again.replica.follower is not None
     assert again.replica.follower.num_rebuilds == 0
     await again.close()
@@ -120,7 +106,7 @@ async def test_redis_going_away_and_back(tmp_path: Path) -> None:
         two = _replica(tmp_path / "two", url, namespace)
         two.start()
         await one.insert(QUESTION, model="m", tenant="t", answer_key="rice")
-        await _eventually(lambda: two.lookup(PARAPHRASE, model="m", tenant="t"))
+        await eventually(lambda: two.lookup(PARAPHRASE, model="m", tenant="t"))
     # Redis is gone: both keep serving from their local copies and accept local inserts.
     assert await two.lookup(PARAPHRASE, model="m", tenant="t") is not None
     hamlet = chat("Who wrote Hamlet?")
@@ -128,7 +114,7 @@ async def test_redis_going_away_and_back(tmp_path: Path) -> None:
     assert local_id is not None and local_id >= LOCAL_ID_BASE
     assert await one.lookup(chat("who wrote hamlet"), model="m", tenant="t") is not None
     assert await two.lookup(chat("who wrote hamlet"), model="m", tenant="t") is None
-    await _eventually(lambda: _has_failed(two))
+    await eventually(lambda: _has_failed(two))
     await one.close()
     await two.close()
 
@@ -144,7 +130,7 @@ async def test_invalidation_while_redis_is_away_is_shared_when_it_returns(
         one.start()
         two.start()
         entry_id = await one.insert(QUESTION, model="m", tenant="t", answer_key="rice")
-        await _eventually(lambda: two.lookup(PARAPHRASE, model="m", tenant="t"))
+        await eventually(lambda: two.lookup(PARAPHRASE, model="m", tenant="t"))
     # Redis is away: the invalidation holds locally and waits in one's file.
     assert await one.invalidate(entry_id=entry_id) == 1
     assert one.stats()["shared_publish_queued"] == 1
@@ -155,7 +141,7 @@ async def test_invalidation_while_redis_is_away_is_shared_when_it_returns(
         return await two.lookup(PARAPHRASE, model="m", tenant="t") is None
 
     with redis_server(port, workdir) as url:  # back, with its data
-        await _eventually(is_gone_on_two, num_tries=1000)
+        await eventually(is_gone_on_two, num_tries=1000)
         assert one.replica is not None and one.replica.follower is not None
         follower = one.replica.follower
 
@@ -164,13 +150,13 @@ async def test_invalidation_while_redis_is_away_is_shared_when_it_returns(
             # an await after replica two can already see the delete.
             return follower.num_replayed_deletes == 1
 
-        await _eventually(is_counted_on_one)
+        await eventually(is_counted_on_one)
         # A replica that rebuilds from Redis does not bring the invalidated entry back.
         three = _replica(tmp_path / "three", url, namespace)
         three.start()
         hamlet = chat("Who wrote Hamlet?")
         await one.insert(hamlet, model="m", tenant="t", answer_key="hamlet")
-        await _eventually(lambda: three.lookup(chat("who wrote hamlet"), model="m", tenant="t"))
+        await eventually(lambda: three.lookup(chat("who wrote hamlet"), model="m", tenant="t"))
         assert await three.lookup(PARAPHRASE, model="m", tenant="t") is None
         for cache in (one, two, three):
             await cache.close()
@@ -203,7 +189,7 @@ async def test_malformed_event_is_skipped(tmp_path: Path, redis_url: str) -> Non
     await client.xadd(events_key, {"op": "insert", "id": "x"})
     await client.aclose()
     await one.insert(QUESTION, model="m", tenant="t", answer_key="rice")
-    assert await _eventually(lambda: two.lookup(PARAPHRASE, model="m", tenant="t"))
+    assert await eventually(lambda: two.lookup(PARAPHRASE, model="m", tenant="t"))
     await one.close()
     await two.close()
 
@@ -221,13 +207,13 @@ async def test_a_restarted_redis_costs_no_insert_its_share(tmp_path: Path) -> No
         two.start()
         first = await one.insert(QUESTION, model="m", tenant="t", answer_key="rice")
         assert first is not None and first < LOCAL_ID_BASE
-        await _eventually(lambda: two.lookup(PARAPHRASE, model="m", tenant="t"))
+        await eventually(lambda: two.lookup(PARAPHRASE, model="m", tenant="t"))
     with redis_server(port, workdir):  # back, with its data
         hamlet = chat("Who wrote Hamlet?")
         entry_id = await one.insert(hamlet, model="m", tenant="t", answer_key="hamlet")
         assert entry_id is not None and entry_id < LOCAL_ID_BASE  # shared, not local-only
         assert one.stats()["shared_published"] == 2
-        match = await _eventually(
+        match = await eventually(
             lambda: two.lookup(chat("who wrote hamlet"), model="m", tenant="t")
         )
         assert match.entry_id == entry_id

@@ -21,8 +21,8 @@ import pytest
 from hasten.config import GatewayConfig, ServerConfig, parse_config
 from hasten.errors import ConfigError
 from hasten.simulator import SimConfig, build_app
-from tests.gateway_fixtures import chat_body, make_config, running_gateway
-from tests.servers import GatewayProcess, ServerThread
+from tests.support.gateway import chat_body, make_config, running_gateway
+from tests.support.servers import GatewayProcess, ServerThread
 
 WAIT_S = 30.0
 MiB = 1024 * 1024

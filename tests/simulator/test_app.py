@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from hasten.simulator import SimConfig, build_app
-from tests.servers import ServerThread
+from tests.support.servers import ServerThread
 
 MODEL = "sim-model"
 MESSAGES: list[Any] = [{"role": "user", "content": "tell me about the sea"}]
@@ -75,9 +75,14 @@ def wait_for_stats(http: httpx.Client, **expected: int) -> dict[str, Any]:
 
 def assert_outcomes_add_up(data: dict[str, Any]) -> None:
     outcomes = (
-        "num_completed", "num_cancelled", "num_errors_injected", "num_rate_limited",
-        "num_disconnects", "num_bad_requests", "num_in_flight",
-    )  # fmt: skip
+        "num_completed",
+        "num_cancelled",
+        "num_errors_injected",
+        "num_rate_limited",
+        "num_disconnects",
+        "num_bad_requests",
+        "num_in_flight",
+    )
     assert data["num_requests"] == sum(data[key] for key in outcomes)
 
 
@@ -226,8 +231,10 @@ def test_stats_count_requests_tokens_and_reset(client: openai.OpenAI, http: http
     data = stats(http)
     assert data["num_requests"] == 4
     assert data["num_requests_by_endpoint"] == {
-        "chat.completions": 2, "completions": 1, "models": 1,
-    }  # fmt: skip
+        "chat.completions": 2,
+        "completions": 1,
+        "models": 1,
+    }
     assert data["num_stream_requests"] == 1
     assert data["num_completed"] == 4 and data["num_in_flight"] == 0
     assert data["num_prompt_tokens"] == 6 + 6 + 1

@@ -1,41 +1,14 @@
-"""Unit tests of the simulator's pure parts: latency model, prefix cache, faults, text, config."""
+"""Unit tests for hasten.simulator.latency: the latency model and the prefix cache."""
 
 from __future__ import annotations
 
-import math
 import random
-from pathlib import Path
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hasten.asgi import error_headers
-from hasten.errors import ConfigError, InvalidRequest
-from hasten.simulator.config import SimConfig, config_from_mapping, load_toml_config
-from hasten.simulator.faults import (
-    FaultKind,
-    decide_fault,
-    default_disconnect_after_chunks,
-    draw_fault_kind,
-)
-from hasten.simulator.generation import generate_choices, target_num_tokens
-from hasten.simulator.inputs import (
-    NO_OVERRIDES,
-    parse_chat_request,
-    parse_completion_request,
-    parse_overrides,
-)
+from hasten.simulator.config import SimConfig
 from hasten.simulator.latency import LatencyPlan, PrefixCache, plan_latency, ttft_ms
-from hasten.simulator.payloads import ChatStreamEncoder, rate_limit_error
-from hasten.simulator.streaming import stream_schedule
-from hasten.simulator.textgen import (
-    chat_prompt_tokens,
-    embedding_vector,
-    generate_pieces,
-    seed_material,
-    truncate_at_stop,
-)
 
 words = st.sampled_from(["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"])
 prompts = st.lists(words, min_size=0, max_size=120)
@@ -94,9 +67,12 @@ def test_plans_replay_exactly_for_a_fixed_seed(
     seed: int, sigma: float, prob: float, sizes: list[int]
 ) -> None:
     config = SimConfig(
-        ttft_base_ms=5, prefill_ms_per_token=0.1, decode_ms_per_token=1,
-        jitter_sigma=sigma, straggler_prob=prob,
-    )  # fmt: skip
+        ttft_base_ms=5,
+        prefill_ms_per_token=0.1,
+        decode_ms_per_token=1,
+        jitter_sigma=sigma,
+        straggler_prob=prob,
+    )
     first_rng, second_rng = random.Random(seed), random.Random(seed)
     first = [plan_latency(config, first_rng, size, 0) for size in sizes]
     second = [plan_latency(config, second_rng, size, 0) for size in sizes]
@@ -168,210 +144,3 @@ def test_prefix_cache_never_exceeds_capacity(tokens: list[str], capacity: int) -
         cached = cache.lookup_and_insert("m", tokens[start:])
         assert 0 <= cached <= len(tokens) - start
         assert len(cache) <= capacity
-
-
-# --- faults --------------------------------------------------------------------------------
-
-
-def test_fault_kind_follows_rates() -> None:
-    rng = random.Random(0)
-    assert draw_fault_kind(SimConfig(error_rate=1), rng) is FaultKind.SERVER_ERROR
-    assert draw_fault_kind(SimConfig(rate_limit_rate=1), rng) is FaultKind.RATE_LIMIT
-    assert draw_fault_kind(SimConfig(disconnect_rate=1), rng) is FaultKind.DISCONNECT
-    kinds = [draw_fault_kind(SimConfig(error_rate=0.25, rate_limit_rate=0.25), rng)
-             for _ in range(400)]  # fmt: skip
-    assert {FaultKind.NONE, FaultKind.SERVER_ERROR, FaultKind.RATE_LIMIT} == set(kinds)
-
-
-def test_zero_rates_do_not_consume_randomness() -> None:
-    rng = random.Random(5)
-    state = rng.getstate()
-    assert decide_fault(SimConfig(), rng, num_tokens=16).kind is FaultKind.NONE
-    assert rng.getstate() == state
-
-
-def test_forced_faults_win_over_rates() -> None:
-    config = SimConfig(error_rate=1, retry_after_s=2)
-    rng = random.Random(0)
-    assert decide_fault(config, rng, num_tokens=8, forced_kind=FaultKind.NONE).kind is (
-        FaultKind.NONE
-    )
-    limited = decide_fault(config, rng, num_tokens=8, forced_kind=FaultKind.RATE_LIMIT)
-    assert limited.retry_after_s == 2
-    limited = decide_fault(
-        config, rng, num_tokens=8, forced_kind=FaultKind.RATE_LIMIT, forced_retry_after_s=0.5
-    )
-    assert limited.retry_after_s == 0.5
-    cut = decide_fault(config, rng, num_tokens=8, forced_kind=FaultKind.DISCONNECT)
-    assert cut.after_chunks == default_disconnect_after_chunks(8) == 5
-    cut = decide_fault(
-        config, rng, num_tokens=8, forced_kind=FaultKind.DISCONNECT, forced_after_chunks=0
-    )
-    assert cut.after_chunks == 0
-    assert decide_fault(config, rng, num_tokens=8).after_chunks is None
-
-
-@pytest.mark.parametrize(
-    ("retry_after_s", "seconds", "millis"), [(3.0, "3", "3000"), (0.25, "0.25", "250")]
-)
-def test_simulated_429_keeps_openais_retry_headers(
-    retry_after_s: float, seconds: str, millis: str
-) -> None:
-    error = rate_limit_error(retry_after_s)
-    assert error.status_code == 429 and error.retry_after_s is None
-    # Rendered as given: the toolkit adds no whole-second Retry-After of its own.
-    assert error_headers(error) == [
-        (b"retry-after", seconds.encode()),
-        (b"retry-after-ms", millis.encode()),
-    ]
-
-
-# --- text, generation, streaming -----------------------------------------------------------
-
-
-@given(text=st.text(max_size=200), seed=st.integers(min_value=0, max_value=10**9))
-@settings(max_examples=50)
-def test_generated_text_is_deterministic(text: str, seed: int) -> None:
-    material = seed_material("m", text.encode(), seed, 0)
-    assert generate_pieces(material, 20) == generate_pieces(material, 20)
-    assert len(generate_pieces(material, 200)) == 200
-
-
-def test_different_prompts_seeds_and_choices_give_different_text() -> None:
-    texts = {
-        "".join(generate_pieces(seed_material("m", prompt, seed, index), 16))
-        for prompt in (b"a", b"b")
-        for seed in (None, 1)
-        for index in (0, 1)
-    }
-    assert len(texts) == 8
-
-
-def test_pieces_join_into_space_separated_words() -> None:
-    pieces = generate_pieces(b"x", 5)
-    assert not pieces[0].startswith(" ")
-    assert all(piece.startswith(" ") for piece in pieces[1:])
-    assert len("".join(pieces).split()) == 5
-
-
-def test_stop_sequence_cuts_text_before_it() -> None:
-    pieces = ["one", " two", " three", " four"]
-    assert truncate_at_stop(pieces, [" th"]) == (["one", " two"], True)
-    assert truncate_at_stop(pieces, ["hre", "wo"]) == (["one", " t"], True)
-    assert truncate_at_stop(pieces, ["nope"]) == (pieces, False)
-    assert truncate_at_stop(pieces, ["one"]) == ([], True)
-
-
-def test_target_num_tokens_precedence() -> None:
-    assert target_num_tokens(16, None, None) == (16, False)
-    assert target_num_tokens(16, 5, None) == (5, True)
-    assert target_num_tokens(16, None, 3) == (3, False)
-    assert target_num_tokens(16, 5, 3) == (3, False)
-    assert target_num_tokens(16, 5, 9) == (5, True)
-
-
-def test_chat_prompt_tokens_mark_roles_and_read_text_parts() -> None:
-    messages: list[object] = [
-        {"role": "system", "content": "be brief"},
-        {"role": "user", "content": [{"type": "text", "text": "hi there"}, {"type": "image"}]},
-        {"role": "assistant", "content": None},
-    ]
-    assert chat_prompt_tokens(messages) == [
-        "<|system|>", "be", "brief", "<|user|>", "hi", "there", "<|assistant|>",
-    ]  # fmt: skip
-
-
-def test_generation_honours_n_max_tokens_and_stop() -> None:
-    request = parse_chat_request(
-        {"model": "m", "messages": [{"role": "user", "content": "hi"}], "n": 3, "max_tokens": 4}
-    )
-    choices = generate_choices(request, 16, None)
-    assert len(choices) == 3
-    assert all(len(c.pieces) == 4 and c.finish_reason == "length" for c in choices)
-    first_word = choices[0].pieces[1].strip()
-    stopped = parse_chat_request(
-        {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stop": [first_word]}
-    )
-    assert generate_choices(stopped, 16, None)[0].finish_reason == "stop"
-
-
-def test_stream_schedule_orders_role_tokens_finish_usage() -> None:
-    request = parse_completion_request({"model": "m", "prompt": "hi", "n": 2, "max_tokens": 3})
-    choices = generate_choices(request, 16, None)
-    encoder = ChatStreamEncoder("id", 0, "m", include_usage=True, num_choices=2)
-    plan = LatencyPlan(first_token_ms=10, decode_ms_per_token=2)
-    events = list(stream_schedule(encoder, choices, plan, {"prompt_tokens": 1}))
-    assert [b'"role"' in data for _, data, _ in events[:2]] == [True, True]
-    assert sum(num_tokens for _, _, num_tokens in events) == 6
-    due = [due_ms for due_ms, _, _ in events]
-    assert due == sorted(due) and due[0] == 10 and due[-1] == 14
-    assert b'"finish_reason":"length"' in events[-2][1] and b'"choices":[]' in events[-1][1]
-
-
-def test_embeddings_are_unit_length_and_deterministic() -> None:
-    vector = embedding_vector("m", "hello", 64)
-    assert len(vector) == 64
-    assert math.isclose(sum(v * v for v in vector), 1.0, rel_tol=1e-9)
-    assert vector == embedding_vector("m", "hello", 64)
-    assert vector != embedding_vector("m", "hello!", 64)
-    assert len(embedding_vector("m", "hello", 300)) == 300
-
-
-# --- request headers and config ------------------------------------------------------------
-
-
-def test_override_headers_parse_and_reject_bad_values() -> None:
-    assert parse_overrides([(b"authorization", b"x")]) is NO_OVERRIDES
-    overrides = parse_overrides(
-        [
-            (b"x-sim-ttft-ms", b"12.5"),
-            (b"x-sim-decode-ms", b"1"),
-            (b"x-sim-fail", b"Disconnect"),
-            (b"x-sim-fail-after-chunks", b"3"),
-            (b"x-sim-retry-after", b"0.25"),
-            (b"x-sim-tokens", b"7"),
-        ]
-    )
-    assert overrides.first_token_ms == 12.5 and overrides.decode_ms == 1
-    assert overrides.fail is FaultKind.DISCONNECT and overrides.fail_after_chunks == 3
-    assert overrides.retry_after_s == 0.25 and overrides.num_tokens == 7
-    for header in [
-        (b"x-sim-fail", b"503"),
-        (b"x-sim-tokens", b"-1"),
-        (b"x-sim-ttft-ms", b"nan"),
-        (b"x-sim-typo", b"1"),
-    ]:
-        with pytest.raises(InvalidRequest):
-            parse_overrides([header])
-
-
-def test_config_updates_are_validated() -> None:
-    config = config_from_mapping({"decode_ms_per_token": 2, "models": "a, b"})
-    assert config.decode_ms_per_token == 2.0 and config.models == ("a", "b")
-    bad_changes: list[dict[str, object]] = [
-        {"no_such_field": 1},
-        {"error_rate": 1.5},
-        {"error_rate": 0.6, "rate_limit_rate": 0.6},
-        {"rtt_ms": -1},
-        {"rtt_ms": "fast"},
-        {"seed": 1.5},
-        {"strict_models": 1},
-        {"output_tokens": True},
-        {"prefill_cached_ms_per_token": 1},  # cached prefill may not cost more than uncached
-        {"models": []},
-    ]
-    for changes in bad_changes:
-        with pytest.raises(ConfigError):
-            config.updated(changes)
-
-
-def test_toml_config_reads_the_simulator_table(tmp_path: Path) -> None:
-    path = tmp_path / "sim.toml"
-    path.write_text('[simulator]\nttft_base_ms = 50\nmodels = ["x"]\n\n[gateway]\nport = 1\n')
-    config = load_toml_config(path)
-    assert config.ttft_base_ms == 50.0 and config.models == ("x",)
-    path.write_text("[simulator]\nttft_base_ms = -5\n")
-    with pytest.raises(ConfigError):
-        load_toml_config(path)
-    with pytest.raises(ConfigError):
-        load_toml_config(tmp_path / "missing.toml")

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from hasten.simulator.server import add_arguments, config_from_args, run
-from tests.servers import free_port
+from tests.support.servers import free_port
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -33,9 +33,23 @@ def test_flags_override_the_toml_file(tmp_path: Path) -> None:
     path = tmp_path / "sim.toml"
     path.write_text("[simulator]\nttft_base_ms = 40\ndecode_ms_per_token = 5\nseed = 3\n")
     args = parse(
-        ["--config", str(path), "--decode-ms", "2", "--error-rate", "0.1", "--model", "a,b",
-         "--model", "c", "--straggler-prob", "0.5", "--rate-limit-rate", "0.2"]
-    )  # fmt: skip
+        [
+            "--config",
+            str(path),
+            "--decode-ms",
+            "2",
+            "--error-rate",
+            "0.1",
+            "--model",
+            "a,b",
+            "--model",
+            "c",
+            "--straggler-prob",
+            "0.5",
+            "--rate-limit-rate",
+            "0.2",
+        ]
+    )
     config = config_from_args(args)
     assert config.ttft_base_ms == 40 and config.seed == 3  # from the file
     assert config.decode_ms_per_token == 2 and config.error_rate == 0.1  # from flags

@@ -19,8 +19,8 @@ import pytest
 
 from hasten.config import CacheConfig, RetryConfig, TimeoutConfig
 from hasten.simulator import SimConfig, build_app
-from tests.gateway_fixtures import chat_body, make_config, running_gateway, sim_stats
-from tests.servers import GatewayProcess, ServerThread, free_port
+from tests.support.gateway import chat_body, make_config, running_gateway, sim_stats
+from tests.support.servers import GatewayProcess, ServerThread, free_port
 
 NO_CACHE = CacheConfig(is_enabled=False)
 

@@ -23,7 +23,7 @@ from hasten.config import (
     UpstreamConfig,
 )
 from hasten.server.connection import protocol_for
-from tests.servers import ServerThread
+from tests.support.servers import ServerThread
 
 FAST_RETRY = RetryConfig(max_retries=2, backoff_base_s=0.01, backoff_max_s=0.05)
 

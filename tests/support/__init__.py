@@ -1,0 +1,1 @@
+"""What more than one test file needs: real servers, gateway configs, disk faults, fakes."""
