@@ -6,7 +6,15 @@ import pytest
 
 from hasten.errors import InvalidRequest
 from hasten.simulator.faults import FaultKind
-from hasten.simulator.inputs import NO_OVERRIDES, parse_overrides
+from hasten.simulator.inputs import (
+    MAX_COMPLETION_TOKENS,
+    MAX_EMBEDDING_INPUTS,
+    MAX_GENERATED_TOKENS,
+    NO_OVERRIDES,
+    parse_chat_request,
+    parse_embedding_request,
+    parse_overrides,
+)
 
 
 def test_override_headers_parse_and_reject_bad_values() -> None:
@@ -32,3 +40,37 @@ def test_override_headers_parse_and_reject_bad_values() -> None:
     ]:
         with pytest.raises(InvalidRequest):
             parse_overrides([header])
+
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+@pytest.mark.parametrize("name", ["max_tokens", "max_completion_tokens"])
+def test_output_is_bounded_per_request(name: str) -> None:
+    # 2**31 tokens once made the simulator allocate 34 GB and die (found by bench/fuzz.py).
+    assert parse_chat_request({**CHAT, name: MAX_COMPLETION_TOKENS}).max_tokens == (
+        MAX_COMPLETION_TOKENS
+    )
+    for body in [
+        {**CHAT, name: MAX_COMPLETION_TOKENS + 1},
+        {**CHAT, name: 2**31},
+        {
+            **CHAT,
+            name: MAX_COMPLETION_TOKENS,
+            "n": MAX_GENERATED_TOKENS // MAX_COMPLETION_TOKENS + 1,
+        },
+    ]:
+        with pytest.raises(InvalidRequest) as info:
+            parse_chat_request(body)
+        assert info.value.param == name
+    with pytest.raises(InvalidRequest):
+        parse_overrides([(b"x-sim-tokens", str(MAX_COMPLETION_TOKENS + 1).encode())])
+    assert parse_overrides([(b"x-sim-tokens", b"32768")]).num_tokens == MAX_COMPLETION_TOKENS
+
+
+def test_embedding_inputs_are_bounded() -> None:
+    inputs = ["a"] * MAX_EMBEDDING_INPUTS
+    assert len(parse_embedding_request({"model": "m", "input": inputs}).texts) == len(inputs)
+    with pytest.raises(InvalidRequest) as info:
+        parse_embedding_request({"model": "m", "input": [*inputs, "a"]})
+    assert info.value.param == "input"

@@ -1,0 +1,1 @@
+"""`hasten serve`: the process around the app: config resolution, uvicorn, connections, logs."""

@@ -19,6 +19,12 @@ from hasten.simulator.textgen import chat_prompt_tokens, completion_prompt_token
 # Request bodies, the control endpoints' included: far above any real one, still bounded.
 MAX_BODY_BYTES = 64 * 1024 * 1024
 MAX_CHOICES = 128
+# What one request may make the simulator generate: it builds every answer in memory, so an
+# unbounded max_tokens or x-sim-tokens (2**31 tokens: tens of GB) would take the process
+# down. Real models refuse such values with a 400 too (their output limits are 16k-128k).
+MAX_COMPLETION_TOKENS = 32_768
+MAX_GENERATED_TOKENS = 131_072  # n x tokens per choice
+MAX_EMBEDDING_INPUTS = 2048  # OpenAI's own limit on one embeddings request
 MAX_STOP_SEQUENCES = 4
 HEADER_PREFIX = b"x-sim-"
 
@@ -71,13 +77,15 @@ def _header_number(name: str, raw: bytes) -> float:
     return value
 
 
-def _header_count(name: str, raw: bytes) -> int:
+def _header_count(name: str, raw: bytes, maximum: int | None = None) -> int:
     try:
         value = int(raw)
     except ValueError:
         value = -1
     if value < 0:
         raise InvalidRequest(f"header {name} must be an integer >= 0", param=name)
+    if maximum is not None and value > maximum:
+        raise InvalidRequest(f"header {name} must be at most {maximum}", param=name)
     return value
 
 
@@ -108,7 +116,7 @@ def parse_overrides(headers: Iterable[tuple[bytes, bytes]]) -> Overrides:
         elif name == "x-sim-retry-after":
             found["retry_after_s"] = _header_number(name, raw_value)
         elif name == "x-sim-tokens":
-            found["num_tokens"] = _header_count(name, raw_value)
+            found["num_tokens"] = _header_count(name, raw_value, MAX_COMPLETION_TOKENS)
         else:
             raise InvalidRequest(f"unknown simulator header {name}", param=name)
     return Overrides(**found) if found else NO_OVERRIDES
@@ -151,16 +159,25 @@ def _generation(
     stream = data.get("stream") is True
     options = data.get("stream_options")
     include_usage = stream and isinstance(options, dict) and options.get("include_usage") is True
-    max_tokens = _optional_int(data, "max_completion_tokens", 1, 2**31)
+    name = "max_completion_tokens"
+    max_tokens = _optional_int(data, name, 1, MAX_COMPLETION_TOKENS)
     if max_tokens is None:
-        max_tokens = _optional_int(data, "max_tokens", 1, 2**31)
+        name = "max_tokens"
+        max_tokens = _optional_int(data, name, 1, MAX_COMPLETION_TOKENS)
+    num_choices = _optional_int(data, "n", 1, MAX_CHOICES) or 1
+    if max_tokens is not None and num_choices * max_tokens > MAX_GENERATED_TOKENS:
+        raise InvalidRequest(
+            f"n x {name} must be at most {MAX_GENERATED_TOKENS} tokens, "
+            f"got {num_choices} x {max_tokens}",
+            param=name,
+        )
     return GenerationRequest(
         model=_model(data),
         prompt_tokens=prompt_tokens,
         prompt_json=prompt_json,
         stream=stream,
         include_usage=include_usage,
-        num_choices=_optional_int(data, "n", 1, MAX_CHOICES) or 1,
+        num_choices=num_choices,
         max_tokens=max_tokens,
         stops=_stops(data),
         seed=_optional_int(data, "seed", -(2**63), 2**64),
@@ -186,6 +203,11 @@ def parse_completion_request(data: dict[str, Any]) -> GenerationRequest:
 def _embedding_texts(value: object) -> list[str]:
     if isinstance(value, str):
         return [value]
+    if isinstance(value, list) and len(value) > MAX_EMBEDDING_INPUTS:
+        raise InvalidRequest(
+            f"input must have at most {MAX_EMBEDDING_INPUTS} items, got {len(value)}",
+            param="input",
+        )
     if isinstance(value, list) and value:
         if all(isinstance(item, str) for item in value):
             return list(value)

@@ -1,0 +1,1 @@
+"""Calling upstreams: the deployment race (hedges, failover, retries) and the one network seam."""
