@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 import shutil
 import statistics
 import sys
@@ -24,7 +25,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ NUM_HOT_QUESTIONS = 32
 FRESH_PREFIX = "soak new question "
 MB = 1024 * 1024
 RSS_GROWTH_GOAL = 0.05
+_REQUEST_TASK = "RequestResponseCycle.run_asgi"  # uvicorn's task per HTTP request
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,8 @@ class Sample:
     tasks: int
     requests: int
     task_kinds: dict[str, int] = field(default_factory=dict)
+    # Answers completed since the previous sample: their p99 shows when the machine was slow.
+    p99_latency_ms: float = 0.0
 
 
 @dataclass
@@ -62,9 +66,20 @@ class Counts:
     failed: dict[str, int] = field(default_factory=dict)
     wrong: int = 0
     total: int = 0
+    latencies_s: list[float] = field(default_factory=list)  # since the last sample
+
+    def take_p99_ms(self) -> float:
+        """The p99 latency of the answers since the last call, in ms (0 if none)."""
+        window, self.latencies_s = self.latencies_s, []
+        if not window:
+            return 0.0
+        window.sort()
+        return round(1000 * window[min(len(window) - 1, int(0.99 * len(window)))], 1)
 
     def add(self, kind: str, outcome: Outcome) -> None:
         self.total += 1
+        if outcome.ask.disconnect_after is None:
+            self.latencies_s.append(outcome.latency_s)
         self.by_kind[kind] = self.by_kind.get(kind, 0) + 1
         if not outcome.is_ok:
             self.failed[kind] = self.failed.get(kind, 0) + 1
@@ -160,12 +175,16 @@ async def soak(
     async with httpx.AsyncClient(timeout=10) as probe:
         idle_before = await sample(probe, url, gateway, 0.0, 0)
         started_s = time.monotonic()
+        jitter = random.Random(0)
 
         async def sampler() -> None:
             while True:
-                await asyncio.sleep(SAMPLE_EVERY_S)
+                # Jittered: the load's schedule repeats every 20 requests, and a sampler
+                # locked to its phase sees the same kinds of request in flight for minutes.
+                await asyncio.sleep(SAMPLE_EVERY_S + jitter.uniform(-1.0, 1.0))
                 t_s = time.monotonic() - started_s
-                samples.append(await sample(probe, url, gateway, t_s, counts.total))
+                taken = await sample(probe, url, gateway, t_s, counts.total)
+                samples.append(replace(taken, p99_latency_ms=counts.take_p99_ms()))
 
         sampling = asyncio.create_task(sampler())
         async with new_client() as client:
@@ -194,13 +213,30 @@ async def soak(
     }
 
 
+def live_requests(s: Sample) -> int:
+    """HTTP requests in progress when the sample was taken, the sampling request excluded:
+    each holds a few tasks and a descriptor or two, by design."""
+    return sum(n for kind, n in s.task_kinds.items() if kind.startswith(_REQUEST_TASK)) - 1
+
+
 def growth(samples: list[Sample], warmup_s: float) -> dict[str, Any]:
-    """First vs last three samples after warm-up (medians: one GC pause is not a trend)."""
+    """First vs last samples after warm-up: medians of three (one GC pause is not a trend).
+
+    RSS from every sample. Descriptors and tasks from the quiet ones only (no request in
+    flight but the sampling one): a request in flight holds three or four tasks and a
+    socket or two by design, and how many are in flight at a sampling instant swings with
+    the machine's load. With none in flight, anything above the idle count is held by
+    nothing that is still running: a leak."""
     after = [s for s in samples if s.t_s >= warmup_s]
     if len(after) < 2:
         return {"error": "not enough samples after warm-up: run longer"}
     width = min(3, len(after) // 2)
     head, tail = after[:width], after[-width:]
+    quiet = [s for s in after if live_requests(s) == 0]
+    if len(quiet) < 2:
+        return {"error": "no two samples without a request in flight: lower --rate"}
+    quiet_width = min(3, len(quiet) // 2)
+    quiet_head, quiet_tail = quiet[:quiet_width], quiet[-quiet_width:]
 
     def median(items: list[Sample], name: str) -> float:
         return float(statistics.median(getattr(s, name) for s in items))
@@ -208,16 +244,22 @@ def growth(samples: list[Sample], warmup_s: float) -> dict[str, Any]:
     rss_start, rss_end = median(head, "rss_mb"), median(tail, "rss_mb")
     return {
         "samples_after_warmup": len(after),
+        "quiet_samples": len(quiet),
         "rss_mb_start": rss_start,
         "rss_mb_end": rss_end,
         "rss_mb_max": max(s.rss_mb for s in after),
         "rss_growth": round((rss_end - rss_start) / rss_start, 4),
-        "fds_start": median(head, "fds"),
-        "fds_end": median(tail, "fds"),
+        "fds_start": median(quiet_head, "fds"),
+        "fds_end": median(quiet_tail, "fds"),
+        "fds_max_quiet": max(s.fds for s in quiet),
         "fds_max": max(s.fds for s in after),
-        "tasks_start": median(head, "tasks"),
-        "tasks_end": median(tail, "tasks"),
+        "tasks_start": median(quiet_head, "tasks"),
+        "tasks_end": median(quiet_tail, "tasks"),
+        "tasks_max_quiet": max(s.tasks for s in quiet),
+        # A lone one is a request's task caught finishing (cancelled, not yet collected).
+        "quiet_samples_above_idle": sum(s.tasks > quiet_head[0].tasks for s in quiet),
         "tasks_max": max(s.tasks for s in after),
+        "max_live_requests": max(live_requests(s) for s in after),
     }
 
 
@@ -333,7 +375,8 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
 
 def _sample_dict(s: Sample) -> dict[str, Any]:
     row = {"t_s": s.t_s, "rss_mb": s.rss_mb, "fds": s.fds, "tasks": s.tasks, "req": s.requests}
-    return {**row, "task_kinds": s.task_kinds}
+    row["p99_latency_ms"] = s.p99_latency_ms
+    return {**row, "live_requests": live_requests(s), "task_kinds": s.task_kinds}
 
 
 def summary_line(result: dict[str, Any]) -> str:
@@ -371,7 +414,8 @@ def main(argv: list[str] | None = None) -> int:
     print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
     if args.plot is not None:
         samples = [
-            Sample(s["t_s"], s["rss_mb"], s["fds"], s["tasks"], s["req"]) for s in result["series"]
+            Sample(s["t_s"], s["rss_mb"], s["fds"], s["tasks"], s["req"], s["task_kinds"])
+            for s in result["series"]
         ]
         args.plot.parent.mkdir(parents=True, exist_ok=True)
         args.plot.write_text(svg_plot(samples, result["warmup_s"], line.split(";")[0]))
