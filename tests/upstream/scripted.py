@@ -32,7 +32,7 @@ class Reply:
     error: HastenError | None = None  # raised by ``send`` instead of answering
 
 
-def sse(*events: dict[str, object] | str) -> tuple[bytes, ...]:
+def sse(*events: Mapping[str, object] | str) -> tuple[bytes, ...]:
     """SSE frames: dicts as JSON events, strings (``[DONE]``) as they are."""
     return tuple(
         b"data: " + (e.encode() if isinstance(e, str) else orjson.dumps(e)) + b"\n\n"

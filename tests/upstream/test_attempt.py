@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 
 import pytest
@@ -133,7 +134,7 @@ async def test_the_upstream_key_replaces_the_clients_and_an_empty_body_is_a_get(
         ("[DONE]", True),
     ],
 )
-def test_first_token_watch(event: dict[str, object] | str, has_output: bool) -> None:
+def test_first_token_watch(event: Mapping[str, object] | str, has_output: bool) -> None:
     assert FirstTokenWatch().feed(b"".join(sse(event))) is has_output
 
 
