@@ -3,7 +3,8 @@
 Retries, hedges and failovers happen only while opening the call, i.e. before any byte has
 reached the client; once a response is flowing it is forwarded or ended with an error, never
 replayed. The deciding is ``hasten.routing`` (one ``DeploymentPool`` per model route, kept
-here for the life of the process); the doing is ``hasten.upstream.dispatch``.
+here for the life of the process); the doing is ``hasten.upstream.dispatch``. The route comes
+resolved from the proxy (``hasten.routing.models``); nothing here looks a model up again.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ an attempt is ready (see ``hasten.upstream.attempt``), so the gateway is free to
   on a connect error or retryable status with no untried peer of equal priority left, retry
   the same deployment first (backoff, Retry-After), as the single-upstream client always did.
 All within the request's deadline. Every outcome is reported to the pool, which decides.
+The race ends in a value, ``Won`` or ``GaveUp`` (the last error response, or the last error),
+for the caller to match on; nothing is raised to say how it went.
 """
 
 from __future__ import annotations
