@@ -91,7 +91,7 @@ class HastenApp:
             router=ModelRouter(self.config),
             auth=Authenticator(server.api_keys, server.admin_api_key),
             stats=Stats(is_per_tenant=bool(server.api_keys)),
-            client=UpstreamClient(transport, rng=random.Random(), config=self.config),
+            client=UpstreamClient(transport, rng=random.Random()),
             cache=cache,
             semantic=_semantic_tier(self.config, cache),
         )
@@ -293,16 +293,16 @@ async def _list_models(gateway: Gateway) -> dict[str, Any]:
 
 
 async def _upstream_models(gateway: Gateway) -> list[dict[str, Any]]:
-    targets = gateway.router.wildcard_targets()[:1]
+    targets = gateway.router.wildcard_targets()
     if not targets:
         return []
     try:
-        call = await gateway.client.open(targets, "/models", b"", {"accept": "application/json"})
+        call = await gateway.client.get(targets[0], "/models", {"accept": "application/json"})
         try:
             body = await asyncio.wait_for(call.read(), MODELS_TIMEOUT_S)
         finally:
-            call.response.close()
-        parsed = orjson.loads(body) if call.response.status == 200 else {}
+            call.close()
+        parsed = orjson.loads(body) if call.status == 200 else {}
     except (HastenError, orjson.JSONDecodeError, TimeoutError) as exc:
         _log.warning("could not list upstream models: %s", exc)
         return []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from hasten.cache.policy import ModelCachePolicy
 from hasten.config import CacheConfig, GatewayConfig, parse_config
 from hasten.errors import ModelNotFound
-from hasten.routing.models import ModelRouter
+from hasten.routing.models import ModelRouter, route_deployments
 
 
 def _config(data: dict[str, Any]) -> GatewayConfig:
@@ -174,3 +175,40 @@ def test_empty_config_routes_nothing() -> None:
     assert router.listed_models() == []
     with pytest.raises(ModelNotFound):
         router.resolve("anything")
+
+
+def test_every_name_of_a_route_shares_its_one_route(router: ModelRouter) -> None:
+    gpt, fast = router.resolve("gpt"), router.resolve("fast")
+    assert gpt.route is fast.route  # built once at startup, not per name or per request
+    assert gpt.route.name == "gpt"
+    assert [d.upstream for d in gpt.route.deployments] == ["a", "c", "b"]
+    assert [d.priority for d in gpt.route.deployments] == [0, 1, 2]
+    assert sorted(gpt.route.upstreams) == ["a", "b", "c"]
+    assert sorted(router.resolve("renamed").route.upstreams) == ["b"]  # only its own
+
+
+def test_wildcard_names_share_the_wildcard_route() -> None:
+    router = ModelRouter(_config({"models": {"*": {"upstream": "b"}, "m": {"upstream": "a"}}}))
+    one, other = router.resolve("llama"), router.resolve("mistral")
+    assert one.route is other.route and one.route.name == "*"
+    assert (one.name, other.name) == ("llama", "mistral")  # the cache still tells them apart
+    assert router.resolve("m").route.name == "m"
+
+
+def test_configured_deployments_are_the_routes_deployments() -> None:
+    deployments = [{"upstream": "b", "weight": 2}, {"upstream": "a", "priority": 1}]
+    config = _config({"models": {"m": {"deployments": deployments}}})
+    route = ModelRouter(config).resolve("m").route
+    assert route.deployments == route_deployments(config.models["m"])
+    assert route.deployments == config.models["m"].routing.deployments
+    assert [(d.upstream, d.weight) for d in route.deployments] == [("b", 2.0), ("a", 1.0)]
+
+
+def test_a_route_takes_stream_options_only_if_every_upstream_does() -> None:
+    config = _config({"models": {"m": {"upstream": "a", "fallbacks": ["b"]}}})
+    no_options = replace(config.upstreams["b"], has_stream_options=False)
+    config = replace(config, upstreams={**config.upstreams, "b": no_options})
+    assert not ModelRouter(config).resolve("m").has_stream_options
+    assert (
+        ModelRouter(_config({"models": {"m": {"upstream": "a"}}})).resolve("m").has_stream_options
+    )

@@ -1,39 +1,232 @@
-"""Unit tests for hasten.upstream.dispatch: the request spec sent to each deployment."""
+"""Unit tests for hasten.upstream.dispatch: the race's result values, failover, retries,
+hedges and deadlines, against a scripted transport; every path leaves in-flight at 0."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
-from typing import Any, cast
+from collections.abc import Mapping
+from typing import Any
 
 import orjson
+import pytest
 
 from hasten.config import UpstreamConfig
+from hasten.errors import UpstreamConnectError, UpstreamTimeout
 from hasten.routing.pool import DeploymentPool
-from hasten.routing.settings import DeploymentConfig, RoutingConfig
-from hasten.upstream.dispatch import Dispatch, RouteRequest
-from hasten.upstream.transport import Transport
+from hasten.routing.settings import DeploymentConfig, HedgeConfig, RoutingConfig
+from hasten.upstream.attempt import BufferedResponse
+from hasten.upstream.dispatch import Dispatch, GaveUp, RouteRequest, Won
+from tests.support.scripted import (
+    QUICK_RETRY,
+    Reply,
+    ScriptedTransport,
+    delta,
+    sse,
+    upstream,
+)
+
+BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
-def _spec_body(is_prompt_cache_key: bool, body: dict[str, Any], key: int | None) -> Any:
-    deployment = DeploymentConfig(upstream="a", is_prompt_cache_key=is_prompt_cache_key)
-    pool = DeploymentPool([deployment], RoutingConfig(), random.Random(1))
+def _dispatch(
+    transport: ScriptedTransport,
+    upstreams: Mapping[str, UpstreamConfig],
+    *,
+    routing: RoutingConfig | None = None,
+    request: RouteRequest | None = None,
+    deployments: tuple[DeploymentConfig, ...] | None = None,
+    body: dict[str, Any] | None = None,
+) -> tuple[Dispatch, DeploymentPool]:
+    tiers = deployments or tuple(
+        DeploymentConfig(upstream=name, priority=i) for i, name in enumerate(upstreams)
+    )
+    pool = DeploymentPool(tiers, routing or RoutingConfig(), random.Random(1))
     dispatch = Dispatch(
-        cast(Transport, None),  # never used: the spec is built, not sent
+        transport,
         pool,
-        {"a": UpstreamConfig(name="a", url="http://127.0.0.1:9/v1")},
-        RouteRequest(model="m", affinity_key=key),
+        upstreams,
+        request or RouteRequest(),
         path="/chat/completions",
-        body=orjson.dumps(body),
-        headers={},
+        body=orjson.dumps(body or BODY),
+        headers={"content-type": "application/json"},
         rng=random.Random(1),
     )
-    return orjson.loads(dispatch._spec("a").body)
+    return dispatch, pool
 
 
-def test_prompt_cache_key_is_set_only_for_upstreams_configured_with_it() -> None:
+def _in_flight(pool: DeploymentPool) -> dict[str, int]:
+    return {name: d.num_in_flight for name, d in pool.deployments.items()}
+
+
+async def test_a_winner_is_returned_as_won_and_stays_in_flight_until_its_reader_ends_it() -> None:
+    transport = ScriptedTransport({"a": [Reply()]})
+    dispatch, pool = _dispatch(transport, {"a": upstream("a")})
+    outcome = await dispatch.run()
+    assert isinstance(outcome, Won)
+    assert outcome.name == "a"
+    assert await outcome.ready.response.read(1.0) == b'{"ok": true}'
+    assert outcome.headers == {"x-hasten-upstream": "a", "x-hasten-route": "only"}
+    assert outcome.elapsed_ms >= 0.0
+    assert _in_flight(pool) == {"a": 1}  # the caller's to end, once it closed the response
+    pool.on_attempt_end("a")
+    assert _in_flight(pool) == {"a": 0}
+
+
+async def test_results_are_frozen_values() -> None:
+    transport = ScriptedTransport({"a": [Reply()]})
+    outcome = await _dispatch(transport, {"a": upstream("a")})[0].run()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        outcome.name = "b"  # type: ignore[misc]
+
+
+async def test_retryable_statuses_give_up_with_the_last_error_response() -> None:
+    busy = Reply(status=503, chunks=(b'{"error": "busy"}',), headers={"Retry-After": "0"})
+    transport = ScriptedTransport({"a": [busy]})
+    dispatch, pool = _dispatch(transport, {"a": upstream("a", retry=QUICK_RETRY)})
+    outcome = await dispatch.run()  # returned, not raised
+    assert isinstance(outcome, GaveUp)
+    assert outcome.name == "a"
+    assert isinstance(outcome.last, BufferedResponse)
+    assert outcome.last.status == 503 and outcome.last.body == b'{"error": "busy"}'
+    assert outcome.last.headers["retry-after"] == "0"  # lower-cased for the retry policy
+    assert len(transport.sent) == 3  # the first try and two retries
+    assert outcome.headers["x-hasten-upstream"] == "a"
+    assert outcome.headers["x-hasten-failover"] == "a=503, a=503, a=503"
+    assert all(r.is_closed for r in transport.responses)
+    assert _in_flight(pool) == {"a": 0}
+
+
+async def test_nothing_answered_gives_up_with_the_last_error() -> None:
+    refused = Reply(error=UpstreamConnectError("connection refused"))
+    transport = ScriptedTransport({"a": [refused], "b": [refused]})
+    dispatch, pool = _dispatch(transport, {"a": upstream("a"), "b": upstream("b")})
+    outcome = await dispatch.run()
+    assert isinstance(outcome, GaveUp)
+    assert isinstance(outcome.last, UpstreamConnectError)
+    assert outcome.name == "b"  # tried last
+    assert outcome.headers["x-hasten-upstream"] == "b"
+    assert outcome.headers["x-hasten-failover"] == "a=connect_error, b=connect_error"
+    assert outcome.last.headers == {}  # the caller decides what the client sees
+    assert _in_flight(pool) == {"a": 0, "b": 0}
+
+
+async def test_a_failure_fails_over_to_the_next_deployment() -> None:
+    transport = ScriptedTransport({"a": [Reply(status=503)], "b": [Reply()]})
+    dispatch, pool = _dispatch(transport, {"a": upstream("a"), "b": upstream("b")})
+    outcome = await dispatch.run()
+    assert isinstance(outcome, Won) and outcome.name == "b"
+    assert outcome.headers["x-hasten-upstream"] == "b"
+    assert outcome.headers["x-hasten-failover"] == "a=503"
+    assert _in_flight(pool) == {"a": 0, "b": 1}
+
+
+async def test_a_final_client_error_wins_without_a_latency_sample() -> None:
+    transport = ScriptedTransport({"a": [Reply(status=400)], "b": [Reply()]})
+    dispatch, pool = _dispatch(transport, {"a": upstream("a"), "b": upstream("b")})
+    outcome = await dispatch.run()
+    assert isinstance(outcome, Won) and outcome.name == "a"
+    assert outcome.ready.response.status == 400 and not outcome.ready.is_token
+    assert pool.deployments["a"].estimate.num_samples == 0
+    assert transport.sent_to("b") == []
+
+
+async def test_the_deadline_gives_up_with_a_timeout_and_cancels_the_attempt() -> None:
+    transport = ScriptedTransport({"a": [Reply(head_delay_s=5.0)]})
+    dispatch, pool = _dispatch(transport, {"a": upstream("a", total_s=0.1)})
+    outcome = await dispatch.run()
+    assert isinstance(outcome, GaveUp)
+    assert isinstance(outcome.last, UpstreamTimeout)
+    assert outcome.last.code == "upstream_total_timeout"
+    assert outcome.headers["x-hasten-upstream"] == "a"
+    assert _in_flight(pool) == {"a": 0}
+    assert pool.deployments["a"].num_cancelled == 1
+
+
+async def test_a_ttft_timeout_fails_over() -> None:
+    slow = Reply(chunks=sse(delta("late")), chunk_delay_s=5.0)
+    transport = ScriptedTransport({"a": [slow], "b": [Reply(chunks=sse(delta("hi"), "[DONE]"))]})
+    dispatch, pool = _dispatch(
+        transport,
+        {"a": upstream("a"), "b": upstream("b")},
+        routing=RoutingConfig(ttft_timeout_s=0.05),
+        request=RouteRequest(is_stream=True),
+    )
+    outcome = await dispatch.run()
+    assert isinstance(outcome, Won) and outcome.name == "b"
+    assert outcome.headers["x-hasten-failover"] == "a=ttft_timeout"
+    assert outcome.ready.head == list(sse(delta("hi")))
+    assert _in_flight(pool) == {"a": 0, "b": 1}
+
+
+HEDGE_SOON = HedgeConfig(is_enabled=True, min_delay_ms=10.0, max_delay_ms=20.0, budget=1.0)
+PRIMARY_THEN_HEDGE = (DeploymentConfig(upstream="a"), DeploymentConfig(upstream="b", priority=1))
+
+
+async def test_a_hedge_that_answers_first_wins_and_the_straggler_is_cancelled() -> None:
+    transport = ScriptedTransport({"a": [Reply(head_delay_s=5.0)], "b": [Reply()]})
+    dispatch, pool = _dispatch(
+        transport,
+        {"a": upstream("a"), "b": upstream("b")},
+        routing=RoutingConfig(hedge=HEDGE_SOON),
+        deployments=PRIMARY_THEN_HEDGE,
+    )
+    outcome = await dispatch.run()
+    assert isinstance(outcome, Won) and outcome.name == "b"
+    assert outcome.headers["x-hasten-hedge"] == "won"
+    assert pool.deployments["a"].num_cancelled == 1
+    assert _in_flight(pool) == {"a": 0, "b": 1}
+
+
+async def test_a_hedge_the_budget_cannot_afford_is_denied() -> None:
+    transport = ScriptedTransport({"a": [Reply(head_delay_s=0.1)], "b": [Reply()]})
+    dispatch, _ = _dispatch(
+        transport,
+        {"a": upstream("a"), "b": upstream("b")},
+        routing=RoutingConfig(hedge=dataclasses.replace(HEDGE_SOON, budget=0.5)),
+        deployments=PRIMARY_THEN_HEDGE,
+    )
+    outcome = await dispatch.run()
+    assert isinstance(outcome, Won) and outcome.name == "a"
+    assert outcome.headers["x-hasten-hedge"] == "denied"
+    assert transport.sent_to("b") == []
+
+
+async def test_a_request_that_must_not_run_twice_is_not_hedged() -> None:
+    transport = ScriptedTransport({"a": [Reply(head_delay_s=0.1)], "b": [Reply()]})
+    dispatch, _ = _dispatch(
+        transport,
+        {"a": upstream("a"), "b": upstream("b")},
+        routing=RoutingConfig(hedge=HEDGE_SOON),
+        deployments=PRIMARY_THEN_HEDGE,
+        request=RouteRequest(is_idempotent=False),
+    )
+    outcome = await dispatch.run()
+    assert isinstance(outcome, Won) and outcome.name == "a"
+    assert transport.sent_to("b") == []
+    assert "x-hasten-hedge" not in outcome.headers
+
+
+async def _sent_body(is_prompt_cache_key: bool, body: dict[str, Any], key: int | None) -> Any:
+    deployment = DeploymentConfig(upstream="a", is_prompt_cache_key=is_prompt_cache_key)
+    transport = ScriptedTransport({"a": [Reply()]})
+    dispatch, _ = _dispatch(
+        transport,
+        {"a": upstream("a")},
+        deployments=(deployment,),
+        request=RouteRequest(affinity_key=key),
+        body=body,
+    )
+    await dispatch.run()
+    sent = transport.sent[0].body
+    assert sent is not None
+    return orjson.loads(sent)
+
+
+async def test_prompt_cache_key_is_set_only_for_upstreams_configured_with_it() -> None:
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-    assert _spec_body(True, body, 0xABC)["prompt_cache_key"] == "hasten-0000000000000abc"
-    assert "prompt_cache_key" not in _spec_body(False, body, 0xABC)
-    assert "prompt_cache_key" not in _spec_body(True, body, None)  # no affinity key
+    assert (await _sent_body(True, body, 0xABC))["prompt_cache_key"] == "hasten-0000000000000abc"
+    assert "prompt_cache_key" not in await _sent_body(False, body, 0xABC)
+    assert "prompt_cache_key" not in await _sent_body(True, body, None)  # no affinity key
     own = {**body, "prompt_cache_key": "mine"}
-    assert _spec_body(True, own, 0xABC)["prompt_cache_key"] == "mine"  # the client's wins
+    assert (await _sent_body(True, own, 0xABC))["prompt_cache_key"] == "mine"  # the client's wins

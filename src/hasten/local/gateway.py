@@ -21,8 +21,8 @@ from hasten.config import (
     UpstreamConfig,
 )
 from hasten.routing.hybrid import HybridConfig, Target
+from hasten.routing.models import route_deployments
 from hasten.routing.settings import DeploymentConfig, RoutingConfig
-from hasten.upstream.client import route_deployments
 
 LOCAL = "local"
 # The engine answers its own 429 with Retry-After when its queue is full; retrying in

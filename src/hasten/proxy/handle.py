@@ -263,22 +263,24 @@ def _header_str(scope: Scope, name: bytes) -> str | None:
 
 
 async def _open(gateway: Gateway, ex: Exchange) -> UpstreamCall:
-    headers = ex.forwarded_headers
     gateway.stats.count("upstream_calls", tenant=ex.tenant)
     # A client marks a request that must not run twice (so is never hedged) this way.
     is_idempotent = header(ex.scope, b"x-hasten-idempotent") not in (b"false", b"0", b"no")
-    route = gateway.client.route_request(
-        ex.model.name, ex.body, is_stream=ex.is_stream, is_idempotent=is_idempotent
-    )
     return await gateway.client.open(
-        ex.model.targets, ex.endpoint.path, _upstream_body(ex), headers, route=route
+        ex.model,
+        ex.endpoint.path,
+        _upstream_body(ex),
+        ex.forwarded_headers,
+        parsed=ex.body,
+        is_stream=ex.is_stream,
+        is_idempotent=is_idempotent,
     )
 
 
 async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
     call = await _open(gateway, ex)
     try:
-        status = call.response.status
+        status = call.status
         headers = response_headers(call.headers, status, ex.is_stream)
         headers.extend(ex.base_headers(b"bypass", call.ttfb_ms))
         if not ex.is_stream or status != 200:
@@ -288,7 +290,7 @@ async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
         await start_stream(ex.send, status, headers)
         await _stream_body(ex.send, call.iter_chunks())
     finally:
-        call.response.close()
+        call.close()
 
 
 async def _stream_body(
@@ -316,8 +318,8 @@ async def _pump(gateway: Gateway, ex: Exchange, flight: Flight, stored: _Stored 
         flight.finish(exc)
         return
     try:
-        flight.start(call.response.status, call.headers, call.upstream.name, call.ttfb_ms)
-        if call.response.status != 200:
+        flight.start(call.status, call.headers, call.upstream.name, call.ttfb_ms)
+        if call.status != 200:
             stored = None  # only a successful answer is recorded
         recorder = None if stored is None else stored.recorder
         try:
@@ -328,7 +330,7 @@ async def _pump(gateway: Gateway, ex: Exchange, flight: Flight, stored: _Stored 
             flight.finish(exc)
             return
     finally:
-        call.response.close()
+        call.close()
     flight.finish()
     if stored is not None:
         stored.commit()

@@ -8,6 +8,8 @@
 ``homes``      each prefix key's home deployment, balanced by number of keys (LRU-bounded)
 ``deployment`` one deployment's live state: expected TTFT, cost, counters, snapshot
 ``pool``       one model's deployments: ranking (P2C / affinity / tiers) and bookkeeping
+``models``     model names to routes (aliases, the wildcard); each route's deployments, once
+``hybrid``     local or cloud, per request, for the hybrid model name
 
 Every method takes ``now_s`` from its caller, so tests drive time by hand; the I/O that
 carries decisions out lives in ``hasten.upstream.client`` and ``hasten.upstream.dispatch``.

@@ -1,7 +1,14 @@
-"""Model names to upstreams: aliases, explicit routes and the ``*`` wildcard. Pure logic."""
+"""Model names to routes: aliases, explicit routes and the ``*`` wildcard. Pure logic.
+
+Each configured route is built once (``Route``: its deployments and their upstreams, the
+only copy of them the request path reads); a request resolves its model name once
+(``ModelRouter.resolve``) and carries the ``ResolvedModel`` down to the cache and to
+``UpstreamClient.open``.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from hasten.cache.policy import ModelCachePolicy
@@ -13,21 +20,66 @@ from hasten.config import (
     UpstreamConfig,
 )
 from hasten.errors import ModelNotFound
+from hasten.routing.settings import DeploymentConfig, RoutingConfig
+
+# Resolutions are memoised per requested name; bounded because model names come from clients.
+MAX_MEMOISED_NAMES = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One configured route: where its requests go, built once at startup."""
+
+    name: str  # as configured: ``*`` for the wildcard, whatever name a client sent
+    deployments: tuple[DeploymentConfig, ...]  # best priority first
+    upstreams: Mapping[str, UpstreamConfig]  # each deployment's upstream, by name
+    routing: RoutingConfig
+    cache: ModelCachePolicy
+    upstream_model: str | None = None  # None: the name the client's request resolved to
+    # Every upstream takes ``stream_options`` (see ``UpstreamConfig.has_stream_options``).
+    has_stream_options: bool = True
+
+    @property
+    def targets(self) -> tuple[UpstreamConfig, ...]:
+        """The deployments' upstreams, in order."""
+        return tuple(self.upstreams[d.upstream] for d in self.deployments)
+
+
+def route_deployments(route: ModelRoute) -> tuple[DeploymentConfig, ...]:
+    """A route's deployments; ``upstream`` + ``fallbacks`` become one priority tier each."""
+    if route.routing.deployments:
+        return route.routing.deployments
+    names = (route.upstream, *route.fallbacks)
+    return tuple(DeploymentConfig(upstream=name, priority=i) for i, name in enumerate(names))
+
+
+def build_route(
+    route: ModelRoute, upstreams: Mapping[str, UpstreamConfig], default_cache: ModelCachePolicy
+) -> Route:
+    deployments = route_deployments(route)
+    used = {d.upstream: upstreams[d.upstream] for d in deployments}
+    return Route(
+        name=route.name,
+        deployments=deployments,
+        upstreams=used,
+        routing=route.routing,
+        cache=route.cache or default_cache,
+        upstream_model=route.upstream_model,
+        has_stream_options=all(u.has_stream_options for u in used.values()),
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class ResolvedModel:
     """The answer to "where does this model name go?". ``requested``: the name the client
-    sent (an alias, or ``name`` itself); ``name``: the route it resolved to."""
+    sent (an alias, or ``name`` itself); ``name``: what it resolved to (the cache's model);
+    ``route``: the configured route serving it (shared by every name that resolves to it)."""
 
     name: str
     upstream_model: str
-    targets: tuple[UpstreamConfig, ...]
-    cache: ModelCachePolicy
+    route: Route
     # Not part of equality: an alias and its name resolve to the same route.
     requested: str = field(default="", compare=False)
-    # Every target takes ``stream_options`` (see ``UpstreamConfig.has_stream_options``).
-    has_stream_options: bool = True
 
     @property
     def is_renamed(self) -> bool:
@@ -35,13 +87,27 @@ class ResolvedModel:
         route with its own ``upstream_model``)."""
         return self.upstream_model != (self.requested or self.name)
 
+    @property
+    def cache(self) -> ModelCachePolicy:
+        return self.route.cache
+
+    @property
+    def targets(self) -> tuple[UpstreamConfig, ...]:
+        return self.route.targets
+
+    @property
+    def has_stream_options(self) -> bool:
+        return self.route.has_stream_options
+
 
 class ModelRouter:
     def __init__(self, config: GatewayConfig) -> None:
         self._aliases = dict(config.aliases)
-        self._routes = dict(config.models)
-        self._upstreams = dict(config.upstreams)
-        self._default_cache = _default_cache(config.cache)
+        default_cache = _default_cache(config.cache)
+        self._routes = {
+            name: build_route(route, config.upstreams, default_cache)
+            for name, route in config.models.items()
+        }
         # Resolution is memoised per name: the route table is immutable after startup.
         self._resolved: dict[str, ResolvedModel] = {}
 
@@ -53,21 +119,15 @@ class ModelRouter:
         route = self._routes.get(name) or self._routes.get(WILDCARD_MODEL)
         if route is None:
             raise ModelNotFound(f"The model '{requested}' does not exist", param="model")
-        resolved = self._build(requested, name, route)
-        if len(self._resolved) < 10_000:  # bounded: model names come from clients
-            self._resolved[requested] = resolved
-        return resolved
-
-    def _build(self, requested: str, name: str, route: ModelRoute) -> ResolvedModel:
-        targets = tuple(self._upstreams[u] for u in (route.upstream, *route.fallbacks))
-        return ResolvedModel(
+        resolved = ResolvedModel(
             name=name,
             upstream_model=route.upstream_model or name,
-            targets=targets,
-            cache=route.cache or self._default_cache,
+            route=route,
             requested=requested,
-            has_stream_options=all(t.has_stream_options for t in targets),
         )
+        if len(self._resolved) < MAX_MEMOISED_NAMES:
+            self._resolved[requested] = resolved
+        return resolved
 
     def listed_models(self) -> list[str]:
         """Configured model names and aliases, for ``GET /v1/models``."""
@@ -80,9 +140,7 @@ class ModelRouter:
 
     def wildcard_targets(self) -> tuple[UpstreamConfig, ...]:
         route = self._routes.get(WILDCARD_MODEL)
-        if route is None:
-            return ()
-        return tuple(self._upstreams[u] for u in (route.upstream, *route.fallbacks))
+        return () if route is None else route.targets
 
 
 def _default_cache(cache: CacheConfig) -> ModelCachePolicy:

@@ -3,7 +3,8 @@
 Retries, hedges and failovers happen only while opening the call, i.e. before any byte has
 reached the client; once a response is flowing it is forwarded or ended with an error, never
 replayed. The deciding is ``hasten.routing`` (one ``DeploymentPool`` per model route, kept
-here for the life of the process); the doing is ``hasten.upstream.dispatch``.
+here for the life of the process); the doing is ``hasten.upstream.dispatch``. The route comes
+resolved from the proxy (``hasten.routing.models``); nothing here looks a model up again.
 """
 
 from __future__ import annotations
@@ -14,48 +15,22 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from hasten.config import WILDCARD_MODEL, GatewayConfig, ModelRoute, UpstreamConfig
+from hasten.config import UpstreamConfig
 from hasten.errors import HastenError, UpstreamTimeout
 from hasten.routing.affinity import prefix_key
+from hasten.routing.models import ResolvedModel, Route
 from hasten.routing.pool import DeploymentPool
 from hasten.routing.settings import DeploymentConfig, RoutingConfig
-from hasten.upstream.attempt import BufferedResponse
-from hasten.upstream.dispatch import Decision, Dispatch, GaveUp, RouteRequest
+from hasten.upstream.dispatch import Dispatch, GaveUp, RouteRequest, Won
 from hasten.upstream.transport import Transport, UpstreamRequest, UpstreamResponse
 
-__all__ = ["BufferedResponse", "RouteRequest", "UpstreamCall", "UpstreamClient"]
+__all__ = ["UpstreamCall", "UpstreamClient", "route_request"]
 
 _log = logging.getLogger("hasten.upstream")
 PROBE_PATH = "/models"
 PROBE_TIMEOUT_S = 5.0
-
-
-class _TrackedResponse:
-    """The winner's response; closing it (the proxy always does) ends its in-flight count."""
-
-    __slots__ = ("_on_close", "_response", "headers", "status")
-
-    def __init__(self, response: UpstreamResponse, on_close: Callable[[], None]) -> None:
-        self._response, self._on_close = response, on_close
-        self.status, self.headers = response.status, response.headers
-
-    def iter_chunks(self, idle_timeout_s: float) -> AsyncIterator[bytes]:
-        return self._response.iter_chunks(idle_timeout_s)
-
-    async def read(self, timeout_s: float) -> bytes:
-        return await self._response.read(timeout_s)
-
-    def close(self) -> None:
-        self._response.close()
-        on_close, self._on_close = self._on_close, _nothing
-        on_close()
-
-
-def _nothing() -> None:
-    return None
 
 
 class _StreamReport:
@@ -79,40 +54,56 @@ class _StreamReport:
         self._pool.on_stream_end(self._name, now_s, tpot_ms=tpot_ms, error=error)
 
 
-@dataclass(slots=True)
+def _nothing() -> None:
+    return None
+
+
 class UpstreamCall:
-    """An open upstream response plus what it took to get it."""
+    """An open upstream answer, all the proxy reads: status and headers, then the body once
+    (``read`` or ``iter_chunks``), then ``close``, which always comes and ends the call's
+    in-flight count."""
 
-    response: UpstreamResponse
-    upstream: UpstreamConfig
-    ttfb_ms: float
-    deadline_s: float
-    num_attempts: int
-    head: list[bytes] = field(default_factory=list)  # read while waiting for the first token
-    rest: AsyncIterator[bytes] | None = None
-    decision: Decision | None = None
-    report: _StreamReport | None = None
+    __slots__ = (
+        "_deadline_s",
+        "_head",
+        "_on_close",
+        "_report",
+        "_response",
+        "_rest",
+        "headers",
+        "status",
+        "ttfb_ms",
+        "upstream",
+    )
 
-    @property
-    def remaining_s(self) -> float:
-        return self.deadline_s - time.monotonic()
-
-    @property
-    def headers(self) -> Mapping[str, str]:
-        """The upstream's headers plus the router's ``x-hasten-*`` account of the call."""
-        if self.decision is None:
-            return self.response.headers
-        return {**self.response.headers, **self.decision.headers()}
+    def __init__(
+        self,
+        response: UpstreamResponse,
+        upstream: UpstreamConfig,
+        *,
+        headers: Mapping[str, str],
+        ttfb_ms: float,
+        deadline_s: float,
+        head: Sequence[bytes] = (),
+        rest: AsyncIterator[bytes] | None = None,
+        on_close: Callable[[], None] = _nothing,
+        report: _StreamReport | None = None,
+    ) -> None:
+        self._response, self.upstream = response, upstream
+        self.status = response.status
+        self.headers = headers  # the upstream's, plus the router's ``x-hasten-*`` account
+        self.ttfb_ms, self._deadline_s = ttfb_ms, deadline_s
+        self._head, self._rest = head, rest  # what the first-token wait already read
+        self._on_close, self._report = on_close, report
 
     async def iter_chunks(self) -> AsyncIterator[bytes]:
         """Body chunks as they arrive, bounded by the idle gap and the total deadline."""
-        idle_s = self.upstream.timeouts.idle_s
-        report = self.report
+        report = self._report
         try:
-            async with asyncio.timeout_at(_loop_time(self.deadline_s)):
-                for chunk in self.head:
+            async with asyncio.timeout_at(_loop_time(self._deadline_s)):
+                for chunk in self._head:
                     yield chunk
-                source = self.rest or self.response.iter_chunks(idle_s)
+                source = self._rest or self._response.iter_chunks(self.upstream.timeouts.idle_s)
                 async for chunk in source:
                     if report is not None:
                         report.feed(chunk)
@@ -134,8 +125,14 @@ class UpstreamCall:
             report.finish()
 
     async def read(self) -> bytes:
-        body = await self.response.read(max(0.001, self.remaining_s))
-        return b"".join(self.head) + body if self.head else body
+        remaining_s = self._deadline_s - time.monotonic()
+        body = await self._response.read(max(0.001, remaining_s))
+        return b"".join(self._head) + body if self._head else body
+
+    def close(self) -> None:
+        self._response.close()
+        on_close, self._on_close = self._on_close, _nothing
+        on_close()
 
 
 def _loop_time(monotonic_deadline_s: float) -> float:
@@ -143,27 +140,28 @@ def _loop_time(monotonic_deadline_s: float) -> float:
     return loop.time() + (monotonic_deadline_s - time.monotonic())
 
 
-def route_deployments(route: ModelRoute) -> tuple[DeploymentConfig, ...]:
-    """A route's deployments; ``upstream`` + ``fallbacks`` become one priority tier each."""
-    if route.routing.deployments:
-        return route.routing.deployments
-    names = (route.upstream, *route.fallbacks)
-    return tuple(DeploymentConfig(upstream=name, priority=i) for i, name in enumerate(names))
+def route_request(
+    body: Mapping[str, Any], routing: RoutingConfig, *, is_stream: bool, is_idempotent: bool
+) -> RouteRequest:
+    """What the router needs from a parsed client request (affinity key, length hint)."""
+    key = None
+    if routing.is_affinity_enabled:
+        key = prefix_key(
+            body,
+            min_chars=routing.affinity_min_prefix_chars,
+            max_chars=routing.affinity_max_prefix_chars,
+        )
+    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+    expected_tokens = max_tokens if isinstance(max_tokens, int) else 0
+    return RouteRequest(is_stream, key, expected_tokens, is_idempotent)
 
 
 class UpstreamClient:
     """Opens upstream calls; keeps one routing pool (estimates, breakers) per model route."""
 
-    def __init__(
-        self,
-        transport: Transport,
-        *,
-        rng: random.Random | None = None,
-        config: GatewayConfig | None = None,
-    ) -> None:
+    def __init__(self, transport: Transport, *, rng: random.Random | None = None) -> None:
         self._transport = transport
         self._rng = rng or random.Random()
-        self._config = config
         self._pools: dict[str, DeploymentPool] = {}
         self._probes: list[asyncio.Task[None]] = []
 
@@ -176,102 +174,69 @@ class UpstreamClient:
         self._probes.clear()
         await self._transport.aclose()
 
-    def route_request(
-        self,
-        model: str,
-        body: Mapping[str, Any],
-        *,
-        is_stream: bool,
-        is_idempotent: bool = True,
-    ) -> RouteRequest:
-        """What the router needs from a parsed client request (affinity key, length hint)."""
-        route = self._route(model)
-        routing = route.routing if route is not None else RoutingConfig()
-        key = None
-        if routing.is_affinity_enabled:
-            key = prefix_key(
-                body,
-                min_chars=routing.affinity_min_prefix_chars,
-                max_chars=routing.affinity_max_prefix_chars,
-            )
-        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
-        expected_tokens = max_tokens if isinstance(max_tokens, int) else 0
-        return RouteRequest(model, is_stream, key, expected_tokens, is_idempotent)
-
     async def open(
         self,
-        targets: Sequence[UpstreamConfig],
+        model: ResolvedModel,
         path: str,
         body: bytes,
         headers: Mapping[str, str],
         *,
-        route: RouteRequest | None = None,
+        parsed: Mapping[str, Any],
+        is_stream: bool,
+        is_idempotent: bool = True,
     ) -> UpstreamCall:
-        """Returns the first usable response; raises the last error when none is.
+        """The first usable answer from ``model``'s route; raises when there is none.
 
-        A non-retryable response (2xx, or a 4xx such as 400) is returned at once. When
-        every upstream keeps failing with retryable statuses, the last one is returned so
-        the client sees the upstream's own error.
+        ``body`` is sent as is; ``parsed`` (the client's request) gives the router its
+        prefix-affinity key and length hint. A non-retryable response (2xx, or a 4xx such as
+        400) is returned at once. When every deployment keeps failing with retryable
+        statuses, the last one is returned, so the client sees the upstream's own error.
         """
-        pool, upstreams = self._pool(targets, route)
-        request = route or RouteRequest(model="")
+        route = model.route
+        pool = self._pool(route)
+        request = route_request(
+            parsed, route.routing, is_stream=is_stream, is_idempotent=is_idempotent
+        )
         dispatch = Dispatch(
             self._transport,
             pool,
-            upstreams,
+            route.upstreams,
             request,
             path=path,
             body=body,
             headers=headers,
             rng=self._rng,
         )
-        try:
-            won = await dispatch.run()
-        except GaveUp as gave_up:
-            return UpstreamCall(
-                gave_up.buffered,
-                upstreams[gave_up.name],
-                0.0,
-                dispatch.deadline_s,
-                dispatch.num_attempts,
-                decision=gave_up.decision if route is not None else None,
-            )
-        name, ready = won.name, won.ready
-        is_stream = route is not None and route.is_stream and ready.response.status == 200
-        return UpstreamCall(
-            _TrackedResponse(ready.response, lambda: pool.on_attempt_end(name)),
-            upstreams[name],
-            won.elapsed_ms,
-            dispatch.deadline_s,
-            dispatch.num_attempts,
-            head=ready.head,
-            rest=ready.rest,
-            decision=dispatch.decision if route is not None else None,
-            report=_StreamReport(pool, name) if is_stream else None,
+        return _call(await dispatch.run(), pool, route.upstreams, is_stream, is_routed=True)
+
+    async def get(
+        self, upstream: UpstreamConfig, path: str, headers: Mapping[str, str]
+    ) -> UpstreamCall:
+        """A GET outside any model route (listing models): retried, never remembered."""
+        deployment = DeploymentConfig(upstream=upstream.name)
+        pool = DeploymentPool([deployment], RoutingConfig(), self._rng)
+        upstreams = {upstream.name: upstream}
+        dispatch = Dispatch(
+            self._transport,
+            pool,
+            upstreams,
+            RouteRequest(),
+            path=path,
+            body=b"",
+            headers=headers,
+            rng=self._rng,
         )
+        return _call(await dispatch.run(), pool, upstreams, False, is_routed=False)
 
-    def _route(self, model: str) -> ModelRoute | None:
-        if self._config is None:
-            return None
-        models = self._config.models
-        return models.get(model) or models.get(WILDCARD_MODEL)
-
-    def _pool(
-        self, targets: Sequence[UpstreamConfig], route: RouteRequest | None
-    ) -> tuple[DeploymentPool, Mapping[str, UpstreamConfig]]:
-        model_route = self._route(route.model) if route is not None else None
-        if model_route is None or self._config is None:
-            # Unrouted calls (listing models) or a bare client: the targets in order, no memory.
-            tiers = [DeploymentConfig(upstream=t.name, priority=i) for i, t in enumerate(targets)]
-            return DeploymentPool(tiers, RoutingConfig(), self._rng), {t.name: t for t in targets}
-        existing = self._pools.get(model_route.name)
+    def _pool(self, route: Route) -> DeploymentPool:
+        existing = self._pools.get(route.name)
         if existing is not None:
-            return existing, self._config.upstreams
-        pool = DeploymentPool(route_deployments(model_route), model_route.routing, self._rng)
-        self._pools[model_route.name] = pool
-        if model_route.routing.probe_interval_s > 0:
-            self._start_probes(pool, self._config.upstreams, model_route.routing)
-        return pool, self._config.upstreams
+            return existing
+        pool = DeploymentPool(route.deployments, route.routing, self._rng)
+        self._pools[route.name] = pool
+        if route.routing.probe_interval_s > 0:
+            self._start_probes(pool, route.upstreams, route.routing)
+        return pool
 
     def routing_state(self) -> dict[str, object]:
         """Every model's pool as JSON-ready data, for ``GET /admin/routing``."""
@@ -311,3 +276,45 @@ class UpstreamClient:
         rtt_ms = (time.perf_counter() - started_s) * 1000.0
         response.close()
         return rtt_ms, ""
+
+
+def _call(
+    outcome: Won | GaveUp,
+    pool: DeploymentPool,
+    upstreams: Mapping[str, UpstreamConfig],
+    is_stream: bool,
+    *,
+    is_routed: bool,
+) -> UpstreamCall:
+    """The one value the proxy reads, from how the dispatch ended."""
+    if isinstance(outcome, Won):
+        name, response = outcome.name, outcome.ready.response
+        is_reported = is_stream and response.status == 200
+        return UpstreamCall(
+            response,
+            upstreams[name],
+            headers=_with_routing(response.headers, outcome.headers, is_routed),
+            ttfb_ms=outcome.elapsed_ms,
+            deadline_s=outcome.deadline_s,
+            head=outcome.ready.head,
+            rest=outcome.ready.rest,
+            on_close=lambda: pool.on_attempt_end(name),
+            report=_StreamReport(pool, name) if is_reported else None,
+        )
+    last = outcome.last
+    if isinstance(last, HastenError):
+        last.headers.update(outcome.headers)
+        raise last
+    return UpstreamCall(
+        last,
+        upstreams[outcome.name],
+        headers=_with_routing(last.headers, outcome.headers, is_routed),
+        ttfb_ms=0.0,
+        deadline_s=outcome.deadline_s,
+    )
+
+
+def _with_routing(
+    upstream: Mapping[str, str], routing: Mapping[str, str], is_routed: bool
+) -> Mapping[str, str]:
+    return {**upstream, **routing} if is_routed else upstream

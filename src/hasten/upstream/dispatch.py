@@ -9,6 +9,8 @@ an attempt is ready (see ``hasten.upstream.attempt``), so the gateway is free to
   on a connect error or retryable status with no untried peer of equal priority left, retry
   the same deployment first (backoff, Retry-After), as the single-upstream client always did.
 All within the request's deadline. Every outcome is reported to the pool, which decides.
+The race ends in a value, ``Won`` or ``GaveUp`` (the last error response, or the last error),
+for the caller to match on; nothing is raised to say how it went.
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ _log = logging.getLogger("hasten.dispatch")
 class RouteRequest:
     """What the router may know about a client request."""
 
-    model: str
     is_stream: bool = False
     affinity_key: int | None = None
     expected_tokens: int = 0
@@ -45,7 +46,7 @@ class RouteRequest:
 
 @dataclass(slots=True)
 class Decision:
-    """What the router did for one request, for response headers and logs."""
+    """What the router did for one request, built up while the race runs."""
 
     ranking: str = ""
     deployment: str = ""
@@ -61,6 +62,29 @@ class Decision:
         return headers
 
 
+@dataclass(frozen=True, slots=True)
+class Won:
+    """The attempt that answered first. It still counts as in flight on ``name``: whoever
+    reads it ends that with ``DeploymentPool.on_attempt_end`` once the response is closed."""
+
+    name: str
+    ready: Ready
+    elapsed_ms: float  # from the start of the dispatch to the winner being ready
+    deadline_s: float  # monotonic: the rest of the response must arrive by then
+    headers: Mapping[str, str]  # the router's ``x-hasten-*`` account of the call
+
+
+@dataclass(frozen=True, slots=True)
+class GaveUp:
+    """Every try failed. ``last`` is what the client gets: the last upstream error response
+    (passed through as is) or, when no upstream answered, the last error."""
+
+    name: str  # the deployment ``last`` came from (for an error: the one tried last)
+    last: BufferedResponse | HastenError
+    deadline_s: float
+    headers: Mapping[str, str]
+
+
 @dataclass(slots=True)
 class _Running:
     name: str
@@ -68,14 +92,6 @@ class _Running:
     is_probe: bool
     is_hedge: bool
     ttft_deadline_s: float | None
-
-
-@dataclass(slots=True)
-class Won:
-    name: str
-    ready: Ready
-    is_probe: bool
-    elapsed_ms: float
 
 
 class Dispatch:
@@ -102,17 +118,15 @@ class Dispatch:
         self._last: tuple[str, Failed] | None = None
         self._last_buffered: tuple[str, BufferedResponse] | None = None
         self._is_hedge_spent = False
-        self.decision = Decision()
-        self.num_attempts = 0
-        self.deadline_s = self._started_s
+        self._decision = Decision()
+        self._deadline_s = self._started_s
 
     @property
     def _is_hedging(self) -> bool:
         return self._pool.routing.hedge.is_enabled and self._request.is_idempotent
 
-    async def run(self) -> Won:
-        """The winning attempt; raises when every deployment failed without a usable answer
-        (``GaveUp`` carries the last upstream error response, if there was one)."""
+    async def run(self) -> Won | GaveUp:
+        """The winning attempt, or what is left when every deployment failed."""
         now_s = time.monotonic()
         pool, request = self._pool, self._request
         pool.on_request(now_s)
@@ -120,40 +134,28 @@ class Dispatch:
             now_s, affinity_key=request.affinity_key, expected_tokens=request.expected_tokens
         )
         self._order = list(ranking.order)
-        self.decision.ranking = ranking.reason
-        self.deadline_s = now_s + self._upstreams[self._order[0]].timeouts.total_s
+        self._decision.ranking = ranking.reason
+        self._deadline_s = now_s + self._upstreams[self._order[0]].timeouts.total_s
         self._start(self._order[0], is_hedge=False)
-        won: Won | None = None
+        outcome: Won | GaveUp | None = None
         try:
-            won = await self._race()
-        except HastenError as exc:
-            exc.headers.update(self._failure_headers())
-            raise
+            outcome = await self._race()
         finally:
             try:
                 await self._cancel_running()
             except BaseException:
                 # Cancelled (the client left) while the losers unwound: nobody will close
                 # the winner, so it is closed and counted out here.
-                if won is not None:
-                    won.ready.response.close()
-                    self._pool.on_attempt_end(won.name)
+                if isinstance(outcome, Won):
+                    outcome.ready.response.close()
+                    self._pool.on_attempt_end(outcome.name)
                 raise
-        return won
+        return outcome
 
-    def _failure_headers(self) -> dict[str, str]:
-        """The routing headers of a request that failed: who was tried last, and what broke."""
-        if not self.decision.deployment:
-            if self._last is not None:
-                self.decision.deployment = self._last[0]
-            elif self._order:
-                self.decision.deployment = self._order[0]
-        return self.decision.headers()
-
-    async def _race(self) -> Won:
+    async def _race(self) -> Won | GaveUp:
         while True:
             if not self._running and not await self._start_after_failure():
-                raise self._give_up()
+                return self._give_up()
             timeout_s = max(0.0, self._next_wakeup_s() - time.monotonic())
             done, _ = await asyncio.wait(
                 self._running, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
@@ -163,30 +165,37 @@ class Dispatch:
                 return won
             now_s = time.monotonic()
             await self._expire_ttft(now_s)
-            if now_s >= self.deadline_s:
+            if now_s >= self._deadline_s:
                 await self._cancel_running()
-                raise UpstreamTimeout(
+                error = UpstreamTimeout(
                     "request deadline passed before the upstream answered",
                     code="upstream_total_timeout",
                 )
+                return self._gave_up(self._blame(), error)
             self._maybe_hedge(now_s)
 
     def _collect(self, done: set[asyncio.Task[Ready | Failed]]) -> Won | None:
-        won: Won | None = None
+        winner: tuple[_Running, Ready] | None = None
         now_s = time.monotonic()
         for task in done:
             info = self._running.pop(task)
             outcome = _outcome(task)
             if isinstance(outcome, Failed):
                 self._record_failure(info, outcome, now_s)
-            elif won is None:
-                won = self._win(info, outcome, now_s)
+            elif winner is None:
+                self._record_win(info, outcome, now_s)
+                winner = (info, outcome)
             else:  # two finished together: the later one is a loser like any other
                 outcome.response.close()
                 self._record_cancelled(info, now_s)
-        return won
+        if winner is None:
+            return None
+        # Built once all are collected: a failure that finished with the winner is named too.
+        info, ready = winner
+        elapsed_ms = (now_s - self._started_s) * 1000.0
+        return Won(info.name, ready, elapsed_ms, self._deadline_s, self._decision.headers())
 
-    def _win(self, info: _Running, ready: Ready, now_s: float) -> Won:
+    def _record_win(self, info: _Running, ready: Ready, now_s: float) -> None:
         if ready.is_token:
             self._pool.on_first_token(
                 info.name, ready.ttft_ms, now_s, is_probe=info.is_probe, started_s=info.started_s
@@ -195,10 +204,9 @@ class Dispatch:
             self._pool.on_final_status(
                 info.name, now_s, is_probe=info.is_probe, started_s=info.started_s
             )
-        if self.decision.hedge == "fired":
-            self.decision.hedge = "won" if info.is_hedge else "lost"
-        self.decision.deployment = info.name
-        return Won(info.name, ready, info.is_probe, (now_s - self._started_s) * 1000.0)
+        if self._decision.hedge == "fired":
+            self._decision.hedge = "won" if info.is_hedge else "lost"
+        self._decision.deployment = info.name
 
     def _record_failure(self, info: _Running, failed: Failed, now_s: float) -> None:
         elapsed_ms = (now_s - info.started_s) * 1000.0
@@ -213,7 +221,7 @@ class Dispatch:
             started_s=info.started_s,
         )
         self._pool.on_attempt_end(info.name)
-        self.decision.failovers.append(f"{info.name}={failed.reason}")
+        self._decision.failovers.append(f"{info.name}={failed.reason}")
         self._last = (info.name, failed)
         if failed.buffered is not None:
             self._last_buffered = (info.name, failed.buffered)
@@ -229,7 +237,6 @@ class Dispatch:
         now_s = time.monotonic()
         is_probe = self._pool.on_attempt_start(name, now_s)
         self._num_tries[name] = self._num_tries.get(name, 0) + 1
-        self.num_attempts += 1
         ttft_timeout_s = self._pool.ttft_timeout_s(name)
         deadline_s = None if ttft_timeout_s is None else now_s + ttft_timeout_s
         task = asyncio.get_running_loop().create_task(
@@ -251,7 +258,7 @@ class Dispatch:
             self._path,
             body,
             self._headers,
-            self.deadline_s,
+            self._deadline_s,
             self._request.is_stream,
         )
 
@@ -277,14 +284,14 @@ class Dispatch:
                 upstream.retry,
                 self._rng,
                 retry_after_s=failed.retry_after_s,
-                remaining_s=self.deadline_s - time.monotonic(),
+                remaining_s=self._deadline_s - time.monotonic(),
             )
             if delay_s is not None:
                 await asyncio.sleep(delay_s)
                 self._start(name, is_hedge=False)
                 return True
         following = self._next_untried(is_eligible_only=False)
-        if following is None or time.monotonic() >= self.deadline_s:
+        if following is None or time.monotonic() >= self._deadline_s:
             return False
         self._start(following, is_hedge=False)
         return True
@@ -315,7 +322,7 @@ class Dispatch:
         return info.started_s + self._pool.hedge_delay_s(info.name)
 
     def _next_wakeup_s(self) -> float:
-        times = [self.deadline_s]
+        times = [self._deadline_s]
         times.extend(i.ttft_deadline_s for i in self._running.values() if i.ttft_deadline_s)
         hedge_at_s = self._hedge_at_s()
         if hedge_at_s is not None:
@@ -331,9 +338,9 @@ class Dispatch:
         if target is None:
             return
         if not self._pool.try_hedge(now_s):
-            self.decision.hedge = "denied"
+            self._decision.hedge = "denied"
             return
-        self.decision.hedge = "fired"
+        self._decision.hedge = "fired"
         self._start(target, is_hedge=True)
 
     async def _expire_ttft(self, now_s: float) -> None:
@@ -366,13 +373,25 @@ class Dispatch:
         # upstream sees the hang-up before the winner's first byte reaches the client.
         await asyncio.wait(running)
 
-    def _give_up(self) -> HastenError:
+    def _blame(self) -> str:
+        """The deployment a failed request is reported on: the one it was tried on last."""
+        if not self._decision.deployment:
+            if self._last is not None:
+                self._decision.deployment = self._last[0]
+            elif self._order:
+                self._decision.deployment = self._order[0]
+        return self._decision.deployment
+
+    def _give_up(self) -> GaveUp:
+        blamed = self._blame()
         if self._last_buffered is not None:
-            name, buffered = self._last_buffered
-            return GaveUp(name, buffered, self.decision)
+            return self._gave_up(*self._last_buffered)
         if self._last is not None and self._last[1].error is not None:
-            return self._last[1].error
-        return UpstreamError("no upstream available")
+            return self._gave_up(blamed, self._last[1].error)
+        return self._gave_up(blamed, UpstreamError("no upstream available"))
+
+    def _gave_up(self, name: str, last: BufferedResponse | HastenError) -> GaveUp:
+        return GaveUp(name, last, self._deadline_s, self._decision.headers())
 
 
 def _outcome(task: asyncio.Task[Ready | Failed]) -> Ready | Failed:
@@ -397,11 +416,3 @@ def _close_if_ready(task: asyncio.Task[Ready | Failed]) -> None:
     outcome = _outcome(task)
     if isinstance(outcome, Ready):
         outcome.response.close()  # ready at the last moment: too late all the same
-
-
-class GaveUp(UpstreamError):
-    """Every try failed; the last upstream error response is passed to the client as is."""
-
-    def __init__(self, name: str, buffered: BufferedResponse, decision: Decision) -> None:
-        super().__init__(f"upstream {name!r} answered {buffered.status}")
-        self.name, self.buffered, self.decision = name, buffered, decision

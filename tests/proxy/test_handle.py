@@ -1,0 +1,132 @@
+"""The request path resolves a model once: that one ``ResolvedModel`` keys the cache and
+routes the upstream call (hasten.proxy.handle), with the app driven in-process over ASGI."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from typing import Any
+
+import orjson
+
+from hasten.app import HastenApp
+from hasten.asgi import Message
+from hasten.config import CacheConfig, GatewayConfig, ModelRoute
+from hasten.local.gateway import with_hybrid_routes
+from hasten.routing.hybrid import HybridConfig
+from hasten.routing.models import ModelRouter, ResolvedModel
+from tests.support.scripted import Reply, ScriptedTransport, delta, sse, upstream
+
+ANSWER = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "gpt",
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
+    ],
+    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+}
+
+
+class CountingRouter(ModelRouter):
+    def __init__(self, config: GatewayConfig) -> None:
+        super().__init__(config)
+        self.resolved: list[str] = []
+
+    def resolve(self, requested: str) -> ResolvedModel:
+        self.resolved.append(requested)
+        return super().resolve(requested)
+
+
+def _config(**models: ModelRoute) -> GatewayConfig:
+    return GatewayConfig(
+        upstreams={"a": upstream("a")},
+        models=models or {"gpt": ModelRoute(name="gpt", upstream="a")},
+        aliases={"fast": "gpt"},
+        cache=CacheConfig(backend="memory"),
+    )
+
+
+class InProcess:
+    """A gateway app with a counting router, driven over ASGI without a server."""
+
+    def __init__(self, config: GatewayConfig, transport: ScriptedTransport) -> None:
+        self.app = HastenApp(config, transport=transport)
+        self.router = CountingRouter(config)
+
+    async def __aenter__(self) -> InProcess:
+        gateway = await self.app.startup()
+        gateway.router = self.router
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.app.shutdown()
+
+    async def post(self, body: dict[str, Any]) -> tuple[int, dict[bytes, bytes], bytes]:
+        messages: list[Message] = [
+            {"type": "http.request", "body": orjson.dumps(body), "more_body": False}
+        ]
+        connected = asyncio.Event()  # never set: the client stays until the answer is done
+
+        async def receive() -> Message:
+            if messages:
+                return messages.pop(0)
+            await connected.wait()
+            return {"type": "http.disconnect"}
+
+        sent: list[Message] = []
+
+        async def send(message: Message) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/v1/chat/completions",
+            "headers": [(b"content-type", b"application/json")],
+            "query_string": b"",
+        }
+        await self.app(scope, receive, send)
+        answer = b"".join(m.get("body", b"") for m in sent[1:])
+        return sent[0]["status"], dict(sent[0]["headers"]), answer
+
+
+def _chat(model: str, **extra: Any) -> dict[str, Any]:
+    return {"model": model, "messages": [{"role": "user", "content": "hi"}], **extra}
+
+
+async def test_a_miss_resolves_its_model_once_for_the_cache_and_the_upstream() -> None:
+    transport = ScriptedTransport({"a": [Reply(chunks=(orjson.dumps(ANSWER),))]})
+    async with InProcess(_config(), transport) as gateway:
+        status, headers, _ = await gateway.post(_chat("fast", temperature=0))
+        assert status == 200
+        assert headers[b"x-hasten-cache"] == b"miss"
+        assert headers[b"x-hasten-upstream"] == b"a"
+        assert gateway.router.resolved == ["fast"]
+        sent = transport.sent[0].body
+        assert sent is not None and orjson.loads(sent)["model"] == "gpt"  # the alias's route
+        status, headers, _ = await gateway.post(_chat("gpt", temperature=0))
+        assert headers[b"x-hasten-cache"] == b"hit"  # "fast" and "gpt" share one entry
+        assert gateway.router.resolved == ["fast", "gpt"]
+        assert len(transport.sent) == 1
+
+
+async def test_a_streamed_bypass_resolves_its_model_once() -> None:
+    chunks = sse(delta("hi"), "[DONE]")
+    transport = ScriptedTransport({"a": [Reply(chunks=chunks)]})
+    async with InProcess(_config(), transport) as gateway:
+        status, headers, body = await gateway.post(_chat("gpt", stream=True, temperature=1))
+        assert status == 200 and body == b"".join(chunks)
+        assert headers[b"x-hasten-cache"] == b"bypass"
+        assert gateway.router.resolved == ["gpt"]
+
+
+async def test_a_hybrid_request_resolves_only_the_route_it_was_given() -> None:
+    hybrid = HybridConfig(model="auto", policy="cloud-only", cloud_model="gpt")
+    config = with_hybrid_routes(replace(_config(), hybrid=hybrid))
+    transport = ScriptedTransport({"a": [Reply(chunks=(orjson.dumps(ANSWER),))]})
+    async with InProcess(config, transport) as gateway:
+        status, headers, _ = await gateway.post(_chat("auto"))
+        assert status == 200 and headers[b"x-hasten-hybrid"].startswith(b"cloud")
+        assert gateway.router.resolved == ["auto@cloud"]

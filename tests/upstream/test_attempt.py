@@ -1,0 +1,144 @@
+"""Unit tests for hasten.upstream.attempt: when one try is ready, and why it failed."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+
+import pytest
+
+from hasten.errors import HastenError, UpstreamConnectError, UpstreamTimeout
+from hasten.upstream.attempt import (
+    AttemptSpec,
+    BufferedResponse,
+    Failed,
+    FirstTokenWatch,
+    Ready,
+    run_attempt,
+)
+from tests.support.scripted import Reply, ScriptedTransport, delta, sse, upstream
+
+ROLE_ONLY = {"choices": [{"index": 0, "delta": {"role": "assistant"}}]}
+
+
+def _spec(*, is_stream: bool, deadline_in_s: float = 10.0, body: bytes = b"{}") -> AttemptSpec:
+    return AttemptSpec(
+        upstream("a"),
+        "/chat/completions",
+        body,
+        {"content-type": "application/json"},
+        time.monotonic() + deadline_in_s,
+        is_stream,
+    )
+
+
+async def test_a_stream_is_ready_at_its_first_token_with_what_was_read_so_far() -> None:
+    chunks = sse(ROLE_ONLY, delta("hel"), delta("lo"), "[DONE]")
+    transport = ScriptedTransport({"a": [Reply(chunks=chunks)]})
+    outcome = await run_attempt(transport, _spec(is_stream=True))
+    assert isinstance(outcome, Ready) and outcome.is_token
+    assert outcome.head == list(chunks[:2])  # up to and including the first token
+    assert outcome.rest is not None
+    assert [chunk async for chunk in outcome.rest] == list(chunks[2:])  # the same stream
+    assert not transport.responses[0].is_closed  # handed over open: the winner streams on
+
+
+async def test_a_stream_that_ends_before_any_token_fails_and_is_closed() -> None:
+    transport = ScriptedTransport({"a": [Reply(chunks=sse(ROLE_ONLY))]})
+    outcome = await run_attempt(transport, _spec(is_stream=True))
+    assert isinstance(outcome, Failed) and outcome.reason == "stream_ended"
+    assert transport.responses[0].is_closed
+
+
+async def test_an_error_event_before_the_first_token_fails() -> None:
+    chunks = sse({"error": {"message": "overloaded"}})
+    transport = ScriptedTransport({"a": [Reply(chunks=chunks)]})
+    outcome = await run_attempt(transport, _spec(is_stream=True))
+    assert isinstance(outcome, Failed) and outcome.reason == "stream_error_event"
+    assert outcome.error is not None and "overloaded" in outcome.error.message
+    assert not outcome.is_retryable_here
+
+
+async def test_a_non_stream_answer_is_ready_only_once_read_whole() -> None:
+    transport = ScriptedTransport({"a": [Reply(chunks=(b'{"a":', b" 1}"))]})
+    outcome = await run_attempt(transport, _spec(is_stream=False))
+    assert isinstance(outcome, Ready) and outcome.is_token
+    assert isinstance(outcome.response, BufferedResponse)
+    assert await outcome.response.read(1.0) == b'{"a": 1}'
+    assert transport.responses[0].is_closed
+
+
+async def test_a_retryable_status_fails_with_its_buffered_answer_and_retry_after() -> None:
+    reply = Reply(status=429, chunks=(b'{"error": "slow down"}',), headers={"Retry-After": "2"})
+    transport = ScriptedTransport({"a": [reply]})
+    outcome = await run_attempt(transport, _spec(is_stream=True))
+    assert isinstance(outcome, Failed) and outcome.reason == "429"
+    assert outcome.is_retryable_here and outcome.retry_after_s == 2.0
+    assert outcome.buffered is not None and outcome.buffered.body == b'{"error": "slow down"}'
+    assert transport.responses[0].is_closed
+
+
+async def test_a_final_status_is_ready_without_a_token() -> None:
+    transport = ScriptedTransport({"a": [Reply(status=400)]})
+    outcome = await run_attempt(transport, _spec(is_stream=True))
+    assert isinstance(outcome, Ready) and not outcome.is_token
+    assert outcome.response.status == 400
+
+
+@pytest.mark.parametrize(
+    ("error", "reason", "is_retryable"),
+    [
+        (UpstreamConnectError("refused"), "connect_error", True),
+        (UpstreamTimeout("no first byte"), "first_byte_timeout", False),
+    ],
+)
+async def test_transport_errors_become_failures(
+    error: HastenError, reason: str, is_retryable: bool
+) -> None:
+    transport = ScriptedTransport({"a": [Reply(error=error)]})
+    outcome = await run_attempt(transport, _spec(is_stream=False))
+    assert isinstance(outcome, Failed) and outcome.reason == reason
+    assert outcome.is_retryable_here is is_retryable
+
+
+async def test_no_try_once_the_deadline_passed() -> None:
+    transport = ScriptedTransport({"a": [Reply()]})
+    outcome = await run_attempt(transport, _spec(is_stream=False, deadline_in_s=-1.0))
+    assert isinstance(outcome, Failed) and outcome.reason == "deadline"
+    assert transport.sent == []
+
+
+async def test_the_upstream_key_replaces_the_clients_and_an_empty_body_is_a_get() -> None:
+    transport = ScriptedTransport({"a": [Reply()]})
+    keyed = replace(upstream("a"), api_key="sk-up")
+    spec = AttemptSpec(
+        keyed, "/models", b"", {"authorization": "Bearer client"}, time.monotonic() + 10.0, False
+    )
+    await run_attempt(transport, spec)
+    sent = transport.sent[0]
+    assert sent.method == "GET" and sent.body is None
+    assert sent.url == "http://a.test/v1/models"
+    assert sent.headers["authorization"] == "Bearer sk-up"
+
+
+@pytest.mark.parametrize(
+    ("event", "has_output"),
+    [
+        (ROLE_ONLY, False),
+        (delta("x"), True),
+        ({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}, True),
+        ({"choices": [{"index": 0, "text": "legacy"}]}, True),
+        ({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0}]}}]}, True),
+        ("[DONE]", True),
+    ],
+)
+def test_first_token_watch(event: Mapping[str, object] | str, has_output: bool) -> None:
+    assert FirstTokenWatch().feed(b"".join(sse(event))) is has_output
+
+
+def test_first_token_watch_across_chunk_boundaries() -> None:
+    frame = sse(delta("split"))[0]
+    watch = FirstTokenWatch()
+    assert not watch.feed(frame[:10])
+    assert watch.feed(frame[10:])
