@@ -64,7 +64,7 @@ class Tally:
         raw = repr((case.method, case.path, case.query, case.body)).encode()
         self.bodies.add(hashlib.blake2b(raw, digest_size=16).digest())
         if len(self.slowest) < NUM_SLOWEST or latency_s > self.slowest[-1][0]:
-            request_id = "" if response is None else response.headers.get("x-hasten-request-id", "")
+            request_id = "" if response is None else _header(response, "x-hasten-request-id")
             self.slowest.append((latency_s, case.path, repr(case.body)[:200], request_id))
             self.slowest.sort(reverse=True)
             del self.slowest[NUM_SLOWEST:]
@@ -80,6 +80,12 @@ class Tally:
             )
         elif problem is not None:
             self.violations.append({"problem": problem})
+
+
+def _header(response: Any, name: str) -> str:
+    """One header's value: schemathesis responses hold a list of values per name."""
+    value = response.headers.get(name, "")
+    return str(value[0] if isinstance(value, list) and value else value or "")
 
 
 def _violation(response: requests.Response) -> str | None:
