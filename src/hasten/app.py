@@ -144,7 +144,7 @@ class HastenApp:
             await send(message)
 
         try:
-            await self._route(gateway, scope, receive, tracked_send, request_id)
+            await self._serve_path(gateway, scope, receive, tracked_send, request_id)
         except HastenError as exc:
             _log_error(request_id, exc)
             gateway.stats.count(f"error_{exc.status_code}")
@@ -162,7 +162,7 @@ class HastenApp:
             if self.config.server.log_format == "json":  # the human log stays quiet
                 _log_access(scope, request_id, start, started_s)
 
-    async def _route(
+    async def _serve_path(
         self, gateway: Gateway, scope: Scope, receive: Receive, send: Send, request_id: str
     ) -> None:
         path: str = scope["path"]

@@ -12,7 +12,7 @@ from hasten.config import GatewayConfig, ModelRoute
 from hasten.errors import HastenError, UpstreamConnectError
 from hasten.routing.models import ModelRouter, ResolvedModel
 from hasten.routing.settings import RoutingConfig
-from hasten.upstream.client import UpstreamClient, route_request
+from hasten.upstream.client import UpstreamClient, request_traits
 from tests.support.scripted import Reply, ScriptedTransport, delta, sse, upstream
 
 LONG_PROMPT = "the same long system prompt " * 64
@@ -41,24 +41,24 @@ def _in_flight(client: UpstreamClient) -> dict[str, dict[str, int]]:
 def test_the_affinity_key_comes_from_the_prompt_prefix_when_affinity_is_on() -> None:
     system = {"role": "system", "content": LONG_PROMPT}
     body = {"messages": [system, {"role": "user", "content": "hi"}], "max_tokens": 7}
-    routed = route_request(body, RoutingConfig(), is_stream=True, is_idempotent=False)
+    routed = request_traits(body, RoutingConfig(), is_stream=True, is_idempotent=False)
     assert routed.affinity_key is not None
     assert routed.is_stream and not routed.is_idempotent
     assert routed.expected_tokens == 7
     follow_up = {**body, "messages": [system, {"role": "user", "content": "and then?"}]}
-    same = route_request(follow_up, RoutingConfig(), is_stream=False, is_idempotent=True)
+    same = request_traits(follow_up, RoutingConfig(), is_stream=False, is_idempotent=True)
     assert same.affinity_key == routed.affinity_key  # only the last message differs
     off = RoutingConfig(is_affinity_enabled=False)
-    assert route_request(body, off, is_stream=True, is_idempotent=True).affinity_key is None
+    assert request_traits(body, off, is_stream=True, is_idempotent=True).affinity_key is None
 
 
 def test_a_short_prompt_has_no_affinity_key_and_max_completion_tokens_wins() -> None:
     body = {"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 3}
-    routed = route_request(
+    routed = request_traits(
         {**body, "max_tokens": 9}, RoutingConfig(), is_stream=False, is_idempotent=True
     )
     assert routed.affinity_key is None and routed.expected_tokens == 3
-    odd = route_request({"max_tokens": "9"}, RoutingConfig(), is_stream=False, is_idempotent=True)
+    odd = request_traits({"max_tokens": "9"}, RoutingConfig(), is_stream=False, is_idempotent=True)
     assert odd.expected_tokens == 0
 
 

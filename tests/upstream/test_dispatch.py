@@ -16,7 +16,7 @@ from hasten.errors import UpstreamConnectError, UpstreamTimeout
 from hasten.routing.pool import DeploymentPool
 from hasten.routing.settings import DeploymentConfig, HedgeConfig, RoutingConfig
 from hasten.upstream.attempt import BufferedResponse
-from hasten.upstream.dispatch import Dispatch, GaveUp, RouteRequest, Won
+from hasten.upstream.dispatch import Dispatch, GaveUp, RequestTraits, Won
 from tests.support.scripted import (
     QUICK_RETRY,
     Reply,
@@ -34,7 +34,7 @@ def _dispatch(
     upstreams: Mapping[str, UpstreamConfig],
     *,
     routing: RoutingConfig | None = None,
-    request: RouteRequest | None = None,
+    request: RequestTraits | None = None,
     deployments: tuple[DeploymentConfig, ...] | None = None,
     body: dict[str, Any] | None = None,
 ) -> tuple[Dispatch, DeploymentPool]:
@@ -46,7 +46,7 @@ def _dispatch(
         transport,
         pool,
         upstreams,
-        request or RouteRequest(),
+        request or RequestTraits(),
         path="/chat/completions",
         body=orjson.dumps(body or BODY),
         headers={"content-type": "application/json"},
@@ -150,7 +150,7 @@ async def test_a_ttft_timeout_fails_over() -> None:
         transport,
         {"a": upstream("a"), "b": upstream("b")},
         routing=RoutingConfig(ttft_timeout_s=0.05),
-        request=RouteRequest(is_stream=True),
+        request=RequestTraits(is_stream=True),
     )
     outcome = await dispatch.run()
     assert isinstance(outcome, Won) and outcome.name == "b"
@@ -199,7 +199,7 @@ async def test_a_request_that_must_not_run_twice_is_not_hedged() -> None:
         {"a": upstream("a"), "b": upstream("b")},
         routing=RoutingConfig(hedge=HEDGE_SOON),
         deployments=PRIMARY_THEN_HEDGE,
-        request=RouteRequest(is_idempotent=False),
+        request=RequestTraits(is_idempotent=False),
     )
     outcome = await dispatch.run()
     assert isinstance(outcome, Won) and outcome.name == "a"
@@ -214,7 +214,7 @@ async def _sent_body(is_prompt_cache_key: bool, body: dict[str, Any], key: int |
         transport,
         {"a": upstream("a")},
         deployments=(deployment,),
-        request=RouteRequest(affinity_key=key),
+        request=RequestTraits(affinity_key=key),
         body=body,
     )
     await dispatch.run()

@@ -23,10 +23,10 @@ from hasten.routing.affinity import prefix_key
 from hasten.routing.models import ResolvedModel, Route
 from hasten.routing.pool import DeploymentPool
 from hasten.routing.settings import DeploymentConfig, RoutingConfig
-from hasten.upstream.dispatch import Dispatch, GaveUp, RouteRequest, Won
+from hasten.upstream.dispatch import Dispatch, GaveUp, RequestTraits, Won
 from hasten.upstream.transport import Transport, UpstreamRequest, UpstreamResponse
 
-__all__ = ["UpstreamCall", "UpstreamClient", "route_request"]
+__all__ = ["UpstreamCall", "UpstreamClient", "request_traits"]
 
 _log = logging.getLogger("hasten.upstream")
 PROBE_PATH = "/models"
@@ -140,9 +140,9 @@ def _loop_time(monotonic_deadline_s: float) -> float:
     return loop.time() + (monotonic_deadline_s - time.monotonic())
 
 
-def route_request(
+def request_traits(
     body: Mapping[str, Any], routing: RoutingConfig, *, is_stream: bool, is_idempotent: bool
-) -> RouteRequest:
+) -> RequestTraits:
     """What the router needs from a parsed client request (affinity key, length hint)."""
     key = None
     if routing.is_affinity_enabled:
@@ -153,7 +153,7 @@ def route_request(
         )
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
     expected_tokens = max_tokens if isinstance(max_tokens, int) else 0
-    return RouteRequest(is_stream, key, expected_tokens, is_idempotent)
+    return RequestTraits(is_stream, key, expected_tokens, is_idempotent)
 
 
 class UpstreamClient:
@@ -194,7 +194,7 @@ class UpstreamClient:
         """
         route = model.route
         pool = self._pool(route)
-        request = route_request(
+        request = request_traits(
             parsed, route.routing, is_stream=is_stream, is_idempotent=is_idempotent
         )
         dispatch = Dispatch(
@@ -220,7 +220,7 @@ class UpstreamClient:
             self._transport,
             pool,
             upstreams,
-            RouteRequest(),
+            RequestTraits(),
             path=path,
             body=b"",
             headers=headers,

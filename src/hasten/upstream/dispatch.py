@@ -35,7 +35,7 @@ _log = logging.getLogger("hasten.dispatch")
 
 
 @dataclass(frozen=True, slots=True)
-class RouteRequest:
+class RequestTraits:
     """What the router may know about a client request."""
 
     is_stream: bool = False
@@ -100,7 +100,7 @@ class Dispatch:
         transport: Transport,
         pool: DeploymentPool,
         upstreams: Mapping[str, UpstreamConfig],
-        request: RouteRequest,
+        request: RequestTraits,
         *,
         path: str,
         body: bytes,
