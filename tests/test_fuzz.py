@@ -27,13 +27,19 @@ schema = schemathesis.openapi.from_dict(build_document())
 MAX_EXAMPLES = 60
 SESSION = requests.Session()  # keep-alive: the gateway, not connection set-up, is tested
 CASES: list[Any] = []
+# The admin endpoints get the admin key, so their bodies reach the validators (without it
+# every admin case would only exercise the 403).
+ADMIN_KEY = "fuzz-admin-key"
+ADMIN_PATHS = ("/admin", "/stats")
+ADMIN_STATUSES: list[int] = []
 
 
 @pytest.fixture(scope="module")
 def gateway_url() -> Iterator[str]:
     sim = SimConfig(ttft_base_ms=0, decode_ms_per_token=0, output_tokens=4)
     with ServerThread(build_sim(sim)) as upstream:
-        with running_gateway(make_config({"sim": upstream.url + "/v1"})) as gateway:
+        config = make_config({"sim": upstream.url + "/v1"}, admin_api_key=ADMIN_KEY)
+        with running_gateway(config) as gateway:
             yield gateway.url
 
 
@@ -55,14 +61,20 @@ def check_response(response: httpx.Response | Any) -> None:
     derandomize=True,
 )
 def test_no_input_breaks_the_gateway(case: Any, gateway_url: str) -> None:
-    response = case.call(base_url=gateway_url, timeout=30, session=SESSION)
+    is_admin = case.path.startswith(ADMIN_PATHS)
+    headers = {"authorization": f"Bearer {ADMIN_KEY}"} if is_admin else None
+    response = case.call(base_url=gateway_url, timeout=30, session=SESSION, headers=headers)
     check_response(response)
     CASES.append(case.body if case.body is not None else case.path)
+    if is_admin:
+        ADMIN_STATUSES.append(response.status_code)
 
 
 def test_the_fuzzer_ran_many_cases() -> None:
     # A fuzz run that generated nothing would pass vacuously.
     assert len(CASES) >= 300, len(CASES)
+    # Nor one whose admin cases all stopped at the key check.
+    assert sum(status != 403 for status in ADMIN_STATUSES) >= 50, ADMIN_STATUSES[:20]
 
 
 def test_the_document_is_served(gateway_url: str) -> None:
