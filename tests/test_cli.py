@@ -88,6 +88,26 @@ def test_check_config_without_upstreams_mentions_simulator(
     assert "simulator" in out
 
 
+def test_check_config_describes_semantic_local_and_hybrid(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = (
+        '[upstreams.cloud]\nurl = "http://127.0.0.1:9/v1"\n[models.big]\nupstream = "cloud"\n'
+        '[local]\nn_ctx = 2048\nmodel_path = "/m.gguf"\n[hybrid]\ncloud_model = "big"\n'
+        "[semantic]\nenabled = true\nmin_similarity = 0.93\n"
+    )
+    path = _write(tmp_path, text)
+    assert _cli_main(["check-config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "semantic cache: on, embedder e5, min similarity 0.93" in out
+    assert "local engine: /m.gguf, context 2048 tokens" in out
+    assert "hybrid model auto: local-first, cloud model big" in out
+    path = _write(tmp_path, text.split("[local]")[0])
+    assert _cli_main(["check-config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "semantic" not in out and "local engine" not in out and "hybrid" not in out
+
+
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [

@@ -63,6 +63,25 @@ def _describe(path: str, config: GatewayConfig) -> str:
         f"  cache: {'on' if cache.is_enabled else 'off'}, backend {cache.backend}, "
         f"ttl {cache.ttl_s:g}s, deterministic only: {cache.is_deterministic_only}"
     )
+    semantic = config.semantic
+    if semantic.is_enabled:
+        similarity = (
+            "embedder default" if semantic.min_similarity is None else semantic.min_similarity
+        )
+        lines.append(
+            f"  semantic cache: on, embedder {semantic.embedder}, min similarity {similarity}, "
+            f"file {semantic.path}"
+        )
+    if config.local is not None:
+        engine = config.local.engine
+        model_path = engine.model_path or "the packaged default model"
+        lines.append(f"  local engine: {model_path}, context {engine.n_ctx} tokens")
+    if config.hybrid is not None:
+        hybrid = config.hybrid
+        lines.append(
+            f"  hybrid model {hybrid.model}: {hybrid.policy}, cloud model "
+            f"{hybrid.cloud_model or '(none)'}"
+        )
     if not config.upstreams:
         lines.append("  no upstreams: `hasten serve` will front the built-in simulator")
     return "\n".join(lines)
