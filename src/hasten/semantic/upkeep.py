@@ -7,6 +7,7 @@ with the SQLite rows, and the row count and bytes stay within the configured lim
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 from hasten.semantic.guard import TextSignature, signature
@@ -107,7 +108,9 @@ class Upkeep:
         over_entries = self._num_entries - target_entries
         average_bytes = self._num_bytes / max(1, self._num_entries)
         over_bytes = (self._num_bytes - config.max_bytes * LOW_WATER_FRACTION) / average_bytes
-        num_victims = int(max(over_entries, over_bytes, 0))
+        # Rounded up: rounding down left the file up to a row above the low-water mark, and
+        # with rows large next to max_bytes, above max_bytes itself.
+        num_victims = math.ceil(max(over_entries, over_bytes, 0))
         if num_victims > 0:
             victims = records.select_victims(policy=config.eviction, num_rows=num_victims)
             self.remove(records, victims, "evicted")
