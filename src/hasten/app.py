@@ -221,13 +221,14 @@ class HastenApp:
     def _stats(self, gateway: Gateway, caller: Caller | None) -> dict[str, Any]:
         if caller is not None and caller.tenant is not None:
             return {"tenant": caller.tenant, "requests": gateway.stats.of_tenant(caller.tenant)}
+        kinds = _task_kinds()
         return {
             "requests": dict(gateway.stats.counts),
             "in_flight": len(gateway.coalescer),
             # asyncio tasks alive in the gateway's loop: flat under steady load, or a leak
-            # (bench/soak.py samples it). One len() of a weak set: cheap enough per call.
-            "tasks": len(asyncio.all_tasks()),
-            "task_kinds": _task_kinds(),
+            # (bench/soak.py samples it), and what they are made of.
+            "tasks": sum(kinds.values()),
+            "task_kinds": kinds,
             "cache": self._cache_state(gateway),
         }
 

@@ -18,8 +18,8 @@ from hasten.auth import ADMIN_KEY_HINT
 from hasten.config import GatewayConfig, ServerConfig, load_config, redact_url
 from hasten.config.served import DEMO_UPSTREAM, Overrides, served_config
 from hasten.errors import ConfigError
-from hasten.local import gateway as edge
 from hasten.local.config import LocalServerConfig
+from hasten.local.gateway import LOCAL, is_local_available
 from hasten.local.supervisor import EngineSupervisor, RestartSettings
 from hasten.server import logs
 from hasten.server.connection import bind, protocol_for
@@ -141,7 +141,7 @@ async def _serve(config: GatewayConfig, *, is_simulator_default: bool) -> None:
     servers: list[tuple[uvicorn.Server, socket.socket]] = []
     local = config.local
     if local is None and config.is_simulated and not is_simulator_default:
-        local = LocalServerConfig() if edge.is_local_available() else None
+        local = LocalServerConfig() if is_local_available() else None
     supervisor = None
     if local is not None:
         # The engine runs in a child process: a native crash there never ends the gateway.
@@ -207,7 +207,7 @@ def _banner(config: GatewayConfig, sock: socket.socket, supervisor: EngineSuperv
             f"(cloud: {hybrid.cloud_model or 'none'})"
         )
     for upstream in config.upstreams.values():
-        if upstream.name == edge.LOCAL and supervisor is not None:
+        if upstream.name == LOCAL and supervisor is not None:
             continue
         label = (
             " (BUILT-IN SIMULATOR: synthetic text, not a real model)"
@@ -236,7 +236,7 @@ def _banner(config: GatewayConfig, sock: socket.socket, supervisor: EngineSuperv
 
 
 def _has_cloud(config: GatewayConfig) -> bool:
-    return any(name != edge.LOCAL for name in config.upstreams)
+    return any(name != LOCAL for name in config.upstreams)
 
 
 def run(args: argparse.Namespace) -> int:
