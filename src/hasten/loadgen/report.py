@@ -2,23 +2,33 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
+from hasten.loadgen.compat import RunFigures, guidellm_fields, vllm_fields
 from hasten.loadgen.recorder import Recorder
 from hasten.loadgen.settings import LoadSettings
 from hasten.loadgen.stats import Summary, ratio, scaled, summarize
+from hasten.loadgen.timeline import SecondBucket, per_second
 
 MS_PER_S = 1000.0
 
 
 @dataclass(frozen=True, slots=True)
 class Samples:
-    """Raw per-request samples, kept only on request (for merging runs, as bench/ does)."""
+    """Raw per-request samples, kept only on request (for merging runs and for charts).
+
+    ``ttft_ms`` has the requests that had a first token; the ``request_*`` lists are
+    aligned with ``latency_ms`` (one entry per successful request, NaN for no TTFT).
+    """
 
     ttft_ms: list[float]
     latency_ms: list[float]
     inter_token_ms: list[float]
+    request_ttft_ms: list[float] = field(default_factory=list)
+    request_output_tokens: list[int] = field(default_factory=list)
+    request_done_s: list[float] = field(default_factory=list)
+    request_is_hit: list[bool] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +55,13 @@ class LoadReport:
     hit_ratio: float | None
     client_cpu_percent: float | None
     samples: Samples | None = None
+    num_input_tokens: int = 0
+    # Where output token counts came from: "usage" (the server's), "chunks" (counted
+    # content chunks, for streams without usage), "mixed", or "none" (nothing succeeded).
+    output_token_source: str = "none"
+    timeline: list[SecondBucket] = field(default_factory=list)
+    vllm: dict[str, Any] = field(default_factory=dict)
+    guidellm: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready; raw samples are left out (they can be large)."""
@@ -56,8 +73,9 @@ class LoadReport:
         result: dict[str, Any] = {
             item.name: getattr(self, item.name)
             for item in fields(self)
-            if item.name not in summaries and item.name != "samples"
+            if item.name not in summaries and item.name not in ("samples", "timeline")
         }
+        result["timeline"] = [bucket.to_dict() for bucket in self.timeline]
         result.update(
             {name: None if value is None else value.to_dict() for name, value in summaries.items()}
         )
@@ -75,7 +93,18 @@ def build_report(
     ttft_ms = scaled(recorder.ttft_s, MS_PER_S)
     latency_ms = scaled(recorder.latency_s, MS_PER_S)
     inter_token_ms = scaled(recorder.gaps_s, MS_PER_S)
-    samples = Samples(ttft_ms, latency_ms, inter_token_ms) if settings.keep_samples else None
+    samples = (
+        _samples(recorder, ttft_ms, latency_ms, inter_token_ms) if settings.keep_samples else None
+    )
+    figures = RunFigures(
+        duration_s=duration_s,
+        num_failed=recorder.num_errors,
+        num_input_tokens=recorder.num_input_tokens,
+        request_ttft_s=recorder.request_ttft_s,
+        request_latency_s=recorder.latency_s,
+        request_output_tokens=recorder.request_output_tokens,
+        gaps_s=recorder.gaps_s,
+    )
     cpu_fraction = ratio(client_cpu_s or 0.0, duration_s) if client_cpu_s is not None else None
     return LoadReport(
         target_url=target_url,
@@ -100,7 +129,38 @@ def build_report(
         hit_ratio=ratio(recorder.num_hits, recorder.num_ok),
         client_cpu_percent=None if cpu_fraction is None else cpu_fraction * 100.0,
         samples=samples,
+        num_input_tokens=recorder.num_input_tokens,
+        output_token_source=_token_source(recorder),
+        timeline=per_second(
+            recorder.request_done_s, recorder.request_output_tokens, recorder.request_is_hit
+        ),
+        vllm=vllm_fields(
+            figures, percentiles=settings.percentiles, goodput_ms=dict(settings.goodput_ms)
+        ),
+        guidellm=guidellm_fields(figures),
     )
+
+
+def _samples(
+    recorder: Recorder, ttft_ms: list[float], latency_ms: list[float], inter_token_ms: list[float]
+) -> Samples:
+    return Samples(
+        ttft_ms,
+        latency_ms,
+        inter_token_ms,
+        request_ttft_ms=scaled(recorder.request_ttft_s, MS_PER_S),
+        request_output_tokens=list(recorder.request_output_tokens),
+        request_done_s=list(recorder.request_done_s),
+        request_is_hit=list(recorder.request_is_hit),
+    )
+
+
+def _token_source(recorder: Recorder) -> str:
+    if not recorder.num_ok:
+        return "none"
+    if not recorder.num_chunk_counted:
+        return "usage"
+    return "chunks" if recorder.num_chunk_counted == recorder.num_ok else "mixed"
 
 
 def format_text(report: LoadReport) -> str:
@@ -116,7 +176,7 @@ def format_text(report: LoadReport) -> str:
         f"requests    {report.num_requests} done, {report.num_ok} ok, {report.num_errors} errors"
         f" in {report.duration_s:.2f} s",
         f"throughput  {report.throughput_rps:.1f} req/s, {report.output_tokens_per_s:.1f} tokens/s"
-        f" ({report.num_output_tokens} output tokens)",
+        f" ({report.num_output_tokens} output tokens, counted by {report.output_token_source})",
     ]
     for label, summary in (
         ("ttft", report.ttft_ms),
@@ -131,6 +191,9 @@ def format_text(report: LoadReport) -> str:
     if report.errors:
         errors = ", ".join(f"{kind}: {count}" for kind, count in report.errors.items())
         lines.append(f"errors      {errors}")
+    goodput = report.vllm.get("request_goodput")
+    if goodput is not None:
+        lines.append(f"goodput     {goodput:.1f} req/s meeting every objective given")
     if report.client_cpu_percent is not None:
         lines.append(f"client cpu  {report.client_cpu_percent:.0f}% of one core")
     return "\n".join(lines)

@@ -16,11 +16,16 @@ import aiohttp
 import orjson
 
 from hasten.loadgen.payload import encode_body, endpoint_url
-from hasten.loadgen.progress import MIN_REDRAW_INTERVAL_S, ProgressSink, ProgressSnapshot
+from hasten.loadgen.progress import (
+    MIN_REDRAW_INTERVAL_S,
+    ProgressSink,
+    ProgressSnapshot,
+    live_percentiles_ms,
+)
 from hasten.loadgen.recorder import CACHE_HEADER, Recorder
 from hasten.loadgen.report import LoadReport, build_report
 from hasten.loadgen.settings import LoadSettings
-from hasten.loadgen.sse import DONE, SSEParser, completion_tokens, inspect_chunk
+from hasten.loadgen.sse import DONE, SSEParser, completion_tokens, inspect_chunk, prompt_tokens
 from hasten.loadgen.workload import prompt_indices
 
 _TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
@@ -67,9 +72,15 @@ async def _read_body(
     except orjson.JSONDecodeError:
         recorder.record_error("invalid_json")
         return
-    num_tokens = completion_tokens(body) if isinstance(body, dict) else None
+    is_object = isinstance(body, dict)
+    num_tokens = completion_tokens(body) if is_object else None
+    num_input_tokens = prompt_tokens(body) if is_object else None
     recorder.record_ok(
-        ttft_s=latency_s, latency_s=latency_s, num_tokens=num_tokens or 0, cache=cache
+        ttft_s=latency_s,
+        latency_s=latency_s,
+        num_tokens=num_tokens or 0,
+        cache=cache,
+        num_input_tokens=num_input_tokens or 0,
     )
 
 
@@ -81,6 +92,7 @@ async def _read_stream(
     last_s = 0.0
     num_chunks = 0
     usage_tokens: int | None = None
+    input_tokens: int | None = None
     done = False
     gaps_s = recorder.gaps_s
     async for data in response.content.iter_any():
@@ -96,6 +108,8 @@ async def _read_stream(
                 return
             if info.completion_tokens is not None:
                 usage_tokens = info.completion_tokens
+            if info.prompt_tokens is not None:
+                input_tokens = info.prompt_tokens
             if info.has_content:
                 if first_s is None:
                     first_s = now_s
@@ -113,6 +127,8 @@ async def _read_stream(
         latency_s=end_s - start_s,
         num_tokens=num_chunks if usage_tokens is None else usage_tokens,
         cache=cache,
+        num_input_tokens=input_tokens or 0,
+        is_chunk_count=usage_tokens is None,
     )
 
 
@@ -210,6 +226,8 @@ async def _show_progress(
 
 
 def _snapshot(template: ProgressSnapshot, recorder: Recorder, start_s: float) -> ProgressSnapshot:
+    latency = live_percentiles_ms(recorder.latency_s)
+    ttft = live_percentiles_ms(recorder.ttft_s)
     return ProgressSnapshot(
         phase=template.phase,
         num_done=recorder.num_done,
@@ -218,6 +236,10 @@ def _snapshot(template: ProgressSnapshot, recorder: Recorder, start_s: float) ->
         elapsed_s=time.perf_counter() - start_s,
         num_planned=template.num_planned,
         duration_s=template.duration_s,
+        latency_p50_ms=latency[0],
+        latency_p99_ms=latency[1],
+        ttft_p50_ms=ttft[0],
+        ttft_p99_ms=ttft[1],
     )
 
 
@@ -230,8 +252,8 @@ async def _run_phase(
     *,
     open_loop: bool,
 ) -> Recorder:
-    recorder = Recorder()
     start_s = time.perf_counter()
+    recorder = Recorder(start_s)
     drawer = None
     if progress is not None:
         drawer = asyncio.create_task(_show_progress(progress, recorder, template, start_s))

@@ -6,7 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from hasten.loadgen.compat import DEFAULT_PERCENTILES
 from hasten.loadgen.payload import Endpoint
+from hasten.loadgen.slo import SLO_METRICS
 from hasten.loadgen.workload import WorkloadSpec
 
 Arrival = Literal["poisson", "fixed"]
@@ -47,6 +49,9 @@ class LoadSettings:
     timeout_s: float = 60.0
     seed: int = 0
     keep_samples: bool = False
+    # Reporting only: vLLM-style percentiles (in percent) and goodput objectives (ms).
+    percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
+    goodput_ms: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.endpoint not in ("chat", "completions"):
@@ -69,6 +74,10 @@ class LoadSettings:
             raise ValueError("timeout_s must be positive")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError("max_tokens must be at least 1")
+        if not all(0 < percent <= 100 for percent in self.percentiles):
+            raise ValueError("percentiles must be within (0, 100]")
+        if not set(self.goodput_ms) <= set(SLO_METRICS):
+            raise ValueError(f"goodput objectives must be among {SLO_METRICS}")
 
     @property
     def is_open_loop(self) -> bool:

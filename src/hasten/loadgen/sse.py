@@ -54,6 +54,7 @@ class ChunkInfo:
     has_content: bool
     completion_tokens: int | None
     is_error: bool
+    prompt_tokens: int | None = None
 
 
 def inspect_chunk(payload: bytes) -> ChunkInfo:
@@ -68,6 +69,7 @@ def inspect_chunk(payload: bytes) -> ChunkInfo:
         has_content=_has_content(chunk.get("choices")),
         completion_tokens=completion_tokens(chunk),
         is_error="error" in chunk,
+        prompt_tokens=prompt_tokens(chunk),
     )
 
 
@@ -89,9 +91,18 @@ def _has_content(choices: Any) -> bool:
 
 def completion_tokens(body: dict[str, Any]) -> int | None:
     """``usage.completion_tokens`` of a response or chunk, when the server reported it."""
+    return _usage_count(body, "completion_tokens")
+
+
+def prompt_tokens(body: dict[str, Any]) -> int | None:
+    """``usage.prompt_tokens`` of a response or chunk, when the server reported it."""
+    return _usage_count(body, "prompt_tokens")
+
+
+def _usage_count(body: dict[str, Any], name: str) -> int | None:
     usage = body.get("usage")
     if isinstance(usage, dict):
-        tokens = usage.get("completion_tokens")
+        tokens = usage.get(name)
         if isinstance(tokens, int):
             return tokens
     return None

@@ -75,3 +75,61 @@ def scaled(values: Sequence[float], factor: float) -> list[float]:
 def ratio(numerator: float, denominator: float) -> float | None:
     """numerator / denominator, or None when the denominator is zero."""
     return numerator / denominator if denominator else None
+
+
+def mean_and_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and population standard deviation (numpy's ``np.std`` default, ddof=0).
+
+    Zero for both when there are no values, as vLLM's ``np.mean(values or 0)`` reports.
+    """
+    if not values:
+        return 0.0, 0.0
+    mean = math.fsum(values) / len(values)
+    variance = math.fsum((value - mean) ** 2 for value in values) / len(values)
+    return mean, math.sqrt(variance)
+
+
+def cdf_points(values: Sequence[float], max_points: int = 400) -> list[tuple[float, float]]:
+    """Points (value, fraction of values at or below it) of the empirical CDF, ascending.
+
+    Long inputs are thinned to about ``max_points`` evenly spaced ranks; the first and
+    last points (minimum at 1/n, maximum at 1.0) are always kept.
+    """
+    finite = sorted(value for value in values if math.isfinite(value))
+    count = len(finite)
+    if not count:
+        return []
+    step = max(1, math.ceil(count / max(max_points, 1)))
+    ranks = list(range(0, count, step))
+    if ranks[-1] != count - 1:
+        ranks.append(count - 1)
+    return [(finite[rank], (rank + 1) / count) for rank in ranks]
+
+
+@dataclass(frozen=True, slots=True)
+class Bin:
+    """One histogram bar: values in [low, high), the last bin closed at its top."""
+
+    low: float
+    high: float
+    count: int
+
+
+def histogram(values: Sequence[float], num_bins: int = 30) -> list[Bin]:
+    """Equal-width bins from the minimum to the maximum finite value."""
+    if num_bins < 1:
+        raise ValueError("num_bins must be at least 1")
+    finite = [value for value in values if math.isfinite(value)]
+    if not finite:
+        return []
+    low, high = min(finite), max(finite)
+    if high == low:
+        return [Bin(low, high, len(finite))]
+    width = (high - low) / num_bins
+    counts = [0] * num_bins
+    for value in finite:
+        counts[min(int((value - low) / width), num_bins - 1)] += 1
+    return [
+        Bin(low + index * width, low + (index + 1) * width, count)
+        for index, count in enumerate(counts)
+    ]
