@@ -224,3 +224,7 @@ class OutdatedCacheEntry(ValueError):
 
 class ConfigError(Exception):
     """A configuration file or flag is invalid; never rendered to clients."""
+
+
+class ReportDependencyMissing(ImportError):
+    """An optional package a bench report needs (matplotlib for --png) is not installed."""

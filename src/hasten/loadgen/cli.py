@@ -7,12 +7,23 @@ import asyncio
 import os
 import sys
 from collections.abc import Coroutine, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
 
+from hasten.errors import ReportDependencyMissing
+from hasten.loadgen.compare import (
+    COMPARE_LABEL,
+    PRIMARY_LABEL,
+    ComparisonRow,
+    compare_reports,
+    format_comparison,
+)
+from hasten.loadgen.compat import parse_percentiles
 from hasten.loadgen.progress import progress_for
+from hasten.loadgen.provenance import public_url, run_context
 from hasten.loadgen.report import LoadReport, format_text
 from hasten.loadgen.runner import run_load
 from hasten.loadgen.settings import (
@@ -21,6 +32,7 @@ from hasten.loadgen.settings import (
     DEFAULT_NUM_REQUESTS,
     LoadSettings,
 )
+from hasten.loadgen.slo import parse_goodput
 from hasten.loadgen.workload import WorkloadSpec, load_prompts
 
 API_KEY_ENV = "OPENAI_API_KEY"
@@ -41,6 +53,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--header", action="append", default=[], metavar="NAME:VALUE", help="extra header"
     )
     target.add_argument("--timeout-s", type=float, default=60.0, help="per request (%(default)s)")
+    target.add_argument(
+        "--compare-url",
+        metavar="URL",
+        help="also run the same workload (same seed) against this base URL, e.g. the "
+        "upstream directly, before the --base-url run; reports show both",
+    )
+    target.add_argument("--compare-api-key", help="bearer key for --compare-url (default: same)")
+    target.add_argument("--label", default=PRIMARY_LABEL, help="name of --base-url in reports")
+    target.add_argument(
+        "--compare-label", default=COMPARE_LABEL, help="name of --compare-url in reports"
+    )
 
     workload = parser.add_argument_group("workload")
     workload.add_argument("--prompts", type=Path, help="JSONL (prompt/messages) or text lines")
@@ -66,6 +89,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     output = parser.add_argument_group("output")
     output.add_argument("--json", action="store_true", help="print the report as JSON")
     output.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    output.add_argument("--result-json", type=Path, metavar="FILE", help="write the JSON here")
+    output.add_argument(
+        "--report", type=Path, metavar="FILE", help="self-contained HTML report with charts"
+    )
+    output.add_argument(
+        "--png", type=Path, metavar="FILE", help="the report's charts as one PNG (matplotlib)"
+    )
+    output.add_argument(
+        "--percentiles",
+        default="99",
+        metavar="P,P",
+        help="vLLM-style p{P}_*_ms fields, like its --metric-percentiles (%(default)s)",
+    )
+    output.add_argument(
+        "--goodput",
+        nargs="+",
+        default=[],
+        metavar="KEY:MS",
+        help="SLOs for request_goodput, vLLM's syntax: ttft:500 tpot:50 e2el:2000",
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> LoadSettings:
@@ -99,7 +142,20 @@ def settings_from_args(args: argparse.Namespace) -> LoadSettings:
         num_warmup=args.warmup,
         timeout_s=args.timeout_s,
         seed=args.seed,
+        keep_samples=args.report is not None or args.png is not None,
+        percentiles=parse_percentiles(args.percentiles),
+        goodput_ms=parse_goodput(args.goodput),
     )
+
+
+def compare_settings_from(args: argparse.Namespace, settings: LoadSettings) -> LoadSettings | None:
+    """The --compare-url run: everything as the primary run but the URL (and maybe key)."""
+    if args.compare_url is None:
+        return None
+    if args.label == args.compare_label:
+        raise ValueError("--label and --compare-label must differ")
+    api_key = args.compare_api_key or settings.api_key
+    return replace(settings, base_url=args.compare_url, api_key=api_key)
 
 
 def parse_headers(raw_headers: Sequence[str]) -> dict[str, str]:
@@ -113,20 +169,83 @@ def parse_headers(raw_headers: Sequence[str]) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """0 when at least one measured request succeeded, 1 when none did, 2 on bad arguments."""
+    """0 when at least one measured request succeeded in every run, 1 when a run had none
+    succeed, 2 on bad arguments."""
     try:
         settings = settings_from_args(args)
-    except (ValueError, OSError) as exc:
+        compare_settings = compare_settings_from(args, settings)
+        if args.png is not None:
+            from hasten.loadgen.png_report import require_matplotlib
+
+            require_matplotlib()
+    except (ValueError, OSError, ReportDependencyMissing) as exc:
         print(f"hasten bench: {exc}", file=sys.stderr)
         return 2
-    progress = progress_for(enabled=not args.no_progress)
-    report = run_coroutine(run_load(settings, progress=progress))
+    planned: list[tuple[str, LoadSettings]] = [(args.label, settings)]
+    if compare_settings is not None:
+        planned.append((args.compare_label, compare_settings))
+    runs = run_coroutine(_run_all(planned, is_progress=not args.no_progress))
+    comparison = compare_reports(runs[0][1], runs[1][1]) if len(runs) == 2 else []
+    _write_outputs(args, runs, comparison)
+    return max(exit_code(report) for _, report in runs)
+
+
+async def _run_all(
+    planned: Sequence[tuple[str, LoadSettings]], *, is_progress: bool
+) -> list[tuple[str, LoadReport]]:
+    """The compare run goes first: the primary target's cache starts cold either way."""
+    reports: dict[str, LoadReport] = {}
+    for label, settings in reversed(planned):
+        progress = progress_for(enabled=is_progress)
+        if progress is not None and len(planned) > 1:
+            print(f"{label}: {public_url(settings.base_url)}", file=sys.stderr)
+        reports[label] = await run_load(settings, progress=progress)
+    return [(label, reports[label]) for label, _ in planned]
+
+
+def result_document(
+    args: argparse.Namespace,
+    runs: Sequence[tuple[str, LoadReport]],
+    comparison: Sequence[ComparisonRow],
+) -> dict[str, Any]:
+    """One run: its report, as before. Two: both reports by label plus the ratio rows."""
+    context = run_context(vars(args))
+    if len(runs) == 1:
+        return {**runs[0][1].to_dict(), "context": context}
+    return {
+        "runs": {label: report.to_dict() for label, report in runs},
+        "comparison": [row.to_dict() for row in comparison],
+        "context": context,
+    }
+
+
+def _write_outputs(
+    args: argparse.Namespace,
+    runs: Sequence[tuple[str, LoadReport]],
+    comparison: Sequence[ComparisonRow],
+) -> None:
+    document = result_document(args, runs, comparison)
+    encoded = orjson.dumps(document, option=orjson.OPT_INDENT_2)
+    if args.result_json is not None:
+        args.result_json.write_bytes(encoded + b"\n")
+    if args.report is not None:
+        from hasten.loadgen.html_report import render_html, write_html
+
+        write_html(args.report, render_html(runs, document["context"], comparison))
+    if args.png is not None:
+        from hasten.loadgen.png_report import write_png
+
+        write_png(args.png, runs)
     if args.json:
-        sys.stdout.write(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode())
-        sys.stdout.write("\n")
-    else:
+        sys.stdout.write(encoded.decode() + "\n")
+        return
+    for label, report in runs:
+        if len(runs) > 1:
+            print(f"== {label}")
         print(format_text(report))
-    return exit_code(report)
+    if comparison:
+        print(f"== {runs[0][0]} vs {runs[1][0]}")
+        print(format_comparison(list(comparison), runs[0][0], runs[1][0]))
 
 
 def exit_code(report: LoadReport) -> int:

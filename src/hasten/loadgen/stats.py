@@ -115,19 +115,32 @@ class Bin:
     count: int
 
 
-def histogram(values: Sequence[float], num_bins: int = 30) -> list[Bin]:
-    """Equal-width bins from the minimum to the maximum finite value."""
+def histogram(
+    values: Sequence[float],
+    num_bins: int = 30,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+) -> list[Bin]:
+    """Equal-width bins over [low, high] (default: the finite values' range).
+
+    Values outside given bounds are left out; pass the same bounds to overlay two series.
+    """
     if num_bins < 1:
         raise ValueError("num_bins must be at least 1")
     finite = [value for value in values if math.isfinite(value)]
-    if not finite:
+    if not finite and (low is None or high is None):
         return []
-    low, high = min(finite), max(finite)
+    low = min(finite) if low is None else low
+    high = max(finite) if high is None else high
+    if high < low:
+        raise ValueError("high must not be below low")
+    inside = [value for value in finite if low <= value <= high]
     if high == low:
-        return [Bin(low, high, len(finite))]
+        return [Bin(low, high, len(inside))]
     width = (high - low) / num_bins
     counts = [0] * num_bins
-    for value in finite:
+    for value in inside:
         counts[min(int((value - low) / width), num_bins - 1)] += 1
     return [
         Bin(low + index * width, low + (index + 1) * width, count)
