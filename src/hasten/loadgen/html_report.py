@@ -18,6 +18,7 @@ from hasten.loadgen.compare import ComparisonRow
 from hasten.loadgen.report import LoadReport, Samples
 from hasten.loadgen.stats import Summary, cdf_points, histogram
 from hasten.loadgen.svg import BarSeries, Series, bar_chart, line_chart
+from hasten.loadgen.timeline import RatePoint, rate_points
 
 COLORS = ("#4c78a8", "#e45756", "#54a24b", "#b279a2")
 NUM_HISTOGRAM_BINS = 30
@@ -92,7 +93,7 @@ _SUMMARY_ROWS: tuple[tuple[str, Callable[[LoadReport], str]], ...] = (
     ("ttft p50 / p95 / p99 (ms)", lambda r: _percentiles(r.ttft_ms)),
     ("e2e p50 / p95 / p99 (ms)", lambda r: _percentiles(r.latency_ms)),
     ("inter-token p50 / p95 / p99 (ms)", lambda r: _percentiles(r.inter_token_ms)),
-    ("hit ratio", lambda r: "-" if r.hit_ratio is None else f"{r.hit_ratio:.1%}"),
+    ("hit ratio", lambda r: _hit_ratio(r)),
     ("goodput (req/s)", lambda r: _optional(r.vllm.get("request_goodput"))),
     ("errors", lambda r: ", ".join(f"{k}: {v}" for k, v in r.errors.items()) or "-"),
 )
@@ -121,6 +122,12 @@ def _comparison_table(runs: Sequence[LabelledRun], rows: Sequence[ComparisonRow]
             f"<td>{speedup}</td></tr>"
         )
     return f"<table>{''.join(lines)}</table>"
+
+
+def _hit_ratio(report: LoadReport) -> str:
+    if report.hit_ratio is None or not report.has_cache_header:
+        return "- (no x-hasten-cache header)" if report.num_ok else "-"
+    return f"{report.hit_ratio:.1%}"
 
 
 def _percentiles(summary: Summary | None) -> str:
@@ -157,6 +164,7 @@ def _charts(runs: Sequence[LabelledRun]) -> list[str]:
             is_step=True,
             y_range=(0.0, 1.0),
             allow_log_x=True,
+            is_legend_low=True,
         ),
         line_chart(
             ttft,
@@ -166,6 +174,7 @@ def _charts(runs: Sequence[LabelledRun]) -> list[str]:
             is_step=True,
             y_range=(0.0, 1.0),
             allow_log_x=True,
+            is_legend_low=True,
         ),
         _ttft_histogram(colored),
     ]
@@ -190,37 +199,38 @@ def _ttft_histogram(colored: Sequence[tuple[str, LoadReport, str]]) -> str:
 
 
 def _timelines(colored: Sequence[tuple[str, LoadReport, str]]) -> list[str]:
-    def series(value_of: Callable[[Any], float | None]) -> list[Series]:
+    def series(value_of: Callable[[RatePoint], float | None], *, cached: bool) -> list[Series]:
         return [
             Series(
                 label,
                 [
-                    (bucket.second + 0.5, value)
-                    for bucket in report.timeline
-                    if (value := value_of(bucket)) is not None
+                    (point.mid_s, value)
+                    for point in rate_points(report.timeline, report.duration_s)
+                    if (value := value_of(point)) is not None
                 ],
                 color,
             )
             for label, report, color in colored
+            if report.has_cache_header or not cached
         ]
 
     x_label = "seconds since the measured phase began (1 s buckets)"
     return [
         line_chart(
-            series(lambda b: float(b.num_ok)),
+            series(lambda p: p.requests_per_s, cached=False),
             title="Throughput",
             x_label=x_label,
             y_label="requests/s",
         ),
         line_chart(
-            series(lambda b: float(b.num_output_tokens)),
+            series(lambda p: p.output_tokens_per_s, cached=False),
             title="Output token throughput",
             x_label=x_label,
             y_label="tokens/s",
         ),
         line_chart(
-            series(lambda b: b.hit_ratio),
-            title="Cache hit ratio (x-hasten-cache: hit)",
+            series(lambda p: p.hit_ratio, cached=True),
+            title="Cache hit ratio (x-hasten-cache: hit; targets that send it)",
             x_label=x_label,
             y_label="hits / successful requests",
             y_range=(0.0, 1.0),

@@ -16,6 +16,7 @@ from hasten.loadgen.html_report import LabelledRun, colored_runs
 from hasten.loadgen.report import LoadReport, Samples
 from hasten.loadgen.stats import cdf_points
 from hasten.loadgen.svg import LOG_SPAN_FACTOR
+from hasten.loadgen.timeline import rate_points
 
 FIGURE_SIZE_IN = (12.0, 10.0)
 DPI = 80
@@ -51,9 +52,10 @@ def write_png(path: Path, runs: Sequence[LabelledRun], title: str = "hasten benc
             samples = _samples(report)
             _cdf(axes[0][0], samples.latency_ms, label, color)
             _cdf(axes[0][1], samples.ttft_ms, label, color)
-            _timeline(axes[2][0], report, label, color, "num_ok")
-            _timeline(axes[1][1], report, label, color, "num_output_tokens")
-            _timeline(axes[2][1], report, label, color, "hit_ratio")
+            _timeline(axes[2][0], report, label, color, "requests_per_s")
+            _timeline(axes[1][1], report, label, color, "output_tokens_per_s")
+            if report.has_cache_header:
+                _timeline(axes[2][1], report, label, color, "hit_ratio")
         _histogram(axes[1][0], colored)
         _labels(axes)
         figure.tight_layout()
@@ -95,9 +97,9 @@ def _histogram(axis: Any, colored: Sequence[tuple[str, LoadReport, str]]) -> Non
 
 def _timeline(axis: Any, report: LoadReport, label: str, color: str, name: str) -> None:
     points = [
-        (bucket.second + 0.5, value)
-        for bucket in report.timeline
-        if (value := getattr(bucket, name)) is not None
+        (point.mid_s, value)
+        for point in rate_points(report.timeline, report.duration_s)
+        if (value := getattr(point, name)) is not None
     ]
     if points:
         axis.plot([x for x, _ in points], [y for _, y in points], label=label, color=color)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from hasten.loadgen.compat import RunFigures, guidellm_fields, vllm_fields
-from hasten.loadgen.recorder import Recorder
+from hasten.loadgen.recorder import CACHE_ABSENT, Recorder
 from hasten.loadgen.settings import LoadSettings
 from hasten.loadgen.stats import Summary, ratio, scaled, summarize
 from hasten.loadgen.timeline import SecondBucket, per_second
@@ -62,6 +62,11 @@ class LoadReport:
     timeline: list[SecondBucket] = field(default_factory=list)
     vllm: dict[str, Any] = field(default_factory=dict)
     guidellm: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def has_cache_header(self) -> bool:
+        """Whether any answer carried x-hasten-cache (a direct upstream sends none)."""
+        return any(status != CACHE_ABSENT for status in self.cache)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready; raw samples are left out (they can be large)."""

@@ -92,7 +92,9 @@ def log_ticks(low: float, high: float) -> list[float]:
 def format_tick(value: float) -> str:
     if value == 0:
         return "0"
-    if abs(value) >= 1000 or abs(value) < 0.01:
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if abs(value) < 0.01:
         return f"{value:.3g}"
     return f"{value:g}"
 
@@ -106,8 +108,12 @@ def line_chart(
     is_step: bool = False,
     y_range: tuple[float, float] | None = None,
     allow_log_x: bool = False,
+    is_legend_low: bool = False,
 ) -> str:
-    """Lines (or steps, for CDFs) over shared axes; an empty chart says there is no data."""
+    """Lines (or steps, for CDFs) over shared axes; an empty chart says there is no data.
+
+    ``is_legend_low`` puts the legend in the bottom right corner, which a CDF leaves empty.
+    """
     points = [point for one in series for point in one.points]
     if not points:
         return _empty(title)
@@ -115,7 +121,9 @@ def line_chart(
     y_low, y_high = y_range if y_range is not None else _padded([y for _, y in points])
     y_axis = Axis(y_low, y_high, HEIGHT_PX - MARGIN_BOTTOM_PX, MARGIN_TOP_PX)
     shapes = [_polyline(one, x_axis, y_axis, is_step=is_step) for one in series if one.points]
-    return _frame(title, x_label, y_label, x_axis, y_axis, shapes, series)
+    return _frame(
+        title, x_label, y_label, x_axis, y_axis, shapes, series, is_legend_low=is_legend_low
+    )
 
 
 def bar_chart(
@@ -193,6 +201,8 @@ def _frame(
     y_axis: Axis,
     shapes: Sequence[str],
     legend: Sequence[Series],
+    *,
+    is_legend_low: bool = False,
 ) -> str:
     parts = [
         f'<svg width="{WIDTH_PX}" height="{HEIGHT_PX}" '
@@ -210,7 +220,7 @@ def _frame(
         f'<text x="14" y="{(MARGIN_TOP_PX + _plot_bottom()) / 2}" text-anchor="middle" '
         f'transform="rotate(-90 14 {(MARGIN_TOP_PX + _plot_bottom()) / 2})">'
         f"{escape(y_label)}</text>",
-        *_legend(legend),
+        *_legend(legend, is_low=is_legend_low),
         "</svg>",
     ]
     return "\n".join(parts)
@@ -235,10 +245,11 @@ def _ticks(x_axis: Axis, y_axis: Axis) -> list[str]:
     return parts
 
 
-def _legend(series: Sequence[Series]) -> list[str]:
+def _legend(series: Sequence[Series], *, is_low: bool) -> list[str]:
     parts = []
+    first_px = _plot_bottom() - 8 - 16 * len(series) + 12 if is_low else MARGIN_TOP_PX + 12
     for index, one in enumerate(series):
-        y_px = MARGIN_TOP_PX + 12 + index * 16
+        y_px = first_px + index * 16
         x_px = _plot_right() - 120
         parts.append(
             f'<rect x="{x_px}" y="{y_px - 8}" width="12" height="10" fill="{one.color}"/>'

@@ -45,3 +45,36 @@ def per_second(
         SecondBucket(second, num_ok[second], num_tokens[second], num_hits[second])
         for second in range(num_seconds)
     ]
+
+
+# A final bucket covering less of a second than this is left off the rate charts: scaling
+# a few milliseconds of completions up to a per-second rate is noise, not a measurement.
+MIN_PARTIAL_BUCKET_S = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class RatePoint:
+    """One bucket as rates, plotted at the middle of the time it covers."""
+
+    mid_s: float
+    requests_per_s: float
+    output_tokens_per_s: float
+    hit_ratio: float | None
+
+
+def rate_points(buckets: Sequence[SecondBucket], duration_s: float) -> list[RatePoint]:
+    """Per-second rates; the run's last, partial second is scaled by the part it covers."""
+    points: list[RatePoint] = []
+    for bucket in buckets:
+        covered_s = min(1.0, duration_s - bucket.second) if duration_s > bucket.second else 1.0
+        if covered_s < MIN_PARTIAL_BUCKET_S:
+            continue
+        points.append(
+            RatePoint(
+                mid_s=bucket.second + covered_s / 2,
+                requests_per_s=bucket.num_ok / covered_s,
+                output_tokens_per_s=bucket.num_output_tokens / covered_s,
+                hit_ratio=bucket.hit_ratio,
+            )
+        )
+    return points
