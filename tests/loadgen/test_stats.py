@@ -1,15 +1,26 @@
-"""Pure statistics of hasten bench: percentiles and summaries."""
+"""Pure statistics of hasten bench: percentiles, summaries, CDF points and histograms."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 
+import numpy
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hasten.loadgen.stats import MIN_SAMPLES_FOR_P99_9, percentile, ratio, summarize
+from hasten.loadgen.stats import (
+    MIN_SAMPLES_FOR_P99_9,
+    Bin,
+    cdf_points,
+    histogram,
+    mean_and_std,
+    percentile,
+    ratio,
+    summarize,
+)
 
 latencies = st.floats(min_value=0.0, max_value=1e6, allow_nan=False, allow_infinity=False)
 samples = st.lists(latencies, min_size=1, max_size=300)
@@ -91,3 +102,52 @@ def test_summary_of_nothing_is_none_and_serializes() -> None:
 def test_ratio_of_zero_denominator_is_none() -> None:
     assert ratio(3, 0) is None
     assert ratio(1, 4) == 0.25
+
+
+@given(st.lists(latencies, min_size=0, max_size=500), st.integers(min_value=1, max_value=50))
+def test_cdf_is_monotone_and_ends_at_one(values: list[float], max_points: int) -> None:
+    points = cdf_points(values, max_points=max_points)
+    if not values:
+        assert points == []
+        return
+    xs = [x for x, _ in points]
+    ys = [y for _, y in points]
+    assert xs == sorted(xs) and ys == sorted(ys)
+    assert points[0][0] == min(values) and points[-1] == (max(values), 1.0)
+    assert all(0.0 < y <= 1.0 for y in ys)
+    assert len(points) <= max_points + 1
+
+
+def test_cdf_fractions_count_values_at_or_below() -> None:
+    assert cdf_points([3.0, 1.0, 2.0, 2.0]) == [(1.0, 0.25), (2.0, 0.5), (2.0, 0.75), (3.0, 1.0)]
+    assert cdf_points([math.nan, 1.0]) == [(1.0, 1.0)]
+
+
+@given(st.lists(latencies, min_size=1, max_size=300), st.integers(min_value=1, max_value=40))
+def test_histogram_keeps_every_value_in_contiguous_bins(values: list[float], num_bins: int) -> None:
+    bins = histogram(values, num_bins)
+    assert sum(b.count for b in bins) == len(values)
+    assert bins[0].low == min(values)
+    assert math.isclose(bins[-1].high, max(values), rel_tol=1e-9, abs_tol=1e-9)
+    for left, right in itertools.pairwise(bins):
+        assert math.isclose(left.high, right.low, rel_tol=1e-9, abs_tol=1e-9)
+
+
+def test_histogram_with_shared_bounds_leaves_outsiders_out() -> None:
+    bins = histogram([0.0, 5.0, 9.99, 10.0, 11.0], 2, low=0.0, high=10.0)
+    assert [(b.low, b.high, b.count) for b in bins] == [(0.0, 5.0, 1), (5.0, 10.0, 3)]
+    assert histogram([4.0, 4.0], 5) == [Bin(4.0, 4.0, 2)]
+    assert histogram([], 3) == []
+    with pytest.raises(ValueError):
+        histogram([1.0], 0)
+
+
+@given(st.lists(latencies, min_size=1, max_size=300))
+def test_mean_and_std_match_numpy(values: list[float]) -> None:
+    mean, std = mean_and_std(values)
+    assert math.isclose(mean, float(numpy.mean(values)), rel_tol=1e-9, abs_tol=1e-6)
+    assert math.isclose(std, float(numpy.std(values)), rel_tol=1e-6, abs_tol=1e-6)
+
+
+def test_mean_and_std_of_nothing_are_zero() -> None:
+    assert mean_and_std([]) == (0.0, 0.0)
