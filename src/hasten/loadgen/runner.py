@@ -22,6 +22,7 @@ from hasten.loadgen.progress import (
     ProgressSnapshot,
     live_percentiles_ms,
 )
+from hasten.loadgen.provenance import public_url
 from hasten.loadgen.recorder import CACHE_HEADER, Recorder
 from hasten.loadgen.report import LoadReport, build_report
 from hasten.loadgen.settings import LoadSettings
@@ -294,6 +295,7 @@ async def run_load(settings: LoadSettings, *, progress: ProgressSink | None = No
         )
         duration_s = time.perf_counter() - start_s
         client_cpu_s = time.process_time() - cpu_start_s
+    # Reports name the target without any user:password the URL carried.
     return build_report(
-        settings, client.url, recorder, duration_s=duration_s, client_cpu_s=client_cpu_s
+        settings, public_url(client.url), recorder, duration_s=duration_s, client_cpu_s=client_cpu_s
     )
