@@ -31,13 +31,13 @@ MAX_CONNECTIONS = 512
 class _Closers:
     """Holds the close tasks a sync ``close()`` starts, so none is collected mid-flight."""
 
-    tasks: set[asyncio.Future[Any]] = set()  # noqa: RUF012 - one set per bench process
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Future[Any]] = set()
 
-    @classmethod
-    def start(cls, awaitable: Any) -> None:
+    def start(self, awaitable: Any) -> None:
         task = asyncio.ensure_future(awaitable)
-        cls.tasks.add(task)
-        task.add_done_callback(cls.tasks.discard)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
 
 def _first_byte_timeout(timeout_s: float) -> UpstreamTimeout:
@@ -56,10 +56,10 @@ def _idle_timeout(timeout_s: float) -> UpstreamTimeout:
 
 
 class _PyreqwestResponse:
-    __slots__ = ("_context", "_reader", "headers", "status")
+    __slots__ = ("_closers", "_context", "_reader", "headers", "status")
 
-    def __init__(self, context: Any, response: Any) -> None:
-        self._context = context
+    def __init__(self, context: Any, response: Any, closers: _Closers) -> None:
+        self._context, self._closers = context, closers
         self._reader = response.body_reader
         self.status = response.status
         self.headers: Mapping[str, str] = dict(response.headers.items())
@@ -82,7 +82,7 @@ class _PyreqwestResponse:
             return bytes(await self._reader.bytes())
 
     def close(self) -> None:
-        _Closers.start(self._context.__aexit__(None, None, None))
+        self._closers.start(self._context.__aexit__(None, None, None))
 
 
 class PyreqwestTransport:
@@ -92,6 +92,7 @@ class PyreqwestTransport:
         builder = ClientBuilder().max_connections(MAX_CONNECTIONS).http1_only()
         builder = builder.gzip(False).follow_redirects(False).no_proxy()
         self._client = builder.build()
+        self._closers = _Closers()
 
     async def send(self, request: UpstreamRequest) -> UpstreamResponse:
         builder = self._client.request(request.method, request.url).headers(dict(request.headers))
@@ -105,7 +106,7 @@ class PyreqwestTransport:
             raise _first_byte_timeout(request.first_byte_timeout_s) from None
         except Exception as exc:
             raise UpstreamConnectError(f"upstream request failed: {type(exc).__name__}") from None
-        return _PyreqwestResponse(context, response)
+        return _PyreqwestResponse(context, response, self._closers)
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -115,10 +116,10 @@ class PyreqwestTransport:
 
 
 class _RnetResponse:
-    __slots__ = ("_response", "headers", "status")
+    __slots__ = ("_closers", "_response", "headers", "status")
 
-    def __init__(self, response: Any) -> None:
-        self._response = response
+    def __init__(self, response: Any, closers: _Closers) -> None:
+        self._response, self._closers = response, closers
         self.status = int(response.status)
         self.headers: Mapping[str, str] = {
             k.decode() if isinstance(k, bytes) else str(k): v.decode()
@@ -146,7 +147,7 @@ class _RnetResponse:
             return bytes(await self._response.bytes())
 
     def close(self) -> None:
-        _Closers.start(self._response.close())
+        self._closers.start(self._response.close())
 
 
 class RnetTransport:
@@ -157,6 +158,7 @@ class RnetTransport:
         self._client = rnet.Client(
             no_proxy=True, gzip=False, brotli=False, deflate=False, zstd=False, http1_only=True
         )
+        self._closers = _Closers()
 
     async def send(self, request: UpstreamRequest) -> UpstreamResponse:
         method = getattr(self._rnet.Method, request.method.upper())
@@ -173,7 +175,7 @@ class RnetTransport:
             raise _first_byte_timeout(request.first_byte_timeout_s) from None
         except Exception as exc:
             raise UpstreamConnectError(f"upstream request failed: {type(exc).__name__}") from None
-        return _RnetResponse(response)
+        return _RnetResponse(response, self._closers)
 
     async def aclose(self) -> None:
         return None
