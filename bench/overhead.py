@@ -4,7 +4,11 @@ All three targets front the same zero-latency simulator on loopback, in one run,
 the same in-process client (hasten's own load generator), with targets alternated round by
 round so machine noise lands on all of them alike. Prints one summary line plus JSON.
 
-    .venv/bin/python bench/overhead.py [--quick] [--no-litellm] [--json] [--write-docs]
+    .venv/bin/python bench/overhead.py [--quick] [--no-litellm] [--workers N] [--json]
+                                       [--write-docs]
+
+``--workers N`` adds a second hasten target, ``hasten-Nw``: the same gateway served by
+``hasten serve --workers N`` (its memory is the whole process tree).
 """
 
 from __future__ import annotations
@@ -71,12 +75,13 @@ def hasten_executable() -> list[str]:
 
 @contextmanager
 def started_servers(
-    workdir: Path, *, with_litellm: bool, litellm_exe: Path | None
+    workdir: Path, *, with_litellm: bool, litellm_exe: Path | None, num_workers: int = 1
 ) -> Iterator[tuple[dict[str, Target], dict[str, Any]]]:
     """Simulator, hasten and (optionally) LiteLLM, started together, always stopped after."""
     env = clean_environment()
     hasten = hasten_executable()
     sim_port, hasten_port, litellm_port = free_port(), free_port(), free_port()
+    workers_port = free_port()
     sim_url = f"http://127.0.0.1:{sim_port}"
     simulator = ServerProcess(
         "simulator",
@@ -92,6 +97,16 @@ def started_servers(
         log_path=workdir / "hasten.log",
         env=env,
     )  # fmt: skip
+    workers = None
+    if num_workers > 1:
+        workers = ServerProcess(
+            f"hasten-{num_workers}w",
+            [*hasten, "serve", "--host", "127.0.0.1", "--port", str(workers_port),
+             "--upstream", f"{sim_url}/v1", "--sqlite-path", str(workdir / "cache-w.sqlite3"),
+             "--log-level", "warning", "--workers", str(num_workers)],
+            log_path=workdir / "hasten-workers.log",
+            env=env,
+        )  # fmt: skip
     litellm = None
     if with_litellm and litellm_exe is not None:
         config = litellm_env.write_config(workdir, f"{sim_url}/v1")
@@ -101,7 +116,7 @@ def started_servers(
             log_path=workdir / "litellm.log",
             env=litellm_env.environment(env),
         )
-    processes = [p for p in (simulator, gateway, litellm) if p is not None]
+    processes = [p for p in (simulator, gateway, workers, litellm) if p is not None]
     with ExitStack() as stack:
         for process in processes:
             stack.callback(process.stop)
@@ -112,6 +127,10 @@ def started_servers(
             "direct": Target("direct", f"{sim_url}/v1", (simulator,)),
             "hasten": Target("hasten", f"http://127.0.0.1:{hasten_port}/v1", (gateway,)),
         }
+        if workers is not None:
+            workers_url = f"http://127.0.0.1:{workers_port}"
+            workers.wait_ready(f"{workers_url}/healthz", READY_TIMEOUT_S)
+            targets[workers.name] = Target(workers.name, f"{workers_url}/v1", (workers,))
         servers: dict[str, Any] = {"commands": {p.name: p.argv for p in processes}}
         if litellm is not None:
             auth = {"Authorization": f"Bearer {litellm_env.MASTER_KEY}"}
@@ -252,7 +271,10 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="hasten-overhead-"))
     try:
         with started_servers(
-            workdir, with_litellm=litellm_exe is not None, litellm_exe=litellm_exe
+            workdir,
+            with_litellm=litellm_exe is not None,
+            litellm_exe=litellm_exe,
+            num_workers=args.workers,
         ) as (
             targets,
             servers,
@@ -277,6 +299,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer requests: under a minute")
     parser.add_argument("--no-litellm", action="store_true", help="measure direct vs hasten only")
+    parser.add_argument(
+        "--workers", type=int, default=1, help="also measure hasten serve --workers N (N > 1)"
+    )
     parser.add_argument("--json", action="store_true", help="print only the JSON object")
     parser.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
     return parser.parse_args(argv)

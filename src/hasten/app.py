@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 import time
 from collections import Counter
@@ -34,6 +35,14 @@ _log = logging.getLogger("hasten")
 _access_log = logging.getLogger("hasten.access")
 
 
+class Peers(Protocol):
+    """The other gateway processes sharing this one's L2 (``hasten serve --workers``)."""
+
+    def attach(self, cache: TieredCache) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class EngineStatus(Protocol):
     """The local engine child's supervisor, as ``/readyz`` sees it."""
 
@@ -58,11 +67,15 @@ class HastenApp:
         *,
         transport: Transport | None = None,
         engine: EngineStatus | None = None,
+        peers: Peers | None = None,
+        worker_index: int | None = None,
     ) -> None:
         # Any parsed config can be served: the app adds what needs no process (hybrid routes).
         self.config = served_config(config)
         self._transport = transport
         self._engine = engine
+        self._peers = peers
+        self._worker_index = worker_index
         self._openapi = openapi_json()
         self.gateway: Gateway | None = None
         self._startup_lock = asyncio.Lock()
@@ -72,6 +85,8 @@ class HastenApp:
         async with self._startup_lock:
             if self.gateway is None:
                 self.gateway = self._build()
+                if self._peers is not None and self.gateway.cache is not None:
+                    self._peers.attach(self.gateway.cache)
         return self.gateway
 
     def _build(self) -> Gateway:
@@ -101,6 +116,8 @@ class HastenApp:
         gateway, self.gateway = self.gateway, None
         if gateway is None:
             return
+        if self._peers is not None:
+            self._peers.close()
         if gateway.semantic is not None:
             await gateway.semantic.aclose()
         if gateway.cache is not None:
@@ -209,6 +226,8 @@ class HastenApp:
             return
         if not is_enforcing or (caller is not None and caller.is_admin):
             body["cache"] = self._cache_state(gateway)
+            if self._worker_index is not None:
+                body["worker"] = {"index": self._worker_index, "pid": os.getpid()}
         if self._engine is not None:
             body["engine"] = self._engine.status()
         await send_json(send, 200, orjson.dumps(body))

@@ -58,6 +58,8 @@ def _describe(path: str, config: GatewayConfig) -> str:
         lines.append(f"  model {route.name}: {chain}")
     for alias, target in config.aliases.items():
         lines.append(f"  alias {alias} = {target}")
+    if config.server.num_workers > 1:
+        lines.append(f"  workers: {config.server.num_workers} gateway processes on one port")
     cache = config.cache
     lines.append(
         f"  cache: {'on' if cache.is_enabled else 'off'}, backend {cache.backend}, "

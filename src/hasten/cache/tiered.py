@@ -58,6 +58,9 @@ class TieredCache:
         self._writes = 0
         self._write_errors = 0
         self._writes_dropped = 0
+        # Told of every delete made here, after both tiers dropped the key, so that other
+        # processes sharing L2 drop their L1 copies too (``hasten serve --workers``).
+        self.on_delete: Callable[[str], None] | None = None
 
     async def get(self, key: str, *, max_age_s: float | None = None) -> CachedAnswer | None:
         """A fresh answer for ``key``, younger than ``max_age_s`` when given; never raises."""
@@ -104,6 +107,12 @@ class TieredCache:
                 await self.l2.delete(key)
             except Exception:
                 _LOG.warning("L2 cache delete failed", exc_info=True)
+        if self.on_delete is not None:
+            self.on_delete(key)
+
+    def forget(self, key: str) -> None:
+        """Drops ``key`` from L1 only: another process deleted it from the shared tier."""
+        self.l1.delete(key)
 
     async def drain(self) -> None:
         """Waits for every scheduled L2 write (tests and shutdown)."""

@@ -35,6 +35,7 @@ class Overrides:
     port: int | None = None
     log_level: str | None = None
     log_format: str | None = None
+    num_workers: int | None = None
     cache_backend: str | None = None
     sqlite_path: str | None = None
     redis_url: str | None = None
@@ -69,6 +70,7 @@ def _overridden(config: GatewayConfig, overrides: Overrides) -> GatewayConfig:
         port=server.port if overrides.port is None else overrides.port,
         log_level=overrides.log_level or server.log_level,
         log_format=overrides.log_format or server.log_format,
+        num_workers=overrides.num_workers or server.num_workers,
     )
     config = replace(config, server=server, cache=_cache_overridden(config.cache, overrides))
     if overrides.upstream_url:

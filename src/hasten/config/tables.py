@@ -35,6 +35,9 @@ DEFAULT_MAX_URL_BYTES = 8 * 1024
 DEFAULT_HEADER_TIMEOUT_S = 10.0
 DEFAULT_BODY_TIMEOUT_S = 60.0
 DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 1024
+DEFAULT_NUM_WORKERS = 1
+# Each worker holds its own L1 and upstream pools: more than this is a typo, not a plan.
+MAX_NUM_WORKERS = 64
 DEFAULT_L1_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_TTL_S = 3600.0
 DEFAULT_SQLITE_PATH = "hasten-cache.sqlite3"
@@ -131,6 +134,8 @@ class ServerConfig:
     admin_api_key: str | None = field(default=None, repr=False)
     log_level: str = "info"
     log_format: str = "text"  # or "json": one object per line (hasten.server.logs)
+    # Gateway processes sharing the listening socket (hasten.server.workers); 1: in-process.
+    num_workers: int = DEFAULT_NUM_WORKERS
 
 
 @dataclass(frozen=True)
@@ -365,6 +370,7 @@ def _server(table: TomlTable, env: Mapping[str, str]) -> ServerConfig:
         admin_api_key=_admin_key(table, env, keys),
         log_level=table.get("log_level", str, d.log_level),
         log_format=table.get("log_format", str, d.log_format),
+        num_workers=_num_workers(table, d.num_workers),
     )
     if config.log_format not in LOG_FORMATS:
         raise table.error(
@@ -372,6 +378,13 @@ def _server(table: TomlTable, env: Mapping[str, str]) -> ServerConfig:
         )
     table.finish()
     return config
+
+
+def _num_workers(table: TomlTable, default: int) -> int:
+    value = table.integer("workers", default, minimum=1)
+    if value > MAX_NUM_WORKERS:
+        raise table.error("workers", f"must be <= {MAX_NUM_WORKERS}, got {value}")
+    return value
 
 
 def _admin_key(table: TomlTable, env: Mapping[str, str], keys: list[TenantKey]) -> str | None:

@@ -22,6 +22,7 @@ import socket
 from typing import Any, ClassVar
 
 import httptools
+import uvicorn
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from hasten.config import ServerConfig
@@ -273,3 +274,25 @@ def protocol_for(server: ServerConfig) -> type[HttpToolsProtocol]:
         clients = ClientConnections(server.max_connections_per_client)
 
     return ServerProtocol
+
+
+def uvicorn_server(
+    app: Any, log_level: str, limits: ServerConfig | None = None, log_format: str = "text"
+) -> uvicorn.Server:
+    """A uvicorn server for ``app`` that serves sockets it is given (``serve(sockets=...)``)."""
+    # The gateway's connections get hasten's limits and OpenAI-shaped parser errors; the
+    # demo simulator's (loopback) do not.
+    http: Any = "httptools" if limits is None else protocol_for(limits)
+    # In JSON mode uvicorn's own loggers go through hasten's handler, not its text one.
+    log_config = None if log_format == "json" else uvicorn.config.LOGGING_CONFIG
+    config = uvicorn.Config(
+        app,
+        log_level=log_level,
+        log_config=log_config,
+        access_log=False,
+        http=http,
+        loop="none",
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+    )
+    return uvicorn.Server(config)

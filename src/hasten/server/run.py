@@ -15,15 +15,17 @@ import uvicorn
 
 from hasten.app import HastenApp
 from hasten.auth import ADMIN_KEY_HINT
-from hasten.config import GatewayConfig, ServerConfig, load_config, redact_url
+from hasten.config import GatewayConfig, load_config, redact_url
 from hasten.config.served import DEMO_UPSTREAM, Overrides, served_config
+from hasten.config.tables import MAX_NUM_WORKERS
 from hasten.errors import ConfigError
 from hasten.local.config import LocalServerConfig
 from hasten.local.gateway import LOCAL, is_local_available
 from hasten.local.supervisor import EngineSupervisor, RestartSettings
 from hasten.server import logs
-from hasten.server.connection import bind, protocol_for
+from hasten.server.connection import bind, uvicorn_server
 from hasten.server.logs import LOG_FORMATS
+from hasten.server.workers import WorkerPool, check_workers, install_stop_signals
 
 # The embedded demo upstream answers like a slow-ish cloud model so the cache shows.
 DEMO_TTFT_MS = 300.0
@@ -39,6 +41,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--port", type=int, help="port to listen on (default 8080; env HASTEN_PORT)"
     )
     parser.add_argument("--config", help="TOML config file (env HASTEN_CONFIG)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        help="gateway processes sharing the port, each with its own L1 (default 1; env "
+        "HASTEN_WORKERS; [server] workers)",
+    )
     parser.add_argument(
         "--upstream",
         help="front this OpenAI-compatible base URL for every "
@@ -94,6 +102,7 @@ def overrides_from_cli(args: argparse.Namespace, env: Mapping[str, str]) -> Over
         port=_port(_pick(args.port, env, "HASTEN_PORT")),
         log_level=args.log_level,
         log_format=args.log_format,
+        num_workers=_num_workers(_pick(args.workers, env, "HASTEN_WORKERS")),
         cache_backend=_pick(args.cache_backend, env, "HASTEN_CACHE_BACKEND"),
         sqlite_path=_pick(args.sqlite_path, env, "HASTEN_SQLITE_PATH"),
         redis_url=_pick(args.redis_url, env, "HASTEN_REDIS_URL"),
@@ -101,6 +110,18 @@ def overrides_from_cli(args: argparse.Namespace, env: Mapping[str, str]) -> Over
         upstream_url=upstream_url,
         upstream_api_key=upstream_key if upstream_url else None,
     )
+
+
+def _num_workers(value: Any) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        count = int(value)
+    except ValueError:
+        raise ConfigError(f"HASTEN_WORKERS: expected a number, got {value!r}") from None
+    if not 1 <= count <= MAX_NUM_WORKERS:
+        raise ConfigError(f"--workers/HASTEN_WORKERS: expected 1-{MAX_NUM_WORKERS}, got {count}")
+    return count
 
 
 def _port(value: Any) -> int | None:
@@ -116,28 +137,8 @@ def _port(value: Any) -> int | None:
     return port
 
 
-def _uvicorn_server(
-    app: Any, log_level: str, limits: ServerConfig | None = None, log_format: str = "text"
-) -> uvicorn.Server:
-    # The gateway's connections get hasten's limits and OpenAI-shaped parser errors; the
-    # demo simulator's (loopback) do not.
-    http: Any = "httptools" if limits is None else protocol_for(limits)
-    # In JSON mode uvicorn's own loggers go through hasten's handler, not its text one.
-    log_config = None if log_format == "json" else uvicorn.config.LOGGING_CONFIG
-    config = uvicorn.Config(
-        app,
-        log_level=log_level,
-        log_config=log_config,
-        access_log=False,
-        http=http,
-        loop="none",
-        lifespan="on",
-        timeout_graceful_shutdown=5,
-    )
-    return uvicorn.Server(config)
-
-
 async def _serve(config: GatewayConfig, *, is_simulator_default: bool) -> None:
+    check_workers(config)
     servers: list[tuple[uvicorn.Server, socket.socket]] = []
     local = config.local
     if local is None and config.is_simulated and not is_simulator_default:
@@ -157,17 +158,38 @@ async def _serve(config: GatewayConfig, *, is_simulator_default: bool) -> None:
     elif config.is_simulated:
         sim_sock = bind("127.0.0.1", 0)
         config = served_config(config, demo_url=_loopback_url(sim_sock))
-        servers.append((_uvicorn_server(_demo_simulator(), "warning"), sim_sock))
+        servers.append((uvicorn_server(_demo_simulator(), "warning"), sim_sock))
     sock = bind(config.server.host, config.server.port)
-    app = HastenApp(config, engine=supervisor)
     server = config.server
-    servers.append((_uvicorn_server(app, server.log_level, server, server.log_format), sock))
-    print(_banner(config, sock, supervisor), file=sys.stderr, flush=True)
     try:
+        if server.num_workers > 1:
+            print(_banner(config, sock, supervisor), file=sys.stderr, flush=True)
+            await _serve_workers(config, sock, servers)
+            return
+        app = HastenApp(config, engine=supervisor)
+        servers.append((uvicorn_server(app, server.log_level, server, server.log_format), sock))
+        print(_banner(config, sock, supervisor), file=sys.stderr, flush=True)
         await asyncio.gather(*(server.serve(sockets=[s]) for server, s in servers))
     finally:
         if supervisor is not None:
             await supervisor.aclose()
+
+
+async def _serve_workers(
+    config: GatewayConfig, sock: socket.socket, servers: list[tuple[uvicorn.Server, socket.socket]]
+) -> None:
+    """The gateway in worker processes; this one keeps the demo simulator and the engine."""
+    pool = WorkerPool(config, sock)
+    tasks = [asyncio.ensure_future(server.serve(sockets=[s])) for server, s in servers]
+    while not all(server.started for server, _ in servers):
+        await asyncio.sleep(0.01)
+    install_stop_signals(pool.stop)  # after uvicorn's own, so that these win
+    try:
+        await pool.run()
+    finally:
+        for server, _ in servers:
+            server.should_exit = True
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _loopback_url(sock: socket.socket) -> str:
@@ -189,6 +211,8 @@ def _demo_simulator() -> Any:
 def _banner(config: GatewayConfig, sock: socket.socket, supervisor: EngineSupervisor | None) -> str:
     host, port = sock.getsockname()[:2]
     lines = [f"hasten gateway on http://{host}:{port}/v1"]
+    if config.server.num_workers > 1:
+        lines.append(f"  workers: {config.server.num_workers} processes, each with its own L1")
     if supervisor is not None:
         info = supervisor.status()
         names = "model name 'local'" + (", and every other name" if not _has_cloud(config) else "")
