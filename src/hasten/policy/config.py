@@ -12,12 +12,15 @@ import datetime
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from hasten.config.reader import TomlTable
 from hasten.errors import ConfigError
+
+if TYPE_CHECKING:
+    # Only a type here: hasten.config imports this module to read the policy tables.
+    from hasten.config.reader import TomlTable
 
 ON_EXCEED = ("clamp", "reject")
 # OpenAI takes up to four stop sequences; more would be refused upstream for every request.
