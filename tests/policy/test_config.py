@@ -137,4 +137,5 @@ def test_check_config_refuses_a_forbidden_set(
     path = tmp_path / "hasten.toml"
     path.write_text(BASE + '[models."*".policy]\nset = { stream = false }\n', encoding="utf-8")
     assert main(["check-config", str(path)]) == 2
-    assert "models.*.policy.set.stream: 'stream' cannot be dropped or set" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "models.*.policy.set.stream: 'stream' cannot be dropped or set" in error
