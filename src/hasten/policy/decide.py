@@ -157,14 +157,19 @@ def apply_policy(body: dict[str, Any], policy: EffectivePolicy) -> Applied | Non
         if not _is_same(body.get(name, _ABSENT), value):
             edit.put(name, value, action)
     default = policy.default_max_tokens
-    if default is not None and all(body.get(name) is None for name in MAX_TOKENS_FIELDS):
+    if (
+        default is not None
+        and body.get("max_tokens") is None
+        and body.get("max_completion_tokens") is None
+    ):
         edit.put("max_tokens", default, f"max_tokens={default}(default)")
     if policy.max_tokens is not None:
         for name in MAX_TOKENS_FIELDS:
             _cap(edit, name, policy.max_tokens)
     if policy.n is not None:
         _cap(edit, "n", policy.n)
-    if policy.default_stop and body.get("stop") in (None, "", []):
+    # Validated as a string, a list or null: falsy is no stop sequence ("", [] or null).
+    if policy.default_stop and not body.get("stop"):
         edit.put("stop", list(policy.default_stop), "stop(default)")
     if not edit.actions:
         return None
