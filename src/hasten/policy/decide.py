@@ -193,8 +193,8 @@ def _cap(edit: _Edit, name: str, cap: Cap) -> None:
 def policy_refusal(name: str, value: int, limit: int) -> InvalidRequest:
     """The 400 for a value above a rejecting cap; its header says which rule refused it."""
     error = InvalidRequest(
-        f"Invalid '{name}': {value} is above the limit of {limit} this gateway allows "
-        "for this model.",
+        f"Invalid '{name}': {value} is above {limit}, the most this gateway's policy "
+        "allows for this model and API key.",
         param=name,
         code="policy_limit_exceeded",
     )
