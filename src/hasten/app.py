@@ -22,6 +22,7 @@ from hasten.config.served import served_config
 from hasten.errors import ClientGone, HastenError, MethodNotAllowed, NotFound
 from hasten.gateway import Gateway, Stats
 from hasten.openapi import openapi_json
+from hasten.policy import POLICY_HEADER, PolicyBook
 from hasten.proxy.handle import MODEL_SCOPE_KEY, TENANT_SCOPE_KEY, handle
 from hasten.proxy.validation import CHAT, COMPLETIONS, EMBEDDINGS, Endpoint
 from hasten.routing.models import ModelRouter
@@ -109,6 +110,7 @@ class HastenApp:
             client=UpstreamClient(transport, rng=random.Random()),
             cache=cache,
             semantic=_semantic_tier(self.config, cache),
+            policies=_policy_book(self.config),
         )
 
     async def shutdown(self) -> None:
@@ -268,6 +270,11 @@ def _task_kinds() -> dict[str, int]:
     return dict(kinds.most_common())
 
 
+def _policy_book(config: GatewayConfig) -> PolicyBook:
+    models = {name: route.policy for name, route in config.models.items()}
+    return PolicyBook(models, config.tenant_policies)
+
+
 def _semantic_tier(config: GatewayConfig, cache: TieredCache | None) -> SemanticTier | None:
     """Loads the embedder only when the semantic tier is switched on (it costs memory)."""
     settings = config.semantic
@@ -354,6 +361,7 @@ def _log_access(scope: Scope, request_id: str, start: Message | None, started_s:
             "model": scope.get(MODEL_SCOPE_KEY),
             "cache": text(b"x-hasten-cache"),
             "upstream": text(b"x-hasten-upstream"),
+            "policy": text(POLICY_HEADER),
             "duration_ms": round((time.perf_counter() - started_s) * 1000.0, 3),
             "timing": text(b"server-timing"),
         },

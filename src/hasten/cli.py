@@ -56,10 +56,14 @@ def _describe(path: str, config: GatewayConfig) -> str:
     for route in config.models.values():
         chain = " -> ".join((route.upstream, *route.fallbacks))
         lines.append(f"  model {route.name}: {chain}")
+        if route.policy is not None:
+            lines.append(f"    policy: {route.policy.describe()}")
     for alias, target in config.aliases.items():
         lines.append(f"  alias {alias} = {target}")
     if config.server.num_workers > 1:
         lines.append(f"  workers: {config.server.num_workers} gateway processes on one port")
+    for tenant, policy in config.tenant_policies.items():
+        lines.append(f"  tenant {tenant} policy: {policy.describe()}")
     cache = config.cache
     lines.append(
         f"  cache: {'on' if cache.is_enabled else 'off'}, backend {cache.backend}, "

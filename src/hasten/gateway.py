@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from hasten.auth import Authenticator
 from hasten.cache import TieredCache
 from hasten.config import GatewayConfig
+from hasten.policy import PolicyBook
 from hasten.proxy.flight import Coalescer
 from hasten.routing.models import ModelRouter
 from hasten.upstream.client import UpstreamClient
@@ -57,6 +58,7 @@ class Gateway:
     client: UpstreamClient
     cache: TieredCache | None
     semantic: SemanticTier | None = None
+    policies: PolicyBook = field(default_factory=PolicyBook)
     coalescer: Coalescer = field(default_factory=Coalescer)
     stats: Stats = field(default_factory=Stats)
     request_ids: RequestIds = field(default_factory=RequestIds)

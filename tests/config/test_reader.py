@@ -16,6 +16,7 @@ from hasten.local.config import load_local_config
 from hasten.simulator.config import SimConfig, load_toml_config
 
 CLOUD = {"upstreams": {"a": {"url": "http://a"}}, "models": {"m": {"upstream": "a"}}}
+TENANT = {**CLOUD, "server": {"api_keys": [{"tenant": "t", "api_key": "k"}]}}
 
 
 def _gateway_error(data: dict[str, Any]) -> str:
@@ -56,6 +57,16 @@ TYPOS: list[tuple[str, Callable[[Path], str]]] = [
             {**CLOUD, "models": {"m": {"upstream": "a", "routing": {"hedge": {"quantil": 1}}}}}
         ),
     ),
+    (
+        "models.m.policy.max_token_cap",
+        lambda _: _gateway_error(
+            {**CLOUD, "models": {"m": {"upstream": "a", "policy": {"max_token_cap": 1}}}}
+        ),
+    ),
+    (
+        "tenants.t.policy.max_nn",
+        lambda _: _gateway_error({**TENANT, "tenants": {"t": {"policy": {"max_nn": 1}}}}),
+    ),
     ("semantic.enabld", lambda _: _gateway_error({"semantic": {"enabld": True}})),
     ("hybrid.modle", lambda _: _gateway_error({**CLOUD, "hybrid": {"modle": "x"}})),
     ("local.n_thread", lambda _: _gateway_error({"local": {"n_thread": 2}})),
@@ -75,7 +86,7 @@ def test_a_typo_in_any_table_has_the_same_message_shape(
 
 def test_a_typo_at_the_top_level_lists_every_table() -> None:
     message = _gateway_error({"bogus": 1})
-    tables = "aliases, cache, hybrid, local, models, semantic, server, upstreams"
+    tables = "aliases, cache, hybrid, local, models, semantic, server, tenants, upstreams"
     assert message == f"bogus: unknown key (known: {tables})"
 
 
@@ -83,6 +94,10 @@ def test_a_typo_at_the_top_level_lists_every_table() -> None:
 WRONG_TYPES: list[tuple[str, Callable[[Path], str]]] = [
     ("server.port", lambda _: _gateway_error({"server": {"port": "x"}})),
     ("semantic.enabled", lambda _: _gateway_error({"semantic": {"enabled": "yes"}})),
+    (
+        "tenants.t.policy.max_n",
+        lambda _: _gateway_error({**TENANT, "tenants": {"t": {"policy": {"max_n": "2"}}}}),
+    ),
     ("hybrid.policy", lambda _: _gateway_error({**CLOUD, "hybrid": {"policy": 1}})),
     ("local.n_ctx", lambda _: _gateway_error({"local": {"n_ctx": "big"}})),
     ("local.n_ctx", lambda p: _file_error(p, '[local]\nn_ctx = "big"\n', load_local_config)),

@@ -59,6 +59,15 @@ def test_hybrid_routes_with_the_local_engine() -> None:
     assert served.upstreams[LOCAL].url == "http://127.0.0.1:9/v1"
 
 
+def test_hybrid_routes_take_the_cloud_models_parameter_policy() -> None:
+    document = _hybrid_document("http://cloud/v1")
+    document["models"]["gpt"]["policy"] = {"max_tokens_cap": 64}
+    served = served_config(parse_config(document, {}), local_url="http://127.0.0.1:9/v1")
+    for name in ("auto@local", "auto@cloud"):
+        policy = served.models[name].policy
+        assert policy is not None and policy.max_tokens_cap == 64
+
+
 def test_served_config_applied_again_changes_nothing() -> None:
     parsed = parse_config(_hybrid_document("http://cloud/v1", "cloud-first"), {})
     overrides = Overrides(port=0, redis_url="redis://r:1")

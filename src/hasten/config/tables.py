@@ -17,6 +17,7 @@ from hasten.config.reader import TomlTable, read_toml_file
 from hasten.config.semantic import SemanticConfig, parse_semantic
 from hasten.errors import ConfigError
 from hasten.local.config import LocalServerConfig, parse_local
+from hasten.policy.config import ParamPolicy, parse_policy
 from hasten.proxy.validation import DEFAULT_MAX_JSON_DEPTH, MAX_JSON_DEPTH_LIMIT
 from hasten.routing.hybrid import HybridConfig, parse_hybrid
 from hasten.routing.settings import (
@@ -95,6 +96,7 @@ class ModelRoute:
     upstream_model: str | None = None
     cache: ModelCachePolicy | None = None
     routing: RoutingConfig = field(default_factory=RoutingConfig)
+    policy: ParamPolicy | None = None  # [models.<name>.policy]: hasten.policy
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,8 @@ class GatewayConfig:
     local: LocalServerConfig | None = None  # the llama.cpp engine child, when enabled
     hybrid: HybridConfig | None = None
     semantic: SemanticConfig = field(default_factory=SemanticConfig)
+    # [tenants.<name>.policy], by tenant (a tenant of [server] api_keys): hasten.policy
+    tenant_policies: Mapping[str, ParamPolicy] = field(default_factory=dict)
 
     @property
     def is_simulated(self) -> bool:
@@ -261,6 +265,7 @@ def _route(
         upstream_model=table.get("upstream_model", str, None),
         cache=_model_cache(cache_table, cache) if has_cache else None,
         routing=parse_routing(table.table("routing"), deployments),
+        policy=parse_policy(table.table("policy")) if "policy" in table.data else None,
     )
     table.finish()
     return route
@@ -412,6 +417,23 @@ def _max_json_depth(table: TomlTable, default: int) -> int:
     return depth
 
 
+def _tenant_policies(table: TomlTable, keys: tuple[TenantKey, ...]) -> dict[str, ParamPolicy]:
+    """``[tenants.<name>.policy]``; ``<name>`` must be a tenant some gateway key names."""
+    known = sorted({key.tenant for key in keys})
+    policies = {}
+    for name in table.data:
+        tenant_table = table.table(name)
+        if not known:
+            raise tenant_table.error(None, "tenant policies need gateway keys ([server] api_keys)")
+        if name not in known:
+            raise tenant_table.error(
+                None, f"no gateway key names tenant {name!r} (known: {', '.join(known)})"
+            )
+        policies[name] = parse_policy(tenant_table.table("policy"))
+        tenant_table.finish()
+    return policies
+
+
 def parse_config(data: Mapping[str, Any], env: Mapping[str, str]) -> GatewayConfig:
     """Validates a parsed TOML document; raises ConfigError naming the offending key."""
     root = TomlTable(data, "")
@@ -444,6 +466,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str]) -> GatewayConf
         if hybrid.policy != "cloud-only" and local is None:
             local = LocalServerConfig()  # a hybrid route needs the local engine running
     semantic = parse_semantic(root.table("semantic"))
+    tenant_policies = _tenant_policies(root.table("tenants"), server.api_keys)
     root.finish()
     return GatewayConfig(
         semantic=semantic,
@@ -454,6 +477,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str]) -> GatewayConf
         cache=cache,
         local=local,
         hybrid=hybrid,
+        tenant_policies=tenant_policies,
     )
 
 

@@ -105,6 +105,7 @@ def hybrid_routes(config: GatewayConfig, hybrid: HybridConfig) -> dict[str, Mode
             fallbacks=tuple(d.upstream for d in deployments[1:]),
             upstream_model=upstream_model,
             cache=cloud.cache if cloud is not None else None,
+            policy=cloud.policy if cloud is not None else None,
             routing=replace(cloud.routing if cloud else RoutingConfig(), deployments=deployments),
         )
     return routes

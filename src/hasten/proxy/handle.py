@@ -45,6 +45,7 @@ from hasten.cache.replay import answer_body, answer_frames
 from hasten.errors import HastenError
 from hasten.gateway import Gateway
 from hasten.local.gateway import route_name
+from hasten.policy import POLICY_HEADER
 from hasten.proxy.flight import Flight
 from hasten.proxy.headers import response_headers, upstream_headers
 from hasten.proxy.recorder import Recorder
@@ -85,6 +86,7 @@ class Exchange:
     # A stored stream asks upstream for usage so the cache can serve it to anyone; a
     # client that did not ask gets its copy without the usage event.
     is_usage_added: bool = False
+    is_rewritten: bool = False  # a parameter policy changed ``body`` (hasten.policy)
 
     def base_headers(self, cache_label: bytes, ttfb_ms: float | None) -> Headers:
         gateway_ms = (time.perf_counter() - self.started_s) * 1000.0 - (ttfb_ms or 0.0)
@@ -117,6 +119,11 @@ async def handle(
     endpoint.check(body)
     scope[MODEL_SCOPE_KEY] = body["model"]
     model, extra_headers = _resolve(gateway, body, request_id)
+    # Before the cache key is built: the key, the flight and upstream all see what is sent.
+    applied = gateway.policies.apply(body, endpoint.name, model.route.name, tenant)
+    if applied is not None:
+        body = applied.body
+        extra_headers = (*extra_headers, (POLICY_HEADER, applied.header))
     is_stream = endpoint.is_streamable and body.get("stream") is True
     exchange = Exchange(
         scope,
@@ -132,6 +139,7 @@ async def handle(
         request_id,
         extra_headers,
         upstream_headers(scope, is_stream, not gateway.auth.is_enforcing),
+        is_rewritten=applied is not None,
     )
     with DisconnectWatcher(receive):
         await _dispatch(gateway, exchange)
@@ -143,8 +151,9 @@ def _asks_usage(body: dict[str, Any]) -> bool:
 
 
 def _upstream_body(ex: Exchange) -> bytes:
-    """The client's bytes, re-serialised (once) only for a renamed model or added usage."""
-    if not (ex.is_usage_added or ex.model.is_renamed):
+    """The client's bytes, re-serialised (once) only for a renamed model, added usage or a
+    body a parameter policy changed."""
+    if not (ex.is_usage_added or ex.model.is_renamed or ex.is_rewritten):
         return ex.raw_body
     body = {**ex.body, "model": ex.model.upstream_model} if ex.model.is_renamed else {**ex.body}
     if ex.is_usage_added:

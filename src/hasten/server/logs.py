@@ -29,6 +29,7 @@ RECORD_FIELDS = (
     "model",
     "cache",
     "upstream",
+    "policy",  # x-hasten-policy: what a parameter policy changed (hasten.policy)
     "duration_ms",
     "timing",  # Server-Timing: time in the gateway and to the upstream's first byte
 )
