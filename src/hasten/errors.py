@@ -27,6 +27,7 @@ Our exception hierarchy::
     +-- EngineFailed             500 engine_error: the local engine could not generate
     ClientGone                   the client disconnected: nobody left to answer
     ConfigError                  a configuration file or flag is invalid
+    DoctorError                  `hasten doctor` could not probe the endpoint (says why)
     EngineQueueFull              the local engine is full (answered as RateLimited)
     QueueFull                    the engine scheduler's waiting queue is at its limit
     ModelFileNotFound            (FileNotFoundError) no GGUF file for the local engine
@@ -224,3 +225,7 @@ class OutdatedCacheEntry(ValueError):
 
 class ConfigError(Exception):
     """A configuration file or flag is invalid; never rendered to clients."""
+
+
+class DoctorError(Exception):
+    """``hasten doctor`` could not probe the endpoint; the message says why, for a person."""
