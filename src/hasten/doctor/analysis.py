@@ -2,8 +2,10 @@
 
 The split a client can see, per streamed request on a warm connection:
     client TTFT = round trip + server TTFT,   e2e = client TTFT + decode x (tokens - 1)
-The round trip is the median time to headers of a request the server answers without
-generating (``ProbeTimings.round_trip_method``); decode is the time between the first and
+The round trip (RTT) is the fastest time to headers of a request the server answers without
+generating (``ProbeTimings.round_trip_method``): queueing and scheduling only ever add to
+it, so the minimum is the closest to the path itself (as ping and TCP's min-RTT take it),
+while the TTFT is a median, the typical wait. Decode is the time between the first and
 the last text event over the token intervals between them, so several tokens per network
 read do not shrink it.
 """
@@ -87,6 +89,7 @@ class Diagnosis:
     connect: Spread | None
     tls: Spread | None
     round_trip: Spread | None
+    rtt_ms: float | None  # round_trip.min
     client_ttft: Spread | None
     server_ttft_ms: float | None
     decode_ms_per_token: Spread | None
@@ -148,11 +151,11 @@ def diagnose(timings: ProbeTimings) -> Diagnosis:
     client_ttft = Spread.of([t for s in streams if (t := s.ttft_ms) is not None])
     decode = Spread.of([d for s in streams if (d := decode_ms_per_token(s)) is not None])
     notes: list[str] = []
+    rtt_ms = round_trip.min if round_trip is not None else None
     server_ttft_ms = None
     if client_ttft is not None:
-        rtt_ms = round_trip.median if round_trip is not None else 0.0
-        server_ttft_ms = max(0.0, client_ttft.median - rtt_ms)
-        if rtt_ms > client_ttft.median:
+        server_ttft_ms = max(0.0, client_ttft.median - (rtt_ms or 0.0))
+        if rtt_ms is not None and rtt_ms > client_ttft.median:
             notes.append(
                 f"the round trip ({rtt_ms:.1f} ms) exceeds the TTFT: {timings.round_trip_method}"
                 " is slow on this server, so the RTT is over-estimated"
@@ -164,6 +167,7 @@ def diagnose(timings: ProbeTimings) -> Diagnosis:
         connect=Spread.of(timings.connect_ms),
         tls=Spread.of(timings.tls_ms),
         round_trip=round_trip,
+        rtt_ms=rtt_ms,
         client_ttft=client_ttft,
         server_ttft_ms=server_ttft_ms,
         decode_ms_per_token=decode,
@@ -192,7 +196,7 @@ def time_budget(d: Diagnosis) -> tuple[tuple[str, float | None], ...]:
         ("DNS", d.timings.dns_ms),
         ("TCP connect", d.connect.median if d.connect else None),
         ("TLS", d.tls.median if d.tls else None),
-        ("round trip", d.round_trip.median if d.round_trip else None),
+        ("round trip", d.rtt_ms),
         ("server TTFT", d.server_ttft_ms),
         (f"decode x{num_gaps}", decode_ms),
     )
@@ -234,7 +238,7 @@ def _caching_lever(d: Diagnosis) -> Lever:
         return Lever("caching", None, "repeated request", "not measured (no complete answer)")
     return Lever(
         "caching",
-        e2e.median - CACHE_HIT_REFERENCE_MS,
+        max(0.0, e2e.median - CACHE_HIT_REFERENCE_MS),
         "repeated request",
         f"an exact hit is served locally in ~{CACHE_HIT_REFERENCE_MS} ms (p50, "
         f"docs/benchmarks.md) instead of {e2e.median:.0f} ms end to end",
@@ -265,9 +269,9 @@ def _hedging_lever(d: Diagnosis) -> Lever:
 
 
 def _nearer_lever(d: Diagnosis) -> Lever:
-    if d.round_trip is None or d.client_ttft is None:
+    if d.rtt_ms is None or d.client_ttft is None:
         return Lever("nearer deployment", None, "request", "not measured (no round trip)")
-    rtt = d.round_trip.median
+    rtt = d.rtt_ms
     share = rtt / d.client_ttft.median if d.client_ttft.median > 0 else 0.0
     return Lever(
         "nearer deployment",

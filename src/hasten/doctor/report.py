@@ -22,7 +22,8 @@ METHOD = {
         "TCP connect is the lower bound, and the gap is a proxy hop or server time)"
     ),
     "client_ttft": "request sent to first text event of a streamed completion, warm connection",
-    "server_ttft": "client TTFT median minus round trip median",
+    "rtt": "the fastest of those round trips: queueing only ever adds to one",
+    "server_ttft": "client TTFT median minus RTT",
     "decode": ("per try (last text event - first) / (tokens - 1), tokens from usage when reported"),
     "prompt_cache": (
         "a long prompt (~1,200 words) new to every cache, streamed with max_tokens 1, then "
@@ -69,7 +70,7 @@ def to_dict(d: Diagnosis) -> dict[str, Any]:
             "round_trip_method": t.round_trip_method,
         },
         "latency": {
-            "rtt_ms": _round(d.round_trip.median if d.round_trip else None),
+            "rtt_ms": _round(d.rtt_ms),
             "client_ttft_ms": _spread_dict(d.client_ttft),
             "server_ttft_ms": _round(d.server_ttft_ms),
             "decode_ms_per_token": _spread_dict(d.decode_ms_per_token),
@@ -106,13 +107,14 @@ def _ms(value: float) -> str:
     return f"{value:9.1f} ms"
 
 
-def _spread_text(spread: Spread) -> str:
+def _spread_text(spread: Spread, *, is_min: bool = False) -> str:
     if spread.num < 2:
         return "1 try"
-    return (
-        f"median of {spread.num} (min {spread.min:.1f}, max {spread.max:.1f}, "
-        f"sd {spread.stdev:.1f})"
-    )
+    if is_min:
+        head = f"min of {spread.num} (median {spread.median:.1f}"
+    else:
+        head = f"median of {spread.num} (min {spread.min:.1f}"
+    return f"{head}, max {spread.max:.1f}, sd {spread.stdev:.1f})"
 
 
 def _row(label: str, value: str, detail: str = "") -> str:
@@ -139,8 +141,15 @@ def _network(d: Diagnosis) -> list[str]:
         dns,
         _spread_row("TCP connect", d.connect, "      n/a"),
         _spread_row("TLS", d.tls, "      n/a   http"),
-        _spread_row("round trip (RTT)", d.round_trip, "      n/a", t.round_trip_method),
+        _rtt_row(d),
     ]
+
+
+def _rtt_row(d: Diagnosis) -> str:
+    if d.round_trip is None:
+        return _row("round trip (RTT)", "      n/a")
+    detail = f"{_spread_text(d.round_trip, is_min=True)}: {d.timings.round_trip_method}"
+    return _row("round trip (RTT)", _ms(d.round_trip.min), detail)
 
 
 def _model(d: Diagnosis) -> list[str]:
@@ -208,7 +217,7 @@ def format_text(d: Diagnosis) -> str:
     if d.notes:
         sections.append(["notes", *(f"  {note}" for note in d.notes)])
     how = (
-        f"RTT: {METHOD['round_trip']}.",
+        f"RTT: {METHOD['round_trip']}; {METHOD['rtt']}.",
         f"server TTFT: {METHOD['server_ttft']}; decode: {METHOD['decode']}.",
     )
     sections.append(["how", *(_paragraph(text) for text in how)])
