@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -173,7 +174,7 @@ def test_any_latency_model_is_recovered(
 ) -> None:
     stream = streamed(rtt_ms, ttft_ms, decode_ms, num_tokens, per_event=per_event)
     probe = timings(rtt_ms, ttft_ms, decode_ms, num_tokens, round_trip_extra_ms=(0.0, 1.0))
-    probe = ProbeTimings(**{**_fields(probe), "streams": (stream,) * 3})
+    probe = dataclasses.replace(probe, streams=(stream,) * 3)
     d = diagnose(probe)
     assert d.rtt_ms == pytest.approx(rtt_ms)
     assert d.server_ttft_ms == pytest.approx(ttft_ms, abs=1e-6)
@@ -184,7 +185,3 @@ def test_any_latency_model_is_recovered(
     expected = 0.1 + rtt_ms + ttft_ms + decode_ms * (num_tokens - 1)
     assert known == pytest.approx(expected, rel=1e-6, abs=1e-6)
     assert all(lever.saved_ms is None or lever.saved_ms >= -1e-6 for lever in d.levers)
-
-
-def _fields(probe: ProbeTimings) -> dict[str, object]:
-    return {name: getattr(probe, name) for name in ProbeTimings.__dataclass_fields__}

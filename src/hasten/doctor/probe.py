@@ -116,8 +116,8 @@ async def probe(settings: DoctorSettings) -> ProbeTimings:
 
 
 async def _probe(target: Target, settings: DoctorSettings) -> ProbeTimings:
-    dns_ms, address = await resolve(target)
-    connect_ms, tls_ms = await time_connections(target, address, settings)
+    dns_ms, addresses = await resolve(target)
+    connect_ms, tls_ms = await time_connections(target, addresses, settings)
     headers = {"user-agent": "hasten-doctor", "accept": "application/json, text/event-stream"}
     if settings.api_key:
         headers["authorization"] = f"Bearer {settings.api_key}"
@@ -152,51 +152,74 @@ async def _probe(target: Target, settings: DoctorSettings) -> ProbeTimings:
     )
 
 
-async def resolve(target: Target) -> tuple[float | None, str]:
-    """DNS time (None for an IP literal) and the address to connect to."""
+async def resolve(target: Target) -> tuple[float | None, tuple[str, ...]]:
+    """DNS time (None for an IP literal) and the addresses to try, in the resolver's order."""
     if is_ip_literal(target.host):
-        return None, target.host
+        return None, (target.host,)
     loop = asyncio.get_running_loop()
     started_s = time.perf_counter()
     try:
         infos = await loop.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
         raise DoctorError(f"cannot resolve {target.host}: {exc.strerror}") from None
-    return _ms_since(started_s), str(infos[0][4][0])
+    addresses = dict.fromkeys(str(info[4][0]) for info in infos)  # unique, in order
+    return _ms_since(started_s), tuple(addresses)
 
 
 async def time_connections(
-    target: Target, address: str, settings: DoctorSettings
+    target: Target, addresses: tuple[str, ...], settings: DoctorSettings
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """TCP connect (and TLS handshake) times of ``num_tries`` fresh connections."""
+    """TCP connect (and TLS handshake) times of ``num_tries`` fresh connections.
+
+    The first address that accepts is the one timed (``localhost`` may name ::1 first while
+    the server listens on 127.0.0.1 only), as an HTTP client's fallback would pick it.
+    """
     context = ssl.create_default_context() if target.is_tls else None
     connect_ms: list[float] = []
     tls_ms: list[float] = []
-    where = f"{target.host}:{target.port}"
-    for _ in range(settings.num_tries):
+    candidates = list(addresses)
+    while len(connect_ms) < settings.num_tries:
         try:
-            async with asyncio.timeout(settings.request_timeout_s):
-                started_s = time.perf_counter()
-                _, writer = await asyncio.open_connection(address, target.port)
-                connect_ms.append(_ms_since(started_s))
-                try:
-                    if context is not None:
-                        started_s = time.perf_counter()
-                        await writer.start_tls(context, server_hostname=target.host)
-                        tls_ms.append(_ms_since(started_s))
-                finally:
-                    writer.close()
-                    with contextlib.suppress(OSError):
-                        await writer.wait_closed()
-        except TimeoutError:
-            raise DoctorError(
-                f"no connection to {where} within {settings.request_timeout_s:g} s"
-            ) from None
-        except ssl.SSLError as exc:
-            raise DoctorError(f"TLS handshake with {where} failed: {exc.reason}") from None
-        except OSError as exc:
-            raise DoctorError(f"cannot connect to {where}: {exc.strerror or exc}") from None
+            times = await _time_connection(target, candidates[0], context, settings)
+        except DoctorError:
+            if len(candidates) == 1 or connect_ms:
+                raise
+            candidates.pop(0)  # try the next address, as an HTTP client would
+            continue
+        connect_ms.append(times[0])
+        if times[1] is not None:
+            tls_ms.append(times[1])
     return tuple(connect_ms), tuple(tls_ms)
+
+
+async def _time_connection(
+    target: Target, address: str, context: ssl.SSLContext | None, settings: DoctorSettings
+) -> tuple[float, float | None]:
+    where = f"{target.host}:{target.port}"
+    tls_ms = None
+    try:
+        async with asyncio.timeout(settings.request_timeout_s):
+            started_s = time.perf_counter()
+            _, writer = await asyncio.open_connection(address, target.port)
+            connect_ms = _ms_since(started_s)
+            try:
+                if context is not None:
+                    started_s = time.perf_counter()
+                    await writer.start_tls(context, server_hostname=target.host)
+                    tls_ms = _ms_since(started_s)
+            finally:
+                writer.close()
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
+    except TimeoutError:
+        raise DoctorError(
+            f"no connection to {where} within {settings.request_timeout_s:g} s"
+        ) from None
+    except ssl.SSLError as exc:
+        raise DoctorError(f"TLS handshake with {where} failed: {exc.reason}") from None
+    except OSError as exc:
+        raise DoctorError(f"cannot connect to {where}: {exc.strerror or exc}") from None
+    return connect_ms, tls_ms
 
 
 def _probe_prompt() -> str:
