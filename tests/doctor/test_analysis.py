@@ -91,6 +91,12 @@ def test_recovers_the_latencies_it_was_given() -> None:
     assert budget["decode x31"] == pytest.approx(620.0)
 
 
+def test_a_round_trip_far_above_tcp_connect_is_noted() -> None:
+    assert any("past the TCP endpoint" in note for note in diagnose(timings()).notes)
+    near = timings(rtt_ms=0.2, ttft_ms=300.0, round_trip_extra_ms=(0.0,))
+    assert not any("past the TCP endpoint" in note for note in diagnose(near).notes)
+
+
 def test_levers_rest_on_the_measurements() -> None:
     d = diagnose(timings())
     levers = {lever.name: lever for lever in d.levers}

@@ -26,6 +26,10 @@ MIN_STREAMED_SPREAD_SHARE = 0.25
 # A repeated prompt counts as cached when its TTFT drops by more than this share of the cold
 # TTFT and by more than twice the TTFT's own spread across tries.
 MIN_CACHE_SPEEDUP_SHARE = 0.10
+# A round trip this many times the TCP connect (and MIN_BEYOND_TCP_MS more) is mostly spent
+# past the TCP endpoint: worth a note, since a nearer deployment may not shorten that part.
+BEYOND_TCP_FACTOR = 3.0
+MIN_BEYOND_TCP_MS = 5.0
 # The TTFT tail is "steady" when the slowest try is within this share of the median.
 STEADY_TAIL_SHARE = 0.05
 CAP_EXAMPLE_TOKENS = (1000, 256)  # the max_tokens lever's example: a 1000-token answer at 256
@@ -160,11 +164,20 @@ def diagnose(timings: ProbeTimings) -> Diagnosis:
                 f"the round trip ({rtt_ms:.1f} ms) exceeds the TTFT: {timings.round_trip_method}"
                 " is slow on this server, so the RTT is over-estimated"
             )
+    connect = Spread.of(timings.connect_ms)
+    if rtt_ms is not None and connect is not None:
+        beyond_ms = rtt_ms - connect.median
+        if rtt_ms > BEYOND_TCP_FACTOR * connect.median and beyond_ms > MIN_BEYOND_TCP_MS:
+            notes.append(
+                f"the round trip ({rtt_ms:.1f} ms) is far above the TCP connect "
+                f"({connect.median:.1f} ms): {beyond_ms:.0f} ms of it is past the TCP endpoint "
+                "(a proxy hop to the model server, or server time), not the network path"
+            )
     tokens = [s.num_tokens for s in streams]
     num_tokens = int(statistics.median(tokens)) if tokens else 0
     diagnosis = Diagnosis(
         timings=timings,
-        connect=Spread.of(timings.connect_ms),
+        connect=connect,
         tls=Spread.of(timings.tls_ms),
         round_trip=round_trip,
         rtt_ms=rtt_ms,

@@ -196,7 +196,7 @@ def _chart(d: Diagnosis) -> list[str]:
 def _levers(d: Diagnosis) -> list[str]:
     lines = ["what hasten would save"]
     for lever in d.levers:
-        saved = "       ?" if lever.saved_ms is None else f"{lever.saved_ms:8.0f} ms"
+        saved = f"{'?':>11}" if lever.saved_ms is None else f"{lever.saved_ms:8.0f} ms"
         per = "" if lever.saved_ms is None else f" per {lever.per}"
         lines.append(_row(lever.name, saved, f"{per.strip()}: {lever.basis}".lstrip(": ")))
     return lines
@@ -215,7 +215,7 @@ def format_text(d: Diagnosis) -> str:
     )
     sections = [[head], _network(d), _model(d), _chart(d), _levers(d)]
     if d.notes:
-        sections.append(["notes", *(f"  {note}" for note in d.notes)])
+        sections.append(["notes", *(_paragraph(note) for note in d.notes)])
     how = (
         f"RTT: {METHOD['round_trip']}; {METHOD['rtt']}.",
         f"server TTFT: {METHOD['server_ttft']}; decode: {METHOD['decode']}.",
