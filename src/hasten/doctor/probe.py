@@ -251,7 +251,9 @@ def _translated(method: str, url: str, timeout_s: float) -> Iterator[None]:
 class HttpProber:
     """The HTTP probes, on one kept-alive connection of ``session``."""
 
-    def __init__(self, session: aiohttp.ClientSession, base_url: str, settings: DoctorSettings):
+    def __init__(
+        self, session: aiohttp.ClientSession, base_url: str, settings: DoctorSettings
+    ) -> None:
         self._session = session
         self._base_url = base_url
         self._settings = settings
