@@ -1,8 +1,8 @@
 """The doctor's network probes: a few short, bounded requests, timed from the client's side.
 
-Connection phases (DNS, TCP connect, TLS) are timed on raw asyncio streams, since an HTTP
-client hides them inside its pool; the HTTP probes then run on one aiohttp connection kept
-warm, so they pay one round trip each and no handshakes. Every failure a person can act on
+Connection phases (DNS, TCP connect, TLS) are timed first (``connection.py``); the HTTP
+probes then run on one aiohttp connection kept warm, so they pay one round trip each and no
+handshakes. Every failure a person can act on
 (unreachable host, refused key, not an OpenAI API, too slow) becomes a ``DoctorError``.
 """
 
@@ -10,19 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import secrets
-import socket
-import ssl
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
 
+from hasten.doctor.connection import Target, parse_target, resolve, time_connections
 from hasten.doctor.timings import ProbeTimings, StreamTiming, WholeTiming
 from hasten.errors import DoctorError
 from hasten.loadgen.sse import DONE, SSEParser, completion_tokens, inspect_chunk
@@ -69,35 +66,6 @@ class DoctorSettings:
             raise ValueError("--timeout-s and --request-timeout-s must be > 0")
 
 
-@dataclass(frozen=True, slots=True)
-class Target:
-    base_url: str
-    host: str
-    port: int
-    is_tls: bool
-
-
-def parse_target(base_url: str) -> Target:
-    """Raises DoctorError unless ``base_url`` is an http(s) URL with a host."""
-    parts = urlsplit(base_url.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise DoctorError(f"{base_url!r} is not an http(s) URL (e.g. https://api.openai.com/v1)")
-    is_tls = parts.scheme == "https"
-    try:
-        port = parts.port or (443 if is_tls else 80)
-    except ValueError:
-        raise DoctorError(f"{base_url!r} has an invalid port") from None
-    return Target(base_url.strip().rstrip("/"), parts.hostname, port, is_tls)
-
-
-def is_ip_literal(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
-
-
 def _ms_since(started_s: float) -> float:
     return (time.perf_counter() - started_s) * 1000.0
 
@@ -117,7 +85,9 @@ async def probe(settings: DoctorSettings) -> ProbeTimings:
 
 async def _probe(target: Target, settings: DoctorSettings) -> ProbeTimings:
     dns_ms, addresses = await resolve(target)
-    connect_ms, tls_ms = await time_connections(target, addresses, settings)
+    connect_ms, tls_ms = await time_connections(
+        target, addresses, settings.num_tries, settings.request_timeout_s
+    )
     headers = {"user-agent": "hasten-doctor", "accept": "application/json, text/event-stream"}
     if settings.api_key:
         headers["authorization"] = f"Bearer {settings.api_key}"
@@ -150,76 +120,6 @@ async def _probe(target: Target, settings: DoctorSettings) -> ProbeTimings:
         cache_cold=cold,
         cache_repeats=tuple(repeats),
     )
-
-
-async def resolve(target: Target) -> tuple[float | None, tuple[str, ...]]:
-    """DNS time (None for an IP literal) and the addresses to try, in the resolver's order."""
-    if is_ip_literal(target.host):
-        return None, (target.host,)
-    loop = asyncio.get_running_loop()
-    started_s = time.perf_counter()
-    try:
-        infos = await loop.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        raise DoctorError(f"cannot resolve {target.host}: {exc.strerror}") from None
-    addresses = dict.fromkeys(str(info[4][0]) for info in infos)  # unique, in order
-    return _ms_since(started_s), tuple(addresses)
-
-
-async def time_connections(
-    target: Target, addresses: tuple[str, ...], settings: DoctorSettings
-) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """TCP connect (and TLS handshake) times of ``num_tries`` fresh connections.
-
-    The first address that accepts is the one timed (``localhost`` may name ::1 first while
-    the server listens on 127.0.0.1 only), as an HTTP client's fallback would pick it.
-    """
-    context = ssl.create_default_context() if target.is_tls else None
-    connect_ms: list[float] = []
-    tls_ms: list[float] = []
-    candidates = list(addresses)
-    while len(connect_ms) < settings.num_tries:
-        try:
-            times = await _time_connection(target, candidates[0], context, settings)
-        except DoctorError:
-            if len(candidates) == 1 or connect_ms:
-                raise
-            candidates.pop(0)  # try the next address, as an HTTP client would
-            continue
-        connect_ms.append(times[0])
-        if times[1] is not None:
-            tls_ms.append(times[1])
-    return tuple(connect_ms), tuple(tls_ms)
-
-
-async def _time_connection(
-    target: Target, address: str, context: ssl.SSLContext | None, settings: DoctorSettings
-) -> tuple[float, float | None]:
-    where = f"{target.host}:{target.port}"
-    tls_ms = None
-    try:
-        async with asyncio.timeout(settings.request_timeout_s):
-            started_s = time.perf_counter()
-            _, writer = await asyncio.open_connection(address, target.port)
-            connect_ms = _ms_since(started_s)
-            try:
-                if context is not None:
-                    started_s = time.perf_counter()
-                    await writer.start_tls(context, server_hostname=target.host)
-                    tls_ms = _ms_since(started_s)
-            finally:
-                writer.close()
-                with contextlib.suppress(OSError):
-                    await writer.wait_closed()
-    except TimeoutError:
-        raise DoctorError(
-            f"no connection to {where} within {settings.request_timeout_s:g} s"
-        ) from None
-    except ssl.SSLError as exc:
-        raise DoctorError(f"TLS handshake with {where} failed: {exc.reason}") from None
-    except OSError as exc:
-        raise DoctorError(f"cannot connect to {where}: {exc.strerror or exc}") from None
-    return connect_ms, tls_ms
 
 
 def _probe_prompt() -> str:
