@@ -166,7 +166,7 @@ def test_help_lists_commands(capsys: pytest.CaptureFixture[str]) -> None:
         _cli_main(["--help"])
     assert info.value.code == 0
     out = capsys.readouterr().out
-    for command in ("serve", "simulate", "bench", "check-config"):
+    for command in ("serve", "simulate", "bench", "doctor", "check-config"):
         assert command in out
 
 
@@ -425,3 +425,12 @@ def test_serve_with_bad_config_exits_2_before_binding(
     err = capsys.readouterr().err
     assert err.startswith("error: ")
     assert "redis" in err
+
+
+def test_doctor_help_names_its_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        _cli_main(["doctor", "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    for flag in ("--model", "--key-env", "--tries", "--max-tokens", "--timeout-s", "--json"):
+        assert flag in out

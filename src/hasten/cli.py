@@ -1,4 +1,4 @@
-"""The ``hasten`` command: serve, simulate, bench, check-config."""
+"""The ``hasten`` command: serve, simulate, bench, local, doctor, eval-cache, check-config."""
 
 from __future__ import annotations
 
@@ -26,6 +26,9 @@ commands:
                 end-to-end and inter-token latency percentiles, throughput and hit ratio.
   local         serve the bundled local model (SmolLM2-135M on llama.cpp, continuous
                 batching, prefix reuse) as an OpenAI-compatible server on its own.
+  doctor        probe any OpenAI-compatible URL with a few bounded requests and explain
+                where the time goes (DNS, connect, TLS, RTT, TTFT, time per token,
+                streaming, prompt caching) and what each hasten lever would save.
   eval-cache    measure the semantic cache on labelled question pairs: precision,
                 recall, false-hit rate and lookup latency.
   check-config  validate a config file and print what it declares.
@@ -100,6 +103,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("hasten.simulator.server", "run the latency simulator"),
     "bench": ("hasten.loadgen.cli", "run the load generator"),
     "local": ("hasten.local.server", "serve the local llama.cpp model on its own"),
+    "doctor": ("hasten.doctor.cli", "explain where an endpoint's time goes"),
     "eval-cache": ("hasten.semantic.evaluate", "evaluate the semantic cache on labelled pairs"),
 }
 

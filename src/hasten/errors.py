@@ -27,6 +27,7 @@ Our exception hierarchy::
     +-- EngineFailed             500 engine_error: the local engine could not generate
     ClientGone                   the client disconnected: nobody left to answer
     ConfigError                  a configuration file or flag is invalid
+    DoctorError                  `hasten doctor` could not probe the endpoint (says why)
     EngineQueueFull              the local engine is full (answered as RateLimited)
     QueueFull                    the engine scheduler's waiting queue is at its limit
     ModelFileNotFound            (FileNotFoundError) no GGUF file for the local engine
@@ -34,6 +35,7 @@ Our exception hierarchy::
     ContextTooLong               (ValueError) a prompt that can never fit the KV cache
     DamagedCacheEntry            (ValueError) a cache entry that fails its checksum
     OutdatedCacheEntry           (ValueError) a cache entry from before checksums
+    ReportDependencyMissing      (ImportError) `hasten bench --png` without matplotlib
 """
 
 from __future__ import annotations
@@ -228,3 +230,7 @@ class ConfigError(Exception):
 
 class ReportDependencyMissing(ImportError):
     """An optional package a bench report needs (matplotlib for --png) is not installed."""
+
+
+class DoctorError(Exception):
+    """``hasten doctor`` could not probe the endpoint; the message says why, for a person."""

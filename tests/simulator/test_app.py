@@ -392,6 +392,21 @@ def test_client_leaving_a_slow_non_stream_request_is_counted_as_cancelled(
     assert data["num_completed"] == 0 and data["num_completion_tokens"] == 0
 
 
+def test_rtt_delays_models_and_errors_but_not_control_paths(http: httpx.Client) -> None:
+    # A real network delays every answer, so a client can see the RTT apart from the TTFT.
+    http.post("/sim/config", json={"rtt_ms": 60_000}).raise_for_status()
+    for method, path, payload in (
+        ("GET", "/v1/models", None),
+        ("GET", f"/v1/models/{MODEL}", None),
+        ("POST", "/v1/chat/completions", b"{not json"),
+    ):
+        with pytest.raises(httpx.ReadTimeout):
+            http.request(method, path, content=payload, timeout=0.3)
+    data = wait_for_stats(http, num_cancelled=3, num_in_flight=0)
+    assert data["num_completed"] == data["num_bad_requests"] == 0
+    assert http.get("/sim/config", timeout=5).json()["rtt_ms"] == 60_000
+
+
 def test_in_flight_counts_requests_waiting_out_latency(http: httpx.Client) -> None:
     body = {"model": MODEL, "messages": MESSAGES, "stream": True}
     with http.stream(

@@ -258,3 +258,47 @@ class GatewayProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class SimulatorProcess:
+    """``hasten simulate`` as its own process with the given flags, as a user starts it."""
+
+    def __init__(self, *flags: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self.command = [sys.executable, "-m", "hasten", "simulate", "--port", str(self.port)]
+        self.command += list(flags)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 60.0) -> SimulatorProcess:
+        self.proc = subprocess.Popen(
+            self.command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                raise ProcessDied(f"simulator exited: {_exit_text(self.proc.returncode)}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return self
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise ProcessDied("simulator did not start") from None
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def __enter__(self) -> SimulatorProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

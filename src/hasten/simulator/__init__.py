@@ -23,6 +23,10 @@ Length of a completion: `x-sim-tokens` if given, else max_tokens / max_completio
 model "runs to the limit", finish_reason "length"), else `SimConfig.output_tokens`; max_tokens
 always caps it; a `stop` sequence cuts it short (finish_reason "stop").
 
+Network round trip: `rtt_ms` is part of every completion's first-token delay (jittered with
+it); /v1/models[/{id}] and every /v1 error answer wait it alone (unjittered), as behind a real
+network, so a client can tell the round trip from the TTFT. /sim/* paths never wait.
+
 Per-request override headers (invalid values, or unknown `x-sim-*` names, give a 400):
     x-sim-ttft-ms: MS             exact delay before the first token (replaces rtt + ttft; no
                                   jitter or straggler); for embeddings the whole delay

@@ -141,6 +141,8 @@ class SimulatorApp:
         except HastenError as error:
             outcome = Outcome.BAD_REQUEST
             try:
+                if endpoint is not None:
+                    await self._network_delay(receive, start_s)
                 await send_error(send, error)
             except ClientGone:
                 outcome = Outcome.CANCELLED
@@ -149,6 +151,18 @@ class SimulatorApp:
         finally:
             if endpoint is not None:
                 stats.record_outcome(outcome)
+
+    async def _network_delay(self, receive: Receive, start_s: float) -> None:
+        """One round trip before a /v1 answer that has no latency plan (models, errors).
+
+        A real network delays every response, not only completions; without this a client
+        (``hasten doctor``, the router's /models probe) could not see the RTT apart from the
+        TTFT. Not jittered, so it draws nothing from the seeded RNG.
+        """
+        rtt_ms = self.state.config.rtt_ms
+        if rtt_ms > 0:
+            with DisconnectWatcher(receive, is_armed=False) as watcher:
+                await wait_until_due(watcher, start_s, rtt_ms)
 
     def _check_model(self, model: str) -> None:
         config = self.state.config
@@ -321,6 +335,7 @@ class SimulatorApp:
             return Outcome.DISCONNECTED if is_cut else Outcome.COMPLETED
 
     async def _models(self, scope: Scope, receive: Receive, send: Send, start_s: float) -> Outcome:
+        await self._network_delay(receive, start_s)
         await send_json(send, 200, models_body(self.state.config.models))
         return Outcome.COMPLETED
 
@@ -329,6 +344,7 @@ class SimulatorApp:
         config = self.state.config
         if model not in config.models and (config.strict_models or not model):
             raise ModelNotFound(f"The model `{model}` does not exist", param="model")
+        await self._network_delay(receive, start_s)
         await send_json(send, 200, orjson.dumps(model_dict(model)))
         return Outcome.COMPLETED
 

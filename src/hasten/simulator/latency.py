@@ -10,7 +10,7 @@ Model, per request:
     token i (0-based) is emitted at first_token_ms + i * decode_ms_per_token * jitter' * straggler
 Jitter factors are log-normal with median 1 (one for the first token, one for decode), drawn
 once per request; a straggler (probability `straggler_prob`) multiplies both by
-`straggler_mult`.
+`straggler_mult`. Answers without a plan (/v1/models, errors) wait `rtt_ms` alone, unjittered.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ INJECTED_ABORT_MESSAGE = "ASGI callable returned without completing response."
 
 # flag -> (SimConfig field, type, help)
 _LATENCY_FLAGS: tuple[tuple[str, str, type, str], ...] = (
-    ("--rtt-ms", "rtt_ms", float, "network round trip added before the first token"),
+    ("--rtt-ms", "rtt_ms", float, "network round trip (before the first token, /models, errors)"),
     ("--ttft-ms", "ttft_base_ms", float, "base time to first token"),
     ("--prefill-ms", "prefill_ms_per_token", float, "prefill cost per uncached prompt token"),
     (
