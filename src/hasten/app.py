@@ -24,6 +24,7 @@ from hasten.openapi import openapi_json
 from hasten.proxy.handle import MODEL_SCOPE_KEY, TENANT_SCOPE_KEY, handle
 from hasten.proxy.validation import CHAT, COMPLETIONS, EMBEDDINGS, Endpoint
 from hasten.routing.models import ModelRouter
+from hasten.telemetry.tracing import Tracing
 from hasten.upstream.client import UpstreamClient
 from hasten.upstream.transport import AiohttpTransport, Transport
 
@@ -58,11 +59,13 @@ class HastenApp:
         *,
         transport: Transport | None = None,
         engine: EngineStatus | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         # Any parsed config can be served: the app adds what needs no process (hybrid routes).
         self.config = served_config(config)
         self._transport = transport
         self._engine = engine
+        self._tracing = tracing  # None: as [telemetry] says (tests pass their own)
         self._openapi = openapi_json()
         self.gateway: Gateway | None = None
         self._startup_lock = asyncio.Lock()
@@ -86,6 +89,9 @@ class HastenApp:
             )
         transport = self._transport or AiohttpTransport()
         server = self.config.server
+        tracing = self._tracing
+        if tracing is None:
+            tracing = Tracing.from_config(self.config.telemetry)
         return Gateway(
             config=self.config,
             router=ModelRouter(self.config),
@@ -94,6 +100,7 @@ class HastenApp:
             client=UpstreamClient(transport, rng=random.Random()),
             cache=cache,
             semantic=_semantic_tier(self.config, cache),
+            tracing=tracing,
         )
 
     async def shutdown(self) -> None:
@@ -107,6 +114,7 @@ class HastenApp:
             await gateway.cache.drain()
             await gateway.cache.aclose()
         await gateway.client.aclose()
+        await gateway.tracing.shutdown()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":

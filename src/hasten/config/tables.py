@@ -15,6 +15,7 @@ from typing import Any
 from hasten.cache.policy import ModelCachePolicy
 from hasten.config.reader import TomlTable, read_toml_file
 from hasten.config.semantic import SemanticConfig, parse_semantic
+from hasten.config.telemetry import TelemetryConfig, parse_telemetry
 from hasten.errors import ConfigError
 from hasten.local.config import LocalServerConfig, parse_local
 from hasten.proxy.validation import DEFAULT_MAX_JSON_DEPTH, MAX_JSON_DEPTH_LIMIT
@@ -143,6 +144,7 @@ class GatewayConfig:
     local: LocalServerConfig | None = None  # the llama.cpp engine child, when enabled
     hybrid: HybridConfig | None = None
     semantic: SemanticConfig = field(default_factory=SemanticConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
 
     @property
     def is_simulated(self) -> bool:
@@ -431,9 +433,11 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str]) -> GatewayConf
         if hybrid.policy != "cloud-only" and local is None:
             local = LocalServerConfig()  # a hybrid route needs the local engine running
     semantic = parse_semantic(root.table("semantic"))
+    telemetry = parse_telemetry(root.table("telemetry"))
     root.finish()
     return GatewayConfig(
         semantic=semantic,
+        telemetry=telemetry,
         server=server,
         upstreams=upstreams,
         models=models,
