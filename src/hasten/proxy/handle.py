@@ -55,6 +55,7 @@ from hasten.telemetry.attributes import (
     describe_answer,
     describe_cached,
     describe_request,
+    keep_tail,
 )
 from hasten.telemetry.stage import NO_STAGE, Stage
 from hasten.upstream.client import UpstreamCall
@@ -330,9 +331,13 @@ async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
             describe_answer(ex.trace, status, (body,), is_stream=False)
             await send_response(ex.send, status, body, headers)
             return
-        describe_answer(ex.trace, status, (), is_stream=True)
         await start_stream(ex.send, status, headers)
-        await _stream_body(ex.send, call.iter_chunks())
+        if not ex.trace.is_recording:
+            await _stream_body(ex.send, call.iter_chunks())
+            return
+        tail: list[bytes] = []
+        await _stream_body(ex.send, keep_tail(call.iter_chunks(), tail))
+        describe_answer(ex.trace, status, tail, is_stream=True)
     finally:
         call.close()
 

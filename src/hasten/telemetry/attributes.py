@@ -8,7 +8,7 @@ nothing is parsed or formatted for a trace nobody keeps.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -63,6 +63,16 @@ def describe_answer(stage: Stage, status: int, chunks: Sequence[bytes], is_strea
     else:
         payloads = [b"".join(chunks)]
     _usage_from(stage, payloads)
+
+
+async def keep_tail(chunks: AsyncIterator[bytes], tail: list[bytes]) -> AsyncIterator[bytes]:
+    """``chunks`` as they come, keeping the last few in ``tail`` for ``describe_answer``
+    (only for a recorded stream nobody else keeps: a direct, uncached one)."""
+    async for chunk in chunks:
+        tail.append(chunk)
+        if len(tail) > _TAIL_CHUNKS:
+            del tail[0]
+        yield chunk
 
 
 def describe_cached(stage: Stage, entry: CachedAnswer) -> None:
