@@ -328,7 +328,7 @@ async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
         headers.extend(ex.base_headers(b"bypass", call.ttfb_ms))
         if not ex.is_stream or status != 200:
             body = await call.read()
-            describe_answer(ex.trace, status, (body,), is_stream=False)
+            describe_answer(ex.trace, status, body, is_stream=False)
             await send_response(ex.send, status, body, headers)
             return
         await start_stream(ex.send, status, headers)
@@ -397,7 +397,7 @@ async def _serve_flight(ex: Exchange, flight: Flight, label: bytes, is_follower:
         if flight.error is not None:
             raise flight.error
         headers.extend(ex.base_headers(label, flight.ttfb_ms))
-        describe_answer(ex.trace, flight.status, (body,), is_stream=False)
+        describe_answer(ex.trace, flight.status, body, is_stream=False)
         await send_response(ex.send, flight.status, body, headers)
         return
     headers.extend(ex.base_headers(label, flight.ttfb_ms))

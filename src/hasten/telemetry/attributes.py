@@ -49,19 +49,24 @@ def describe_request(stage: Stage, endpoint: str, body: Mapping[str, Any]) -> No
         stage.set("hasten.stream", True)
 
 
-def describe_answer(stage: Stage, status: int, chunks: Sequence[bytes], is_stream: bool) -> None:
-    """The response's status, model and token usage, from the bytes the client got."""
+def describe_answer(
+    stage: Stage, status: int, answer: bytes | Sequence[bytes], is_stream: bool
+) -> None:
+    """The response's status, model and token usage, from what the client got: a whole
+    body, or a stream's chunks (of which only the last few are read)."""
     if not stage.is_recording:
         return
     stage.set("http.response.status_code", status)
     if status >= 500:
         stage.fail(f"HTTP {status}", error_type=str(status))
-    if status != 200 or not chunks:
+    if status != 200 or not answer:
         return
-    if is_stream:
-        payloads = SSEDecoder().feed(b"".join(chunks[-_TAIL_CHUNKS:]))
+    if isinstance(answer, bytes):
+        payloads = [answer]
+    elif is_stream:
+        payloads = SSEDecoder().feed(b"".join(answer[-_TAIL_CHUNKS:]))
     else:
-        payloads = [b"".join(chunks)]
+        payloads = [b"".join(answer)]
     _usage_from(stage, payloads)
 
 
