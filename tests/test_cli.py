@@ -108,6 +108,25 @@ def test_check_config_describes_semantic_local_and_hybrid(
     assert "semantic" not in out and "local engine" not in out and "hybrid" not in out
 
 
+def test_check_config_describes_tracing_without_header_values(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = (
+        '[telemetry]\notlp_endpoint = "http://127.0.0.1:4318/v1/traces"\nsample_ratio = 0.25\n'
+        f'[telemetry.headers]\nx-collector-key = "{SECRET}"\n'
+    )
+    path = _write(tmp_path, text)
+    assert _cli_main(["check-config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "tracing: OTLP/HTTP to http://127.0.0.1:4318/v1/traces, service hasten, "
+        "sample ratio 0.25, headers x-collector-key"
+    ) in out
+    assert SECRET not in out
+    assert _cli_main(["check-config", str(_write(tmp_path, ""))]) == 0
+    assert "tracing" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
@@ -126,6 +145,7 @@ def test_check_config_describes_semantic_local_and_hybrid(
         ("[semantic]\nenabld = true\n", "semantic.enabld: unknown key (known: "),
         ('[hybrid]\npolicy = "local-only"\nmodle = "x"\n', "hybrid.modle: unknown key (known: "),
         ("[local]\nn_thread = 2\n", "local.n_thread: unknown key (known: "),
+        ('[telemetry]\notlp_endpoint = "127.0.0.1:4318"\n', "telemetry.otlp_endpoint: expected"),
     ],
 )
 def test_check_config_invalid(

@@ -26,6 +26,7 @@ from hasten.policy import POLICY_HEADER, PolicyBook
 from hasten.proxy.handle import MODEL_SCOPE_KEY, TENANT_SCOPE_KEY, handle
 from hasten.proxy.validation import CHAT, COMPLETIONS, EMBEDDINGS, Endpoint
 from hasten.routing.models import ModelRouter
+from hasten.telemetry.tracing import Tracing
 from hasten.upstream.client import UpstreamClient
 from hasten.upstream.transport import AiohttpTransport, Transport
 
@@ -70,6 +71,7 @@ class HastenApp:
         engine: EngineStatus | None = None,
         peers: Peers | None = None,
         worker_index: int | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         # Any parsed config can be served: the app adds what needs no process (hybrid routes).
         self.config = served_config(config)
@@ -77,6 +79,7 @@ class HastenApp:
         self._engine = engine
         self._peers = peers
         self._worker_index = worker_index
+        self._tracing = tracing  # None: as [telemetry] says (tests pass their own)
         self._openapi = openapi_json()
         self.gateway: Gateway | None = None
         self._startup_lock = asyncio.Lock()
@@ -102,6 +105,9 @@ class HastenApp:
             )
         transport = self._transport or AiohttpTransport()
         server = self.config.server
+        tracing = self._tracing
+        if tracing is None:
+            tracing = Tracing.from_config(self.config.telemetry)
         return Gateway(
             config=self.config,
             router=ModelRouter(self.config),
@@ -111,6 +117,7 @@ class HastenApp:
             cache=cache,
             semantic=_semantic_tier(self.config, cache),
             policies=_policy_book(self.config),
+            tracing=tracing,
         )
 
     async def shutdown(self) -> None:
@@ -126,6 +133,7 @@ class HastenApp:
             await gateway.cache.drain()
             await gateway.cache.aclose()
         await gateway.client.aclose()
+        await gateway.tracing.shutdown()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":

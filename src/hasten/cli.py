@@ -91,6 +91,14 @@ def _describe(path: str, config: GatewayConfig) -> str:
             f"  hybrid model {hybrid.model}: {hybrid.policy}, cloud model "
             f"{hybrid.cloud_model or '(none)'}"
         )
+    telemetry = config.telemetry
+    if telemetry.otlp_endpoint is not None:
+        # Header names only: their values are usually a collector's API key.
+        headers = f", headers {', '.join(sorted(telemetry.headers))}" if telemetry.headers else ""
+        lines.append(
+            f"  tracing: OTLP/HTTP to {redact_url(telemetry.otlp_endpoint)}, service "
+            f"{telemetry.service_name}, sample ratio {telemetry.sample_ratio:g}{headers}"
+        )
     if not config.upstreams:
         lines.append("  no upstreams: `hasten serve` will front the built-in simulator")
     return "\n".join(lines)

@@ -14,6 +14,7 @@ from hasten.config import GatewayConfig
 from hasten.policy import PolicyBook
 from hasten.proxy.flight import Coalescer
 from hasten.routing.models import ModelRouter
+from hasten.telemetry.tracing import Tracing
 from hasten.upstream.client import UpstreamClient
 
 if TYPE_CHECKING:
@@ -62,3 +63,4 @@ class Gateway:
     coalescer: Coalescer = field(default_factory=Coalescer)
     stats: Stats = field(default_factory=Stats)
     request_ids: RequestIds = field(default_factory=RequestIds)
+    tracing: Tracing = field(default_factory=Tracing)

@@ -68,6 +68,7 @@ TYPOS: list[tuple[str, Callable[[Path], str]]] = [
         lambda _: _gateway_error({**TENANT, "tenants": {"t": {"policy": {"max_nn": 1}}}}),
     ),
     ("semantic.enabld", lambda _: _gateway_error({"semantic": {"enabld": True}})),
+    ("telemetry.otlp_endpont", lambda _: _gateway_error({"telemetry": {"otlp_endpont": "x"}})),
     ("hybrid.modle", lambda _: _gateway_error({**CLOUD, "hybrid": {"modle": "x"}})),
     ("local.n_thread", lambda _: _gateway_error({"local": {"n_thread": 2}})),
     ("local.n_thread", lambda p: _file_error(p, "[local]\nn_thread = 2\n", load_local_config)),
@@ -86,7 +87,9 @@ def test_a_typo_in_any_table_has_the_same_message_shape(
 
 def test_a_typo_at_the_top_level_lists_every_table() -> None:
     message = _gateway_error({"bogus": 1})
-    tables = "aliases, cache, hybrid, local, models, semantic, server, tenants, upstreams"
+    tables = (
+        "aliases, cache, hybrid, local, models, semantic, server, telemetry, tenants, upstreams"
+    )
     assert message == f"bogus: unknown key (known: {tables})"
 
 
@@ -98,6 +101,7 @@ WRONG_TYPES: list[tuple[str, Callable[[Path], str]]] = [
         "tenants.t.policy.max_n",
         lambda _: _gateway_error({**TENANT, "tenants": {"t": {"policy": {"max_n": "2"}}}}),
     ),
+    ("telemetry.sample_ratio", lambda _: _gateway_error({"telemetry": {"sample_ratio": "x"}})),
     ("hybrid.policy", lambda _: _gateway_error({**CLOUD, "hybrid": {"policy": 1}})),
     ("local.n_ctx", lambda _: _gateway_error({"local": {"n_ctx": "big"}})),
     ("local.n_ctx", lambda p: _file_error(p, '[local]\nn_ctx = "big"\n', load_local_config)),

@@ -15,6 +15,7 @@ from typing import Any
 from hasten.cache.policy import ModelCachePolicy
 from hasten.config.reader import TomlTable, read_toml_file
 from hasten.config.semantic import SemanticConfig, parse_semantic
+from hasten.config.telemetry import TelemetryConfig, parse_telemetry
 from hasten.errors import ConfigError
 from hasten.local.config import LocalServerConfig, parse_local
 from hasten.policy.config import ParamPolicy, parse_policy
@@ -152,6 +153,7 @@ class GatewayConfig:
     semantic: SemanticConfig = field(default_factory=SemanticConfig)
     # [tenants.<name>.policy], by tenant (a tenant of [server] api_keys): hasten.policy
     tenant_policies: Mapping[str, ParamPolicy] = field(default_factory=dict)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
 
     @property
     def is_simulated(self) -> bool:
@@ -467,9 +469,11 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str]) -> GatewayConf
             local = LocalServerConfig()  # a hybrid route needs the local engine running
     semantic = parse_semantic(root.table("semantic"))
     tenant_policies = _tenant_policies(root.table("tenants"), server.api_keys)
+    telemetry = parse_telemetry(root.table("telemetry"))
     root.finish()
     return GatewayConfig(
         semantic=semantic,
+        telemetry=telemetry,
         server=server,
         upstreams=upstreams,
         models=models,

@@ -52,6 +52,13 @@ from hasten.proxy.recorder import Recorder
 from hasten.proxy.validation import CHAT, EMBEDDINGS, Endpoint, parse_body
 from hasten.routing.hybrid import decide_hybrid
 from hasten.routing.models import ResolvedModel
+from hasten.telemetry.attributes import (
+    describe_answer,
+    describe_cached,
+    describe_request,
+    keep_tail,
+)
+from hasten.telemetry.stage import NO_STAGE, Stage
 from hasten.upstream.client import UpstreamCall
 
 if TYPE_CHECKING:
@@ -87,6 +94,7 @@ class Exchange:
     # client that did not ask gets its copy without the usage event.
     is_usage_added: bool = False
     is_rewritten: bool = False  # a parameter policy changed ``body`` (hasten.policy)
+    trace: Stage = NO_STAGE  # the request's root span (hasten.telemetry)
 
     def base_headers(self, cache_label: bytes, ttfb_ms: float | None) -> Headers:
         gateway_ms = (time.perf_counter() - self.started_s) * 1000.0 - (ttfb_ms or 0.0)
@@ -111,6 +119,24 @@ async def handle(
 ) -> None:
     """Serves one chat/completions/embeddings request end to end."""
     started_s = time.perf_counter()
+    with gateway.tracing.start_request(scope, endpoint.name, request_id) as trace:
+        exchange = await _exchange(gateway, endpoint, scope, receive, send, request_id, started_s)
+        exchange.trace = trace
+        describe_request(trace, endpoint.name, exchange.body)
+        with DisconnectWatcher(receive):
+            await _dispatch(gateway, exchange)
+
+
+async def _exchange(
+    gateway: Gateway,
+    endpoint: Endpoint,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    request_id: str,
+    started_s: float,
+) -> Exchange:
+    """The request read, checked and resolved: everything that can refuse it up front."""
     # The key first: a caller without one learns nothing about validation (or our limits).
     tenant = gateway.auth.tenant_for(header(scope, b"authorization"))
     scope[TENANT_SCOPE_KEY] = tenant
@@ -125,7 +151,9 @@ async def handle(
         body = applied.body
         extra_headers = (*extra_headers, (POLICY_HEADER, applied.header))
     is_stream = endpoint.is_streamable and body.get("stream") is True
-    exchange = Exchange(
+    # With tracing on, each attempt sends its own span's traceparent instead of the client's.
+    is_trace_forwarded = not gateway.tracing.is_enabled
+    return Exchange(
         scope,
         send,
         endpoint,
@@ -138,11 +166,9 @@ async def handle(
         started_s,
         request_id,
         extra_headers,
-        upstream_headers(scope, is_stream, not gateway.auth.is_enforcing),
+        upstream_headers(scope, is_stream, not gateway.auth.is_enforcing, is_trace_forwarded),
         is_rewritten=applied is not None,
     )
-    with DisconnectWatcher(receive):
-        await _dispatch(gateway, exchange)
 
 
 def _asks_usage(body: dict[str, Any]) -> bool:
@@ -178,6 +204,7 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
     decision = _decide(gateway, ex)
     if gateway.cache is None or not (decision.is_lookup or decision.is_store):
         gateway.stats.count("bypass", tenant=ex.tenant)
+        ex.trace.set("hasten.cache", "bypass")
         await _forward_direct(gateway, ex)
         return
     namespace = "*" if gateway.config.cache.is_shared_across_tenants else ex.tenant
@@ -187,20 +214,34 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
     ex.extra_headers = (*ex.extra_headers, (b"x-hasten-cache-key", request.encode()))
     found = None
     if decision.is_lookup:
-        entry = await gateway.cache.get(key, max_age_s=decision.max_age_s)
+        with ex.trace.child("cache.lookup") as lookup:
+            entry = await gateway.cache.get(key, max_age_s=decision.max_age_s)
+            lookup.set("hasten.cache.is_hit", entry is not None)
         if entry is not None:
             gateway.stats.count("hit", tenant=ex.tenant)
-            await _serve_hit(gateway, ex, entry, b"hit")
+            ex.trace.set("hasten.cache", "hit")
+            with ex.trace.child("cache.replay"):
+                await _serve_hit(gateway, ex, entry, b"hit")
             return
         if gateway.semantic is not None and ex.endpoint is CHAT:
-            found = await gateway.semantic.find(
-                ex.body, model=ex.model.name, tenant=namespace, max_age_s=decision.max_age_s
-            )
+            with ex.trace.child("semantic.lookup") as lookup:
+                found = await gateway.semantic.find(
+                    ex.body,
+                    model=ex.model.name,
+                    tenant=namespace,
+                    max_age_s=decision.max_age_s,
+                    trace=lookup,
+                )
+                lookup.set("hasten.cache.is_hit", found.hit is not None)
             if found.hit is not None:
                 gateway.stats.count("semantic_hit", tenant=ex.tenant)
-                await _serve_hit(gateway, ex, found.hit.entry, b"semantic", found.hit.headers())
+                ex.trace.set("hasten.cache", "semantic")
+                with ex.trace.child("cache.replay"):
+                    hit = found.hit
+                    await _serve_hit(gateway, ex, hit.entry, b"semantic", hit.headers())
                 return
     gateway.stats.count("miss" if decision.is_lookup else "bypass", tenant=ex.tenant)
+    ex.trace.set("hasten.cache", "miss" if decision.is_lookup else "bypass")
     stored = _Stored(gateway, ex, key, namespace, found) if decision.is_store else None
     can_add_usage = ex.model.has_stream_options
     ex.is_usage_added = ex.is_stream and decision.is_store and not ex.wants_usage and can_add_usage
@@ -208,8 +249,9 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
     flight, is_new = gateway.coalescer.join(flight_key, lambda f: _pump(gateway, ex, f, stored))
     if not is_new:
         gateway.stats.count("coalesced", tenant=ex.tenant)
+        ex.trace.set("hasten.coalesced", True)
     try:
-        await _serve_flight(ex, flight, b"miss" if decision.is_lookup else b"bypass")
+        await _serve_flight(ex, flight, b"miss" if decision.is_lookup else b"bypass", not is_new)
     finally:
         gateway.coalescer.leave(flight)
 
@@ -283,6 +325,7 @@ async def _open(gateway: Gateway, ex: Exchange) -> UpstreamCall:
         parsed=ex.body,
         is_stream=ex.is_stream,
         is_idempotent=is_idempotent,
+        trace=ex.trace,
     )
 
 
@@ -294,10 +337,16 @@ async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
         headers.extend(ex.base_headers(b"bypass", call.ttfb_ms))
         if not ex.is_stream or status != 200:
             body = await call.read()
+            describe_answer(ex.trace, status, body, is_stream=False)
             await send_response(ex.send, status, body, headers)
             return
         await start_stream(ex.send, status, headers)
-        await _stream_body(ex.send, call.iter_chunks())
+        if not ex.trace.is_recording:
+            await _stream_body(ex.send, call.iter_chunks())
+            return
+        tail: list[bytes] = []
+        await _stream_body(ex.send, keep_tail(call.iter_chunks(), tail))
+        describe_answer(ex.trace, status, tail, is_stream=True)
     finally:
         call.close()
 
@@ -345,20 +394,28 @@ async def _pump(gateway: Gateway, ex: Exchange, flight: Flight, stored: _Stored 
         stored.commit()
 
 
-async def _serve_flight(ex: Exchange, flight: Flight, label: bytes) -> None:
-    await flight.wait_started()
+async def _serve_flight(ex: Exchange, flight: Flight, label: bytes, is_follower: bool) -> None:
+    if is_follower:
+        with ex.trace.child("coalescing.wait"):
+            await flight.wait_started()
+    else:
+        await flight.wait_started()
     headers = response_headers(flight.headers, flight.status, ex.is_stream)
     if not ex.is_stream or flight.status != 200:
         body = await flight.read_all()
         if flight.error is not None:
             raise flight.error
         headers.extend(ex.base_headers(label, flight.ttfb_ms))
+        describe_answer(ex.trace, flight.status, body, is_stream=False)
         await send_response(ex.send, flight.status, body, headers)
         return
     headers.extend(ex.base_headers(label, flight.ttfb_ms))
     await start_stream(ex.send, flight.status, headers)
     chunks = flight.iter_chunks_without_usage() if ex.is_usage_added else flight.iter_chunks()
     await _stream_body(ex.send, chunks, lambda: flight.error)
+    describe_answer(ex.trace, flight.status, flight.chunks, is_stream=True)
+    if flight.error is not None:
+        ex.trace.fail(flight.error)
 
 
 async def _serve_hit(
@@ -371,6 +428,7 @@ async def _serve_hit(
     headers = ex.base_headers(label, None)
     if extra_headers:
         headers.extend(extra_headers)
+    describe_cached(ex.trace, entry)
     if not ex.is_stream:
         await send_json(ex.send, 200, answer_body(entry), headers)
         return

@@ -32,14 +32,19 @@ _PASSED_HEADERS = frozenset(
 )
 _CONTROL_CHARACTERS = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
 _FORWARDED_REQUEST_HEADERS = (b"openai-organization", b"openai-project", b"openai-beta")
+# W3C trace context: passed on as sent unless the gateway traces (hasten.telemetry), when
+# each upstream attempt carries its own span's traceparent instead.
+_WITH_TRACE_HEADERS = (*_FORWARDED_REQUEST_HEADERS, b"traceparent", b"tracestate")
 
 
-def upstream_headers(scope: Scope, ex_is_stream: bool, is_passthrough: bool) -> dict[str, str]:
+def upstream_headers(
+    scope: Scope, ex_is_stream: bool, is_passthrough: bool, is_trace_forwarded: bool = True
+) -> dict[str, str]:
     headers = {
         "content-type": "application/json",
         "accept": "text/event-stream" if ex_is_stream else "application/json",
     }
-    for name in _FORWARDED_REQUEST_HEADERS:
+    for name in _WITH_TRACE_HEADERS if is_trace_forwarded else _FORWARDED_REQUEST_HEADERS:
         value = header(scope, name)
         if value is not None:
             headers[name.decode()] = _forwardable(name, value)

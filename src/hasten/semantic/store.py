@@ -56,6 +56,7 @@ from hasten.semantic.replica import SharedReplica
 from hasten.semantic.shared import LOCAL_ID_BASE, DeleteEvent, Event, SharedEntry, SharedTier
 from hasten.semantic.store_config import DEFAULT_MIN_SIMILARITY, SemanticStoreConfig
 from hasten.semantic.upkeep import Upkeep
+from hasten.telemetry.stage import NO_STAGE, Stage
 
 __all__ = ["DEFAULT_MIN_SIMILARITY", "SemanticCache", "SemanticMatch", "SemanticStoreConfig"]
 
@@ -128,7 +129,7 @@ class SemanticCache:
         return (await self.lookup_near(body, model=model, tenant=tenant)).match
 
     async def lookup_near(
-        self, body: Mapping[str, Any], *, model: str, tenant: str
+        self, body: Mapping[str, Any], *, model: str, tenant: str, trace: Stage = NO_STAGE
     ) -> LookupResult:
         """``lookup``, plus the entry it came close to when it serves nothing (``near``)."""
         query = split_chat(body, model=model, tenant=tenant)
@@ -142,7 +143,9 @@ class SemanticCache:
             self.budget.note_lookup()
         self.start()
         try:
-            vector = await self.embedder.embed(query.text)
+            with trace.child("embedding") as embedding:
+                vector = await self.embedder.embed(query.text)
+                embedding.set("hasten.embedder", self._embedder_name)
             return await self._run(self._lookup_sync, query.partition_key, query.text, vector)
         except Exception:  # a cache must never fail the request it could not speed up
             self._note_error("lookup")

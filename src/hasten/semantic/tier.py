@@ -22,6 +22,7 @@ import orjson
 from hasten.cache import CachedAnswer, TieredCache
 from hasten.cache.replay import answer_body
 from hasten.semantic import NearMiss, SemanticCache, SemanticMatch
+from hasten.telemetry.stage import NO_STAGE, Stage
 
 _log = logging.getLogger("hasten.semantic")
 # Two answers "agree" when their texts embed this close: deterministic answers to the
@@ -84,11 +85,18 @@ class SemanticTier:
         self._tasks: set[asyncio.Task[Any]] = set()
 
     async def find(
-        self, body: dict[str, Any], *, model: str, tenant: str, max_age_s: float | None
+        self,
+        body: dict[str, Any],
+        *,
+        model: str,
+        tenant: str,
+        max_age_s: float | None,
+        trace: Stage = NO_STAGE,
     ) -> Found:
-        """A hit to serve, or what the upstream's fresh answer is to be compared with."""
+        """A hit to serve, or what the upstream's fresh answer is to be compared with
+        (``trace``: the lookup's span, under which the embedding gets its own)."""
         try:
-            result = await self.cache.lookup_near(body, model=model, tenant=tenant)
+            result = await self.cache.lookup_near(body, model=model, tenant=tenant, trace=trace)
         except Exception:
             _log.exception("semantic lookup failed; answering from upstream")
             return _NOT_FOUND

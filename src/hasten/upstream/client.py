@@ -23,6 +23,7 @@ from hasten.routing.affinity import prefix_key
 from hasten.routing.models import ResolvedModel, Route
 from hasten.routing.pool import DeploymentPool
 from hasten.routing.settings import DeploymentConfig, RoutingConfig
+from hasten.telemetry.stage import NO_STAGE, Stage
 from hasten.upstream.dispatch import Dispatch, GaveUp, RequestTraits, Won
 from hasten.upstream.transport import Transport, UpstreamRequest, UpstreamResponse
 
@@ -184,13 +185,16 @@ class UpstreamClient:
         parsed: Mapping[str, Any],
         is_stream: bool,
         is_idempotent: bool = True,
+        trace: Stage = NO_STAGE,
     ) -> UpstreamCall:
         """The first usable answer from ``model``'s route; raises when there is none.
 
         ``body`` is sent as is; ``parsed`` (the client's request) gives the router its
-        prefix-affinity key and length hint. A non-retryable response (2xx, or a 4xx such as
-        400) is returned at once. When every deployment keeps failing with retryable
-        statuses, the last one is returned, so the client sees the upstream's own error.
+        prefix-affinity key and length hint; ``trace`` is the request's span, under which
+        every attempt gets its own (and its own ``traceparent`` upstream). A non-retryable
+        response (2xx, or a 4xx such as 400) is returned at once. When every deployment
+        keeps failing with retryable statuses, the last one is returned, so the client sees
+        the upstream's own error.
         """
         route = model.route
         pool = self._pool(route)
@@ -206,6 +210,7 @@ class UpstreamClient:
             body=body,
             headers=headers,
             rng=self._rng,
+            trace=trace,
         )
         return _call(await dispatch.run(), pool, route.upstreams, is_stream, is_routed=True)
 
@@ -298,7 +303,7 @@ def _call(
             deadline_s=outcome.deadline_s,
             head=outcome.ready.head,
             rest=outcome.ready.rest,
-            on_close=lambda: pool.on_attempt_end(name),
+            on_close=_ender(pool, name, outcome.span),
             report=_StreamReport(pool, name) if is_reported else None,
         )
     last = outcome.last
@@ -312,6 +317,18 @@ def _call(
         ttfb_ms=0.0,
         deadline_s=outcome.deadline_s,
     )
+
+
+def _ender(pool: DeploymentPool, name: str, span: Stage) -> Callable[[], None]:
+    """What closing the winner's response does: ends its in-flight count and its span."""
+    if span is NO_STAGE:
+        return lambda: pool.on_attempt_end(name)
+
+    def end() -> None:
+        pool.on_attempt_end(name)
+        span.end()
+
+    return end
 
 
 def _with_routing(

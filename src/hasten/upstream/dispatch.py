@@ -27,6 +27,8 @@ import orjson
 from hasten.config import UpstreamConfig
 from hasten.errors import HastenError, UpstreamError, UpstreamTimeout
 from hasten.routing.pool import DeploymentPool
+from hasten.telemetry.attributes import end_attempt, start_attempt
+from hasten.telemetry.stage import NO_STAGE, Stage
 from hasten.upstream.attempt import AttemptSpec, BufferedResponse, Failed, Ready, run_attempt
 from hasten.upstream.retry import retry_delay_s
 from hasten.upstream.transport import Transport
@@ -72,6 +74,7 @@ class Won:
     elapsed_ms: float  # from the start of the dispatch to the winner being ready
     deadline_s: float  # monotonic: the rest of the response must arrive by then
     headers: Mapping[str, str]  # the router's ``x-hasten-*`` account of the call
+    span: Stage = NO_STAGE  # the winning attempt's, ended by whoever closes the response
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +95,7 @@ class _Running:
     is_probe: bool
     is_hedge: bool
     ttft_deadline_s: float | None
+    span: Stage = NO_STAGE
 
 
 class Dispatch:
@@ -106,8 +110,10 @@ class Dispatch:
         body: bytes,
         headers: Mapping[str, str],
         rng: random.Random,
+        trace: Stage = NO_STAGE,
     ) -> None:
         self._transport, self._pool, self._upstreams = transport, pool, upstreams
+        self._trace = trace  # the request's span: each attempt is a child
         self._request = request
         self._path, self._body, self._headers = path, body, headers
         self._rng = rng
@@ -142,13 +148,14 @@ class Dispatch:
             outcome = await self._race()
         finally:
             try:
-                await self._cancel_running()
+                await self._cancel_running("lost" if isinstance(outcome, Won) else "cancelled")
             except BaseException:
                 # Cancelled (the client left) while the losers unwound: nobody will close
                 # the winner, so it is closed and counted out here.
                 if isinstance(outcome, Won):
                     outcome.ready.response.close()
                     self._pool.on_attempt_end(outcome.name)
+                    outcome.span.end()
                 raise
         return outcome
 
@@ -166,7 +173,7 @@ class Dispatch:
             now_s = time.monotonic()
             await self._expire_ttft(now_s)
             if now_s >= self._deadline_s:
-                await self._cancel_running()
+                await self._cancel_running("cancelled")
                 error = UpstreamTimeout(
                     "request deadline passed before the upstream answered",
                     code="upstream_total_timeout",
@@ -187,13 +194,14 @@ class Dispatch:
                 winner = (info, outcome)
             else:  # two finished together: the later one is a loser like any other
                 outcome.response.close()
-                self._record_cancelled(info, now_s)
+                self._record_cancelled(info, now_s, "lost")
         if winner is None:
             return None
         # Built once all are collected: a failure that finished with the winner is named too.
         info, ready = winner
         elapsed_ms = (now_s - self._started_s) * 1000.0
-        return Won(info.name, ready, elapsed_ms, self._deadline_s, self._decision.headers())
+        headers = self._decision.headers()
+        return Won(info.name, ready, elapsed_ms, self._deadline_s, headers, info.span)
 
     def _record_win(self, info: _Running, ready: Ready, now_s: float) -> None:
         if ready.is_token:
@@ -207,6 +215,8 @@ class Dispatch:
         if self._decision.hedge == "fired":
             self._decision.hedge = "won" if info.is_hedge else "lost"
         self._decision.deployment = info.name
+        status = ready.response.status
+        end_attempt(info.span, "won", status=status, ttfb_ms=ready.ttft_ms, is_ended=False)
 
     def _record_failure(self, info: _Running, failed: Failed, now_s: float) -> None:
         elapsed_ms = (now_s - info.started_s) * 1000.0
@@ -225,26 +235,41 @@ class Dispatch:
         self._last = (info.name, failed)
         if failed.buffered is not None:
             self._last_buffered = (info.name, failed.buffered)
+        status = None if failed.buffered is None else failed.buffered.status
+        end_attempt(info.span, "failed", status=status, reason=failed.reason, error=failed.error)
 
-    def _record_cancelled(self, info: _Running, now_s: float) -> None:
+    def _record_cancelled(self, info: _Running, now_s: float, outcome: str) -> None:
         elapsed_ms = (now_s - info.started_s) * 1000.0
         self._pool.on_cancelled(
             info.name, elapsed_ms, now_s, is_probe=info.is_probe, started_s=info.started_s
         )
         self._pool.on_attempt_end(info.name)
+        end_attempt(info.span, outcome)
 
-    def _start(self, name: str, *, is_hedge: bool) -> None:
+    def _start(self, name: str, *, is_hedge: bool, after: str = "") -> None:
+        """Starts an attempt on ``name``; ``after``: the failure that made it necessary."""
         now_s = time.monotonic()
         is_probe = self._pool.on_attempt_start(name, now_s)
-        self._num_tries[name] = self._num_tries.get(name, 0) + 1
+        num_tries = self._num_tries.get(name, 0)
+        span = start_attempt(
+            self._trace,
+            name,
+            self._upstreams[name].url,
+            self._path,
+            index=sum(self._num_tries.values()),
+            is_hedge=is_hedge,
+            is_retry=num_tries > 0,
+            after=after,
+        )
+        self._num_tries[name] = num_tries + 1
         ttft_timeout_s = self._pool.ttft_timeout_s(name)
         deadline_s = None if ttft_timeout_s is None else now_s + ttft_timeout_s
         task = asyncio.get_running_loop().create_task(
-            run_attempt(self._transport, self._spec(name))
+            run_attempt(self._transport, self._spec(name, span.inject(self._headers)))
         )
-        self._running[task] = _Running(name, now_s, is_probe, is_hedge, deadline_s)
+        self._running[task] = _Running(name, now_s, is_probe, is_hedge, deadline_s, span)
 
-    def _spec(self, name: str) -> AttemptSpec:
+    def _spec(self, name: str, headers: Mapping[str, str]) -> AttemptSpec:
         body = self._body
         deployment = self._pool.deployments[name].config
         key = self._request.affinity_key
@@ -257,7 +282,7 @@ class Dispatch:
             self._upstreams[name],
             self._path,
             body,
-            self._headers,
+            headers,
             self._deadline_s,
             self._request.is_stream,
         )
@@ -288,12 +313,12 @@ class Dispatch:
             )
             if delay_s is not None:
                 await asyncio.sleep(delay_s)
-                self._start(name, is_hedge=False)
+                self._start(name, is_hedge=False, after=failed.reason)
                 return True
         following = self._next_untried(is_eligible_only=False)
         if following is None or time.monotonic() >= self._deadline_s:
             return False
-        self._start(following, is_hedge=False)
+        self._start(following, is_hedge=False, after=failed.reason)
         return True
 
     def _can_move_on(self, name: str) -> bool:
@@ -361,14 +386,15 @@ class Dispatch:
             self._record_failure(info, Failed("ttft_timeout", error), time.monotonic())
             await asyncio.wait([task])
 
-    async def _cancel_running(self) -> None:
+    async def _cancel_running(self, outcome: str) -> None:
+        """``outcome``: "lost" once another attempt won, "cancelled" otherwise."""
         running, self._running = self._running, {}
         if not running:
             return
         now_s = time.monotonic()
         for task, info in running.items():
             _abandon(task)
-            self._record_cancelled(info, now_s)
+            self._record_cancelled(info, now_s, outcome)
         # Cancelled attempts close their connections as they unwind; wait for that, so the
         # upstream sees the hang-up before the winner's first byte reaches the client.
         await asyncio.wait(running)
