@@ -17,10 +17,28 @@ class Outcome:
     cache: str = "miss"
     deployment: str | None = "sim"
     status: int = 200
-    gateway_ms: float | None = 1.0
+    gateway_ms: float = 1.0
     upstream_ttfb_ms: float | None = 50.0
     ttft_ms: float | None = 52.0
     e2e_ms: float = 80.0
+    is_upstream_call: bool = True
+
+    # The seam's records carry seconds; the tests read better in milliseconds.
+    @property
+    def gateway_s(self) -> float:
+        return self.gateway_ms / 1000.0
+
+    @property
+    def upstream_ttfb_s(self) -> float | None:
+        return None if self.upstream_ttfb_ms is None else self.upstream_ttfb_ms / 1000.0
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.ttft_ms is None else self.ttft_ms / 1000.0
+
+    @property
+    def e2e_s(self) -> float:
+        return self.e2e_ms / 1000.0
 
 
 def rounded(value_ms: float) -> float:
@@ -60,6 +78,18 @@ def test_counts_rates_and_percentiles() -> None:
     series = snapshot["series"]
     assert series["requests"][-10:] == [10] * 10 and sum(series["requests"]) == 100
     assert sum(series["hits"]) == 25
+
+
+def test_direct_upstream_counts_each_call_once() -> None:
+    window = RollingWindow(WindowConfig(span_s=10))
+    window.observe(Outcome("leader", upstream_ttfb_ms=40.0), 1.0)
+    for i in range(5):  # coalesced: the leader's TTFB, but no call of their own
+        record = Outcome(f"c{i}", cache="coalesced", upstream_ttfb_ms=40.0, is_upstream_call=False)
+        window.observe(record, 1.0)
+    snapshot: Any = window.snapshot(2.0)
+    assert snapshot["upstream_ttfb_ms"]["count"] == 1
+    assert snapshot["served_ttft_ms"]["count"] == 6
+    assert snapshot["by_cache"] == {"miss": 1, "coalesced": 5}
 
 
 def test_seconds_leave_the_window_and_the_totals() -> None:

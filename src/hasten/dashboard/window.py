@@ -34,13 +34,15 @@ class Completed(Protocol):
     @property
     def status(self) -> int: ...
     @property
-    def gateway_ms(self) -> float | None: ...
+    def gateway_s(self) -> float: ...
     @property
-    def upstream_ttfb_ms(self) -> float | None: ...
+    def upstream_ttfb_s(self) -> float | None: ...
     @property
-    def ttft_ms(self) -> float | None: ...
+    def is_upstream_call(self) -> bool: ...
     @property
-    def e2e_ms(self) -> float: ...
+    def ttft_s(self) -> float | None: ...
+    @property
+    def e2e_s(self) -> float: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +66,7 @@ class SlowRequest:
     cache: str
     deployment: str | None
     status: int
-    gateway_ms: float | None
+    gateway_ms: float
     upstream_ttfb_ms: float | None
     ttft_ms: float | None
     at_s: float
@@ -127,14 +129,17 @@ class RollingWindow:
         bucket = self._bucket(int(now_s))
         bucket.counts[outcome.cache] += 1
         self._counts[outcome.cache] += 1
-        _record(bucket.e2e, self._e2e, outcome.e2e_ms)
-        if outcome.ttft_ms is not None:
-            _record(bucket.ttft, self._ttft, outcome.ttft_ms)
-        if outcome.upstream_ttfb_ms is not None:
-            _record(bucket.ttfb, self._ttfb, outcome.upstream_ttfb_ms)
+        e2e_ms = outcome.e2e_s * 1000.0
+        _record(bucket.e2e, self._e2e, e2e_ms)
+        if outcome.ttft_s is not None:
+            _record(bucket.ttft, self._ttft, outcome.ttft_s * 1000.0)
+        # "Direct upstream" is one sample per upstream call: a coalesced request shares its
+        # leader's call and would count the same time to first byte twice.
+        if outcome.is_upstream_call and outcome.upstream_ttfb_s is not None:
+            _record(bucket.ttfb, self._ttfb, outcome.upstream_ttfb_s * 1000.0)
         heap = bucket.slowest
-        if len(heap) < self.config.num_slowest or outcome.e2e_ms > heap[0][0]:
-            item = (outcome.e2e_ms, next(self._tiebreak), _slow(outcome, now_s))
+        if len(heap) < self.config.num_slowest or e2e_ms > heap[0][0]:
+            item = (e2e_ms, next(self._tiebreak), _slow(outcome, e2e_ms, now_s))
             if len(heap) < self.config.num_slowest:
                 heapq.heappush(heap, item)
             else:
@@ -220,16 +225,17 @@ def _record(sparse: Counter[int], total: DenseHistogram, value_ms: float) -> Non
     total.add(index)
 
 
-def _slow(outcome: Completed, now_s: float) -> SlowRequest:
+def _slow(outcome: Completed, e2e_ms: float, now_s: float) -> SlowRequest:
+    ttfb_s, ttft_s = outcome.upstream_ttfb_s, outcome.ttft_s
     return SlowRequest(
-        e2e_ms=outcome.e2e_ms,
+        e2e_ms=e2e_ms,
         request_id=outcome.request_id,
         cache=outcome.cache,
         deployment=outcome.deployment,
         status=outcome.status,
-        gateway_ms=outcome.gateway_ms,
-        upstream_ttfb_ms=outcome.upstream_ttfb_ms,
-        ttft_ms=outcome.ttft_ms,
+        gateway_ms=outcome.gateway_s * 1000.0,
+        upstream_ttfb_ms=None if ttfb_s is None else ttfb_s * 1000.0,
+        ttft_ms=None if ttft_s is None else ttft_s * 1000.0,
         at_s=now_s,
     )
 
