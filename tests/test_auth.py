@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -134,8 +136,6 @@ def test_admin_key_is_the_operator_and_never_a_model_key(keys: tuple[TenantKey, 
 
 
 def _basic(user: bytes, password: bytes) -> bytes:
-    import base64
-
     return b"Basic " + base64.b64encode(user + b":" + password)
 
 

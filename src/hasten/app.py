@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
-from hasten import admin
+from hasten import admin, dashboard
 from hasten.asgi import Message, Receive, Scope, Send, header, send_error, send_json
 from hasten.auth import Authenticator, Caller
 from hasten.cache import TieredCache, build_cache
 from hasten.config import GatewayConfig
 from hasten.config.served import served_config
+from hasten.dashboard.window import RollingWindow
 from hasten.errors import ClientGone, HastenError, MethodNotAllowed, NotFound
 from hasten.gateway import Gateway, Stats
 from hasten.openapi import openapi_json
@@ -86,7 +87,7 @@ class HastenApp:
             )
         transport = self._transport or AiohttpTransport()
         server = self.config.server
-        return Gateway(
+        gateway = Gateway(
             config=self.config,
             router=ModelRouter(self.config),
             auth=Authenticator(server.api_keys, server.admin_api_key),
@@ -95,6 +96,8 @@ class HastenApp:
             cache=cache,
             semantic=_semantic_tier(self.config, cache),
         )
+        gateway.dashboard = dashboard.Dashboard(RollingWindow(), engine=self._engine)
+        return gateway
 
     async def shutdown(self) -> None:
         self._is_stopping = True
@@ -169,6 +172,9 @@ class HastenApp:
         method: str = scope["method"]
         if path in admin.PATHS:
             await admin.handle(gateway, scope, receive, send)
+            return
+        if path in dashboard.PATHS and gateway.dashboard is not None:
+            await gateway.dashboard.handle(gateway, scope, send)
             return
         endpoint = _ENDPOINTS.get(path)
         if endpoint is not None:

@@ -16,6 +16,7 @@ from hasten.routing.models import ModelRouter
 from hasten.upstream.client import UpstreamClient
 
 if TYPE_CHECKING:
+    from hasten.dashboard import Dashboard
     from hasten.semantic.tier import SemanticTier
 
 
@@ -60,3 +61,4 @@ class Gateway:
     coalescer: Coalescer = field(default_factory=Coalescer)
     stats: Stats = field(default_factory=Stats)
     request_ids: RequestIds = field(default_factory=RequestIds)
+    dashboard: Dashboard | None = None  # GET /dashboard; built by the app at startup

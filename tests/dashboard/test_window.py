@@ -22,6 +22,7 @@ class Outcome:
     ttft_ms: float | None = 52.0
     e2e_ms: float = 80.0
     is_upstream_call: bool = True
+    saved_s: float | None = None
 
     # The seam's records carry seconds; the tests read better in milliseconds.
     @property
@@ -155,3 +156,13 @@ def test_per_second_percentiles_in_the_series() -> None:
     assert series["ttft_p50_ms"] == [None, None, rounded(20.0), None]
     assert series["ttft_p95_ms"][2] == rounded(40.0)
     assert series["ttfb_p50_ms"][2] == rounded(10.0)
+
+
+def test_lifetime_totals_outlive_the_window() -> None:
+    window = RollingWindow(WindowConfig(span_s=2))
+    window.observe(Outcome("a", cache="hit", saved_s=0.25), 1.0)
+    window.observe(Outcome("b", cache="coalesced", saved_s=0.5), 1.0)
+    window.observe(Outcome("c"), 9.0)
+    assert window.snapshot(9.0)["requests"] == 1
+    assert window.lifetime.by_cache == {"hit": 1, "coalesced": 1, "miss": 1}
+    assert window.lifetime.saved_s == 0.75

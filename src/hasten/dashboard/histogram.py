@@ -26,11 +26,11 @@ def bin_of(value_ms: float) -> int:
 
 def bin_value_ms(index: int) -> float:
     """The value a bin reports: the geometric middle of its bounds."""
-    return MIN_MS * GROWTH ** (index + 0.5)
+    return MIN_MS * math.pow(GROWTH, index + 0.5)
 
 
 def bin_bounds_ms(index: int) -> tuple[float, float]:
-    return MIN_MS * GROWTH**index, MIN_MS * GROWTH ** (index + 1)
+    return MIN_MS * math.pow(GROWTH, index), MIN_MS * math.pow(GROWTH, index + 1)
 
 
 def rank(quantile: float, count: int) -> int:

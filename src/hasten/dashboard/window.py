@@ -14,7 +14,7 @@ import heapq
 import itertools
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from hasten.dashboard.histogram import DenseHistogram, bin_of, sparse_quantile_ms
@@ -43,6 +43,8 @@ class Completed(Protocol):
     def ttft_s(self) -> float | None: ...
     @property
     def e2e_s(self) -> float: ...
+    @property
+    def saved_s(self) -> float | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +87,15 @@ class SlowRequest:
         }
 
 
+@dataclass(slots=True)
+class Lifetime:
+    """Totals since start, from the same records ``hasten_requests_total`` and
+    ``hasten_latency_saved_seconds_total`` count, so the two always agree."""
+
+    by_cache: Counter[str] = field(default_factory=Counter)
+    saved_s: float = 0.0
+
+
 class _Second:
     """One second of requests."""
 
@@ -123,12 +134,16 @@ class RollingWindow:
         self._e2e = DenseHistogram()
         self._ttfb = DenseHistogram()
         self._tiebreak = itertools.count()
+        self.lifetime = Lifetime()
 
     def observe(self, outcome: Completed, now_s: float) -> None:
         """Adds one finished request, at ``now_s`` (seconds on a monotonic clock)."""
         bucket = self._bucket(int(now_s))
         bucket.counts[outcome.cache] += 1
         self._counts[outcome.cache] += 1
+        self.lifetime.by_cache[outcome.cache] += 1
+        if outcome.saved_s is not None:
+            self.lifetime.saved_s += outcome.saved_s
         e2e_ms = outcome.e2e_s * 1000.0
         _record(bucket.e2e, self._e2e, e2e_ms)
         if outcome.ttft_s is not None:
