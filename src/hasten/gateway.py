@@ -11,12 +11,14 @@ from typing import TYPE_CHECKING
 from hasten.auth import Authenticator
 from hasten.cache import TieredCache
 from hasten.config import GatewayConfig
+from hasten.metrics.outcome import Observer
 from hasten.proxy.flight import Coalescer
 from hasten.routing.models import ModelRouter
 from hasten.upstream.client import UpstreamClient
 
 if TYPE_CHECKING:
     from hasten.dashboard import Dashboard
+    from hasten.metrics.registry import Metrics
     from hasten.semantic.tier import SemanticTier
 
 
@@ -61,4 +63,7 @@ class Gateway:
     coalescer: Coalescer = field(default_factory=Coalescer)
     stats: Stats = field(default_factory=Stats)
     request_ids: RequestIds = field(default_factory=RequestIds)
+    metrics: Metrics | None = None  # None with ``[metrics] enabled = false``
+    # Called once per finished completion/embeddings request (hasten.metrics.outcome).
+    observers: list[Observer] = field(default_factory=list)
     dashboard: Dashboard | None = None  # GET /dashboard; built by the app at startup

@@ -17,6 +17,7 @@ from hasten.config.reader import TomlTable, read_toml_file
 from hasten.config.semantic import SemanticConfig, parse_semantic
 from hasten.errors import ConfigError
 from hasten.local.config import LocalServerConfig, parse_local
+from hasten.metrics.settings import MetricsConfig, parse_metrics
 from hasten.proxy.validation import DEFAULT_MAX_JSON_DEPTH, MAX_JSON_DEPTH_LIMIT
 from hasten.routing.hybrid import HybridConfig, parse_hybrid
 from hasten.routing.settings import (
@@ -143,6 +144,7 @@ class GatewayConfig:
     local: LocalServerConfig | None = None  # the llama.cpp engine child, when enabled
     hybrid: HybridConfig | None = None
     semantic: SemanticConfig = field(default_factory=SemanticConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     @property
     def is_simulated(self) -> bool:
@@ -431,9 +433,11 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str]) -> GatewayConf
         if hybrid.policy != "cloud-only" and local is None:
             local = LocalServerConfig()  # a hybrid route needs the local engine running
     semantic = parse_semantic(root.table("semantic"))
+    metrics = parse_metrics(root.table("metrics"))
     root.finish()
     return GatewayConfig(
         semantic=semantic,
+        metrics=metrics,
         server=server,
         upstreams=upstreams,
         models=models,

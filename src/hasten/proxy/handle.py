@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -42,9 +42,12 @@ from hasten.cache import (
     request_key,
 )
 from hasten.cache.replay import answer_body, answer_frames
-from hasten.errors import HastenError
+from hasten.errors import ClientGone, HastenError
 from hasten.gateway import Gateway
 from hasten.local.gateway import route_name
+from hasten.metrics.outcome import BYPASS, COALESCED, HIT, MISS, OBSERVED_SCOPE_KEY, SEMANTIC
+from hasten.metrics.report import emit_outcome
+from hasten.metrics.track import ResponseTrack
 from hasten.proxy.flight import Flight
 from hasten.proxy.headers import response_headers, upstream_headers
 from hasten.proxy.recorder import Recorder
@@ -85,6 +88,16 @@ class Exchange:
     # A stored stream asks upstream for usage so the cache can serve it to anyone; a
     # client that did not ask gets its copy without the usage event.
     is_usage_added: bool = False
+    # What the metrics observers learn (hasten.metrics.report); set along the way.
+    track: ResponseTrack | None = None
+    cache_label: str = BYPASS
+    call_headers: Mapping[str, str] | None = None  # the upstream's, with the router's account
+    deployment: str | None = None
+    upstream_ttfb_ms: float | None = None
+    is_upstream_call: bool = False
+    semantic_s: float | None = None
+    saved_s: float | None = None
+    usage_tail: bytes | None = None  # where the usage is when the client's copy has none
 
     def base_headers(self, cache_label: bytes, ttfb_ms: float | None) -> Headers:
         gateway_ms = (time.perf_counter() - self.started_s) * 1000.0 - (ttfb_ms or 0.0)
@@ -134,7 +147,28 @@ async def handle(
         upstream_headers(scope, is_stream, not gateway.auth.is_enforcing),
     )
     with DisconnectWatcher(receive):
-        await _dispatch(gateway, exchange)
+        if not gateway.observers:
+            await _dispatch(gateway, exchange)
+            return
+        await _observed(gateway, exchange)
+
+
+async def _observed(gateway: Gateway, ex: Exchange) -> None:
+    """``_dispatch`` with the client's view recorded, reported once the response is over."""
+    track = ex.track = ResponseTrack(ex.send)
+    ex.send = track.send
+    ex.scope[OBSERVED_SCOPE_KEY] = True
+    status, code = 0, None
+    try:
+        await _dispatch(gateway, ex)
+    except HastenError as exc:
+        status, code = exc.status_code, exc.code
+        raise
+    except (ClientGone, asyncio.CancelledError):
+        code = "client_gone"
+        raise
+    finally:
+        emit_outcome(gateway, ex, status, code)
 
 
 def _asks_usage(body: dict[str, Any]) -> bool:
@@ -181,17 +215,22 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
         entry = await gateway.cache.get(key, max_age_s=decision.max_age_s)
         if entry is not None:
             gateway.stats.count("hit", tenant=ex.tenant)
+            ex.cache_label = HIT
             await _serve_hit(gateway, ex, entry, b"hit")
             return
         if gateway.semantic is not None and ex.endpoint is CHAT:
+            looked_s = time.perf_counter()
             found = await gateway.semantic.find(
                 ex.body, model=ex.model.name, tenant=namespace, max_age_s=decision.max_age_s
             )
+            ex.semantic_s = time.perf_counter() - looked_s
             if found.hit is not None:
                 gateway.stats.count("semantic_hit", tenant=ex.tenant)
+                ex.cache_label = SEMANTIC
                 await _serve_hit(gateway, ex, found.hit.entry, b"semantic", found.hit.headers())
                 return
     gateway.stats.count("miss" if decision.is_lookup else "bypass", tenant=ex.tenant)
+    ex.cache_label = MISS if decision.is_lookup else BYPASS
     stored = _Stored(gateway, ex, key, namespace, found) if decision.is_store else None
     can_add_usage = ex.model.has_stream_options
     ex.is_usage_added = ex.is_stream and decision.is_store and not ex.wants_usage and can_add_usage
@@ -199,6 +238,8 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
     flight, is_new = gateway.coalescer.join(flight_key, lambda f: _pump(gateway, ex, f, stored))
     if not is_new:
         gateway.stats.count("coalesced", tenant=ex.tenant)
+        ex.cache_label = COALESCED
+    ex.is_upstream_call = is_new
     try:
         await _serve_flight(ex, flight, b"miss" if decision.is_lookup else b"bypass")
     finally:
@@ -279,6 +320,12 @@ async def _open(gateway: Gateway, ex: Exchange) -> UpstreamCall:
 
 async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
     call = await _open(gateway, ex)
+    ex.is_upstream_call = True
+    ex.call_headers, ex.deployment, ex.upstream_ttfb_ms = (
+        call.headers,
+        call.upstream.name,
+        call.ttfb_ms,
+    )
     try:
         status = call.status
         headers = response_headers(call.headers, status, ex.is_stream)
@@ -338,6 +385,11 @@ async def _pump(gateway: Gateway, ex: Exchange, flight: Flight, stored: _Stored 
 
 async def _serve_flight(ex: Exchange, flight: Flight, label: bytes) -> None:
     await flight.wait_started()
+    ex.call_headers, ex.deployment, ex.upstream_ttfb_ms = (
+        flight.headers,
+        flight.upstream_name,
+        flight.ttfb_ms,
+    )
     headers = response_headers(flight.headers, flight.status, ex.is_stream)
     if not ex.is_stream or flight.status != 200:
         body = await flight.read_all()
@@ -350,6 +402,8 @@ async def _serve_flight(ex: Exchange, flight: Flight, label: bytes) -> None:
     await start_stream(ex.send, flight.status, headers)
     chunks = flight.iter_chunks_without_usage() if ex.is_usage_added else flight.iter_chunks()
     await _stream_body(ex.send, chunks, lambda: flight.error)
+    if ex.is_usage_added and ex.track is not None:
+        ex.usage_tail = b"".join(flight.chunks[-2:])  # the client's copy has no usage
 
 
 async def _serve_hit(
