@@ -38,6 +38,7 @@ def build_snapshot(
     gateway: Gateway,
     window: RollingWindow,
     engine: EngineStatus | None,
+    rate: TokenRate,
     *,
     now_s: float,
     wall_s: float,
@@ -64,8 +65,45 @@ def build_snapshot(
         "tiers": _tiers(lifetime.by_cache, num_requests),
         "cache": cache_stats(gateway),
         "deployments": deployments,
-        "engine": None if engine is None else engine.status(),
+        "engine": _engine(gateway, engine, rate, now_s),
     }
+
+
+class TokenRate:
+    """Tokens per second of the engine child, from its decoded-token counter's growth
+    between two snapshots (the counter restarts with the child: a drop starts over)."""
+
+    def __init__(self) -> None:
+        self._last: tuple[float, int] | None = None
+        self.tokens_per_s: float | None = None
+
+    def update(self, num_decoded_tokens: int, now_s: float) -> float | None:
+        last, self._last = self._last, (now_s, num_decoded_tokens)
+        if last is not None and now_s > last[0] and num_decoded_tokens >= last[1]:
+            self.tokens_per_s = (num_decoded_tokens - last[1]) / (now_s - last[0])
+        return self.tokens_per_s
+
+
+def _engine(
+    gateway: Gateway, engine: EngineStatus | None, rate: TokenRate, now_s: float
+) -> dict[str, object] | None:
+    """The supervisor's status, and the child's queue and speed as the last scrape saw them
+    (``hasten.metrics.endpoint.Scrape.sample_engine``, which the route runs first)."""
+    if engine is None:
+        return None
+    status = engine.status()
+    view: dict[str, object] = {"state": status.get("state"), "restarts": status.get("restarts")}
+    scrape = gateway.metrics.scrape if gateway.metrics is not None else None
+    sample = scrape.collector.engine if scrape is not None else None
+    if sample is not None:
+        for key in ("num_waiting", "num_running", "used_kv_tokens"):
+            if isinstance(sample.stats.get(key), int):
+                view[key.removeprefix("num_")] = sample.stats[key]
+        decoded = sample.stats.get("num_decoded_tokens")
+        if isinstance(decoded, int):
+            tokens_per_s = rate.update(decoded, now_s)
+            view["tokens_per_s"] = None if tokens_per_s is None else round(tokens_per_s, 1)
+    return view
 
 
 def _tiers(by_cache: dict[str, int], num_requests: int) -> list[dict[str, Any]]:

@@ -26,7 +26,7 @@ import orjson
 
 from hasten.asgi import Scope, Send, header, send_json, send_response
 from hasten.auth import ADMIN_KEY_HINT
-from hasten.dashboard.data import EngineStatus, build_snapshot
+from hasten.dashboard.data import EngineStatus, TokenRate, build_snapshot
 from hasten.dashboard.window import Completed, RollingWindow
 from hasten.errors import AdminDisabled, CredentialsRequired, MethodNotAllowed
 
@@ -90,6 +90,7 @@ class Dashboard:
             *_NO_STORE,
         ]
         self._num_snapshots = 0
+        self._token_rate = TokenRate()
 
     def observe(self, outcome: Completed) -> None:
         """The seam's observer: one finished request into the window."""
@@ -106,8 +107,16 @@ class Dashboard:
             await send_response(send, 200, self._page, self._page_headers)
             return
         self._num_snapshots += 1
+        scrape = gateway.metrics.scrape if gateway.metrics is not None else None
+        if scrape is not None and self._engine is not None:
+            await scrape.sample_engine()  # the child's queue and counters, as /metrics has
         snapshot = build_snapshot(
-            gateway, self.window, self._engine, now_s=self._clock(), wall_s=time.time()
+            gateway,
+            self.window,
+            self._engine,
+            self._token_rate,
+            now_s=self._clock(),
+            wall_s=time.time(),
         )
         snapshot["snapshot"] = self._num_snapshots
         await send_json(send, 200, orjson.dumps(snapshot), _NO_STORE)
