@@ -17,9 +17,16 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import orjson
 from prometheus_client.exposition import choose_encoder
 
-from hasten.asgi import Scope, Send, header, send_response
+from hasten.asgi import Receive, Scope, Send, header, send_error, send_response
 from hasten.auth import Authenticator
-from hasten.errors import AdminDisabled, Forbidden, HastenError, MethodNotAllowed, Unauthorized
+from hasten.errors import (
+    AdminDisabled,
+    Forbidden,
+    HastenError,
+    MethodNotAllowed,
+    NotFound,
+    Unauthorized,
+)
 from hasten.metrics.collector import EngineSample, GatewayCollector
 from hasten.metrics.outcome import OBSERVED_SCOPE_KEY
 from hasten.metrics.registry import Metrics
@@ -28,7 +35,7 @@ from hasten.upstream.transport import Transport, UpstreamRequest
 if TYPE_CHECKING:
     from hasten.gateway import Gateway
 
-__all__ = ["OBSERVED_SCOPE_KEY", "build_metrics", "render", "serve_metrics"]
+__all__ = ["OBSERVED_SCOPE_KEY", "MetricsApp", "build_metrics", "render", "serve_metrics"]
 
 _log = logging.getLogger("hasten.metrics")
 ENGINE_SCRAPE_TIMEOUT_S = 0.5  # a scrape must not hang on a stuck child
@@ -130,3 +137,41 @@ async def serve_metrics(
         check_access(auth, scope)
     body, content_type = await render(metrics, header(scope, b"accept"))
     await send_response(send, 200, body, [(b"content-type", content_type.encode())])
+
+
+class GatewaySource(Protocol):
+    """The gateway app, as the metrics port reaches its ``Gateway``."""
+
+    async def startup(self) -> Gateway: ...
+
+
+class MetricsApp:
+    """The separate metrics port: ``GET /metrics`` of the gateway, no key, nothing else."""
+
+    def __init__(self, source: GatewaySource) -> None:
+        self._source = source
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        gateway = await self._source.startup()
+        try:
+            if scope["path"] != "/metrics" or gateway.metrics is None:
+                raise NotFound(f"Unknown path {scope['path']}", code="unknown_url")
+            await serve_metrics(gateway.metrics, scope, send, None)
+        except HastenError as exc:
+            await send_error(send, exc)
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    """Nothing to start: the gateway app's own lifespan builds what this port serves."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING
 
 from hasten.metrics.outcome import CLIENT_GONE_STATUS, COALESCED, RequestOutcome
 from hasten.metrics.usage import usage_tokens
+from hasten.upstream.dispatch import PRIMARY_HEADER
 
 if TYPE_CHECKING:
+    from hasten.cache import CachedAnswer
     from hasten.gateway import Gateway
     from hasten.proxy.handle import Exchange
 
@@ -62,6 +64,40 @@ def build_outcome(ex: Exchange, status: int, error_code: str | None) -> RequestO
         failovers=tuple(failovers.split(", ")) if failovers and ex.is_upstream_call else (),
         semantic_s=ex.semantic_s,
     )
+
+
+def answer_saved(
+    gateway: Gateway, ex: Exchange, entry: CachedAnswer, replay_s: float
+) -> tuple[bytes, bytes] | None:
+    """A cache answer's saving (``hasten.metrics.saved``) as its ``x-hasten-saved-ms``
+    header, kept on ``ex`` for the counter; None without an estimate. ``replay_s``: the
+    pacing still to come, part of what the client waits."""
+    metrics = gateway.metrics
+    if metrics is None:
+        return None
+    tail = entry.body if entry.body is not None else (entry.chunks or (b"",))[-1]
+    ex.usage_tail = tail  # the tokens, even when the client's copy has no usage
+    num_tokens = usage_tokens(tail)[1] or 0
+    waited_s = time.perf_counter() - ex.started_s + replay_s
+    saved_s = metrics.saved.answer_s(ex.model.route.name, num_tokens, waited_s, time.monotonic())
+    return _saved_header(ex, saved_s)
+
+
+def hedge_saved(gateway: Gateway, ex: Exchange) -> tuple[bytes, bytes] | None:
+    """A winning hedge's saving as its header (see ``answer_saved``); None otherwise."""
+    metrics, headers = gateway.metrics, ex.call_headers
+    if metrics is None or not headers or headers.get("x-hasten-hedge") != "won":
+        return None
+    primary = headers.get(PRIMARY_HEADER, "")
+    elapsed_ms = ex.upstream_ttfb_ms or 0.0
+    return _saved_header(ex, metrics.saved.hedge_s(ex.model.route.name, primary, elapsed_ms))
+
+
+def _saved_header(ex: Exchange, saved_s: float | None) -> tuple[bytes, bytes] | None:
+    if saved_s is None:
+        return None
+    ex.saved_s = saved_s
+    return (b"x-hasten-saved-ms", f"{saved_s * 1000.0:.1f}".encode())
 
 
 def emit_outcome(gateway: Gateway, ex: Exchange, status: int, error_code: str | None) -> None:

@@ -46,7 +46,7 @@ from hasten.errors import ClientGone, HastenError
 from hasten.gateway import Gateway
 from hasten.local.gateway import route_name
 from hasten.metrics.outcome import BYPASS, COALESCED, HIT, MISS, OBSERVED_SCOPE_KEY, SEMANTIC
-from hasten.metrics.report import emit_outcome
+from hasten.metrics.report import answer_saved, emit_outcome, hedge_saved
 from hasten.metrics.track import ResponseTrack
 from hasten.proxy.flight import Flight
 from hasten.proxy.headers import response_headers, upstream_headers
@@ -241,7 +241,7 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
         ex.cache_label = COALESCED
     ex.is_upstream_call = is_new
     try:
-        await _serve_flight(ex, flight, b"miss" if decision.is_lookup else b"bypass")
+        await _serve_flight(gateway, ex, flight, b"miss" if decision.is_lookup else b"bypass")
     finally:
         gateway.coalescer.leave(flight)
 
@@ -321,15 +321,13 @@ async def _open(gateway: Gateway, ex: Exchange) -> UpstreamCall:
 async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
     call = await _open(gateway, ex)
     ex.is_upstream_call = True
-    ex.call_headers, ex.deployment, ex.upstream_ttfb_ms = (
-        call.headers,
-        call.upstream.name,
-        call.ttfb_ms,
-    )
+    _note_call(ex, call.headers, call.upstream.name, call.ttfb_ms)
     try:
         status = call.status
         headers = response_headers(call.headers, status, ex.is_stream)
         headers.extend(ex.base_headers(b"bypass", call.ttfb_ms))
+        if (saved := hedge_saved(gateway, ex)) is not None:
+            headers.append(saved)
         if not ex.is_stream or status != 200:
             body = await call.read()
             await send_response(ex.send, status, body, headers)
@@ -383,14 +381,17 @@ async def _pump(gateway: Gateway, ex: Exchange, flight: Flight, stored: _Stored 
         stored.commit()
 
 
-async def _serve_flight(ex: Exchange, flight: Flight, label: bytes) -> None:
+def _note_call(ex: Exchange, headers: Mapping[str, str], name: str, ttfb_ms: float) -> None:
+    """What the metrics learn of the upstream call that answers ``ex``."""
+    ex.call_headers, ex.deployment, ex.upstream_ttfb_ms = headers, name, ttfb_ms
+
+
+async def _serve_flight(gateway: Gateway, ex: Exchange, flight: Flight, label: bytes) -> None:
     await flight.wait_started()
-    ex.call_headers, ex.deployment, ex.upstream_ttfb_ms = (
-        flight.headers,
-        flight.upstream_name,
-        flight.ttfb_ms,
-    )
+    _note_call(ex, flight.headers, flight.upstream_name, flight.ttfb_ms)
     headers = response_headers(flight.headers, flight.status, ex.is_stream)
+    if ex.is_upstream_call and (saved := hedge_saved(gateway, ex)) is not None:
+        headers.append(saved)
     if not ex.is_stream or flight.status != 200:
         body = await flight.read_all()
         if flight.error is not None:
@@ -416,15 +417,19 @@ async def _serve_hit(
     headers = ex.base_headers(label, None)
     if extra_headers:
         headers.extend(extra_headers)
+    frames = answer_frames(entry, include_usage=ex.wants_usage) if ex.is_stream else []
+    is_paced = ex.is_stream and gateway.config.cache.replay != "instant"
+    interval_s = gateway.config.cache.replay_chunk_interval_ms / 1000.0 if is_paced else 0.0
+    saved = answer_saved(gateway, ex, entry, interval_s * max(0, len(frames) - 1))
+    if saved is not None:
+        headers.append(saved)
     if not ex.is_stream:
         await send_json(ex.send, 200, answer_body(entry), headers)
         return
-    frames = answer_frames(entry, include_usage=ex.wants_usage)
     await start_sse(ex.send, headers)
-    if gateway.config.cache.replay == "instant":
+    if not is_paced:
         await send_body(ex.send, b"".join(frames), more_body=False)
         return
-    interval_s = gateway.config.cache.replay_chunk_interval_ms / 1000.0
     for i, frame in enumerate(frames):
         if i:
             await asyncio.sleep(interval_s)
