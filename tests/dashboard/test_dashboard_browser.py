@@ -30,16 +30,14 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.support.ui import WebDriverWait
 
 from hasten.dashboard.histogram import GROWTH, rank
 from hasten.simulator import SimConfig, build_app
 from tests.support.gateway import chat_body, make_config, running_gateway, sim_stats
 from tests.support.servers import ServerThread
-
-pytest.importorskip("selenium", reason="selenium is in the dev extra")
-from selenium import webdriver  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 ADMIN_KEY = "browser-test-admin-key-5f2c"
 PROMPTS = [f"dashboard question {i}" for i in range(8)]
@@ -235,7 +233,7 @@ def test_the_dashboard_shows_what_metrics_and_the_requests_saw(
             shown = _read(chrome)
             _assert_totals_match_the_scrape(shown, scraped, load.seen)
             _assert_window_matches_the_requests(shown, load.seen, upstream_calls)
-            logs = chrome.get_log("browser")
+            logs = chrome.get_log("browser")  # type: ignore[no-untyped-call]
             assert not [entry for entry in logs if entry["level"] == "SEVERE"], logs
             _screenshot(chrome, tmp_path)
 
