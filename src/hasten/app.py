@@ -102,9 +102,13 @@ class HastenApp:
             gateway.metrics = build_metrics(gateway, transport, self._engine)
             gateway.observers.append(gateway.metrics)
         # The dashboard's window is an observer too, after the metrics: they see the same
-        # records, so its totals agree with a scrape.
-        gateway.dashboard = dashboard.Dashboard(RollingWindow(), engine=self._engine)
-        gateway.observers.append(gateway.dashboard.observe)
+        # records, so its totals agree with a scrape. `[metrics] enabled = false` promises
+        # no per-request observation at all: the dashboard then shows live state only.
+        gateway.dashboard = dashboard.Dashboard(
+            RollingWindow(), engine=self._engine, is_observing=self.config.metrics.is_enabled
+        )
+        if gateway.dashboard.is_observing:
+            gateway.observers.append(gateway.dashboard.observe)
         return gateway
 
     async def shutdown(self) -> None:

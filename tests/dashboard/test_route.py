@@ -5,11 +5,13 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 
 import httpx
 import pytest
 
 from hasten.dashboard.route import content_security_policy, load_page
+from hasten.metrics.settings import MetricsConfig
 from hasten.simulator import SimConfig, build_app
 from tests.support.gateway import chat_body, make_config, running_gateway
 from tests.support.servers import ServerThread
@@ -42,7 +44,8 @@ def test_open_without_any_key(sim: ServerThread) -> None:
         data = httpx.get(gateway.url + "/dashboard/data")
         assert data.status_code == 200 and data.headers["cache-control"] == "no-store"
         body = data.json()
-        assert body["snapshot"] == 1
+        assert body["snapshot"] == 1 and body["is_observing"] is True
+        assert body["totals"]["requests"] == 1 and body["window"]["requests"] == 1
         assert [(d["model"], d["deployment"]) for d in body["deployments"]] == [("*", "sim")]
         assert body["cache"]["exact"]["misses"] == 1
         assert httpx.head(gateway.url + "/dashboard").status_code == 200
@@ -97,6 +100,17 @@ def test_tenant_keys_never_open_it(sim: ServerThread) -> None:
             refused = httpx.get(gateway.url + "/dashboard/data", headers=headers)
             assert refused.status_code == 403
             assert refused.json()["error"]["code"] == "admin_api_disabled"
+
+
+def test_without_metrics_nothing_is_observed(sim: ServerThread) -> None:
+    config = replace(make_config({"sim": sim.url + "/v1"}), metrics=MetricsConfig(is_enabled=False))
+    with running_gateway(config) as gateway:
+        reply = httpx.post(gateway.url + "/v1/chat/completions", json=chat_body("x"), timeout=10)
+        assert reply.status_code == 200
+        body = httpx.get(gateway.url + "/dashboard/data").json()
+        assert body["is_observing"] is False
+        assert body["window"]["requests"] == 0 and body["totals"]["requests"] == 0
+        assert [d["wins"] for d in body["deployments"]] == [1]  # live state is still there
 
 
 def test_only_get_and_head(sim: ServerThread) -> None:

@@ -78,8 +78,10 @@ class Dashboard:
         engine: EngineStatus | None = None,
         clock: Callable[[], float] = time.monotonic,
         page: bytes | None = None,
+        is_observing: bool = True,
     ) -> None:
         self.window = window
+        self.is_observing = is_observing  # False: nothing feeds the window
         self._engine = engine
         self._clock = clock
         self._page = page if page is not None else load_page()
@@ -119,6 +121,7 @@ class Dashboard:
             wall_s=time.time(),
         )
         snapshot["snapshot"] = self._num_snapshots
+        snapshot["is_observing"] = self.is_observing
         await send_json(send, 200, orjson.dumps(snapshot), _NO_STORE)
 
 
