@@ -11,18 +11,17 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
-    HistogramMetricFamily,
     Metric,
 )
 from prometheus_client.registry import Collector
 
-from hasten.metrics.registry import GAP_BUCKETS_S, Metrics
+from hasten.metrics.families import export_all
+from hasten.metrics.registry import Metrics
 
 if TYPE_CHECKING:
     from hasten.gateway import Gateway
@@ -48,8 +47,8 @@ class GatewayCollector(Collector):
         self.engine: EngineSample | None = None  # set by the scrape before collecting
 
     def collect(self) -> Iterator[Metric]:
+        yield from export_all(self._metrics.families)
         yield from self._requests()
-        yield from self._gaps()
         yield from self._cache()
         yield from self._routing(time.monotonic())
         if self.engine is not None:
@@ -74,19 +73,6 @@ class GatewayCollector(Collector):
             "hasten_coalescer_flights", "Upstream calls in flight that requests can join",
             len(self._gateway.coalescer),
         )  # fmt: skip
-
-    def _gaps(self) -> Iterator[Metric]:
-        family = HistogramMetricFamily(
-            "hasten_stream_inter_token_gap_seconds",
-            "Gaps between consecutive stream chunks sent to the client (one token each "
-            "with OpenAI-style upstreams)",
-            labels=self._metrics.base_labels,
-        )
-        bounds = [*(format(b, "g") for b in GAP_BUCKETS_S), "+Inf"]
-        for labels, gaps in list(self._metrics.gaps.items()):
-            cumulative = list(accumulate(gaps.buckets))
-            family.add_metric(list(labels), list(zip(bounds, cumulative, strict=True)), gaps.sum_s)
-        yield family
 
     def _cache(self) -> Iterator[Metric]:
         lookups = _tiers("hasten_cache_lookups", "Cache lookups by tier")
