@@ -2,12 +2,14 @@
 
 All three targets front the same zero-latency simulator on loopback, in one run, measured by
 the same in-process client (hasten's own load generator), with targets alternated round by
-round so machine noise lands on all of them alike. Prints one summary line plus JSON.
+round so machine noise lands on all of them alike. A second hasten started with
+``--no-metrics`` runs beside the first, so the cost of the metrics (``GET /metrics``, the
+per-request observation) is measured in the same run. Prints one summary line plus JSON.
 
-    .venv/bin/python bench/overhead.py [--quick] [--no-litellm] [--workers N] [--json]
-                                       [--write-docs]
+    .venv/bin/python bench/overhead.py [--quick] [--no-litellm] [--no-metrics-pair]
+                                       [--workers N] [--json] [--write-docs]
 
-``--workers N`` adds a second hasten target, ``hasten-Nw``: the same gateway served by
+``--workers N`` adds one more hasten target, ``hasten-Nw``: the same gateway served by
 ``hasten serve --workers N`` (its memory is the whole process tree).
 """
 
@@ -28,7 +30,7 @@ from typing import Any
 import litellm_env
 import orjson
 import overhead_docs
-from overhead_figures import THROUGHPUT_CONCURRENCY, Tally, figures, summary_line
+from overhead_figures import NO_METRICS, THROUGHPUT_CONCURRENCY, Tally, figures, summary_line
 from server_process import ServerProcess, clean_environment, free_port, invocation
 
 from hasten.loadgen import LoadSettings, WorkloadSpec, run_load
@@ -75,13 +77,20 @@ def hasten_executable() -> list[str]:
 
 @contextmanager
 def started_servers(
-    workdir: Path, *, with_litellm: bool, litellm_exe: Path | None, num_workers: int = 1
+    workdir: Path,
+    *,
+    with_litellm: bool,
+    litellm_exe: Path | None,
+    with_metrics_pair: bool = True,
+    num_workers: int = 1,
 ) -> Iterator[tuple[dict[str, Target], dict[str, Any]]]:
-    """Simulator, hasten and (optionally) LiteLLM, started together, always stopped after."""
+    """Simulator, hasten (with metrics, and without them unless told not to) and
+    (optionally) LiteLLM, started together, always stopped after."""
     env = clean_environment()
     hasten = hasten_executable()
     sim_port, hasten_port, litellm_port = free_port(), free_port(), free_port()
     workers_port = free_port()
+    bare_port = free_port()
     sim_url = f"http://127.0.0.1:{sim_port}"
     simulator = ServerProcess(
         "simulator",
@@ -107,6 +116,16 @@ def started_servers(
             log_path=workdir / "hasten-workers.log",
             env=env,
         )  # fmt: skip
+    bare = None
+    if with_metrics_pair:
+        bare = ServerProcess(
+            NO_METRICS,
+            [*hasten, "serve", "--host", "127.0.0.1", "--port", str(bare_port),
+             "--upstream", f"{sim_url}/v1", "--sqlite-path", str(workdir / "bare.sqlite3"),
+             "--log-level", "warning", "--no-metrics"],
+            log_path=workdir / "hasten-no-metrics.log",
+            env=env,
+        )  # fmt: skip
     litellm = None
     if with_litellm and litellm_exe is not None:
         config = litellm_env.write_config(workdir, f"{sim_url}/v1")
@@ -116,7 +135,7 @@ def started_servers(
             log_path=workdir / "litellm.log",
             env=litellm_env.environment(env),
         )
-    processes = [p for p in (simulator, gateway, workers, litellm) if p is not None]
+    processes = [p for p in (simulator, gateway, bare, workers, litellm) if p is not None]
     with ExitStack() as stack:
         for process in processes:
             stack.callback(process.stop)
@@ -127,6 +146,9 @@ def started_servers(
             "direct": Target("direct", f"{sim_url}/v1", (simulator,)),
             "hasten": Target("hasten", f"http://127.0.0.1:{hasten_port}/v1", (gateway,)),
         }
+        if bare is not None:
+            bare.wait_ready(f"http://127.0.0.1:{bare_port}/healthz", READY_TIMEOUT_S)
+            targets[NO_METRICS] = Target(NO_METRICS, f"http://127.0.0.1:{bare_port}/v1", (bare,))
         if workers is not None:
             workers_url = f"http://127.0.0.1:{workers_port}"
             workers.wait_ready(f"{workers_url}/healthz", READY_TIMEOUT_S)
@@ -274,6 +296,7 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
             workdir,
             with_litellm=litellm_exe is not None,
             litellm_exe=litellm_exe,
+            with_metrics_pair=not args.no_metrics_pair,
             num_workers=args.workers,
         ) as (
             targets,
@@ -299,6 +322,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer requests: under a minute")
     parser.add_argument("--no-litellm", action="store_true", help="measure direct vs hasten only")
+    parser.add_argument(
+        "--no-metrics-pair",
+        action="store_true",
+        help="skip the second hasten (--no-metrics) that prices the metrics",
+    )
     parser.add_argument(
         "--workers", type=int, default=1, help="also measure hasten serve --workers N (N > 1)"
     )

@@ -9,6 +9,7 @@ from hasten.loadgen.report import LoadReport
 from hasten.loadgen.stats import Summary, summarize
 
 THROUGHPUT_CONCURRENCY = 32
+NO_METRICS = "hasten-no-metrics"  # the same gateway with --no-metrics: what metrics cost
 
 
 @dataclass
@@ -89,6 +90,8 @@ def figures(tallies: dict[str, Tally], cache_hits: LoadReport) -> dict[str, Any]
             for name, t in tallies.items()
         },
     }
+    if NO_METRICS in tallies:
+        result["metrics_cost"] = metrics_cost(sequential, stream, throughput)
     if "litellm" in tallies:
         hasten_added, litellm_added = result["added_ms"]["hasten"], result["added_ms"]["litellm"]
         result["ratios"] = {
@@ -102,6 +105,20 @@ def figures(tallies: dict[str, Tally], cache_hits: LoadReport) -> dict[str, Any]
             throughput["hasten"], throughput["litellm"]
         )
     return result
+
+
+def metrics_cost(
+    sequential: dict[str, Any], stream: dict[str, Any], throughput: dict[str, float | None]
+) -> dict[str, Any]:
+    """hasten with metrics against hasten without them: the budget is +0.05 ms p50 and
+    throughput within 5%."""
+    return {
+        "added_ms": {
+            "sequential": added(sequential["hasten"], sequential[NO_METRICS]),
+            "stream_ttft": added(stream["hasten"], stream[NO_METRICS]),
+        },
+        "throughput_ratio": ratio(throughput["hasten"], throughput[NO_METRICS]),
+    }
 
 
 def summary_line(result: dict[str, Any]) -> str:
@@ -123,6 +140,15 @@ def summary_line(result: dict[str, Any]) -> str:
         f"@{THROUGHPUT_CONCURRENCY}: "
         + ", ".join(f"{name} {value} req/s" for name, value in rps.items())
     )
+    if "metrics_cost" in result:
+        cost = result["metrics_cost"]
+        parts.append(
+            "metrics cost {} ms p50 (stream TTFT {}), throughput x{}".format(
+                cost["added_ms"]["sequential"]["p50"],
+                cost["added_ms"]["stream_ttft"]["p50"],
+                cost["throughput_ratio"],
+            )
+        )
     parts.append(f"cache hit p50 {result['cache_hit_ms']['p50']} ms")
     idle_mb = result["rss_mb"]["idle_after_load"]
     parts.append("idle RSS " + ", ".join(f"{name} {mb} MB" for name, mb in idle_mb.items()))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -131,3 +133,52 @@ def test_admin_key_is_the_operator_and_never_a_model_key(keys: tuple[TenantKey, 
     with pytest.raises(Unauthorized, match="admin key"):
         auth.tenant_for(b"Bearer admin-key-789")
     assert "admin-key-789" not in repr(vars(auth))
+
+
+def _basic(user: bytes, password: bytes) -> bytes:
+    return b"Basic " + base64.b64encode(user + b":" + password)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b"Bearer the-admin-key",
+        b"bearer   the-admin-key ",
+        _basic(b"", b"the-admin-key"),
+        _basic(b"anyone", b"the-admin-key"),
+        b"basic " + _basic(b"x", b"the-admin-key")[6:],
+    ],
+)
+def test_admin_credential_as_bearer_or_basic_password(header: bytes) -> None:
+    assert Authenticator(KEYS, "the-admin-key").is_admin_credential(header)
+    assert Authenticator((), "the-admin-key").is_admin_credential(header)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        None,
+        b"",
+        b"Basic",
+        b"Basic !!!not-base64",
+        _basic(b"the-admin-key", b""),  # the key as the user name is not the password
+        b"Basic " + b"dGhlLWFkbWluLWtleQ==",  # "the-admin-key" without a colon
+        _basic(b"x", b"the-admin-ke"),
+        _basic(b"x", b"the-admin-key "),
+        b"Bearer key-a-123",  # a tenant key is not the admin key
+        _basic(b"x", b"key-a-123"),
+        b"Digest the-admin-key",
+    ],
+)
+def test_other_credentials_are_not_the_admin_key(header: bytes | None) -> None:
+    assert not Authenticator(KEYS, "the-admin-key").is_admin_credential(header)
+
+
+def test_no_admin_key_no_admin_credential() -> None:
+    assert not Authenticator(KEYS).is_admin_credential(_basic(b"x", b""))
+    assert not Authenticator(()).is_admin_credential(b"Bearer anything")
+
+
+def test_basic_is_never_a_model_caller() -> None:
+    with pytest.raises(Unauthorized):
+        Authenticator(KEYS, "the-admin-key").caller(_basic(b"x", b"the-admin-key"))

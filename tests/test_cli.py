@@ -127,6 +127,25 @@ def test_check_config_describes_tracing_without_header_values(
     assert "tracing" not in capsys.readouterr().out
 
 
+def test_check_config_describes_metrics(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _cli_main(["check-config", str(_write(tmp_path, ""))]) == 0
+    assert "metrics: GET /metrics on the gateway port, without a tenant label" in (
+        capsys.readouterr().out
+    )
+    path = _write(tmp_path, "[metrics]\nport = 9464\ntenant_label = true\n")
+    assert _cli_main(["check-config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "metrics: GET /metrics on the gateway port and on 127.0.0.1:9464, with a tenant" in out
+
+
+def test_metrics_flags_override_the_file(tmp_path: Path) -> None:
+    path = _write(tmp_path, "[metrics]\nport = 9464\n")
+    config = server.resolve_config(_args("--config", str(path), "--metrics-port", "9100"), {})
+    assert config.metrics.port == 9100 and config.metrics.is_enabled
+    assert not server.resolve_config(_args("--no-metrics"), {}).metrics.is_enabled
+    assert server.resolve_config(_args(), {}).metrics.port is None
+
+
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [

@@ -13,14 +13,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
-from hasten import admin
+from hasten import admin, dashboard
 from hasten.asgi import Message, Receive, Scope, Send, header, send_error, send_json
 from hasten.auth import Authenticator, Caller
 from hasten.cache import TieredCache, build_cache
 from hasten.config import GatewayConfig
 from hasten.config.served import served_config
+from hasten.dashboard.window import RollingWindow
 from hasten.errors import ClientGone, HastenError, MethodNotAllowed, NotFound
 from hasten.gateway import Gateway, Stats
+from hasten.metrics.endpoint import OBSERVED_SCOPE_KEY, build_metrics, serve_metrics
 from hasten.openapi import openapi_json
 from hasten.policy import POLICY_HEADER, PolicyBook
 from hasten.proxy.handle import MODEL_SCOPE_KEY, TENANT_SCOPE_KEY, handle
@@ -108,17 +110,30 @@ class HastenApp:
         tracing = self._tracing
         if tracing is None:
             tracing = Tracing.from_config(self.config.telemetry)
-        return Gateway(
+        client = UpstreamClient(transport, rng=random.Random())
+        gateway = Gateway(
             config=self.config,
             router=ModelRouter(self.config),
             auth=Authenticator(server.api_keys, server.admin_api_key),
             stats=Stats(is_per_tenant=bool(server.api_keys)),
-            client=UpstreamClient(transport, rng=random.Random()),
+            client=client,
             cache=cache,
             semantic=_semantic_tier(self.config, cache),
             policies=_policy_book(self.config),
             tracing=tracing,
         )
+        if self.config.metrics.is_enabled:
+            gateway.metrics = build_metrics(gateway, transport, self._engine)
+            gateway.observers.append(gateway.metrics)
+        # The dashboard's window is an observer too, after the metrics: they see the same
+        # records, so its totals agree with a scrape. `[metrics] enabled = false` promises
+        # no per-request observation at all: the dashboard then shows live state only.
+        gateway.dashboard = dashboard.Dashboard(
+            RollingWindow(), engine=self._engine, is_observing=self.config.metrics.is_enabled
+        )
+        if gateway.dashboard.is_observing:
+            gateway.observers.append(gateway.dashboard.observe)
+        return gateway
 
     async def shutdown(self) -> None:
         self._is_stopping = True
@@ -175,6 +190,8 @@ class HastenApp:
         except HastenError as exc:
             _log_error(request_id, exc)
             gateway.stats.count(f"error_{exc.status_code}")
+            if gateway.metrics is not None and OBSERVED_SCOPE_KEY not in scope:
+                gateway.metrics.count_error(exc.status_code, exc.code)
             if start is None:
                 await _send_error(tracked_send, exc, request_id, started_s)
         except ClientGone:
@@ -196,6 +213,12 @@ class HastenApp:
         method: str = scope["method"]
         if path in admin.PATHS:
             await admin.handle(gateway, scope, receive, send)
+            return
+        if path == "/metrics" and gateway.metrics is not None:
+            await serve_metrics(gateway.metrics, scope, send, gateway.auth)
+            return
+        if path in dashboard.PATHS and gateway.dashboard is not None:
+            await gateway.dashboard.handle(gateway, scope, send)
             return
         endpoint = _ENDPOINTS.get(path)
         if endpoint is not None:

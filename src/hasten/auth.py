@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 from dataclasses import dataclass
@@ -63,6 +65,16 @@ class Authenticator:
             )
         return caller.tenant
 
+    def is_admin_credential(self, authorization: bytes | None) -> bool:
+        """True for the admin key, as a Bearer token or as the password of HTTP Basic (the
+        only way a browser sends a secret on navigation; the user name is ignored)."""
+        if self._admin is None:
+            return False
+        token = _bearer(authorization)
+        if token is None:
+            token = _basic_password(authorization)
+        return token is not None and hmac.compare_digest(self._admin, _digest(token))
+
     def caller(self, authorization: bytes | None) -> Caller:
         """Who is asking; raises 401 for a missing or unknown key when keys are enforced."""
         token = _bearer(authorization)
@@ -89,3 +101,17 @@ def _bearer(authorization: bytes | None) -> bytes | None:
     if scheme.lower() != b"bearer" or not token.strip():
         return None
     return token.strip()
+
+
+def _basic_password(authorization: bytes | None) -> bytes | None:
+    if not authorization:
+        return None
+    scheme, _, encoded = authorization.strip().partition(b" ")
+    if scheme.lower() != b"basic":
+        return None
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    _, colon, password = decoded.partition(b":")
+    return password if colon and password else None

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from hasten import __version__
 from hasten.config import GatewayConfig, load_config, redact_url
 from hasten.errors import ConfigError
+from hasten.metrics.settings import describe_metrics
 
 DESCRIPTION = """\
 hasten makes LLM applications answer faster: point your OpenAI SDK's base_url at it.
@@ -99,6 +100,7 @@ def _describe(path: str, config: GatewayConfig) -> str:
             f"  tracing: OTLP/HTTP to {redact_url(telemetry.otlp_endpoint)}, service "
             f"{telemetry.service_name}, sample ratio {telemetry.sample_ratio:g}{headers}"
         )
+    lines.append("  " + describe_metrics(config.metrics))
     if not config.upstreams:
         lines.append("  no upstreams: `hasten serve` will front the built-in simulator")
     return "\n".join(lines)

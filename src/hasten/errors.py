@@ -17,6 +17,7 @@ Our exception hierarchy::
     |   |   +-- ModelNotFound    404 model_not_found
     |   +-- MethodNotAllowed     405, with an Allow header
     +-- Unauthorized             401 authentication_error
+    |   +-- CredentialsRequired  401 with WWW-Authenticate: Basic (the dashboard)
     +-- Forbidden                403 permission_error
     |   +-- AdminDisabled
     +-- RateLimited              429 rate_limit_error, Retry-After when known
@@ -113,6 +114,15 @@ class Unauthorized(HastenError):
     status_code = 401
     error_type = "authentication_error"
     default_code = "invalid_api_key"
+
+
+class CredentialsRequired(Unauthorized):
+    """A 401 a browser answers with its own login prompt, then repeats on same-origin
+    fetches: how the dashboard gets the admin key without putting it in a URL."""
+
+    def __init__(self, message: str, *, realm: str = "hasten") -> None:
+        super().__init__(message)
+        self.headers["www-authenticate"] = f'Basic realm="{realm}", charset="UTF-8"'
 
 
 class Forbidden(HastenError):

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from hasten.auth import Authenticator
 from hasten.cache import TieredCache
 from hasten.config import GatewayConfig
+from hasten.metrics.outcome import Observer
 from hasten.policy import PolicyBook
 from hasten.proxy.flight import Coalescer
 from hasten.routing.models import ModelRouter
@@ -18,6 +19,8 @@ from hasten.telemetry.tracing import Tracing
 from hasten.upstream.client import UpstreamClient
 
 if TYPE_CHECKING:
+    from hasten.dashboard import Dashboard
+    from hasten.metrics.registry import Metrics
     from hasten.semantic.tier import SemanticTier
 
 
@@ -64,3 +67,7 @@ class Gateway:
     stats: Stats = field(default_factory=Stats)
     request_ids: RequestIds = field(default_factory=RequestIds)
     tracing: Tracing = field(default_factory=Tracing)
+    metrics: Metrics | None = None  # None with ``[metrics] enabled = false``
+    # Called once per finished completion/embeddings request (hasten.metrics.outcome).
+    observers: list[Observer] = field(default_factory=list)
+    dashboard: Dashboard | None = None  # GET /dashboard; built by the app at startup

@@ -88,7 +88,8 @@ def test_a_typo_in_any_table_has_the_same_message_shape(
 def test_a_typo_at_the_top_level_lists_every_table() -> None:
     message = _gateway_error({"bogus": 1})
     tables = (
-        "aliases, cache, hybrid, local, models, semantic, server, telemetry, tenants, upstreams"
+        "aliases, cache, hybrid, local, metrics, models, semantic, server, telemetry, tenants, "
+        "upstreams"
     )
     assert message == f"bogus: unknown key (known: {tables})"
 
@@ -102,6 +103,7 @@ WRONG_TYPES: list[tuple[str, Callable[[Path], str]]] = [
         lambda _: _gateway_error({**TENANT, "tenants": {"t": {"policy": {"max_n": "2"}}}}),
     ),
     ("telemetry.sample_ratio", lambda _: _gateway_error({"telemetry": {"sample_ratio": "x"}})),
+    ("metrics.enabled", lambda _: _gateway_error({"metrics": {"enabled": "yes"}})),
     ("hybrid.policy", lambda _: _gateway_error({**CLOUD, "hybrid": {"policy": 1}})),
     ("local.n_ctx", lambda _: _gateway_error({"local": {"n_ctx": "big"}})),
     ("local.n_ctx", lambda p: _file_error(p, '[local]\nn_ctx = "big"\n', load_local_config)),

@@ -287,7 +287,11 @@ def test_with_upstream_rejects_bad_url() -> None:
 @pytest.mark.parametrize(
     ("text", "path", "known"),
     [
-        ("bogus = 1\n", "bogus", "aliases, cache, hybrid, local, models, semantic, server"),
+        (
+            "bogus = 1\n",
+            "bogus",
+            "aliases, cache, hybrid, local, metrics, models, semantic, server",
+        ),
         ("[server]\nhots = 'x'\n", "server.hots", "host"),
         ("[cache]\nbakend = 'memory'\n", "cache.bakend", "backend"),
         (

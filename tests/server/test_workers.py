@@ -126,6 +126,12 @@ def test_semantic_with_workers_needs_the_shared_redis_tier() -> None:
     check_workers(parse_config({"semantic": {"enabled": True}}, {}))  # one worker: fine
 
 
+def test_a_metrics_port_with_workers_is_refused() -> None:
+    with pytest.raises(ConfigError, match="metrics"):
+        check_workers(parse_config({"server": {"workers": 2}, "metrics": {"port": 9464}}, {}))
+    check_workers(parse_config({"metrics": {"port": 9464}}, {}))
+
+
 # --- real processes ---------------------------------------------------------------------------
 
 

@@ -54,6 +54,7 @@ class TieredCache:
         self._pending: set[asyncio.Task[None]] = set()
         self._l1_hits = 0
         self._l2_hits = 0
+        self._l2_lookups = 0
         self._misses = 0
         self._writes = 0
         self._write_errors = 0
@@ -74,6 +75,7 @@ class TieredCache:
             self._misses += 1
             return None
         if self.l2 is not None:
+            self._l2_lookups += 1
             entry = await self._l2_get(key)
             if entry is not None and entry.is_fresh(now):
                 self.l1.put(key, entry)
@@ -141,6 +143,7 @@ class TieredCache:
         }
         if self.l2 is not None:
             stats["l2_healthy"] = self.l2.is_healthy
+            stats["l2_lookups"] = self._l2_lookups
             for name, count in self.l2.counters().items():
                 stats[f"l2_{name}"] = count
         return stats

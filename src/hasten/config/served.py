@@ -42,6 +42,8 @@ class Overrides:
     is_cache_disabled: bool = False
     upstream_url: str | None = None  # fronted for every model name (``--upstream``)
     upstream_api_key: str | None = field(default=None, repr=False)
+    metrics_port: int | None = None  # ``--metrics-port``: /metrics on a port of its own
+    is_metrics_disabled: bool = False  # ``--no-metrics``
 
 
 def served_config(
@@ -73,6 +75,10 @@ def _overridden(config: GatewayConfig, overrides: Overrides) -> GatewayConfig:
         num_workers=overrides.num_workers or server.num_workers,
     )
     config = replace(config, server=server, cache=_cache_overridden(config.cache, overrides))
+    if overrides.is_metrics_disabled:
+        config = replace(config, metrics=replace(config.metrics, is_enabled=False))
+    elif overrides.metrics_port is not None:
+        config = replace(config, metrics=replace(config.metrics, port=overrides.metrics_port))
     if overrides.upstream_url:
         config = with_upstream(config, overrides.upstream_url, overrides.upstream_api_key)
     return config

@@ -18,6 +18,7 @@ from hasten.config.semantic import SemanticConfig, parse_semantic
 from hasten.config.telemetry import TelemetryConfig, parse_telemetry
 from hasten.errors import ConfigError
 from hasten.local.config import LocalServerConfig, parse_local
+from hasten.metrics.settings import MetricsConfig, parse_metrics
 from hasten.policy.config import ParamPolicy, parse_policy
 from hasten.proxy.validation import DEFAULT_MAX_JSON_DEPTH, MAX_JSON_DEPTH_LIMIT
 from hasten.routing.hybrid import HybridConfig, parse_hybrid
@@ -154,6 +155,7 @@ class GatewayConfig:
     # [tenants.<name>.policy], by tenant (a tenant of [server] api_keys): hasten.policy
     tenant_policies: Mapping[str, ParamPolicy] = field(default_factory=dict)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     @property
     def is_simulated(self) -> bool:
@@ -470,10 +472,12 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str]) -> GatewayConf
     semantic = parse_semantic(root.table("semantic"))
     tenant_policies = _tenant_policies(root.table("tenants"), server.api_keys)
     telemetry = parse_telemetry(root.table("telemetry"))
+    metrics = parse_metrics(root.table("metrics"))
     root.finish()
     return GatewayConfig(
         semantic=semantic,
         telemetry=telemetry,
+        metrics=metrics,
         server=server,
         upstreams=upstreams,
         models=models,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -42,9 +42,12 @@ from hasten.cache import (
     request_key,
 )
 from hasten.cache.replay import answer_body, answer_frames
-from hasten.errors import HastenError
+from hasten.errors import ClientGone, HastenError
 from hasten.gateway import Gateway
 from hasten.local.gateway import route_name
+from hasten.metrics.outcome import BYPASS, COALESCED, HIT, MISS, OBSERVED_SCOPE_KEY, SEMANTIC
+from hasten.metrics.report import answer_saved, emit_outcome, hedge_saved
+from hasten.metrics.track import ResponseTrack
 from hasten.policy import POLICY_HEADER
 from hasten.proxy.flight import Flight
 from hasten.proxy.headers import response_headers, upstream_headers
@@ -95,6 +98,16 @@ class Exchange:
     is_usage_added: bool = False
     is_rewritten: bool = False  # a parameter policy changed ``body`` (hasten.policy)
     trace: Stage = NO_STAGE  # the request's root span (hasten.telemetry)
+    # What the metrics observers learn (hasten.metrics.report); set along the way.
+    track: ResponseTrack | None = None
+    cache_label: str = BYPASS
+    call_headers: Mapping[str, str] | None = None  # the upstream's, with the router's account
+    deployment: str | None = None
+    upstream_ttfb_ms: float | None = None
+    is_upstream_call: bool = False
+    semantic_s: float | None = None
+    saved_s: float | None = None
+    usage_tail: bytes | None = None  # where the usage is when the client's copy has none
 
     def base_headers(self, cache_label: bytes, ttfb_ms: float | None) -> Headers:
         gateway_ms = (time.perf_counter() - self.started_s) * 1000.0 - (ttfb_ms or 0.0)
@@ -124,7 +137,10 @@ async def handle(
         exchange.trace = trace
         describe_request(trace, endpoint.name, exchange.body)
         with DisconnectWatcher(receive):
-            await _dispatch(gateway, exchange)
+            if not gateway.observers:
+                await _dispatch(gateway, exchange)
+                return
+            await _observed(gateway, exchange)
 
 
 async def _exchange(
@@ -169,6 +185,24 @@ async def _exchange(
         upstream_headers(scope, is_stream, not gateway.auth.is_enforcing, is_trace_forwarded),
         is_rewritten=applied is not None,
     )
+
+
+async def _observed(gateway: Gateway, ex: Exchange) -> None:
+    """``_dispatch`` with the client's view recorded, reported once the response is over."""
+    track = ex.track = ResponseTrack(ex.send)
+    ex.send = track.send
+    ex.scope[OBSERVED_SCOPE_KEY] = True
+    status, code = 0, None
+    try:
+        await _dispatch(gateway, ex)
+    except HastenError as exc:
+        status, code = exc.status_code, exc.code
+        raise
+    except (ClientGone, asyncio.CancelledError):
+        code = "client_gone"
+        raise
+    finally:
+        emit_outcome(gateway, ex, status, code)
 
 
 def _asks_usage(body: dict[str, Any]) -> bool:
@@ -219,11 +253,13 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
             lookup.set("hasten.cache.is_hit", entry is not None)
         if entry is not None:
             gateway.stats.count("hit", tenant=ex.tenant)
+            ex.cache_label = HIT
             ex.trace.set("hasten.cache", "hit")
             with ex.trace.child("cache.replay"):
                 await _serve_hit(gateway, ex, entry, b"hit")
             return
         if gateway.semantic is not None and ex.endpoint is CHAT:
+            looked_s = time.perf_counter()
             with ex.trace.child("semantic.lookup") as lookup:
                 found = await gateway.semantic.find(
                     ex.body,
@@ -233,14 +269,17 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
                     trace=lookup,
                 )
                 lookup.set("hasten.cache.is_hit", found.hit is not None)
+            ex.semantic_s = time.perf_counter() - looked_s
             if found.hit is not None:
                 gateway.stats.count("semantic_hit", tenant=ex.tenant)
+                ex.cache_label = SEMANTIC
                 ex.trace.set("hasten.cache", "semantic")
                 with ex.trace.child("cache.replay"):
                     hit = found.hit
                     await _serve_hit(gateway, ex, hit.entry, b"semantic", hit.headers())
                 return
     gateway.stats.count("miss" if decision.is_lookup else "bypass", tenant=ex.tenant)
+    ex.cache_label = MISS if decision.is_lookup else BYPASS
     ex.trace.set("hasten.cache", "miss" if decision.is_lookup else "bypass")
     stored = _Stored(gateway, ex, key, namespace, found) if decision.is_store else None
     can_add_usage = ex.model.has_stream_options
@@ -249,9 +288,12 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
     flight, is_new = gateway.coalescer.join(flight_key, lambda f: _pump(gateway, ex, f, stored))
     if not is_new:
         gateway.stats.count("coalesced", tenant=ex.tenant)
+        ex.cache_label = COALESCED
         ex.trace.set("hasten.coalesced", True)
+    ex.is_upstream_call = is_new
     try:
-        await _serve_flight(ex, flight, b"miss" if decision.is_lookup else b"bypass", not is_new)
+        label = b"miss" if decision.is_lookup else b"bypass"
+        await _serve_flight(gateway, ex, flight, label, not is_new)
     finally:
         gateway.coalescer.leave(flight)
 
@@ -331,10 +373,14 @@ async def _open(gateway: Gateway, ex: Exchange) -> UpstreamCall:
 
 async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
     call = await _open(gateway, ex)
+    ex.is_upstream_call = True
+    _note_call(ex, call.headers, call.upstream.name, call.ttfb_ms)
     try:
         status = call.status
         headers = response_headers(call.headers, status, ex.is_stream)
         headers.extend(ex.base_headers(b"bypass", call.ttfb_ms))
+        if (saved := hedge_saved(gateway, ex)) is not None:
+            headers.append(saved)
         if not ex.is_stream or status != 200:
             body = await call.read()
             describe_answer(ex.trace, status, body, is_stream=False)
@@ -394,13 +440,23 @@ async def _pump(gateway: Gateway, ex: Exchange, flight: Flight, stored: _Stored 
         stored.commit()
 
 
-async def _serve_flight(ex: Exchange, flight: Flight, label: bytes, is_follower: bool) -> None:
+def _note_call(ex: Exchange, headers: Mapping[str, str], name: str, ttfb_ms: float) -> None:
+    """What the metrics learn of the upstream call that answers ``ex``."""
+    ex.call_headers, ex.deployment, ex.upstream_ttfb_ms = headers, name, ttfb_ms
+
+
+async def _serve_flight(
+    gateway: Gateway, ex: Exchange, flight: Flight, label: bytes, is_follower: bool
+) -> None:
     if is_follower:
         with ex.trace.child("coalescing.wait"):
             await flight.wait_started()
     else:
         await flight.wait_started()
+    _note_call(ex, flight.headers, flight.upstream_name, flight.ttfb_ms)
     headers = response_headers(flight.headers, flight.status, ex.is_stream)
+    if ex.is_upstream_call and (saved := hedge_saved(gateway, ex)) is not None:
+        headers.append(saved)
     if not ex.is_stream or flight.status != 200:
         body = await flight.read_all()
         if flight.error is not None:
@@ -416,6 +472,8 @@ async def _serve_flight(ex: Exchange, flight: Flight, label: bytes, is_follower:
     describe_answer(ex.trace, flight.status, flight.chunks, is_stream=True)
     if flight.error is not None:
         ex.trace.fail(flight.error)
+    if ex.is_usage_added and ex.track is not None:
+        ex.usage_tail = b"".join(flight.chunks[-2:])  # the client's copy has no usage
 
 
 async def _serve_hit(
@@ -429,15 +487,19 @@ async def _serve_hit(
     if extra_headers:
         headers.extend(extra_headers)
     describe_cached(ex.trace, entry)
+    frames = answer_frames(entry, include_usage=ex.wants_usage) if ex.is_stream else []
+    is_paced = ex.is_stream and gateway.config.cache.replay != "instant"
+    interval_s = gateway.config.cache.replay_chunk_interval_ms / 1000.0 if is_paced else 0.0
+    saved = answer_saved(gateway, ex, entry, interval_s * max(0, len(frames) - 1))
+    if saved is not None:
+        headers.append(saved)
     if not ex.is_stream:
         await send_json(ex.send, 200, answer_body(entry), headers)
         return
-    frames = answer_frames(entry, include_usage=ex.wants_usage)
     await start_sse(ex.send, headers)
-    if gateway.config.cache.replay == "instant":
+    if not is_paced:
         await send_body(ex.send, b"".join(frames), more_body=False)
         return
-    interval_s = gateway.config.cache.replay_chunk_interval_ms / 1000.0
     for i, frame in enumerate(frames):
         if i:
             await asyncio.sleep(interval_s)

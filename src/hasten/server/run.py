@@ -22,6 +22,7 @@ from hasten.errors import ConfigError
 from hasten.local.config import LocalServerConfig
 from hasten.local.gateway import LOCAL, is_local_available
 from hasten.local.supervisor import EngineSupervisor, RestartSettings
+from hasten.metrics.endpoint import MetricsApp
 from hasten.server import logs
 from hasten.server.connection import bind, uvicorn_server
 from hasten.server.logs import LOG_FORMATS
@@ -70,6 +71,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the local model",
     )
     parser.add_argument(
+        "--metrics-port",
+        type=int,
+        help="also serve GET /metrics, with no key, on this port ([metrics] host, "
+        "default 127.0.0.1)",
+    )
+    parser.add_argument(
+        "--no-metrics",
+        action="store_true",
+        help="no /metrics and no per-request measurement ([metrics] enabled = false)",
+    )
+    parser.add_argument(
         "--log-level",
         default=None,
         choices=("debug", "info", "warning", "error"),
@@ -109,6 +121,8 @@ def overrides_from_cli(args: argparse.Namespace, env: Mapping[str, str]) -> Over
         is_cache_disabled=args.no_cache,
         upstream_url=upstream_url,
         upstream_api_key=upstream_key if upstream_url else None,
+        metrics_port=_port(getattr(args, "metrics_port", None)),
+        is_metrics_disabled=bool(getattr(args, "no_metrics", False)),
     )
 
 
@@ -168,6 +182,10 @@ async def _serve(config: GatewayConfig, *, is_simulator_default: bool) -> None:
             return
         app = HastenApp(config, engine=supervisor)
         servers.append((uvicorn_server(app, server.log_level, server, server.log_format), sock))
+        metrics = config.metrics
+        if metrics.is_enabled and metrics.port is not None:
+            metrics_sock = bind(metrics.host, metrics.port)
+            servers.append((uvicorn_server(MetricsApp(app), "warning"), metrics_sock))
         print(_banner(config, sock, supervisor), file=sys.stderr, flush=True)
         await asyncio.gather(*(server.serve(sockets=[s]) for server, s in servers))
     finally:

@@ -52,6 +52,12 @@ def check_workers(config: GatewayConfig) -> None:
     """Refuses a worker count the rest of the config cannot serve correctly."""
     if config.server.num_workers <= 1:
         return
+    if config.metrics.is_enabled and config.metrics.port is not None:
+        raise ConfigError(
+            f"workers = {config.server.num_workers} with [metrics] port: one port cannot "
+            "serve every worker's counters; scrape /metrics on the gateway port instead "
+            "(each scrape describes the worker that answered it)"
+        )
     semantic = config.semantic
     if semantic.is_enabled and config.cache.backend != "redis":
         raise ConfigError(

@@ -243,6 +243,14 @@ class UpstreamClient:
             self._start_probes(pool, route.upstreams, route.routing)
         return pool
 
+    def existing_pool(self, name: str) -> DeploymentPool | None:
+        """The pool of route ``name`` if a request has gone there yet; never creates one."""
+        return self._pools.get(name)
+
+    def pools(self) -> dict[str, DeploymentPool]:
+        """Every route's pool so far, by route name (a copy: for a metrics scrape)."""
+        return dict(self._pools)
+
     def routing_state(self) -> dict[str, object]:
         """Every model's pool as JSON-ready data, for ``GET /admin/routing``."""
         now_s = time.monotonic()

@@ -34,6 +34,7 @@ from hasten.upstream.retry import retry_delay_s
 from hasten.upstream.transport import Transport
 
 _log = logging.getLogger("hasten.dispatch")
+PRIMARY_HEADER = "x-hasten-primary"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,11 +55,15 @@ class Decision:
     deployment: str = ""
     hedge: str = ""  # "", "won", "lost" (the primary won after all), "denied"
     failovers: list[str] = field(default_factory=list)
+    primary: str = ""  # the first-ranked deployment
 
     def headers(self) -> dict[str, str]:
         headers = {"x-hasten-upstream": self.deployment, "x-hasten-route": self.ranking}
         if self.hedge:
             headers["x-hasten-hedge"] = self.hedge
+        if self.hedge == "won":
+            # For the time-saved estimate (hasten.metrics.saved); not passed to clients.
+            headers[PRIMARY_HEADER] = self.primary
         if self.failovers:
             headers["x-hasten-failover"] = ", ".join(self.failovers)
         return headers
@@ -141,6 +146,7 @@ class Dispatch:
         )
         self._order = list(ranking.order)
         self._decision.ranking = ranking.reason
+        self._decision.primary = self._order[0]
         self._deadline_s = now_s + self._upstreams[self._order[0]].timeouts.total_s
         self._start(self._order[0], is_hedge=False)
         outcome: Won | GaveUp | None = None

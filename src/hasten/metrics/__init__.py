@@ -1,0 +1,1 @@
+"""Prometheus metrics and the per-request outcome seam (see ``outcome``)."""

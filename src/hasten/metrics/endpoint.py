@@ -1,0 +1,177 @@
+"""``GET /metrics``: who may scrape, the engine's numbers, and the exposition format.
+
+With an admin key configured, the gateway port's ``/metrics`` takes it as a bearer token
+(how Prometheus' ``authorization`` scrape setting sends it); with tenant keys but no admin
+key it is refused (a tenant key must not see every tenant's traffic); with neither it is
+open, like ``/stats``. The separate metrics port (``[metrics] port``) asks for no key and
+binds loopback unless told otherwise. The format follows the ``Accept`` header: OpenMetrics
+when the scraper asks for ``application/openmetrics-text``, the text format otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import orjson
+from prometheus_client.exposition import choose_encoder
+
+from hasten.asgi import Receive, Scope, Send, header, send_error, send_response
+from hasten.auth import Authenticator
+from hasten.errors import (
+    AdminDisabled,
+    Forbidden,
+    HastenError,
+    MethodNotAllowed,
+    NotFound,
+    Unauthorized,
+)
+from hasten.metrics.collector import EngineSample, GatewayCollector
+from hasten.metrics.outcome import OBSERVED_SCOPE_KEY
+from hasten.metrics.registry import Metrics
+from hasten.upstream.transport import Transport, UpstreamRequest
+
+if TYPE_CHECKING:
+    from hasten.gateway import Gateway
+
+__all__ = ["OBSERVED_SCOPE_KEY", "MetricsApp", "build_metrics", "render", "serve_metrics"]
+
+_log = logging.getLogger("hasten.metrics")
+ENGINE_SCRAPE_TIMEOUT_S = 0.5  # a scrape must not hang on a stuck child
+
+
+@runtime_checkable
+class EngineChild(Protocol):
+    """The local engine's supervisor, as a scrape sees it (``local/supervisor.py``)."""
+
+    url: str  # the child's OpenAI base URL, ``http://127.0.0.1:<port>/v1``
+
+    def status(self) -> dict[str, object]: ...
+
+
+class Scrape:
+    """What one ``/metrics`` request needs: the metrics, their collector, the engine."""
+
+    def __init__(
+        self, metrics: Metrics, collector: GatewayCollector, transport: Transport, engine: object
+    ) -> None:
+        self.metrics, self.collector, self._transport = metrics, collector, transport
+        self._engine = engine if isinstance(engine, EngineChild) else None
+
+    async def sample_engine(self) -> None:
+        engine = self._engine
+        if engine is None:
+            return
+        status = engine.status()
+        state = str(status.get("state", ""))
+        restarts = status.get("restarts", 0)
+        stats: dict[str, object] = {}
+        if state == "ready":
+            stats = await self._engine_stats(engine.url.removesuffix("/v1") + "/health")
+        self.collector.engine = EngineSample(
+            state, restarts if isinstance(restarts, int) else 0, stats
+        )
+
+    async def _engine_stats(self, url: str) -> dict[str, object]:
+        timeout_s = ENGINE_SCRAPE_TIMEOUT_S
+        request = UpstreamRequest(
+            "GET", url, {"accept": "application/json"}, None, *(timeout_s,) * 2
+        )
+        try:
+            async with asyncio.timeout(timeout_s):
+                response = await self._transport.send(request)
+                try:
+                    body = await response.read(timeout_s)
+                finally:
+                    response.close()
+            parsed = orjson.loads(body)
+        except (HastenError, TimeoutError, orjson.JSONDecodeError) as exc:
+            _log.info("engine stats not scraped: %s", exc)
+            return {}
+        return parsed if isinstance(parsed, dict) else {}
+
+
+def build_metrics(gateway: Gateway, transport: Transport, engine: object) -> Metrics:
+    """The metrics of ``gateway``, with its scrape-time collector registered."""
+    metrics = Metrics(gateway.client, is_tenant_label=gateway.config.metrics.is_tenant_label)
+    collector = GatewayCollector(gateway, metrics)
+    metrics.registry.register(collector)
+    metrics.scrape = Scrape(metrics, collector, transport, engine)
+    return metrics
+
+
+def check_access(auth: Authenticator, scope: Scope) -> None:
+    """Raises unless this caller may scrape the gateway port's ``/metrics``."""
+    if auth.has_admin_key:
+        caller = auth.caller(header(scope, b"authorization"))  # 401 for a bad key
+        if caller.is_admin:
+            return
+        if auth.is_enforcing:
+            raise Forbidden("/metrics needs the admin key; a tenant key cannot use it")
+        raise Unauthorized("/metrics needs the admin key: send 'Authorization: Bearer <admin key>'")
+    if auth.is_enforcing:
+        raise AdminDisabled(
+            "/metrics needs the admin key, and none is configured: set one, or serve the "
+            "metrics on their own port ([metrics] port)"
+        )
+
+
+async def render(metrics: Metrics, accept: bytes | None) -> tuple[bytes, str]:
+    """The exposition (OpenMetrics or text, as ``accept`` asks) and its content type."""
+    scrape = metrics.scrape
+    if scrape is not None:
+        await scrape.sample_engine()
+    encoder, content_type = choose_encoder((accept or b"").decode("latin-1"))
+    return encoder(metrics.registry), content_type
+
+
+async def serve_metrics(
+    metrics: Metrics, scope: Scope, send: Send, auth: Authenticator | None
+) -> None:
+    """``GET /metrics``; ``auth`` None on the separate metrics port."""
+    method = scope["method"]
+    if method not in ("GET", "HEAD"):
+        raise MethodNotAllowed(f"{method} is not allowed on /metrics; use GET", allow="GET, HEAD")
+    if auth is not None:
+        check_access(auth, scope)
+    body, content_type = await render(metrics, header(scope, b"accept"))
+    await send_response(send, 200, body, [(b"content-type", content_type.encode())])
+
+
+class GatewaySource(Protocol):
+    """The gateway app, as the metrics port reaches its ``Gateway``."""
+
+    async def startup(self) -> Gateway: ...
+
+
+class MetricsApp:
+    """The separate metrics port: ``GET /metrics`` of the gateway, no key, nothing else."""
+
+    def __init__(self, source: GatewaySource) -> None:
+        self._source = source
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        gateway = await self._source.startup()
+        try:
+            if scope["path"] != "/metrics" or gateway.metrics is None:
+                raise NotFound(f"Unknown path {scope['path']}", code="unknown_url")
+            await serve_metrics(gateway.metrics, scope, send, None)
+        except HastenError as exc:
+            await send_error(send, exc)
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    """Nothing to start: the gateway app's own lifespan builds what this port serves."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

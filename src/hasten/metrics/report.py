@@ -1,0 +1,113 @@
+"""From the proxy's ``Exchange`` to one ``RequestOutcome``, handed to every observer."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from hasten.metrics.outcome import CLIENT_GONE_STATUS, COALESCED, RequestOutcome
+from hasten.metrics.usage import usage_tokens
+from hasten.upstream.dispatch import PRIMARY_HEADER
+
+if TYPE_CHECKING:
+    from hasten.cache import CachedAnswer
+    from hasten.gateway import Gateway
+    from hasten.proxy.handle import Exchange
+
+_log = logging.getLogger("hasten.metrics")
+
+
+def build_outcome(ex: Exchange, status: int, error_code: str | None) -> RequestOutcome:
+    """The outcome of a finished exchange; ``status``/``error_code`` of a raised error."""
+    track = ex.track
+    assert track is not None
+    now_s = time.perf_counter()
+    started_s = ex.started_s
+    if track.status:
+        status = track.status  # what the client got, even if an error came after
+    elif not status:
+        status, error_code = CLIENT_GONE_STATUS, error_code or "client_gone"
+    if track.error_code is not None and error_code is None:
+        error_code = track.error_code
+    ttfb_s = None if ex.upstream_ttfb_ms is None else ex.upstream_ttfb_ms / 1000.0
+    head_s = (track.start_s if track.start_s is not None else now_s) - started_s
+    gaps_s = track.gaps_s
+    tail = ex.usage_tail if ex.usage_tail is not None else track.prev + track.tail
+    tokens_in, tokens_out = usage_tokens(tail)
+    headers = ex.call_headers or {}
+    failovers = headers.get("x-hasten-failover")
+    return RequestOutcome(
+        request_id=ex.request_id,
+        endpoint=ex.endpoint.name,
+        tenant=ex.tenant,
+        model=ex.model.route.name,
+        deployment=ex.deployment or None,
+        cache=ex.cache_label,
+        status=status,
+        error_code=error_code,
+        is_stream=ex.is_stream,
+        started_s=started_s,
+        ttft_s=None if track.first_s is None else track.first_s - started_s,
+        e2e_s=(track.end_s if track.end_s is not None else now_s) - started_s,
+        upstream_ttfb_s=ttfb_s,
+        gateway_s=max(0.0, head_s - (ttfb_s or 0.0)),
+        num_gaps=len(gaps_s),
+        gap_sum_s=sum(gaps_s),
+        gap_max_s=max(gaps_s, default=0.0),
+        gaps_s=gaps_s,
+        tokens_in=tokens_in,
+        tokens_out=tokens_out,
+        saved_s=ex.saved_s,
+        is_upstream_call=ex.is_upstream_call,
+        hedge=headers.get("x-hasten-hedge", "") if ex.is_upstream_call else "",
+        failovers=tuple(failovers.split(", ")) if failovers and ex.is_upstream_call else (),
+        semantic_s=ex.semantic_s,
+    )
+
+
+def answer_saved(
+    gateway: Gateway, ex: Exchange, entry: CachedAnswer, replay_s: float
+) -> tuple[bytes, bytes] | None:
+    """A cache answer's saving (``hasten.metrics.saved``) as its ``x-hasten-saved-ms``
+    header, kept on ``ex`` for the counter; None without an estimate. ``replay_s``: the
+    pacing still to come, part of what the client waits."""
+    metrics = gateway.metrics
+    if metrics is None:
+        return None
+    tail = entry.body if entry.body is not None else (entry.chunks or (b"",))[-1]
+    ex.usage_tail = tail  # the tokens, even when the client's copy has no usage
+    num_tokens = usage_tokens(tail)[1] or 0
+    waited_s = time.perf_counter() - ex.started_s + replay_s
+    saved_s = metrics.saved.answer_s(ex.model.route.name, num_tokens, waited_s, time.monotonic())
+    return _saved_header(ex, saved_s)
+
+
+def hedge_saved(gateway: Gateway, ex: Exchange) -> tuple[bytes, bytes] | None:
+    """A winning hedge's saving as its header (see ``answer_saved``); None otherwise."""
+    metrics, headers = gateway.metrics, ex.call_headers
+    if metrics is None or not headers or headers.get("x-hasten-hedge") != "won":
+        return None
+    primary = headers.get(PRIMARY_HEADER, "")
+    elapsed_ms = ex.upstream_ttfb_ms or 0.0
+    return _saved_header(ex, metrics.saved.hedge_s(ex.model.route.name, primary, elapsed_ms))
+
+
+def _saved_header(ex: Exchange, saved_s: float | None) -> tuple[bytes, bytes] | None:
+    if saved_s is None:
+        return None
+    ex.saved_s = saved_s
+    return (b"x-hasten-saved-ms", f"{saved_s * 1000.0:.1f}".encode())
+
+
+def emit_outcome(gateway: Gateway, ex: Exchange, status: int, error_code: str | None) -> None:
+    """Builds the outcome and calls every observer; an observer's bug never fails a request."""
+    outcome = build_outcome(ex, status, error_code)
+    metrics = gateway.metrics
+    if metrics is not None and outcome.saved_s is None and outcome.cache == COALESCED:
+        outcome.saved_s = metrics.saved.coalesced_s(ex.model.route.name, outcome)
+    for observer in gateway.observers:
+        try:
+            observer(outcome)
+        except Exception:
+            _log.exception("metrics observer failed for request %s", ex.request_id)

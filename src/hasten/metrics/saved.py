@@ -1,0 +1,117 @@
+"""Time saved: the upstream latency an answer avoided by not being fetched from upstream.
+
+The estimate comes from the router's live per-deployment estimates (``routing/estimates.py``)
+and is defined precisely here, because ``hasten_latency_saved_seconds_total`` and the
+``x-hasten-saved-ms`` header are only as honest as this rule:
+
+- **expected upstream latency** of a model for ``n`` output tokens: among the model's
+  deployments whose breaker admits traffic (all of them, if none does), those of the best
+  priority tier; of those, the lowest ``TTFT estimate + time-per-output-token estimate x n``.
+  That is the deployment the router ranks first when it has no load and no affinity to
+  follow; a deployment without a TTFT estimate yet is left out, and without any there is no
+  estimate. ``n`` is the answer's ``completion_tokens`` (0 when its usage is unknown, so
+  only the TTFT counts: an underestimate).
+- **cache hit** (exact or semantic): expected upstream latency minus what the client waited
+  for the whole answer (time to the response start, plus the replay pacing of a stream),
+  floored at 0.
+- **coalesced waiter**: expected upstream latency minus the waiter's own end-to-end time,
+  floored at 0 (it waited for the tail of a call someone else started).
+- **winning hedge**: the primary was abandoned ``e`` ms into its attempt (when the hedge
+  won). Its TTFT ``T`` is then known to exceed ``e``; the saving is the expected residual
+  ``E[T - e | T > e]`` over the primary's recent TTFT window (the samples above ``e``).
+  Samples that are themselves lower bounds (abandoned stragglers) make this conservative.
+  With no sample above ``e`` there is no estimate.
+
+No estimate means no header and nothing counted: a saving is never made up.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from hasten.metrics.outcome import RequestOutcome
+    from hasten.routing.pool import DeploymentPool
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentEstimate:
+    """What the router believes about one deployment right now."""
+
+    ttft_s: float | None
+    tpot_s: float | None
+    priority: int
+    is_available: bool
+
+
+def expected_upstream_s(estimates: Sequence[DeploymentEstimate], num_tokens: int) -> float | None:
+    """The first-ranked deployment's expected latency for ``num_tokens`` output tokens."""
+    known = [e for e in estimates if e.ttft_s is not None]
+    usable = [e for e in known if e.is_available] or known
+    if not usable:
+        return None
+    best = min(e.priority for e in usable)
+    return min(
+        (e.ttft_s or 0.0) + (e.tpot_s or 0.0) * max(0, num_tokens)
+        for e in usable
+        if e.priority == best
+    )
+
+
+def saved_s(expected_s: float | None, waited_s: float) -> float | None:
+    """What was avoided: the expected upstream latency less the wait, never below 0."""
+    return None if expected_s is None else max(0.0, expected_s - waited_s)
+
+
+def hedge_residual_s(samples_ms: Iterable[float], elapsed_ms: float) -> float | None:
+    """``E[T - e | T > e]`` over the primary's recent TTFT samples, in seconds."""
+    above = [s - elapsed_ms for s in samples_ms if s > elapsed_ms]
+    return sum(above) / len(above) / 1000.0 if above else None
+
+
+def pool_estimates(pool: DeploymentPool, now_s: float) -> list[DeploymentEstimate]:
+    """The pool's deployments as ``DeploymentEstimate``; reads only, decides nothing."""
+    result = []
+    for d in pool.deployments.values():
+        ttft_ms = d.estimate.ttft_ms(now_s)
+        tpot_ms = d.estimate.tpot_ms
+        result.append(
+            DeploymentEstimate(
+                ttft_s=None if ttft_ms is None else ttft_ms / 1000.0,
+                tpot_s=None if tpot_ms is None else tpot_ms / 1000.0,
+                priority=d.config.priority,
+                is_available=d.breaker.is_available(now_s),
+            )
+        )
+    return result
+
+
+class SavedTime:
+    """The rule above applied to the live pools of an ``UpstreamClient`` (``pools_of``)."""
+
+    def __init__(self, pools_of: PoolSource) -> None:
+        self._pools_of = pools_of
+
+    def answer_s(self, model: str, num_tokens: int, waited_s: float, now_s: float) -> float | None:
+        """A cache hit's saving (``model`` is the route name, as the pools are keyed)."""
+        pool = self._pools_of.existing_pool(model)
+        if pool is None:
+            return None
+        return saved_s(expected_upstream_s(pool_estimates(pool, now_s), num_tokens), waited_s)
+
+    def coalesced_s(self, model: str, outcome: RequestOutcome) -> float | None:
+        return self.answer_s(model, outcome.tokens_out or 0, outcome.e2e_s, time.monotonic())
+
+    def hedge_s(self, model: str, primary: str, elapsed_ms: float) -> float | None:
+        pool = self._pools_of.existing_pool(model)
+        deployment = None if pool is None else pool.deployments.get(primary)
+        if deployment is None:
+            return None
+        return hedge_residual_s(deployment.estimate.recent_samples(), elapsed_ms)
+
+
+class PoolSource(Protocol):
+    def existing_pool(self, name: str) -> DeploymentPool | None: ...

@@ -1,0 +1,26 @@
+"""Token counts from an answer's ``usage`` object, read without parsing the whole answer."""
+
+from __future__ import annotations
+
+import re
+
+_USAGE = b'"usage"'
+_PROMPT = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
+_COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+
+
+def usage_tokens(data: bytes) -> tuple[int | None, int | None]:
+    """(input, output) tokens of the last ``usage`` object in ``data``; None where absent.
+
+    ``data`` is a JSON body or the tail of a stream (usage is in its last event but
+    ``[DONE]``); the search starts at the last ``"usage"``, so it costs a scan of the tail.
+    """
+    at = data.rfind(_USAGE)
+    if at < 0:
+        return None, None
+    prompt = _PROMPT.search(data, at)
+    completion = _COMPLETION.search(data, at)
+    return (
+        None if prompt is None else int(prompt.group(1)),
+        None if completion is None else int(completion.group(1)),
+    )

@@ -1,0 +1,369 @@
+"""GET /metrics after scripted traffic against real loopback simulators: exact values.
+
+Each test sends a known sequence of requests, scrapes ``/metrics``, parses it with
+prometheus_client's own parser and checks every counter it owns to the unit. Values the
+client cannot know in advance (token counts, the time saved) are read from the answers it
+got (their ``usage``, their ``x-hasten-saved-ms``), never assumed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import replace
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
+from prometheus_client.parser import text_string_to_metric_families
+
+from hasten.app import HastenApp
+from hasten.config import (
+    CacheConfig,
+    GatewayConfig,
+    ModelRoute,
+    TimeoutConfig,
+    UpstreamConfig,
+)
+from hasten.metrics.endpoint import MetricsApp
+from hasten.metrics.settings import MetricsConfig
+from hasten.routing.settings import DeploymentConfig, HedgeConfig, RoutingConfig
+from hasten.simulator import SimConfig, build_app
+from tests.support.gateway import FAST_RETRY, chat_body, make_config, running_gateway
+from tests.support.servers import ServerThread, free_port
+
+ADMIN_KEY = "metrics-admin-key"
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+@pytest.fixture()
+def sim() -> Iterator[ServerThread]:
+    config = SimConfig(ttft_base_ms=5, decode_ms_per_token=1, output_tokens=8)
+    with ServerThread(build_app(config)) as server:
+        yield server
+
+
+def _post(gateway: ServerThread, body: object, **headers: str) -> httpx.Response:
+    return httpx.post(f"{gateway.url}/v1/chat/completions", json=body, headers=headers, timeout=30)
+
+
+def _scrape(url: str, **headers: str) -> Samples:
+    response = httpx.get(f"{url}/metrics", headers=headers, timeout=30)
+    assert response.status_code == 200, response.text
+    samples: Samples = {}
+    for family in text_string_to_metric_families(response.text):
+        for s in family.samples:
+            samples[(s.name, frozenset(s.labels.items()))] = s.value
+    return samples
+
+
+def _value(samples: Samples, name: str, **labels: str) -> float:
+    """The one sample named ``name`` with exactly ``labels``; 0 when absent."""
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def _usage(response: httpx.Response) -> dict[str, int]:
+    if response.headers["content-type"].startswith("text/event-stream"):
+        for line in response.text.split("\n"):
+            if line.startswith("data: {") and '"usage":{' in line:
+                usage: dict[str, int] = orjson.loads(line[6:])["usage"]
+                return usage
+        raise AssertionError("no usage event")
+    body: dict[str, Any] = response.json()
+    return body["usage"]  # type: ignore[no-any-return]
+
+
+def _num_events(response: httpx.Response) -> int:
+    return sum(1 for line in response.text.split("\n") if line.startswith("data: "))
+
+
+def test_exact_counters_after_a_scripted_sequence(sim: ServerThread) -> None:
+    cache = CacheConfig(backend="memory", replay="paced", replay_chunk_interval_ms=1.0)
+    config = make_config({"sim": sim.url + "/v1"}, cache=cache)
+    stream = {"stream": True, "stream_options": {"include_usage": True}}
+    with running_gateway(config) as gateway:
+        miss, hit = _post(gateway, chat_body("a")), _post(gateway, chat_body("a"))
+        stream_miss = _post(gateway, chat_body("b", **stream))
+        stream_hit = _post(gateway, chat_body("b", **stream))
+        bypass = _post(gateway, {**chat_body("c"), "temperature": 0.7})
+        invalid = _post(gateway, {"model": "sim-model"})
+        not_found = httpx.get(f"{gateway.url}/nowhere", timeout=30)
+        samples = _scrape(gateway.url)
+    assert [r.headers["x-hasten-cache"] for r in (miss, hit, stream_miss, stream_hit, bypass)] == [
+        "miss", "hit", "miss", "hit", "bypass",
+    ]  # fmt: skip
+    assert (invalid.status_code, not_found.status_code) == (400, 404)
+    base = {"model": "*"}
+    upstream = {**base, "deployment": "sim"}
+    assert _value(samples, "hasten_requests_total", **upstream, cache="miss", status="200") == 2
+    assert (
+        _value(samples, "hasten_requests_total", **base, deployment="", cache="hit", status="200")
+        == 2
+    )
+    assert _value(samples, "hasten_requests_total", **upstream, cache="bypass", status="200") == 1
+    code = invalid.json()["error"]["code"]
+    assert _value(samples, "hasten_errors_total", status="400", code=code) == 1
+    assert _value(samples, "hasten_errors_total", status="404", code="unknown_url") == 1
+    # Tokens: what the answers' usage said, by cache outcome.
+    for cache_label, answers in (("miss", (miss, stream_miss)), ("hit", (hit, stream_hit))):
+        labels = {
+            **base,
+            "deployment": "sim" if cache_label == "miss" else "",
+            "cache": cache_label,
+        }
+        for token_type, field in (("input", "prompt_tokens"), ("output", "completion_tokens")):
+            expected = sum(_usage(r)[field] for r in answers)
+            got = _value(samples, "hasten_gen_ai_tokens_total", **labels, token_type=token_type)
+            assert got == expected
+            count = _value(
+                samples, "hasten_gen_ai_client_token_usage_count", **labels, token_type=token_type
+            )
+            assert count == 2
+    # One latency observation per request and outcome; the upstream's TTFB per call.
+    for name in (
+        "hasten_gen_ai_server_time_to_first_token_seconds_count",
+        "hasten_gen_ai_server_request_duration_seconds_count",
+        "hasten_gateway_overhead_seconds_count",
+    ):
+        assert _value(samples, name, **upstream, cache="miss") == 2
+        assert _value(samples, name, **base, deployment="", cache="hit") == 2
+        assert _value(samples, name, **upstream, cache="bypass") == 1
+    assert _value(samples, "hasten_upstream_time_to_first_byte_seconds_count", **upstream) == 3
+    # A paced replay sends one chunk per event: the gaps between them are exactly known.
+    gaps = _value(
+        samples, "hasten_stream_inter_token_gap_seconds_count", **base, deployment="", cache="hit"
+    )
+    assert gaps == _num_events(stream_hit) - 1
+    assert (
+        _value(samples, "hasten_stream_inter_token_gap_seconds_count", **upstream, cache="miss")
+        >= 1
+    )
+    # The cache tiers' own counters, exported at scrape time.
+    assert _value(samples, "hasten_cache_lookups_total", tier="l1") == 4
+    assert _value(samples, "hasten_cache_hits_total", tier="l1") == 2
+    assert _value(samples, "hasten_cache_stores_total", tier="l1") == 2
+    assert _value(samples, "hasten_cache_entries", tier="l1") == 2
+    assert _value(samples, "hasten_upstream_calls_total") == 3
+    assert _value(samples, "hasten_upstream_calls_saved_total") == 2
+    assert _value(samples, "hasten_coalesced_waiters_total") == 0
+    # Time saved: each hit's header, summed, is the counter (to the header's rounding).
+    saved_ms = [float(r.headers["x-hasten-saved-ms"]) for r in (hit, stream_hit)]
+    assert "x-hasten-saved-ms" not in miss.headers and "x-hasten-saved-ms" not in bypass.headers
+    counted_s = _value(samples, "hasten_latency_saved_seconds_total", **base, source="hit")
+    assert counted_s == pytest.approx(sum(saved_ms) / 1000.0, abs=1e-4)
+    assert _value(samples, "hasten_upstream_in_flight", **upstream) == 0
+    assert _value(samples, "hasten_breaker_state", **upstream, state="closed") == 1
+
+
+def test_coalesced_waiters_are_counted_once_each() -> None:
+    sim_config = SimConfig(ttft_base_ms=400, output_tokens=4)
+    with ServerThread(build_app(sim_config)) as slow:
+        config = make_config({"sim": slow.url + "/v1"})
+        with running_gateway(config) as gateway:
+            _post(gateway, chat_body("warm-up"))  # the router's first TTFT estimate
+            barrier = threading.Barrier(3)
+            responses: list[httpx.Response] = []
+
+            def send() -> None:
+                barrier.wait()
+                responses.append(_post(gateway, chat_body("together")))
+
+            threads = [threading.Thread(target=send) for _ in range(3)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=30)
+            samples = _scrape(gateway.url)
+    # A waiter's header says "miss" like its leader's; the metrics tell them apart.
+    assert [r.headers["x-hasten-cache"] for r in responses] == ["miss"] * 3
+    num_coalesced = 2
+    base = {"model": "*", "deployment": "sim"}
+    assert _value(samples, "hasten_coalesced_waiters_total") == num_coalesced
+    assert _value(samples, "hasten_requests_total", **base, cache="coalesced", status="200") == 2
+    assert _value(samples, "hasten_requests_total", **base, cache="miss", status="200") == 2
+    assert _value(samples, "hasten_upstream_calls_total") == 2
+    assert _value(samples, "hasten_upstream_calls_saved_total") == num_coalesced
+    # A waiter's saving is counted (the warm-up's TTFT is the estimate); it gets no header.
+    assert all("x-hasten-saved-ms" not in r.headers for r in responses)
+    assert _value(samples, "hasten_latency_saved_seconds_total", model="*", source="coalesced") >= 0
+    assert (
+        "hasten_latency_saved_seconds_total",
+        frozenset({("model", "*"), ("source", "coalesced")}),
+    ) in samples
+
+
+@contextmanager
+def _routed(**sims: SimConfig) -> Iterator[dict[str, ServerThread]]:
+    with ExitStack() as stack:
+        yield {n: stack.enter_context(ServerThread(build_app(c))) for n, c in sims.items()}
+
+
+def _routed_config(
+    urls: dict[str, str], routing: RoutingConfig, deployments: tuple[DeploymentConfig, ...]
+) -> GatewayConfig:
+    upstreams = {
+        name: UpstreamConfig(name=name, url=url, timeouts=TimeoutConfig(), retry=FAST_RETRY)
+        for name, url in urls.items()
+    }
+    route = ModelRoute(
+        name="*",
+        upstream=deployments[0].upstream,
+        fallbacks=tuple(d.upstream for d in deployments[1:]),
+        routing=replace(routing, deployments=deployments),
+    )
+    return GatewayConfig(
+        upstreams=upstreams, models={"*": route}, cache=CacheConfig(is_enabled=False)
+    )
+
+
+def test_failovers_retries_and_hedges() -> None:
+    hedge = HedgeConfig(
+        is_enabled=True, min_delay_ms=50, max_delay_ms=300, min_samples=10_000, budget=1.0
+    )
+    with _routed(
+        slow=SimConfig(ttft_base_ms=3000, output_tokens=3),
+        fast=SimConfig(ttft_base_ms=20, output_tokens=3),
+    ) as sims:
+        dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+        urls = {"dead": dead, "slow": sims["slow"].url + "/v1", "fast": sims["fast"].url + "/v1"}
+        failing = _routed_config(
+            urls, RoutingConfig(), (DeploymentConfig("dead"), DeploymentConfig("fast", priority=1))
+        )
+        with running_gateway(failing) as gateway:
+            failed_over = _post(gateway, chat_body("x"))
+            failover_samples = _scrape(gateway.url)
+        hedging = _routed_config(
+            urls,
+            RoutingConfig(hedge=hedge),
+            (DeploymentConfig("slow"), DeploymentConfig("fast", priority=1)),
+        )
+        with running_gateway(hedging) as gateway:
+            hedged = _post(gateway, chat_body("hedge me", stream=True))
+            hedge_samples = _scrape(gateway.url)
+    # The router's own account of the call says what was tried, in order.
+    tries = failed_over.headers["x-hasten-failover"].split(", ")
+    assert failed_over.headers["x-hasten-upstream"] == "fast" and tries
+    reasons: dict[str, int] = {}
+    for attempt in tries:
+        name, _, reason = attempt.rpartition("=")
+        assert name == "dead"
+        reasons[reason] = reasons.get(reason, 0) + 1
+    for reason, count in reasons.items():
+        labels = {"model": "*", "deployment": "dead", "reason": reason}
+        assert _value(failover_samples, "hasten_failovers_total", **labels) == count
+    # Every failure but the last one was retried on the same (dead) deployment.
+    assert (
+        _value(failover_samples, "hasten_retries_total", model="*", deployment="dead")
+        == len(tries) - 1
+    )
+    assert hedged.headers["x-hasten-hedge"] == "won"
+    for outcome, expected in (("fired", 1), ("won", 1), ("lost", 0), ("denied", 0)):
+        assert _value(hedge_samples, "hasten_hedges_total", model="*", outcome=outcome) == expected
+
+
+def test_openmetrics_is_chosen_by_the_accept_header(sim: ServerThread) -> None:
+    with running_gateway(make_config({"sim": sim.url + "/v1"})) as gateway:
+        _post(gateway, chat_body("om"))
+        accept = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+        om = httpx.get(f"{gateway.url}/metrics", headers={"accept": accept}, timeout=30)
+        text = httpx.get(f"{gateway.url}/metrics", timeout=30)
+    assert om.headers["content-type"].startswith("application/openmetrics-text")
+    assert om.text.endswith("# EOF\n")
+    families = {f.name: f for f in parse_om(om.text)}  # type: ignore[no-untyped-call]
+    requests = families["hasten_requests"]
+    assert requests.type == "counter"
+    assert [s.value for s in requests.samples if s.name == "hasten_requests_total"] == [1]
+    assert text.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert "# EOF" not in text.text
+
+
+def test_tenant_label_is_off_by_default_and_can_be_switched_on(sim: ServerThread) -> None:
+    keys = [("team-a", "key-a"), ("team-b", "key-b")]
+    base = make_config({"sim": sim.url + "/v1"}, api_keys=keys, admin_api_key=ADMIN_KEY)
+    admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+    for is_tenant_label in (False, True):
+        config = replace(base, metrics=MetricsConfig(is_tenant_label=is_tenant_label))
+        with running_gateway(config) as gateway:
+            _post(gateway, chat_body("t"), authorization="Bearer key-a")
+            _post(gateway, chat_body("t"), authorization="Bearer key-b")
+            samples = _scrape(gateway.url, **admin)
+        labels = {"model": "*", "deployment": "sim", "cache": "miss", "status": "200"}
+        if is_tenant_label:
+            # Tenants have their own namespaces: both missed.
+            assert _value(samples, "hasten_requests_total", **labels, tenant="team-a") == 1
+            assert _value(samples, "hasten_requests_total", **labels, tenant="team-b") == 1
+            assert _value(samples, "hasten_requests_total", **labels) == 0
+        else:
+            assert _value(samples, "hasten_requests_total", **labels) == 2
+            assert not any(("tenant", "team-a") in key for _, key in samples)
+
+
+def test_admin_key_guards_the_gateway_port_and_the_metrics_port_is_open(
+    sim: ServerThread,
+) -> None:
+    config = make_config(
+        {"sim": sim.url + "/v1"}, api_keys=[("team", "tenant-key")], admin_api_key=ADMIN_KEY
+    )
+    app = HastenApp(config)
+    with ServerThread(app, lifespan="on") as gateway, ServerThread(MetricsApp(app)) as port:
+        _post(gateway, chat_body("p"), authorization="Bearer tenant-key")
+        url = f"{gateway.url}/metrics"
+        assert httpx.get(url, timeout=30).status_code == 401
+        tenant = httpx.get(url, headers={"authorization": "Bearer tenant-key"}, timeout=30)
+        assert tenant.status_code == 403 and tenant.json()["error"]["type"] == "permission_error"
+        from_gateway = _scrape(gateway.url, authorization=f"Bearer {ADMIN_KEY}")
+        from_port = _scrape(port.url)  # no key on the separate port
+        assert httpx.get(f"{port.url}/stats", timeout=30).status_code == 404
+    labels = {"model": "*", "deployment": "sim", "cache": "miss", "status": "200"}
+    assert _value(from_gateway, "hasten_requests_total", **labels) == 1
+    assert _value(from_port, "hasten_requests_total", **labels) == 1
+    # The admin's scrape and the refused ones are not model requests: only errors count them.
+    assert _value(from_port, "hasten_errors_total", status="401", code="invalid_api_key") == 1
+
+
+def test_metrics_off_serves_no_endpoint_and_no_header(sim: ServerThread) -> None:
+    config = replace(make_config({"sim": sim.url + "/v1"}), metrics=MetricsConfig(is_enabled=False))
+    with running_gateway(config) as gateway:
+        _post(gateway, chat_body("off"))
+        hit = _post(gateway, chat_body("off"))
+        assert httpx.get(f"{gateway.url}/metrics", timeout=30).status_code == 404
+    assert hit.headers["x-hasten-cache"] == "hit" and "x-hasten-saved-ms" not in hit.headers
+
+
+class _EngineChild:
+    """A stand-in engine child: a real loopback server answering ``/health`` like
+    ``hasten.local.app``, and a supervisor status saying it is ready."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url + "/v1"
+
+    def status(self) -> dict[str, object]:
+        return {"state": "ready", "restarts": 2}
+
+
+async def _health_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    assert scope["type"] == "http" and scope["path"] == "/health"
+    body = orjson.dumps({"status": "ok", "num_running": 3, "num_waiting": 5, "used_kv_tokens": 700})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"application/json")],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def test_engine_child_stats_are_scraped_at_scrape_time(sim: ServerThread) -> None:
+    with ServerThread(_health_app, lifespan="off") as child:
+        app = HastenApp(make_config({"sim": sim.url + "/v1"}), engine=_EngineChild(child.url))
+        with ServerThread(app, lifespan="on") as gateway:
+            samples = _scrape(gateway.url)
+    assert _value(samples, "hasten_engine_state", state="ready") == 1
+    assert _value(samples, "hasten_engine_restarts_total") == 2
+    assert _value(samples, "hasten_engine_queue_depth") == 5
+    assert _value(samples, "hasten_engine_running_sequences") == 3
+    assert _value(samples, "hasten_engine_kv_cache_used_tokens") == 700
