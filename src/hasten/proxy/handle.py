@@ -45,8 +45,9 @@ from hasten.cache.replay import answer_body, answer_frames
 from hasten.errors import HastenError
 from hasten.gateway import Gateway
 from hasten.local.gateway import route_name
+from hasten.proxy.assemble import as_stream_request, assemble, is_assembled
 from hasten.proxy.flight import Flight
-from hasten.proxy.headers import response_headers, upstream_headers
+from hasten.proxy.headers import assembled_headers, response_headers, upstream_headers
 from hasten.proxy.recorder import Recorder
 from hasten.proxy.validation import CHAT, EMBEDDINGS, Endpoint, parse_body
 from hasten.routing.hybrid import decide_hybrid
@@ -85,6 +86,12 @@ class Exchange:
     # A stored stream asks upstream for usage so the cache can serve it to anyone; a
     # client that did not ask gets its copy without the usage event.
     is_usage_added: bool = False
+    # Asked upstream as a stream, answered as one assembled body (hasten.proxy.assemble).
+    is_assembled: bool = False
+
+    @property
+    def is_upstream_stream(self) -> bool:
+        return self.is_stream or self.is_assembled
 
     def base_headers(self, cache_label: bytes, ttfb_ms: float | None) -> Headers:
         gateway_ms = (time.perf_counter() - self.started_s) * 1000.0 - (ttfb_ms or 0.0)
@@ -118,6 +125,7 @@ async def handle(
     scope[MODEL_SCOPE_KEY] = body["model"]
     model, extra_headers = _resolve(gateway, body, request_id)
     is_stream = endpoint.is_streamable and body.get("stream") is True
+    assembled = is_assembled(endpoint, is_stream, model)
     exchange = Exchange(
         scope,
         send,
@@ -131,7 +139,8 @@ async def handle(
         started_s,
         request_id,
         extra_headers,
-        upstream_headers(scope, is_stream, not gateway.auth.is_enforcing),
+        upstream_headers(scope, is_stream or assembled, not gateway.auth.is_enforcing),
+        is_assembled=assembled,
     )
     with DisconnectWatcher(receive):
         await _dispatch(gateway, exchange)
@@ -143,10 +152,13 @@ def _asks_usage(body: dict[str, Any]) -> bool:
 
 
 def _upstream_body(ex: Exchange) -> bytes:
-    """The client's bytes, re-serialised (once) only for a renamed model or added usage."""
-    if not (ex.is_usage_added or ex.model.is_renamed):
+    """The client's bytes, re-serialised (once) only for a renamed model, added usage or a
+    stream asked for a non-stream client."""
+    if not (ex.is_usage_added or ex.model.is_renamed or ex.is_assembled):
         return ex.raw_body
     body = {**ex.body, "model": ex.model.upstream_model} if ex.model.is_renamed else {**ex.body}
+    if ex.is_assembled:
+        return orjson.dumps(as_stream_request(body))
     if ex.is_usage_added:
         body["stream_options"] = {**(ex.body.get("stream_options") or {}), "include_usage": True}
     return orjson.dumps(body)
@@ -209,13 +221,14 @@ def _flight_key(ex: Exchange, key: str, decision: CacheDecision, can_add_usage: 
     """Requests with one key share a flight only if one upstream call can answer them all."""
     if not decision.is_lookup:
         return f"solo:{ex.request_id}"  # a no-cache request asked for its own fresh answer
-    if not ex.is_stream:
+    if not ex.is_upstream_stream:
         return f"{key}:0"
     if decision.is_store and can_add_usage:
         return f"{key}:1"  # usage always asked for: each client keeps or drops the event
     # Not stored, or to an upstream that takes no ``stream_options``: sent as the client
-    # sent it, so it is shared only by requests that made the same usage choice.
-    return f"{key}:1:{int(ex.wants_usage)}"
+    # sent it, so it is shared only by requests that made the same usage choice (an
+    # assembled request always asks for usage).
+    return f"{key}:1:{int(ex.wants_usage or ex.is_assembled)}"
 
 
 class _Stored:
@@ -230,7 +243,9 @@ class _Stored:
         self._gateway, self._ex, self._key, self._tenant = gateway, ex, key, tenant
         self._found = found  # what the semantic lookup saw, if one ran
         ttl_s = ex.model.cache.ttl_s
-        self.recorder = Recorder(gateway.cache, key, ex.endpoint.name, ex.is_stream, ttl_s=ttl_s)
+        self.recorder = Recorder(
+            gateway.cache, key, ex.endpoint.name, ex.is_upstream_stream, ttl_s=ttl_s
+        )
 
     def commit(self) -> None:
         if not self.recorder.commit():
@@ -272,7 +287,7 @@ async def _open(gateway: Gateway, ex: Exchange) -> UpstreamCall:
         _upstream_body(ex),
         ex.forwarded_headers,
         parsed=ex.body,
-        is_stream=ex.is_stream,
+        is_stream=ex.is_upstream_stream,
         is_idempotent=is_idempotent,
     )
 
@@ -281,6 +296,9 @@ async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
     call = await _open(gateway, ex)
     try:
         status = call.status
+        if ex.is_assembled and status == 200:
+            await _send_assembled(ex, call)
+            return
         headers = response_headers(call.headers, status, ex.is_stream)
         headers.extend(ex.base_headers(b"bypass", call.ttfb_ms))
         if not ex.is_stream or status != 200:
@@ -291,6 +309,17 @@ async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
         await _stream_body(ex.send, call.iter_chunks())
     finally:
         call.close()
+
+
+async def _send_assembled(ex: Exchange, call: UpstreamCall) -> None:
+    """A bypassed non-stream request asked as a stream: collected whole, then assembled."""
+    started_s = time.perf_counter()
+    chunks = [chunk async for chunk in call.iter_chunks()]
+    upstream_ms = call.ttfb_ms + (time.perf_counter() - started_s) * 1000.0
+    body = assemble(chunks, ex.endpoint.name)
+    headers = assembled_headers(call.headers)
+    headers.extend(ex.base_headers(b"bypass", upstream_ms))
+    await send_response(ex.send, 200, body, headers)
 
 
 async def _stream_body(
@@ -338,14 +367,20 @@ async def _pump(gateway: Gateway, ex: Exchange, flight: Flight, stored: _Stored 
 
 async def _serve_flight(ex: Exchange, flight: Flight, label: bytes) -> None:
     await flight.wait_started()
-    headers = response_headers(flight.headers, flight.status, ex.is_stream)
     if not ex.is_stream or flight.status != 200:
         body = await flight.read_all()
         if flight.error is not None:
             raise flight.error
-        headers.extend(ex.base_headers(label, flight.ttfb_ms))
+        if ex.is_assembled and flight.status == 200:
+            body = assemble(body, ex.endpoint.name)
+            headers = assembled_headers(flight.headers)
+            headers.extend(ex.base_headers(label, flight.upstream_ms))
+        else:
+            headers = response_headers(flight.headers, flight.status, ex.is_stream)
+            headers.extend(ex.base_headers(label, flight.ttfb_ms))
         await send_response(ex.send, flight.status, body, headers)
         return
+    headers = response_headers(flight.headers, flight.status, ex.is_stream)
     headers.extend(ex.base_headers(label, flight.ttfb_ms))
     await start_stream(ex.send, flight.status, headers)
     chunks = flight.iter_chunks_without_usage() if ex.is_usage_added else flight.iter_chunks()
