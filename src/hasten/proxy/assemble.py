@@ -54,9 +54,7 @@ def assemble(stream: bytes | Iterable[bytes], endpoint: str) -> bytes:
     for data in (stream,) if isinstance(stream, bytes) else stream:
         payloads.extend(decoder.feed(data))
     if decoder.has_pending or not payloads or payloads[-1] != DONE:
-        raise UpstreamError(
-            "upstream stream ended before it was complete", code=STREAM_ERROR_CODE
-        )
+        raise UpstreamError("upstream stream ended before it was complete", code=STREAM_ERROR_CODE)
     del payloads[-1]
     for payload in payloads:
         if b'"error"' in payload:
