@@ -53,12 +53,12 @@ def assemble(stream: bytes | Iterable[bytes], endpoint: str) -> bytes:
     payloads: list[bytes] = []
     for data in (stream,) if isinstance(stream, bytes) else stream:
         payloads.extend(decoder.feed(data))
+    for payload in payloads:
+        if b'"error"' in payload:
+            _raise_if_error(payload)  # its own words first: an error event ends the stream
     if decoder.has_pending or not payloads or payloads[-1] != DONE:
         raise UpstreamError("upstream stream ended before it was complete", code=STREAM_ERROR_CODE)
     del payloads[-1]
-    for payload in payloads:
-        if b'"error"' in payload:
-            _raise_if_error(payload)
     try:
         return chunks_to_body(payloads, endpoint)
     except (ValueError, orjson.JSONDecodeError) as exc:
