@@ -204,15 +204,17 @@ def test_configured_deployments_are_the_routes_deployments() -> None:
     assert [(d.upstream, d.weight) for d in route.deployments] == [("b", 2.0), ("a", 1.0)]
 
 
-@pytest.mark.parametrize("change", [{"is_stream_upstream": False}, {"has_stream_options": False}])
-def test_a_route_streams_non_stream_requests_only_if_every_upstream_can(
-    change: dict[str, bool],
-) -> None:
+@pytest.mark.parametrize("is_off", ["stream_upstream", "stream_options"])
+def test_a_route_streams_non_stream_requests_only_if_every_upstream_can(is_off: str) -> None:
     """An upstream that takes no ``stream_options`` would leave the assembled body without
     usage, so it keeps its route's non-stream requests whole too."""
     config = _config({"models": {"m": {"upstream": "a", "fallbacks": ["b"]}}})
     assert ModelRouter(config).resolve("m").route.is_stream_upstream
-    changed = replace(config.upstreams["b"], **change)
+    upstream = config.upstreams["b"]
+    if is_off == "stream_upstream":
+        changed = replace(upstream, is_stream_upstream=False)
+    else:
+        changed = replace(upstream, has_stream_options=False)
     config = replace(config, upstreams={**config.upstreams, "b": changed})
     assert not ModelRouter(config).resolve("m").route.is_stream_upstream
 
