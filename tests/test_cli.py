@@ -25,6 +25,7 @@ connect_timeout_s = 2
 
 [upstreams.backup]
 url = "http://backup.local/v1"
+stream_upstream = false
 
 [models.gpt]
 upstream = "openai"
@@ -70,6 +71,8 @@ def test_check_config_valid(
     assert "upstream openai: https://api.openai.com/v1 (key set; retries 3" in out
     assert "connect 2s" in out
     assert "upstream backup: http://backup.local/v1 (no key" in out
+    assert "non-stream requests asked as streams)" in out
+    assert "non-stream requests asked whole)" in out  # backup: stream_upstream = false
     assert "model gpt: openai -> backup" in out
     assert "model *: backup" in out
     assert "alias fast = gpt" in out

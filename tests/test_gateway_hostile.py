@@ -13,7 +13,14 @@ import pytest
 
 from hasten.config import CacheConfig, GatewayConfig
 from hasten.simulator import SimConfig, build_app
-from tests.support.gateway import chat_body, completion, make_config, running_gateway
+from tests.support.gateway import (
+    chat_body,
+    completion,
+    make_config,
+    read_request,
+    running_gateway,
+    send_answer,
+)
 from tests.support.servers import GatewayProcess, ServerThread
 
 
@@ -105,12 +112,10 @@ class HeaderRecorder:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        while (await receive()).get("more_body"):
-            pass
+        request = orjson.loads(await read_request(receive))
         self.requests.append(list(scope["headers"]))
-        headers = [(b"content-type", b"application/json"), *self.response_headers]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": orjson.dumps(completion("ok"))})
+        is_stream = request.get("stream") is True
+        await send_answer(send, 200, self.response_headers, completion("ok"), is_stream=is_stream)
 
 
 def _through_gateway(

@@ -55,7 +55,8 @@ def _describe(path: str, config: GatewayConfig) -> str:
             f"{upstream.retry.max_retries}; timeouts connect "
             f"{upstream.timeouts.connect_s:g}s, first byte "
             f"{upstream.timeouts.first_byte_s:g}s, idle {upstream.timeouts.idle_s:g}s, "
-            f"total {upstream.timeouts.total_s:g}s)"
+            f"total {upstream.timeouts.total_s:g}s; non-stream requests asked "
+            f"{'as streams' if upstream.is_stream_upstream else 'whole'})"
         )
     for route in config.models.values():
         chain = " -> ".join((route.upstream, *route.fallbacks))

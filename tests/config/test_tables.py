@@ -268,6 +268,14 @@ def test_upstream_without_stream_options(tmp_path: Path) -> None:
     assert _load(tmp_path, text).upstreams["a"].has_stream_options is False
 
 
+def test_upstream_stream_upstream_is_on_unless_turned_off(tmp_path: Path) -> None:
+    assert _load(tmp_path, MINIMAL).upstreams["a"].is_stream_upstream is True
+    text = MINIMAL.replace(
+        'api_key_env = "A_KEY"', 'api_key_env = "A_KEY"\nstream_upstream = false'
+    )
+    assert _load(tmp_path, text).upstreams["a"].is_stream_upstream is False
+
+
 def test_with_upstream_keeps_secret_out_of_repr() -> None:
     config = with_upstream(GatewayConfig(), "https://api.example.com/v1/", SECRET)
     assert config.upstreams["default"].api_key == SECRET

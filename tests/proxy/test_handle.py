@@ -11,6 +11,7 @@ import orjson
 
 from hasten.app import HastenApp
 from hasten.asgi import Message
+from hasten.cache.replay import body_to_chunks, sse_frames
 from hasten.config import CacheConfig, GatewayConfig, ModelRoute
 from hasten.local.gateway import with_hybrid_routes
 from hasten.routing.hybrid import HybridConfig
@@ -27,6 +28,8 @@ ANSWER = {
     ],
     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
 }
+# A non-stream request is asked upstream as a stream (hasten.proxy.assemble).
+ANSWER_STREAM = tuple(sse_frames(body_to_chunks(orjson.dumps(ANSWER), "chat"), True))
 
 
 class CountingRouter(ModelRouter):
@@ -97,7 +100,7 @@ def _chat(model: str, **extra: Any) -> dict[str, Any]:
 
 
 async def test_a_miss_resolves_its_model_once_for_the_cache_and_the_upstream() -> None:
-    transport = ScriptedTransport({"a": [Reply(chunks=(orjson.dumps(ANSWER),))]})
+    transport = ScriptedTransport({"a": [Reply(chunks=ANSWER_STREAM)]})
     async with InProcess(_config(), transport) as gateway:
         status, headers, _ = await gateway.post(_chat("fast", temperature=0))
         assert status == 200
@@ -125,7 +128,7 @@ async def test_a_streamed_bypass_resolves_its_model_once() -> None:
 async def test_a_hybrid_request_resolves_only_the_route_it_was_given() -> None:
     hybrid = HybridConfig(model="auto", policy="cloud-only", cloud_model="gpt")
     config = with_hybrid_routes(replace(_config(), hybrid=hybrid))
-    transport = ScriptedTransport({"a": [Reply(chunks=(orjson.dumps(ANSWER),))]})
+    transport = ScriptedTransport({"a": [Reply(chunks=ANSWER_STREAM)]})
     async with InProcess(config, transport) as gateway:
         status, headers, _ = await gateway.post(_chat("auto"))
         assert status == 200 and headers[b"x-hasten-hybrid"].startswith(b"cloud")

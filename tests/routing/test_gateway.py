@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 
 from hasten.config import (
     CacheConfig,
@@ -45,10 +46,17 @@ def routed_config(
     retry: RetryConfig = FAST_RETRY,
     total_s: float = 30.0,
     cache: CacheConfig | None = None,
+    is_stream_upstream: bool = True,
 ) -> GatewayConfig:
     timeouts = TimeoutConfig(total_s=total_s)
     upstreams = {
-        name: UpstreamConfig(name=name, url=sim.url + "/v1", timeouts=timeouts, retry=retry)
+        name: UpstreamConfig(
+            name=name,
+            url=sim.url + "/v1",
+            timeouts=timeouts,
+            retry=retry,
+            is_stream_upstream=is_stream_upstream,
+        )
         for name, sim in sims.items()
     }
     deps = tuple(deployments) or tuple(DeploymentConfig(upstream=n) for n in sims)
@@ -211,6 +219,56 @@ def test_ttft_timeout_fails_over_within_the_deadline() -> None:
         assert len(content_pieces(stream_events(streamed))) == 6
         assert whole.json()["choices"][0]["message"]["content"]
         assert wait_for(lambda: sim_stats(sims["stall"].url)["num_cancelled"] == 2)
+
+
+def test_a_non_stream_request_is_hedged_on_its_first_token() -> None:
+    """Asked upstream as a stream (hasten.proxy.assemble), a request whose client does not
+    stream is raced like a stream: the straggler's missing first token fires the hedge."""
+    with simulators(
+        slow=SimConfig(ttft_base_ms=3000, output_tokens=5),
+        fast=SimConfig(ttft_base_ms=50, decode_ms_per_token=5, output_tokens=9),
+    ) as sims:
+        config = routed_config(
+            sims,
+            RoutingConfig(hedge=ALWAYS_HEDGE),
+            [DeploymentConfig("slow"), DeploymentConfig("fast", priority=1)],
+        )
+        with running_gateway(config) as gateway:
+            response = post_chat(gateway, chat_body("hedge me whole"))
+        assert response.status_code == 200
+        assert response.headers["x-hasten-upstream"] == "fast"
+        assert response.headers["x-hasten-hedge"] == "won"
+        assert response.json()["usage"]["completion_tokens"] == 9
+        assert wait_for(lambda: sim_stats(sims["slow"].url)["num_cancelled"] == 1)
+
+
+@pytest.mark.parametrize("is_stream_upstream", [True, False])
+def test_a_long_non_stream_answer_with_a_quick_first_token_is_not_a_ttft_timeout(
+    is_stream_upstream: bool,
+) -> None:
+    """The TTFT timeout times the first token, not the whole answer. Asked as a stream, a
+    long answer that starts at once stays on its deployment; asked whole
+    (``stream_upstream = false``), its "first byte" is the last and the timeout fails it over."""
+    with simulators(
+        long=SimConfig(ttft_base_ms=20, decode_ms_per_token=150, output_tokens=8),
+        ok=SimConfig(output_tokens=3),
+    ) as sims:
+        config = routed_config(
+            sims,
+            RoutingConfig(),
+            [DeploymentConfig("long", ttft_timeout_s=0.4), DeploymentConfig("ok", priority=1)],
+            is_stream_upstream=is_stream_upstream,
+        )
+        with running_gateway(config) as gateway:
+            response = post_chat(gateway, chat_body("a long answer"))
+    assert response.status_code == 200
+    if is_stream_upstream:
+        assert response.headers["x-hasten-upstream"] == "long"
+        assert "x-hasten-failover" not in response.headers
+        assert response.json()["usage"]["completion_tokens"] == 8
+    else:
+        assert response.headers["x-hasten-upstream"] == "ok"
+        assert response.headers["x-hasten-failover"] == "long=ttft_timeout"
 
 
 def test_when_every_deployment_stalls_the_client_gets_a_timeout() -> None:

@@ -204,6 +204,21 @@ def test_configured_deployments_are_the_routes_deployments() -> None:
     assert [(d.upstream, d.weight) for d in route.deployments] == [("b", 2.0), ("a", 1.0)]
 
 
+@pytest.mark.parametrize("is_off", ["stream_upstream", "stream_options"])
+def test_a_route_streams_non_stream_requests_only_if_every_upstream_can(is_off: str) -> None:
+    """An upstream that takes no ``stream_options`` would leave the assembled body without
+    usage, so it keeps its route's non-stream requests whole too."""
+    config = _config({"models": {"m": {"upstream": "a", "fallbacks": ["b"]}}})
+    assert ModelRouter(config).resolve("m").route.is_stream_upstream
+    upstream = config.upstreams["b"]
+    if is_off == "stream_upstream":
+        changed = replace(upstream, is_stream_upstream=False)
+    else:
+        changed = replace(upstream, has_stream_options=False)
+    config = replace(config, upstreams={**config.upstreams, "b": changed})
+    assert not ModelRouter(config).resolve("m").route.is_stream_upstream
+
+
 def test_a_route_takes_stream_options_only_if_every_upstream_does() -> None:
     config = _config({"models": {"m": {"upstream": "a", "fallbacks": ["b"]}}})
     no_options = replace(config.upstreams["b"], has_stream_options=False)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import orjson
+import pytest
+
+from hasten.errors import InvalidRequest
 from hasten.simulator.generation import generate_choices, target_num_tokens
-from hasten.simulator.inputs import parse_chat_request
+from hasten.simulator.inputs import parse_chat_request, parse_completion_request
 
 
 def test_target_num_tokens_precedence() -> None:
@@ -26,3 +30,59 @@ def test_generation_honours_n_max_tokens_and_stop() -> None:
         {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stop": [first_word]}
     )
     assert generate_choices(stopped, 16, None)[0].finish_reason == "stop"
+
+
+def _chat(**extra: object) -> dict[str, object]:
+    return {"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra}
+
+
+TOOLS = [{"type": "function", "function": {"name": n}} for n in ("a", "b", "c")]
+
+
+def test_tools_are_called_with_arguments_made_of_the_generated_words() -> None:
+    request = parse_chat_request(_chat(tools=TOOLS, n=2, max_tokens=7))
+    choices = generate_choices(request, 16, None)
+    for choice in choices:
+        assert [call.name for call in choice.tool_calls] == ["a", "b", "c"]
+        assert len(choice.pieces) == 7 and choice.finish_reason == "length"
+        arguments = ["".join(pieces) for pieces in choice.call_pieces()]
+        assert all(orjson.loads(text)["text"] for text in arguments)
+    ids = [call.call_id for choice in choices for call in choice.tool_calls]
+    assert len(set(ids)) == 6 and all(i.startswith("call_") and len(i) == 29 for i in ids)
+    again = generate_choices(parse_chat_request(_chat(tools=TOOLS, n=2, max_tokens=7)), 16, None)
+    assert again == choices  # the same request, the same calls
+
+
+def test_tool_choice_picks_which_tools_are_called() -> None:
+    named = {"type": "function", "function": {"name": "b"}}
+    assert parse_chat_request(_chat(tools=TOOLS, tool_choice=named)).tool_names == ("b",)
+    assert parse_chat_request(_chat(tools=TOOLS, tool_choice="none")).tool_names == ()
+    single = parse_chat_request(_chat(tools=TOOLS, parallel_tool_calls=False))
+    assert single.tool_names == ("a",)
+    (choice,) = generate_choices(single, 16, None)
+    assert choice.finish_reason == "tool_calls" and len(choice.tool_calls) == 1
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"tools": "a"},
+        {"tools": [{"type": "function"}]},
+        {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "z"}}},
+        {"logprobs": True, "top_logprobs": 21},
+    ],
+)
+def test_malformed_tools_and_logprobs_are_a_400(extra: dict[str, object]) -> None:
+    with pytest.raises(InvalidRequest):
+        parse_chat_request(_chat(**extra))
+
+
+def test_logprobs_cover_every_token_with_the_asked_alternatives() -> None:
+    request = parse_chat_request(_chat(logprobs=True, top_logprobs=4, max_tokens=6))
+    (choice,) = generate_choices(request, 16, None)
+    assert choice.logprobs is not None and len(choice.logprobs) == 6
+    for piece, (logprob, top) in zip(choice.pieces, choice.logprobs, strict=True):
+        assert logprob <= 0 and len(top) == 4 and top[0] == (piece, logprob)
+    completion = parse_completion_request({"model": "m", "prompt": "hi", "logprobs": 0})
+    assert completion.has_logprobs and completion.num_top_logprobs == 0
+    assert generate_choices(parse_chat_request(_chat()), 16, None)[0].logprobs is None

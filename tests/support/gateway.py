@@ -12,6 +12,7 @@ import httpx
 import orjson
 
 from hasten.app import HastenApp
+from hasten.cache.replay import body_to_chunks, sse_frames
 from hasten.config import (
     CacheConfig,
     GatewayConfig,
@@ -40,10 +41,17 @@ def make_config(
     max_body_bytes: int | None = None,
     models: Sequence[str] = ("*",),
     aliases: dict[str, str] | None = None,
+    is_stream_upstream: bool = True,
 ) -> GatewayConfig:
     """A config whose first upstream serves ``models``, falling back to ``fallbacks``."""
     ups = {
-        name: UpstreamConfig(name=name, url=url, timeouts=timeouts or TimeoutConfig(), retry=retry)
+        name: UpstreamConfig(
+            name=name,
+            url=url,
+            timeouts=timeouts or TimeoutConfig(),
+            retry=retry,
+            is_stream_upstream=is_stream_upstream,
+        )
         for name, url in upstreams.items()
     }
     primary = next(iter(upstreams))
@@ -94,16 +102,50 @@ class ScriptedUpstream:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        while (await receive()).get("more_body"):
-            pass
+        request = await read_request(receive)
         self.calls.append(self.clock())
         index = min(len(self.calls) - 1, len(self.script) - 1)
         status, headers, body = self.script[index]
-        payload = orjson.dumps(body)
-        raw_headers = [(b"content-type", b"application/json")]
-        raw_headers += [(k.encode(), v.encode()) for k, v in headers.items()]
-        await send({"type": "http.response.start", "status": status, "headers": raw_headers})
-        await send({"type": "http.response.body", "body": payload})
+        raw_headers = [(k.encode(), v.encode()) for k, v in headers.items()]
+        await send_answer(send, status, raw_headers, body, is_stream=_asks_stream(request))
+
+
+async def read_request(receive: Any) -> bytes:
+    parts = []
+    while True:
+        message = await receive()
+        parts.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(parts)
+
+
+def _asks_stream(request: bytes) -> bool:
+    try:
+        parsed = orjson.loads(request)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(parsed, dict) and parsed.get("stream") is True
+
+
+async def send_answer(
+    send: Any,
+    status: int,
+    headers: list[tuple[bytes, bytes]],
+    body: dict[str, Any],
+    *,
+    is_stream: bool,
+) -> None:
+    """``body`` as JSON or, to a stream request and with status 200, as OpenAI streams it
+    (with its usage chunk): scripted upstreams answer both ways, as OpenAI does."""
+    if is_stream and status == 200:
+        chunks = body_to_chunks(orjson.dumps(body), "chat")
+        payload = b"".join(sse_frames(chunks, include_usage=True))
+        content_type = b"text/event-stream"
+    else:
+        payload, content_type = orjson.dumps(body), b"application/json"
+    raw_headers = [(b"content-type", content_type), *headers]
+    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+    await send({"type": "http.response.body", "body": payload})
 
 
 def completion(content: str) -> dict[str, Any]:

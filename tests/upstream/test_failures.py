@@ -47,7 +47,10 @@ def test_cut_off_answer_is_retried_up_to_max_retries(
     cut_sim: ServerThread, max_retries: int
 ) -> None:
     retry = RetryConfig(max_retries=max_retries, backoff_base_s=0.01, backoff_max_s=0.05)
-    config = make_config({"cut": cut_sim.url + "/v1"}, retry=retry, cache=NO_CACHE)
+    # A whole body cut off midway; asked as a stream, the cut comes after the first token.
+    config = make_config(
+        {"cut": cut_sim.url + "/v1"}, retry=retry, cache=NO_CACHE, is_stream_upstream=False
+    )
     with running_gateway(config) as gateway:
         response = _post(gateway, chat_body("cut me"))
     assert response.status_code == 502, response.text
@@ -64,6 +67,7 @@ def test_cut_off_answer_fails_over_to_the_next_upstream(
         {"cut": cut_sim.url + "/v1", "good": good_sim.url + "/v1"},
         fallbacks=("good",),
         cache=NO_CACHE,
+        is_stream_upstream=False,  # a whole body cut off midway, as above
     )
     with running_gateway(config) as gateway:
         response = _post(gateway, chat_body("fail me over"))

@@ -82,6 +82,10 @@ class UpstreamConfig:
     # False for servers that reject ``stream_options`` (older Azure OpenAI API versions):
     # hasten then never adds it, and streams cached from them replay without usage.
     has_stream_options: bool = True
+    # A non-stream chat/completions request is asked of this upstream as a stream and
+    # assembled (so TTFT timeouts, failover and hedging see its first token); False for
+    # servers whose streamed answer differs from their whole one. Needs ``stream_options``.
+    is_stream_upstream: bool = True
 
 
 @dataclass(frozen=True)
@@ -238,6 +242,7 @@ def _upstream(name: str, table: TomlTable, env: Mapping[str, str]) -> UpstreamCo
         retry=_retry(table),
         max_connections=table.integer("max_connections", 256, minimum=1),
         has_stream_options=table.get("stream_options", bool, True),
+        is_stream_upstream=table.get("stream_upstream", bool, True),
     )
     table.finish()
     return config

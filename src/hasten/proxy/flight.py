@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 from hasten.errors import HastenError
@@ -24,6 +25,7 @@ class Flight:
 
     __slots__ = (
         "_changed",
+        "_started_s",
         "chunks",
         "error",
         "headers",
@@ -33,6 +35,7 @@ class Flight:
         "status",
         "task",
         "ttfb_ms",
+        "upstream_ms",
         "upstream_name",
         "usage_at",
     )
@@ -43,6 +46,9 @@ class Flight:
         self.headers: Mapping[str, str] = {}
         self.upstream_name = ""
         self.ttfb_ms = 0.0
+        # Until the upstream's last byte: what an assembled body waited on upstream.
+        self.upstream_ms = 0.0
+        self._started_s = 0.0
         self.error: HastenError | None = None
         self.is_started = False
         self.is_done = False
@@ -62,6 +68,7 @@ class Flight:
     ) -> None:
         self.status, self.headers = status, headers
         self.upstream_name, self.ttfb_ms = upstream_name, ttfb_ms
+        self.upstream_ms, self._started_s = ttfb_ms, time.perf_counter()
         self.is_started = True
         self._notify()
 
@@ -74,6 +81,8 @@ class Flight:
 
     def finish(self, error: HastenError | None = None) -> None:
         self.error = error
+        if self.is_started:
+            self.upstream_ms = self.ttfb_ms + (time.perf_counter() - self._started_s) * 1000.0
         self.is_done = True
         self._notify()
 

@@ -49,8 +49,9 @@ from hasten.metrics.outcome import BYPASS, COALESCED, HIT, MISS, OBSERVED_SCOPE_
 from hasten.metrics.report import answer_saved, emit_outcome, hedge_saved
 from hasten.metrics.track import ResponseTrack
 from hasten.policy import POLICY_HEADER
+from hasten.proxy.assemble import as_stream_request, assemble, is_assembled
 from hasten.proxy.flight import Flight
-from hasten.proxy.headers import response_headers, upstream_headers
+from hasten.proxy.headers import assembled_headers, response_headers, upstream_headers
 from hasten.proxy.recorder import Recorder
 from hasten.proxy.validation import CHAT, EMBEDDINGS, Endpoint, parse_body
 from hasten.routing.hybrid import decide_hybrid
@@ -108,6 +109,12 @@ class Exchange:
     semantic_s: float | None = None
     saved_s: float | None = None
     usage_tail: bytes | None = None  # where the usage is when the client's copy has none
+    # Asked upstream as a stream, answered as one assembled body (hasten.proxy.assemble).
+    is_assembled: bool = False
+
+    @property
+    def is_upstream_stream(self) -> bool:
+        return self.is_stream or self.is_assembled
 
     def base_headers(self, cache_label: bytes, ttfb_ms: float | None) -> Headers:
         gateway_ms = (time.perf_counter() - self.started_s) * 1000.0 - (ttfb_ms or 0.0)
@@ -169,6 +176,7 @@ async def _exchange(
     is_stream = endpoint.is_streamable and body.get("stream") is True
     # With tracing on, each attempt sends its own span's traceparent instead of the client's.
     is_trace_forwarded = not gateway.tracing.is_enabled
+    assembled = is_assembled(endpoint, is_stream, model)
     return Exchange(
         scope,
         send,
@@ -182,8 +190,11 @@ async def _exchange(
         started_s,
         request_id,
         extra_headers,
-        upstream_headers(scope, is_stream, not gateway.auth.is_enforcing, is_trace_forwarded),
+        upstream_headers(
+            scope, is_stream or assembled, not gateway.auth.is_enforcing, is_trace_forwarded
+        ),
         is_rewritten=applied is not None,
+        is_assembled=assembled,
     )
 
 
@@ -212,10 +223,12 @@ def _asks_usage(body: dict[str, Any]) -> bool:
 
 def _upstream_body(ex: Exchange) -> bytes:
     """The client's bytes, re-serialised (once) only for a renamed model, added usage or a
-    body a parameter policy changed."""
-    if not (ex.is_usage_added or ex.model.is_renamed or ex.is_rewritten):
+    body a parameter policy changed, or a stream asked for a non-stream client."""
+    if not (ex.is_usage_added or ex.model.is_renamed or ex.is_rewritten or ex.is_assembled):
         return ex.raw_body
     body = {**ex.body, "model": ex.model.upstream_model} if ex.model.is_renamed else {**ex.body}
+    if ex.is_assembled:
+        return orjson.dumps(as_stream_request(body))
     if ex.is_usage_added:
         body["stream_options"] = {**(ex.body.get("stream_options") or {}), "include_usage": True}
     return orjson.dumps(body)
@@ -302,13 +315,14 @@ def _flight_key(ex: Exchange, key: str, decision: CacheDecision, can_add_usage: 
     """Requests with one key share a flight only if one upstream call can answer them all."""
     if not decision.is_lookup:
         return f"solo:{ex.request_id}"  # a no-cache request asked for its own fresh answer
-    if not ex.is_stream:
+    if not ex.is_upstream_stream:
         return f"{key}:0"
     if decision.is_store and can_add_usage:
         return f"{key}:1"  # usage always asked for: each client keeps or drops the event
     # Not stored, or to an upstream that takes no ``stream_options``: sent as the client
-    # sent it, so it is shared only by requests that made the same usage choice.
-    return f"{key}:1:{int(ex.wants_usage)}"
+    # sent it, so it is shared only by requests that made the same usage choice (an
+    # assembled request always asks for usage).
+    return f"{key}:1:{int(ex.wants_usage or ex.is_assembled)}"
 
 
 class _Stored:
@@ -323,7 +337,9 @@ class _Stored:
         self._gateway, self._ex, self._key, self._tenant = gateway, ex, key, tenant
         self._found = found  # what the semantic lookup saw, if one ran
         ttl_s = ex.model.cache.ttl_s
-        self.recorder = Recorder(gateway.cache, key, ex.endpoint.name, ex.is_stream, ttl_s=ttl_s)
+        self.recorder = Recorder(
+            gateway.cache, key, ex.endpoint.name, ex.is_upstream_stream, ttl_s=ttl_s
+        )
 
     def commit(self) -> None:
         if not self.recorder.commit():
@@ -365,7 +381,7 @@ async def _open(gateway: Gateway, ex: Exchange) -> UpstreamCall:
         _upstream_body(ex),
         ex.forwarded_headers,
         parsed=ex.body,
-        is_stream=ex.is_stream,
+        is_stream=ex.is_upstream_stream,
         is_idempotent=is_idempotent,
         trace=ex.trace,
     )
@@ -377,9 +393,13 @@ async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
     _note_call(ex, call.headers, call.upstream.name, call.ttfb_ms)
     try:
         status = call.status
+        saved = hedge_saved(gateway, ex)
+        if ex.is_assembled and status == 200:
+            await _send_assembled(ex, call, saved)
+            return
         headers = response_headers(call.headers, status, ex.is_stream)
         headers.extend(ex.base_headers(b"bypass", call.ttfb_ms))
-        if (saved := hedge_saved(gateway, ex)) is not None:
+        if saved is not None:
             headers.append(saved)
         if not ex.is_stream or status != 200:
             body = await call.read()
@@ -395,6 +415,22 @@ async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
         describe_answer(ex.trace, status, tail, is_stream=True)
     finally:
         call.close()
+
+
+async def _send_assembled(
+    ex: Exchange, call: UpstreamCall, saved: tuple[bytes, bytes] | None
+) -> None:
+    """A bypassed non-stream request asked as a stream: collected whole, then assembled."""
+    started_s = time.perf_counter()
+    chunks = [chunk async for chunk in call.iter_chunks()]
+    upstream_ms = call.ttfb_ms + (time.perf_counter() - started_s) * 1000.0
+    body = assemble(chunks, ex.endpoint.name)
+    headers = assembled_headers(call.headers)
+    headers.extend(ex.base_headers(b"bypass", upstream_ms))
+    if saved is not None:
+        headers.append(saved)
+    describe_answer(ex.trace, 200, body, is_stream=False)
+    await send_response(ex.send, 200, body, headers)
 
 
 async def _stream_body(
@@ -454,17 +490,26 @@ async def _serve_flight(
     else:
         await flight.wait_started()
     _note_call(ex, flight.headers, flight.upstream_name, flight.ttfb_ms)
-    headers = response_headers(flight.headers, flight.status, ex.is_stream)
-    if ex.is_upstream_call and (saved := hedge_saved(gateway, ex)) is not None:
-        headers.append(saved)
+    saved = hedge_saved(gateway, ex) if ex.is_upstream_call else None
     if not ex.is_stream or flight.status != 200:
         body = await flight.read_all()
         if flight.error is not None:
             raise flight.error
-        headers.extend(ex.base_headers(label, flight.ttfb_ms))
+        if ex.is_assembled and flight.status == 200:
+            body = assemble(body, ex.endpoint.name)
+            headers = assembled_headers(flight.headers)
+            headers.extend(ex.base_headers(label, flight.upstream_ms))
+        else:
+            headers = response_headers(flight.headers, flight.status, ex.is_stream)
+            headers.extend(ex.base_headers(label, flight.ttfb_ms))
+        if saved is not None:
+            headers.append(saved)
         describe_answer(ex.trace, flight.status, body, is_stream=False)
         await send_response(ex.send, flight.status, body, headers)
         return
+    headers = response_headers(flight.headers, flight.status, ex.is_stream)
+    if saved is not None:
+        headers.append(saved)
     headers.extend(ex.base_headers(label, flight.ttfb_ms))
     await start_stream(ex.send, flight.status, headers)
     chunks = flight.iter_chunks_without_usage() if ex.is_usage_added else flight.iter_chunks()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from hasten.asgi import SSE_HEADERS, Headers, Scope, header
+from hasten.asgi import JSON_CONTENT_TYPE, SSE_HEADERS, Headers, Scope, header
 from hasten.errors import InvalidRequest
 
 # Upstream response headers worth passing back (rate limits, request ids, timings).
@@ -88,6 +88,15 @@ def response_headers(call_headers: Any, status: int, is_stream: bool) -> Headers
     else:
         content_type = call_headers.get("content-type", "application/json")
         headers.append((b"content-type", _raw(content_type)))
+    return _passed(call_headers, headers)
+
+
+def assembled_headers(call_headers: Any) -> Headers:
+    """For a JSON body assembled from the upstream's stream (``hasten.proxy.assemble``)."""
+    return _passed(call_headers, [JSON_CONTENT_TYPE])
+
+
+def _passed(call_headers: Any, headers: Headers) -> Headers:
     for name, value in call_headers.items():
         lowered = name.lower()
         if lowered in _PASSED_HEADERS:

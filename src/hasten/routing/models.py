@@ -38,6 +38,9 @@ class Route:
     upstream_model: str | None = None  # None: the name the client's request resolved to
     # Every upstream takes ``stream_options`` (see ``UpstreamConfig.has_stream_options``).
     has_stream_options: bool = True
+    # Every upstream takes streams for non-stream requests (``UpstreamConfig.is_stream_upstream``)
+    # and ``stream_options``, so the assembled body has its usage.
+    is_stream_upstream: bool = True
 
     @property
     def targets(self) -> tuple[UpstreamConfig, ...]:
@@ -66,6 +69,9 @@ def build_route(
         cache=route.cache or default_cache,
         upstream_model=route.upstream_model,
         has_stream_options=all(u.has_stream_options for u in used.values()),
+        is_stream_upstream=all(
+            u.is_stream_upstream and u.has_stream_options for u in used.values()
+        ),
     )
 
 

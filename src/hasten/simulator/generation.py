@@ -1,21 +1,55 @@
-"""What a chat/text completion request produces: how many tokens, which text, why it ended."""
+"""What a chat/text completion request produces: how many tokens, which text, why it ended.
+
+A choice answers with text or, when the request's tools are called, with tool calls whose
+arguments (``{"text":"..."}``) are made of the generated words; with logprobs asked for,
+every content token carries its (made-up, deterministic) log probability.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from hasten.simulator.inputs import GenerationRequest
-from hasten.simulator.textgen import generate_pieces, seed_material, truncate_at_stop
+from hasten.simulator.textgen import (
+    generate_pieces,
+    seed_material,
+    token_logprobs,
+    tool_call_id,
+    truncate_at_stop,
+)
+
+# Per token: its log probability, then (token, log probability) of the likeliest ones.
+TokenLogprob = tuple[float, tuple[tuple[str, float], ...]]
+_ARGUMENTS_OPEN = '{"text":"'
+_ARGUMENTS_CLOSE = '"}'
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    call_id: str
+    name: str
+    num_pieces: int  # how many of the choice's pieces are this call's arguments
 
 
 @dataclass(frozen=True, slots=True)
 class GeneratedChoice:
-    pieces: list[str]  # one entry per completion token; their concatenation is the text
-    finish_reason: str  # "stop" or "length", as OpenAI reports it
+    pieces: list[str]  # one entry per completion token: the text, or every call's arguments
+    finish_reason: str  # "stop", "length" or "tool_calls", as OpenAI reports it
+    tool_calls: tuple[ToolCall, ...] = ()
+    logprobs: list[TokenLogprob] | None = None  # one per piece, when asked for
 
     @property
     def text(self) -> str:
         return "".join(self.pieces)
+
+    def call_pieces(self) -> list[list[str]]:
+        """Each tool call's argument pieces, in order."""
+        calls: list[list[str]] = []
+        start = 0
+        for call in self.tool_calls:
+            calls.append(self.pieces[start : start + call.num_pieces])
+            start += call.num_pieces
+        return calls
 
 
 def target_num_tokens(
@@ -42,6 +76,29 @@ def generate_choices(
     choices: list[GeneratedChoice] = []
     for index in range(request.num_choices):
         material = seed_material(request.model, request.prompt_json, request.seed, index)
+        if request.tool_names:
+            reason = "length" if hit_limit else "tool_calls"
+            choices.append(_tool_choice(material, request.tool_names, num_tokens, reason))
+            continue
         pieces, stopped = truncate_at_stop(generate_pieces(material, num_tokens), request.stops)
-        choices.append(GeneratedChoice(pieces, "stop" if stopped else length_reason))
+        logprobs = None
+        if request.has_logprobs:
+            logprobs = token_logprobs(material, pieces, request.num_top_logprobs)
+        choices.append(GeneratedChoice(pieces, "stop" if stopped else length_reason, (), logprobs))
     return choices
+
+
+def _tool_choice(
+    material: bytes, names: tuple[str, ...], num_tokens: int, finish_reason: str
+) -> GeneratedChoice:
+    """One call per name, the tokens shared out between them (at least one each)."""
+    pieces: list[str] = []
+    calls: list[ToolCall] = []
+    for call_index, name in enumerate(names):
+        share = num_tokens // len(names) + (call_index < num_tokens % len(names))
+        words = generate_pieces(material + b"\x00tool%d" % call_index, max(1, share))
+        words[0] = _ARGUMENTS_OPEN + words[0]
+        words[-1] += _ARGUMENTS_CLOSE
+        pieces.extend(words)
+        calls.append(ToolCall(tool_call_id(material, call_index), name, len(words)))
+    return GeneratedChoice(pieces, finish_reason, tuple(calls))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -26,6 +26,9 @@ MAX_COMPLETION_TOKENS = 32_768
 MAX_GENERATED_TOKENS = 131_072  # n x tokens per choice
 MAX_EMBEDDING_INPUTS = 2048  # OpenAI's own limit on one embeddings request
 MAX_STOP_SEQUENCES = 4
+MAX_CHAT_TOP_LOGPROBS = 20  # OpenAI's limits: top_logprobs on chat, logprobs on completions
+MAX_COMPLETION_LOGPROBS = 5
+MAX_TOOL_CALLS = 8  # parallel calls one choice makes at most
 HEADER_PREFIX = b"x-sim-"
 
 
@@ -57,6 +60,12 @@ class GenerationRequest:
     max_tokens: int | None
     stops: tuple[str, ...]
     seed: int | None
+    # Token log probabilities in the answer (chat ``logprobs: true``, completions
+    # ``logprobs: k``) and how many alternatives each token lists.
+    has_logprobs: bool = False
+    num_top_logprobs: int = 0
+    # The functions each choice calls (chat ``tools``): then it answers with tool calls.
+    tool_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,14 +199,56 @@ def parse_chat_request(data: dict[str, Any]) -> GenerationRequest:
         raise InvalidRequest("messages must be a non-empty array", param="messages")
     if not all(isinstance(message, dict) for message in messages):
         raise InvalidRequest("every message must be an object", param="messages")
-    return _generation(data, chat_prompt_tokens(messages), orjson.dumps(messages))
+    request = _generation(data, chat_prompt_tokens(messages), orjson.dumps(messages))
+    has_logprobs = data.get("logprobs") is True
+    num_top = _optional_int(data, "top_logprobs", 0, MAX_CHAT_TOP_LOGPROBS) or 0
+    tool_names = _tool_names(data)
+    if not (has_logprobs or tool_names):
+        return request
+    return replace(
+        request, has_logprobs=has_logprobs, num_top_logprobs=num_top, tool_names=tool_names
+    )
+
+
+def _tool_names(data: dict[str, Any]) -> tuple[str, ...]:
+    """The functions called: the named ``tool_choice``, else every tool (the first only
+    without ``parallel_tool_calls``); none for ``tool_choice: "none"``. Deterministic, so
+    a test knows what it gets; a real model chooses."""
+    tools = data.get("tools")
+    if tools is None:
+        return ()
+    if not isinstance(tools, list):
+        raise InvalidRequest("tools must be an array", param="tools")
+    names: list[str] = []
+    for tool in tools:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(name, str) or not name:
+            raise InvalidRequest("every tool needs a function with a name", param="tools")
+        names.append(name)
+    choice = data.get("tool_choice")
+    if choice == "none" or not names:
+        return ()
+    if isinstance(choice, dict):
+        function = choice.get("function")
+        name = function.get("name") if isinstance(function, dict) else None
+        if name not in names:
+            raise InvalidRequest("tool_choice names no tool in tools", param="tool_choice")
+        return (name,)
+    if data.get("parallel_tool_calls") is False:
+        return (names[0],)
+    return tuple(names[:MAX_TOOL_CALLS])
 
 
 def parse_completion_request(data: dict[str, Any]) -> GenerationRequest:
     prompt = data.get("prompt")
     if not isinstance(prompt, str | list):
         raise InvalidRequest("prompt must be a string or an array", param="prompt")
-    return _generation(data, completion_prompt_tokens(prompt), orjson.dumps(prompt))
+    request = _generation(data, completion_prompt_tokens(prompt), orjson.dumps(prompt))
+    num_top = _optional_int(data, "logprobs", 0, MAX_COMPLETION_LOGPROBS)
+    if num_top is None:
+        return request
+    return replace(request, has_logprobs=True, num_top_logprobs=num_top)
 
 
 def _embedding_texts(value: object) -> list[str]:

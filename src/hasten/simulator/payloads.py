@@ -15,7 +15,7 @@ import orjson
 
 from hasten.asgi import sse_event
 from hasten.errors import HastenError, RateLimited
-from hasten.simulator.generation import GeneratedChoice
+from hasten.simulator.generation import GeneratedChoice, TokenLogprob, ToolCall
 
 SYSTEM_FINGERPRINT = "fp_hasten_sim"
 OWNED_BY = "hasten-simulator"
@@ -29,7 +29,57 @@ def usage_dict(
         "prompt_tokens": num_prompt_tokens,
         "completion_tokens": num_completion_tokens,
         "total_tokens": num_prompt_tokens + num_completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": num_cached_tokens},
+        "prompt_tokens_details": {"cached_tokens": num_cached_tokens, "audio_tokens": 0},
+        "completion_tokens_details": {
+            "reasoning_tokens": 0,
+            "audio_tokens": 0,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        },
+    }
+
+
+def _chat_token(piece: str, entry: TokenLogprob) -> dict[str, object]:
+    logprob, top = entry
+    return {
+        "token": piece,
+        "logprob": logprob,
+        "bytes": list(piece.encode()),
+        "top_logprobs": [
+            {"token": token, "logprob": value, "bytes": list(token.encode())}
+            for token, value in top
+        ],
+    }
+
+
+def chat_logprobs(pieces: Sequence[str], entries: Sequence[TokenLogprob]) -> dict[str, object]:
+    """A chat choice's ``logprobs``: one entry per content token (stream: per chunk)."""
+    content = [_chat_token(piece, entry) for piece, entry in zip(pieces, entries, strict=True)]
+    return {"content": content, "refusal": None}
+
+
+def completion_logprobs(
+    pieces: Sequence[str], entries: Sequence[TokenLogprob], first_offset: int
+) -> dict[str, object]:
+    """A text completion's legacy ``logprobs``; offsets count from the completion's start."""
+    offsets: list[int] = []
+    offset = first_offset
+    for piece in pieces:
+        offsets.append(offset)
+        offset += len(piece)
+    return {
+        "tokens": list(pieces),
+        "token_logprobs": [entry[0] for entry in entries],
+        "top_logprobs": [dict(entry[1]) for entry in entries],
+        "text_offset": offsets,
+    }
+
+
+def _tool_call(call: ToolCall, arguments: str) -> dict[str, object]:
+    return {
+        "id": call.call_id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": arguments},
     }
 
 
@@ -52,8 +102,13 @@ def rate_limit_error(retry_after_s: float) -> RateLimited:
 
 
 class StreamEncoder(Protocol):
-    def role(self, index: int) -> bytes: ...
+    def role(self, index: int, is_tool_call: bool = False) -> bytes: ...
     def content(self, index: int, piece: str) -> bytes: ...
+    def content_logprobs(
+        self, index: int, piece: str, entry: TokenLogprob, offset: int
+    ) -> bytes: ...
+    def tool_call(self, index: int, call_index: int, call: ToolCall) -> bytes: ...
+    def tool_arguments(self, index: int, call_index: int, piece: str) -> bytes: ...
     def finish(self, index: int, reason: str) -> bytes: ...
     def usage(self, usage: dict[str, object]) -> bytes: ...
 
@@ -111,11 +166,29 @@ class ChatStreamEncoder(_SplicingEncoder):
         tail = b'},"logprobs":null,"finish_reason":null}]' + self._end
         self._tails = [tail] * num_choices
 
-    def role(self, index: int) -> bytes:
-        delta = {"role": "assistant", "content": "", "refusal": None}
+    def role(self, index: int, is_tool_call: bool = False) -> bytes:
+        delta: dict[str, object] = {
+            "role": "assistant",
+            "content": None if is_tool_call else "",
+            "refusal": None,
+        }
+        return self._delta(index, delta)
+
+    def _delta(self, index: int, delta: dict[str, object], logprobs: object = None) -> bytes:
         return self._chunk(
-            {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}
+            {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": None}
         )
+
+    def content_logprobs(self, index: int, piece: str, entry: TokenLogprob, offset: int) -> bytes:
+        return self._delta(index, {"content": piece}, chat_logprobs((piece,), (entry,)))
+
+    def tool_call(self, index: int, call_index: int, call: ToolCall) -> bytes:
+        opening = {"index": call_index, **_tool_call(call, "")}
+        return self._delta(index, {"tool_calls": [opening]})
+
+    def tool_arguments(self, index: int, call_index: int, piece: str) -> bytes:
+        call = {"index": call_index, "function": {"arguments": piece}}
+        return self._delta(index, {"tool_calls": [call]})
 
     def finish(self, index: int, reason: str) -> bytes:
         return self._chunk({"index": index, "delta": {}, "logprobs": None, "finish_reason": reason})
@@ -139,7 +212,19 @@ class CompletionStreamEncoder(_SplicingEncoder):
             for index in range(num_choices)
         ]
 
-    def role(self, index: int) -> bytes:
+    def role(self, index: int, is_tool_call: bool = False) -> bytes:
+        return b""
+
+    def content_logprobs(self, index: int, piece: str, entry: TokenLogprob, offset: int) -> bytes:
+        logprobs = completion_logprobs((piece,), (entry,), offset)
+        return self._chunk(
+            {"text": piece, "index": index, "logprobs": logprobs, "finish_reason": None}
+        )
+
+    def tool_call(self, index: int, call_index: int, call: ToolCall) -> bytes:
+        return b""  # text completions have no tools
+
+    def tool_arguments(self, index: int, call_index: int, piece: str) -> bytes:
         return b""
 
     def finish(self, index: int, reason: str) -> bytes:
@@ -158,14 +243,26 @@ def chat_completion_body(
     payload["choices"] = [
         {
             "index": index,
-            "message": {"role": "assistant", "content": choice.text, "refusal": None},
-            "logprobs": None,
+            "message": _chat_message(choice),
+            "logprobs": None
+            if choice.logprobs is None
+            else chat_logprobs(choice.pieces, choice.logprobs),
             "finish_reason": choice.finish_reason,
         }
         for index, choice in enumerate(choices)
     ]
     payload["usage"] = usage
     return orjson.dumps(payload)
+
+
+def _chat_message(choice: GeneratedChoice) -> dict[str, object]:
+    if not choice.tool_calls:
+        return {"role": "assistant", "content": choice.text, "refusal": None}
+    calls = [
+        _tool_call(call, "".join(pieces))
+        for call, pieces in zip(choice.tool_calls, choice.call_pieces(), strict=True)
+    ]
+    return {"role": "assistant", "content": None, "refusal": None, "tool_calls": calls}
 
 
 def text_completion_body(
@@ -181,7 +278,9 @@ def text_completion_body(
         {
             "text": choice.text,
             "index": index,
-            "logprobs": None,
+            "logprobs": None
+            if choice.logprobs is None
+            else completion_logprobs(choice.pieces, choice.logprobs, 0),
             "finish_reason": choice.finish_reason,
         }
         for index, choice in enumerate(choices)

@@ -25,12 +25,14 @@ def stream_schedule(
     """Role chunks with the first token, then token steps (one chunk per choice that still has
     a token), then finish chunks and the optional usage chunk with the last token."""
     first_token_ms = plan.first_token_ms
-    for index in range(len(choices)):
-        role = encoder.role(index)
+    for index, choice in enumerate(choices):
+        role = encoder.role(index, bool(choice.tool_calls))
         if role:
             yield first_token_ms, role, 0
     num_steps = max((len(choice.pieces) for choice in choices), default=0)
-    if len(choices) == 1:
+    if any(choice.tool_calls or choice.logprobs is not None for choice in choices):
+        yield from _rich_tokens(encoder, choices, plan, num_steps)
+    elif len(choices) == 1:
         yield from _single_choice_tokens(encoder, choices[0], plan)
     else:
         for step in range(num_steps):
@@ -54,3 +56,40 @@ def _single_choice_tokens(
     content = encoder.content
     for step, piece in enumerate(choice.pieces):
         yield first_token_ms + step * decode_ms, content(0, piece), 1
+
+
+def _rich_tokens(
+    encoder: StreamEncoder, choices: Sequence[GeneratedChoice], plan: LatencyPlan, num_steps: int
+) -> Iterator[ScheduledEvent]:
+    """Token steps of choices with tool calls or logprobs: off the plain-text fast path."""
+    steps = [_choice_steps(encoder, index, choice) for index, choice in enumerate(choices)]
+    for step in range(num_steps):
+        due_ms = plan.token_due_ms(step)
+        for choice_steps in steps:
+            if step < len(choice_steps):
+                events = choice_steps[step]
+                for event in events[:-1]:
+                    yield due_ms, event, 0
+                yield due_ms, events[-1], 1
+
+
+def _choice_steps(encoder: StreamEncoder, index: int, choice: GeneratedChoice) -> list[list[bytes]]:
+    """Per token, its events: a tool call opens (id, name) with its first argument token."""
+    if not choice.tool_calls:
+        assert choice.logprobs is not None
+        steps: list[list[bytes]] = []
+        offset = 0
+        for piece, entry in zip(choice.pieces, choice.logprobs, strict=True):
+            steps.append([encoder.content_logprobs(index, piece, entry, offset)])
+            offset += len(piece)
+        return steps
+    steps = []
+    for call_index, (call, pieces) in enumerate(
+        zip(choice.tool_calls, choice.call_pieces(), strict=True)
+    ):
+        for position, piece in enumerate(pieces):
+            events = [encoder.tool_arguments(index, call_index, piece)]
+            if position == 0:
+                events.insert(0, encoder.tool_call(index, call_index, call))
+            steps.append(events)
+    return steps

@@ -137,3 +137,28 @@ def embedding_vector(model: str, text: str, num_dims: int) -> list[float]:
     raw = [(byte - 127.5) / 127.5 for byte in stream[:num_dims]]
     norm = math.sqrt(sum(value * value for value in raw))
     return [value / norm for value in raw]
+
+
+def token_logprobs(
+    seed_material: bytes, pieces: Sequence[str], num_top: int
+) -> list[tuple[float, tuple[tuple[str, float], ...]]]:
+    """Per piece, its log probability and the ``num_top`` likeliest tokens at that step
+    (the piece itself first): made up, but the same for the same request."""
+    if not pieces:
+        return []
+    stream = _digest_stream(seed_material + b"\x00logprobs", len(pieces))
+    entries: list[tuple[float, tuple[tuple[str, float], ...]]] = []
+    for piece, byte in zip(pieces, stream, strict=False):
+        logprob = -round(byte / 255.0 * 2.0, 6)
+        top = [(piece, logprob)]
+        for rank in range(1, num_top):
+            word = _NEXT_PIECES[(byte + 31 * rank) % _NUM_WORDS]
+            top.append((word, round(logprob - 1.5 * rank, 6)))
+        entries.append((logprob, tuple(top[:num_top])))
+    return entries
+
+
+def tool_call_id(seed_material: bytes, call_index: int) -> str:
+    """``call_`` and 24 characters, as OpenAI's ids look."""
+    digest = blake2b(seed_material + b"\x00call%d" % call_index, digest_size=12)
+    return "call_" + digest.hexdigest()

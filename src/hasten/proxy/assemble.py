@@ -1,0 +1,83 @@
+"""Every request streamed upstream: a non-stream client's answer assembled from a stream.
+
+A client that does not stream still gets its request asked of the upstream as a stream
+(``stream: true`` with ``stream_options.include_usage``), so the dispatch sees its first
+token: TTFT timeouts, TTFT failover and hedging work for it as for a stream, and a stream
+client and a non-stream client of the same request share one flight and one cache entry.
+When the stream has ended with ``[DONE]``, its chunks are merged into the JSON body the
+upstream would have returned (``hasten.cache.replay.chunks_to_body``). The client never
+sees a partial body: a stream that breaks off or carries an error event becomes one
+OpenAI-shaped error. Upstreams with ``stream_upstream = false`` (or without
+``stream_options``, whose assembled body would lack usage) are asked as the client asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import orjson
+
+from hasten.cache.replay import chunks_to_body
+from hasten.errors import UpstreamError
+from hasten.proxy.sse import DONE, SSEDecoder
+from hasten.proxy.validation import Endpoint
+from hasten.routing.models import ResolvedModel
+
+STREAM_ERROR_CODE = "upstream_stream_error"
+_INCLUDE_USAGE = {"include_usage": True}
+
+
+def is_assembled(endpoint: Endpoint, is_stream: bool, model: ResolvedModel) -> bool:
+    """Whether this request goes upstream as a stream its client will get as one body."""
+    return not is_stream and endpoint.is_streamable and model.route.is_stream_upstream
+
+
+def as_stream_request(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` (a fresh copy the caller owns) turned into the stream request asked upstream."""
+    body["stream"] = True
+    options = body.get("stream_options")
+    body["stream_options"] = (
+        {**options, **_INCLUDE_USAGE} if isinstance(options, dict) else dict(_INCLUDE_USAGE)
+    )
+    return body
+
+
+def assemble(stream: bytes | Iterable[bytes], endpoint: str) -> bytes:
+    """The JSON body a whole upstream stream stands for; ``stream`` is its raw SSE bytes.
+
+    Raises ``UpstreamError`` (502) for a stream that did not end with ``[DONE]``, carried
+    an error event (its message and code are the upstream's) or is not OpenAI-shaped.
+    """
+    decoder = SSEDecoder()
+    payloads: list[bytes] = []
+    for data in (stream,) if isinstance(stream, bytes) else stream:
+        payloads.extend(decoder.feed(data))
+    for payload in payloads:
+        if b'"error"' in payload:
+            _raise_if_error(payload)  # its own words first: an error event ends the stream
+    if decoder.has_pending or not payloads or payloads[-1] != DONE:
+        raise UpstreamError("upstream stream ended before it was complete", code=STREAM_ERROR_CODE)
+    del payloads[-1]
+    try:
+        return chunks_to_body(payloads, endpoint)
+    except (ValueError, orjson.JSONDecodeError) as exc:
+        raise UpstreamError(
+            "upstream stream is not an OpenAI completion stream", code=STREAM_ERROR_CODE
+        ) from exc
+
+
+def _raise_if_error(payload: bytes) -> None:
+    try:
+        event = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return  # chunks_to_body refuses it with the shape error
+    error = event.get("error") if isinstance(event, dict) else None
+    if error is None:
+        return
+    message, code = str(error), STREAM_ERROR_CODE
+    if isinstance(error, Mapping):
+        message = str(error.get("message") or "upstream error")
+        if isinstance(error.get("code"), str) and error["code"]:
+            code = error["code"]
+    raise UpstreamError(f"upstream error mid-stream: {message}", code=code)

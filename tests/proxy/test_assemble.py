@@ -1,0 +1,298 @@
+"""Every request streamed upstream (hasten.proxy.assemble): a non-stream client's body is
+assembled from the upstream's stream, and must be the body the upstream would have sent.
+
+Fidelity runs against real simulators on loopback: one answers hasten (asked as a stream),
+an identical twin answers directly (asked as the client asked), so neither's prefix cache
+is warmed by the other and both report the same usage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from hasten.cache.replay import body_to_chunks, sse_frames
+from hasten.config import CacheConfig
+from hasten.errors import UpstreamError
+from hasten.proxy.assemble import STREAM_ERROR_CODE, as_stream_request, assemble
+from hasten.simulator import SimConfig, build_app
+from tests.support.gateway import BodyRecorder, make_config, running_gateway, sim_stats
+from tests.support.servers import ServerThread
+
+MEMORY_CACHE = CacheConfig(backend="memory")
+TOOLS = [
+    {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}},
+    {"type": "function", "function": {"name": "notify", "parameters": {"type": "object"}}},
+]
+_MESSAGES = [{"role": "user", "content": "tell me about rivers"}]
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "chat": ("chat/completions", {"messages": _MESSAGES}),
+    "chat_n3": ("chat/completions", {"messages": _MESSAGES, "n": 3}),
+    "chat_tools_n3": ("chat/completions", {"messages": _MESSAGES, "tools": TOOLS, "n": 3}),
+    "chat_named_tool": (
+        "chat/completions",
+        {
+            "messages": _MESSAGES,
+            "tools": TOOLS,
+            "tool_choice": {"type": "function", "function": {"name": "notify"}},
+        },
+    ),
+    "chat_logprobs_n3": (
+        "chat/completions",
+        {"messages": _MESSAGES, "logprobs": True, "top_logprobs": 3, "n": 3},
+    ),
+    "chat_max_tokens_stop": (
+        "chat/completions",
+        {"messages": _MESSAGES, "max_tokens": 5, "stop": ["zzz"]},
+    ),
+    "completions_logprobs_n3": (
+        "completions",
+        {"prompt": "once upon a time", "logprobs": 2, "n": 3},
+    ),
+    "completions": ("completions", {"prompt": ["a list", "of prompts"]}),
+}
+ID_FORMATS = {"chat/completions": r"chatcmpl-\w+", "completions": r"cmpl-\w+"}
+
+
+@pytest.fixture(scope="module")
+def twins() -> Iterator[tuple[ServerThread, ServerThread]]:
+    config = SimConfig(output_tokens=12)
+    with ServerThread(build_app(config)) as behind, ServerThread(build_app(config)) as direct:
+        yield behind, direct
+
+
+@pytest.fixture(scope="module")
+def gateway(twins: tuple[ServerThread, ServerThread]) -> Iterator[ServerThread]:
+    config = make_config({"sim": twins[0].url + "/v1"}, cache=MEMORY_CACHE)
+    with running_gateway(config) as server:
+        yield server
+
+
+class FirstCallsFail:
+    """Sends the first ``num_calls`` requests to the simulator with fault headers (the
+    gateway forwards no ``x-sim-*`` header), then lets the rest through untouched."""
+
+    def __init__(self, app: Any, headers: dict[str, str], num_calls: int = 1) -> None:
+        self.app, self.num_left = app, num_calls
+        self.headers = [(k.encode(), v.encode()) for k, v in headers.items()]
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        is_completion = scope["type"] == "http" and scope["path"].endswith("/completions")
+        if is_completion and self.num_left > 0:
+            self.num_left -= 1
+            scope = {**scope, "headers": [*scope["headers"], *self.headers]}
+        await self.app(scope, receive, send)
+
+
+def _request(case: str) -> tuple[str, dict[str, Any]]:
+    path, fields = CASES[case]
+    body = {"model": "sim-model", "temperature": 0, "seed": 7, **fields}
+    if "messages" in body:
+        body["messages"] = [{"role": "user", "content": f"tell me about {case}"}]
+    return path, body
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_assembled_body_is_the_upstreams_own_non_stream_body(
+    case: str, twins: tuple[ServerThread, ServerThread], gateway: ServerThread
+) -> None:
+    behind, direct = twins
+    path, body = _request(case)
+    streams_before = sim_stats(behind.url)["num_stream_requests"]
+    expected = httpx.post(f"{direct.url}/v1/{path}", json=body, timeout=30)
+    got = httpx.post(f"{gateway.url}/v1/{path}", json=body, timeout=30)
+    assert expected.status_code == got.status_code == 200, got.text
+    assert got.headers["x-hasten-cache"] == "miss"
+    assert got.headers["content-type"] == "application/json"
+    assert int(got.headers["content-length"]) == len(got.content)
+    assert sim_stats(behind.url)["num_stream_requests"] == streams_before + 1
+    want, have = expected.json(), got.json()
+    # What differs by nature: the id (a fresh one per answer) and the clock.
+    assert re.fullmatch(ID_FORMATS[path], have["id"])
+    assert isinstance(have["created"], int) and abs(have["created"] - want["created"]) < 60
+    for name in ("object", "model", "system_fingerprint", "usage"):
+        assert have[name] == want[name], name
+    assert len(have["choices"]) == len(want["choices"]) == body.get("n", 1)
+    for mine, theirs in zip(have["choices"], want["choices"], strict=True):
+        assert mine == theirs
+    # Byte-compatible: with id and created set to the upstream's, the very same bytes.
+    assert orjson.dumps({**have, "id": want["id"], "created": want["created"]}) == (
+        expected.content
+    )
+    # The stored stream answers the next non-stream client from the cache, unchanged.
+    hit = httpx.post(f"{gateway.url}/v1/{path}", json=body, timeout=30)
+    assert hit.headers["x-hasten-cache"] == "hit" and hit.content == got.content
+
+
+def test_the_fields_compared_are_really_there(twins: tuple[ServerThread, ServerThread]) -> None:
+    """Guards the fidelity test: the simulator does answer with every field it compares."""
+    direct = twins[1]
+    path, body = _request("chat_tools_n3")
+    tools = httpx.post(f"{direct.url}/v1/{path}", json=body).json()
+    calls = [choice["message"]["tool_calls"] for choice in tools["choices"]]
+    assert all(len(c) == 2 and c[0]["id"].startswith("call_") for c in calls)
+    assert orjson.loads(calls[0][1]["function"]["arguments"])["text"]
+    assert {choice["finish_reason"] for choice in tools["choices"]} == {"tool_calls"}
+    assert tools["usage"]["completion_tokens_details"]["reasoning_tokens"] == 0
+    path, body = _request("chat_logprobs_n3")
+    logprobs = httpx.post(f"{direct.url}/v1/{path}", json=body).json()["choices"][2]["logprobs"]
+    assert len(logprobs["content"]) == 12 and len(logprobs["content"][0]["top_logprobs"]) == 3
+    path, body = _request("completions_logprobs_n3")
+    legacy = httpx.post(f"{direct.url}/v1/{path}", json=body).json()["choices"][0]["logprobs"]
+    assert len(legacy["tokens"]) == len(legacy["text_offset"]) == 12
+
+
+async def test_a_stream_and_a_non_stream_client_share_one_upstream_call() -> None:
+    with ServerThread(build_app(SimConfig(ttft_base_ms=400, output_tokens=8))) as sim:
+        config = make_config({"sim": sim.url + "/v1"}, cache=MEMORY_CACHE)
+        with running_gateway(config) as gateway:
+            body = {"model": "sim-model", "messages": _MESSAGES, "temperature": 0}
+            url = f"{gateway.url}/v1/chat/completions"
+            async with httpx.AsyncClient(timeout=30) as client:
+                streamed, whole = await asyncio.gather(
+                    client.post(url, json={**body, "stream": True}),
+                    client.post(url, json=body),
+                )
+            stats = sim_stats(sim.url)
+    assert stats["num_requests"] == 1 and stats["num_stream_requests"] == 1
+    events = [line[6:] for line in streamed.text.split("\n") if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    assert not any('"usage":{' in event for event in events)  # it did not ask for usage
+    pieces = [
+        choice["delta"].get("content") or ""
+        for event in events[:-1]
+        for choice in orjson.loads(event)["choices"]
+    ]
+    assert whole.json()["choices"][0]["message"]["content"] == "".join(pieces)
+    assert whole.json()["usage"]["completion_tokens"] == 8
+
+
+def test_stream_upstream_false_forwards_the_request_as_the_client_sent_it() -> None:
+    recorder = BodyRecorder(build_app(SimConfig()))
+    with ServerThread(recorder) as sim:
+        config = make_config({"sim": sim.url + "/v1"}, cache=MEMORY_CACHE, is_stream_upstream=False)
+        raw = (
+            b'{"model": "sim-model", "temperature": 0,\n'
+            b' "messages": [{"role": "user", "content": "x"}]}'
+        )
+        with running_gateway(config) as gateway:
+            response = httpx.post(
+                f"{gateway.url}/v1/chat/completions",
+                content=raw,
+                headers={"content-type": "application/json"},
+            )
+        assert sim_stats(sim.url)["num_stream_requests"] == 0
+    assert response.status_code == 200
+    assert recorder.bodies == [raw]  # byte for byte, no stream added
+    assert response.json()["object"] == "chat.completion"
+
+
+def test_a_stream_cut_midway_is_one_clean_error_and_nothing_is_cached() -> None:
+    cut = {"x-sim-fail": "disconnect", "x-sim-fail-after-chunks": "5"}
+    with ServerThread(FirstCallsFail(build_app(SimConfig(output_tokens=40)), cut)) as sim:
+        config = make_config({"sim": sim.url + "/v1"}, cache=MEMORY_CACHE)
+        body = {"model": "sim-model", "messages": _MESSAGES, "temperature": 0}
+        with running_gateway(config) as gateway:
+            url = f"{gateway.url}/v1/chat/completions"
+            failed = httpx.post(url, json=body, timeout=30)
+            # The failure was not cached: the next request goes upstream and succeeds.
+            again = httpx.post(url, json=body, timeout=30)
+            num_requests = sim_stats(sim.url)["num_requests"]
+    assert failed.status_code == 502
+    assert set(failed.json()["error"]) == {"message", "type", "param", "code"}
+    assert again.status_code == 200 and again.headers["x-hasten-cache"] == "miss"
+    assert again.json()["usage"]["completion_tokens"] == 40
+    assert num_requests == 2
+
+
+def test_an_error_event_midway_is_a_502_with_the_upstreams_error() -> None:
+    fail = {"x-sim-fail": "500", "x-sim-fail-after-chunks": "5"}
+    with ServerThread(FirstCallsFail(build_app(SimConfig(output_tokens=40)), fail)) as sim:
+        config = make_config({"sim": sim.url + "/v1"}, cache=MEMORY_CACHE)
+        body = {"model": "sim-model", "messages": _MESSAGES, "temperature": 0}
+        with running_gateway(config) as gateway:
+            url = f"{gateway.url}/v1/chat/completions"
+            failed = httpx.post(url, json=body, timeout=30)
+    assert failed.status_code == 502
+    error = failed.json()["error"]
+    assert "The server had an error" in error["message"]  # the simulator's own words
+    assert error["type"] == "upstream_error"
+
+
+def test_an_upstream_error_status_passes_through_unchanged() -> None:
+    with ServerThread(build_app(SimConfig(strict_models=True, models=("sim-model",)))) as sim:
+        config = make_config({"sim": sim.url + "/v1"}, cache=MEMORY_CACHE)
+        body = {"model": "no-such-model", "messages": _MESSAGES, "temperature": 0}
+        with running_gateway(config) as gateway:
+            got = httpx.post(f"{gateway.url}/v1/chat/completions", json=body)
+        direct = httpx.post(f"{sim.url}/v1/chat/completions", json=body)
+    assert got.status_code == direct.status_code == 404
+    assert got.content == direct.content
+
+
+# --- the pure parts ---------------------------------------------------------------------
+
+ANSWER = {
+    "id": "chatcmpl-9",
+    "object": "chat.completion",
+    "created": 5,
+    "model": "m",
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "hi there", "refusal": None},
+            "logprobs": None,
+            "finish_reason": "stop",
+        }
+    ],
+    "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
+}
+
+
+def _stream(answer: dict[str, Any]) -> bytes:
+    return b"".join(sse_frames(body_to_chunks(orjson.dumps(answer), "chat"), True))
+
+
+def test_assemble_merges_a_whole_stream_split_anywhere() -> None:
+    stream = _stream(ANSWER)
+    assert orjson.loads(assemble(stream, "chat")) == ANSWER
+    pieces = [stream[i : i + 7] for i in range(0, len(stream), 7)]
+    assert assemble(pieces, "chat") == assemble(stream, "chat")
+
+
+@pytest.mark.parametrize(
+    "stream",
+    [
+        b"",
+        b'data: {"id":"x","choices":[]}\n\n',  # no [DONE]
+        b'data: {"id":"x","choices":[]}\n\ndata: [DO',  # cut inside an event
+        b"data: [1, 2]\n\ndata: [DONE]\n\n",  # not the OpenAI shape
+    ],
+)
+def test_assemble_refuses_an_unfinished_or_foreign_stream(stream: bytes) -> None:
+    with pytest.raises(UpstreamError) as caught:
+        assemble(stream, "chat")
+    assert caught.value.status_code == 502 and caught.value.code == STREAM_ERROR_CODE
+
+
+def test_assemble_raises_the_upstreams_error_event() -> None:
+    event = {"error": {"message": "overloaded", "type": "server_error", "code": "busy"}}
+    stream = _stream(ANSWER).replace(b"data: [DONE]", b"data: " + orjson.dumps(event))
+    with pytest.raises(UpstreamError) as caught:
+        assemble(stream + b"data: [DONE]\n\n", "chat")
+    assert "overloaded" in caught.value.message and caught.value.code == "busy"
+
+
+def test_as_stream_request_asks_for_usage_and_keeps_other_stream_options() -> None:
+    assert as_stream_request({"stream": False}) == {
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    kept = as_stream_request({"stream_options": {"include_obfuscation": False}})
+    assert kept["stream_options"] == {"include_obfuscation": False, "include_usage": True}
