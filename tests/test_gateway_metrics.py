@@ -367,3 +367,19 @@ def test_engine_child_stats_are_scraped_at_scrape_time(sim: ServerThread) -> Non
     assert _value(samples, "hasten_engine_queue_depth") == 5
     assert _value(samples, "hasten_engine_running_sequences") == 3
     assert _value(samples, "hasten_engine_kv_cache_used_tokens") == 700
+
+
+def test_an_error_ending_a_stream_is_counted_with_its_code() -> None:
+    cut = SimConfig(disconnect_rate=1.0, output_tokens=20, decode_ms_per_token=1)
+    with (
+        ServerThread(build_app(cut)) as sim,
+        running_gateway(make_config({"sim": sim.url + "/v1"})) as gateway,
+    ):
+        response = _post(gateway, chat_body("cut", stream=True))
+        samples = _scrape(gateway.url)
+    events = [line for line in response.text.split("\n") if line.startswith('data: {"error"')]
+    assert response.status_code == 200 and len(events) == 1
+    code = orjson.loads(events[0][6:])["error"]["code"]
+    labels = {"model": "*", "deployment": "sim", "cache": "miss", "status": "200"}
+    assert _value(samples, "hasten_requests_total", **labels) == 1
+    assert _value(samples, "hasten_errors_total", status="200", code=code) == 1
