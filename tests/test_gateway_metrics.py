@@ -9,12 +9,15 @@ got (their ``usage``, their ``x-hasten-saved-ms``), never assumed.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import orjson
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
@@ -28,6 +31,7 @@ from hasten.config import (
     TimeoutConfig,
     UpstreamConfig,
 )
+from hasten.config.semantic import SemanticConfig
 from hasten.metrics.endpoint import MetricsApp
 from hasten.metrics.settings import MetricsConfig
 from hasten.routing.settings import DeploymentConfig, HedgeConfig, RoutingConfig
@@ -383,3 +387,53 @@ def test_an_error_ending_a_stream_is_counted_with_its_code() -> None:
     labels = {"model": "*", "deployment": "sim", "cache": "miss", "status": "200"}
     assert _value(samples, "hasten_requests_total", **labels) == 1
     assert _value(samples, "hasten_errors_total", status="200", code=code) == 1
+
+
+def _wait_indexed(gateway: ServerThread, num_entries: int) -> None:
+    headers = {"authorization": f"Bearer {ADMIN_KEY}"}
+    for _ in range(500):
+        stats = httpx.get(f"{gateway.url}/admin/cache/stats", headers=headers, timeout=30).json()
+        if stats["semantic"]["entries"] >= num_entries:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"semantic index never reached {num_entries} entries")
+
+
+def test_semantic_tier_families_with_the_openai_sdk(sim: ServerThread, tmp_path: Path) -> None:
+    config = make_config(
+        {"sim": sim.url + "/v1"}, cache=CacheConfig(backend="memory"), admin_api_key=ADMIN_KEY
+    )
+    semantic = SemanticConfig(is_enabled=True, path=str(tmp_path / "semantic.sqlite3"))
+    admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+    with running_gateway(replace(config, semantic=semantic)) as gateway:
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="k", max_retries=0)
+
+        def ask(text: str) -> Any:
+            return client.chat.completions.with_raw_response.create(
+                model="sim-model", messages=[{"role": "user", "content": text}], temperature=0
+            )
+
+        first = ask("What is the capital of France?")
+        _wait_indexed(gateway, 1)
+        paraphrase = ask("Which city is the capital of France?")
+        entry_id = int(paraphrase.headers["x-hasten-semantic-entry"])
+        report = httpx.post(
+            f"{gateway.url}/admin/cache/report",
+            json={"entry_id": entry_id, "similarity": 0.99},
+            headers=admin,
+            timeout=30,
+        )
+        samples = _scrape(gateway.url, **admin)
+    assert first.headers["x-hasten-cache"] == "miss" and report.status_code == 200
+    assert paraphrase.headers["x-hasten-cache"] == "semantic"
+    labels = {"model": "*", "deployment": "", "cache": "semantic", "status": "200"}
+    assert _value(samples, "hasten_requests_total", **labels) == 1
+    # Both requests missed the exact tier and asked the semantic one.
+    assert _value(samples, "hasten_semantic_lookup_seconds_count", model="*") == 2
+    assert _value(samples, "hasten_cache_lookups_total", tier="semantic") == 2
+    assert _value(samples, "hasten_cache_hits_total", tier="semantic") == 1
+    assert _value(samples, "hasten_cache_stores_total", tier="semantic") == 1
+    assert _value(samples, "hasten_semantic_false_hit_reports_total") == 1
+    saved_s = float(paraphrase.headers["x-hasten-saved-ms"]) / 1000.0
+    counted_s = _value(samples, "hasten_latency_saved_seconds_total", model="*", source="semantic")
+    assert counted_s == pytest.approx(saved_s, abs=1e-4)
