@@ -33,6 +33,7 @@ from hasten.config import (
 )
 from hasten.config.semantic import SemanticConfig
 from hasten.metrics.endpoint import MetricsApp
+from hasten.metrics.outcome import RequestOutcome
 from hasten.metrics.settings import MetricsConfig
 from hasten.routing.settings import DeploymentConfig, HedgeConfig, RoutingConfig
 from hasten.simulator import SimConfig, build_app
@@ -40,12 +41,13 @@ from tests.support.gateway import FAST_RETRY, chat_body, make_config, running_ga
 from tests.support.servers import ServerThread, free_port
 
 ADMIN_KEY = "metrics-admin-key"
+SIM_OUTPUT_TOKENS = 8
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 @pytest.fixture()
 def sim() -> Iterator[ServerThread]:
-    config = SimConfig(ttft_base_ms=5, decode_ms_per_token=1, output_tokens=8)
+    config = SimConfig(ttft_base_ms=5, decode_ms_per_token=1, output_tokens=SIM_OUTPUT_TOKENS)
     with ServerThread(build_app(config)) as server:
         yield server
 
@@ -437,3 +439,38 @@ def test_semantic_tier_families_with_the_openai_sdk(sim: ServerThread, tmp_path:
     saved_s = float(paraphrase.headers["x-hasten-saved-ms"]) / 1000.0
     counted_s = _value(samples, "hasten_latency_saved_seconds_total", model="*", source="semantic")
     assert counted_s == pytest.approx(saved_s, abs=1e-4)
+
+
+def test_observers_get_one_outcome_per_request_and_a_failing_one_is_contained(
+    sim: ServerThread,
+) -> None:
+    app = HastenApp(make_config({"sim": sim.url + "/v1"}))
+    outcomes: list[RequestOutcome] = []
+
+    def broken(outcome: RequestOutcome) -> None:
+        raise RuntimeError("observer bug")
+
+    with ServerThread(app, lifespan="on") as gateway:
+        assert app.gateway is not None
+        app.gateway.observers[:0] = [broken, outcomes.append]
+        miss = _post(gateway, chat_body("seam", stream=True))
+        hit = _post(gateway, chat_body("seam", stream=True))
+        _post(gateway, {"model": "sim-model"})  # refused before the proxy: no outcome
+        samples = _scrape(gateway.url)
+    assert miss.status_code == hit.status_code == 200
+    assert [o.cache for o in outcomes] == ["miss", "hit"]
+    first, second = outcomes
+    assert first.request_id == miss.headers["x-hasten-request-id"]
+    assert (first.deployment, second.deployment) == ("sim", None)
+    assert first.is_upstream_call and not second.is_upstream_call
+    assert first.upstream_ttfb_s is not None and second.upstream_ttfb_s is None
+    for o in outcomes:
+        assert o.status == 200 and o.error_code is None and o.is_stream
+        assert o.ttft_s is not None and 0 <= o.ttft_s <= o.e2e_s
+        # The client asked for no usage, but hasten did (to store the stream): it is known.
+        assert o.tokens_out == SIM_OUTPUT_TOKENS and o.tenant and o.ended_at > 0
+    assert first.num_gaps == len(first.gaps_s) and first.gap_max_s <= first.gap_sum_s + 1e-12
+    assert second.saved_s is not None and second.saved_s >= 0
+    # The failing observer ran first, and the metrics (after it) still counted both.
+    labels = {"model": "*", "deployment": "sim", "cache": "miss", "status": "200"}
+    assert _value(samples, "hasten_requests_total", **labels) == 1

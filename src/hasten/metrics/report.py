@@ -63,6 +63,7 @@ def build_outcome(ex: Exchange, status: int, error_code: str | None) -> RequestO
         hedge=headers.get("x-hasten-hedge", "") if ex.is_upstream_call else "",
         failovers=tuple(failovers.split(", ")) if failovers and ex.is_upstream_call else (),
         semantic_s=ex.semantic_s,
+        ended_at=time.time(),
     )
 
 
