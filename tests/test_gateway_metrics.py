@@ -474,3 +474,34 @@ def test_observers_get_one_outcome_per_request_and_a_failing_one_is_contained(
     # The failing observer ran first, and the metrics (after it) still counted both.
     labels = {"model": "*", "deployment": "sim", "cache": "miss", "status": "200"}
     assert _value(samples, "hasten_requests_total", **labels) == 1
+
+
+def _wait_written(gateway: ServerThread) -> None:
+    """Until the background L2 write is done (``/stats`` shows none pending)."""
+    for _ in range(500):
+        stats = httpx.get(f"{gateway.url}/stats", timeout=30).json()
+        if stats["cache"]["pending_writes"] == 0:
+            return
+        time.sleep(0.01)
+    raise AssertionError("the L2 write never finished")
+
+
+def test_l2_lookups_and_hits_after_a_restart(sim: ServerThread, tmp_path: Path) -> None:
+    cache = CacheConfig(backend="sqlite", sqlite_path=str(tmp_path / "exact.sqlite3"))
+    config = make_config({"sim": sim.url + "/v1"}, cache=cache)
+    with running_gateway(config) as gateway:
+        assert _post(gateway, chat_body("kept")).headers["x-hasten-cache"] == "miss"
+        _wait_written(gateway)
+        before = _scrape(gateway.url)
+    with running_gateway(config) as gateway:  # L1 starts empty; L2 has the answer
+        assert _post(gateway, chat_body("kept")).headers["x-hasten-cache"] == "hit"
+        assert _post(gateway, chat_body("kept")).headers["x-hasten-cache"] == "hit"
+        after = _scrape(gateway.url)
+    assert _value(before, "hasten_cache_lookups_total", tier="l2") == 1
+    assert _value(before, "hasten_cache_hits_total", tier="l2") == 0
+    assert _value(before, "hasten_cache_stores_total", tier="l2") == 1
+    # The first hit came from L2 (and was promoted); the second from L1.
+    assert _value(after, "hasten_cache_lookups_total", tier="l1") == 2
+    assert _value(after, "hasten_cache_lookups_total", tier="l2") == 1
+    assert _value(after, "hasten_cache_hits_total", tier="l2") == 1
+    assert _value(after, "hasten_cache_hits_total", tier="l1") == 1
