@@ -165,7 +165,7 @@ def test_exact_counters_after_a_scripted_sequence(sim: ServerThread) -> None:
 
 
 def test_coalesced_waiters_are_counted_once_each() -> None:
-    sim_config = SimConfig(ttft_base_ms=400, output_tokens=4)
+    sim_config = SimConfig(ttft_base_ms=1500, output_tokens=4)  # a wide window to join
     with ServerThread(build_app(sim_config)) as slow:
         config = make_config({"sim": slow.url + "/v1"})
         with running_gateway(config) as gateway:
