@@ -37,7 +37,13 @@ from hasten.metrics.outcome import RequestOutcome
 from hasten.metrics.settings import MetricsConfig
 from hasten.routing.settings import DeploymentConfig, HedgeConfig, RoutingConfig
 from hasten.simulator import SimConfig, build_app
-from tests.support.gateway import FAST_RETRY, chat_body, make_config, running_gateway
+from tests.support.gateway import (
+    FAST_RETRY,
+    ScriptedUpstream,
+    chat_body,
+    make_config,
+    running_gateway,
+)
 from tests.support.servers import ServerThread, free_port
 
 ADMIN_KEY = "metrics-admin-key"
@@ -505,3 +511,15 @@ def test_l2_lookups_and_hits_after_a_restart(sim: ServerThread, tmp_path: Path) 
     assert _value(after, "hasten_cache_lookups_total", tier="l2") == 1
     assert _value(after, "hasten_cache_hits_total", tier="l2") == 1
     assert _value(after, "hasten_cache_hits_total", tier="l1") == 1
+
+
+def test_upstream_errors_passed_through_are_counted() -> None:
+    upstream = ScriptedUpstream([(400, {}, {"error": {"message": "bad", "code": "nope"}})])
+    with ServerThread(upstream) as scripted:
+        with running_gateway(make_config({"up": scripted.url + "/v1"})) as gateway:
+            response = _post(gateway, chat_body("e"))
+            samples = _scrape(gateway.url)
+    assert response.status_code == 400
+    labels = {"model": "*", "deployment": "up", "cache": "miss", "status": "400"}
+    assert _value(samples, "hasten_requests_total", **labels) == 1
+    assert _value(samples, "hasten_errors_total", status="400", code="") == 1

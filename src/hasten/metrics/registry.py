@@ -117,7 +117,7 @@ class Metrics:
         if outcome.tokens_out is not None:
             series.tokens_out.observe(outcome.tokens_out)
             series.tokens_out_total.value += outcome.tokens_out
-        if outcome.error_code is not None:
+        if outcome.error_code is not None or status >= 400:
             self.count_error(status, outcome.error_code)
         if outcome.is_upstream_call:
             self._observe_upstream(outcome, key[3:])
