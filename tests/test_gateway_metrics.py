@@ -523,3 +523,29 @@ def test_upstream_errors_passed_through_are_counted() -> None:
     labels = {"model": "*", "deployment": "up", "cache": "miss", "status": "400"}
     assert _value(samples, "hasten_requests_total", **labels) == 1
     assert _value(samples, "hasten_errors_total", status="400", code="") == 1
+
+
+def test_a_winning_hedge_saves_the_primarys_expected_residual() -> None:
+    hedge = HedgeConfig(
+        is_enabled=True, min_delay_ms=50, max_delay_ms=300, min_samples=10_000, budget=1.0
+    )
+    with _routed(
+        slow=SimConfig(ttft_base_ms=2000, output_tokens=3),
+        fast=SimConfig(ttft_base_ms=20, output_tokens=3),
+    ) as sims:
+        urls = {name: sim.url + "/v1" for name, sim in sims.items()}
+        deployments = (DeploymentConfig("slow"), DeploymentConfig("fast", priority=1))
+        config = _routed_config(urls, RoutingConfig(hedge=hedge), deployments)
+        with running_gateway(config) as gateway:
+            # Never hedged: the primary answers, so its TTFT window holds one slow sample.
+            once = _post(gateway, chat_body("once", stream=True), **{"x-hasten-idempotent": "0"})
+            hedged = _post(gateway, chat_body("hedge me", stream=True))
+            samples = _scrape(gateway.url)
+    assert once.headers["x-hasten-upstream"] == "slow" and "x-hasten-saved-ms" not in once.headers
+    assert hedged.headers["x-hasten-hedge"] == "won"
+    assert "x-hasten-primary" not in hedged.headers  # internal to the saving's estimate
+    saved_ms = float(hedged.headers["x-hasten-saved-ms"])
+    # Abandoned after ~the 300 ms delay, the primary's 2 s sample was still far off.
+    assert 0 < saved_ms < 2000
+    counted_s = _value(samples, "hasten_latency_saved_seconds_total", model="*", source="hedge")
+    assert counted_s == pytest.approx(saved_ms / 1000.0, abs=1e-4)
