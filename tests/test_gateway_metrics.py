@@ -9,12 +9,15 @@ got (their ``usage``, their ``x-hasten-saved-ms``), never assumed.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import orjson
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
@@ -28,20 +31,29 @@ from hasten.config import (
     TimeoutConfig,
     UpstreamConfig,
 )
+from hasten.config.semantic import SemanticConfig
 from hasten.metrics.endpoint import MetricsApp
+from hasten.metrics.outcome import RequestOutcome
 from hasten.metrics.settings import MetricsConfig
 from hasten.routing.settings import DeploymentConfig, HedgeConfig, RoutingConfig
 from hasten.simulator import SimConfig, build_app
-from tests.support.gateway import FAST_RETRY, chat_body, make_config, running_gateway
+from tests.support.gateway import (
+    FAST_RETRY,
+    ScriptedUpstream,
+    chat_body,
+    make_config,
+    running_gateway,
+)
 from tests.support.servers import ServerThread, free_port
 
 ADMIN_KEY = "metrics-admin-key"
+SIM_OUTPUT_TOKENS = 8
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 @pytest.fixture()
 def sim() -> Iterator[ServerThread]:
-    config = SimConfig(ttft_base_ms=5, decode_ms_per_token=1, output_tokens=8)
+    config = SimConfig(ttft_base_ms=5, decode_ms_per_token=1, output_tokens=SIM_OUTPUT_TOKENS)
     with ServerThread(build_app(config)) as server:
         yield server
 
@@ -159,7 +171,7 @@ def test_exact_counters_after_a_scripted_sequence(sim: ServerThread) -> None:
 
 
 def test_coalesced_waiters_are_counted_once_each() -> None:
-    sim_config = SimConfig(ttft_base_ms=400, output_tokens=4)
+    sim_config = SimConfig(ttft_base_ms=1500, output_tokens=4)  # a wide window to join
     with ServerThread(build_app(sim_config)) as slow:
         config = make_config({"sim": slow.url + "/v1"})
         with running_gateway(config) as gateway:
@@ -367,3 +379,173 @@ def test_engine_child_stats_are_scraped_at_scrape_time(sim: ServerThread) -> Non
     assert _value(samples, "hasten_engine_queue_depth") == 5
     assert _value(samples, "hasten_engine_running_sequences") == 3
     assert _value(samples, "hasten_engine_kv_cache_used_tokens") == 700
+
+
+def test_an_error_ending_a_stream_is_counted_with_its_code() -> None:
+    cut = SimConfig(disconnect_rate=1.0, output_tokens=20, decode_ms_per_token=1)
+    with (
+        ServerThread(build_app(cut)) as sim,
+        running_gateway(make_config({"sim": sim.url + "/v1"})) as gateway,
+    ):
+        response = _post(gateway, chat_body("cut", stream=True))
+        samples = _scrape(gateway.url)
+    events = [line for line in response.text.split("\n") if line.startswith('data: {"error"')]
+    assert response.status_code == 200 and len(events) == 1
+    code = orjson.loads(events[0][6:])["error"]["code"]
+    labels = {"model": "*", "deployment": "sim", "cache": "miss", "status": "200"}
+    assert _value(samples, "hasten_requests_total", **labels) == 1
+    assert _value(samples, "hasten_errors_total", status="200", code=code) == 1
+
+
+def _wait_indexed(gateway: ServerThread, num_entries: int) -> None:
+    headers = {"authorization": f"Bearer {ADMIN_KEY}"}
+    for _ in range(500):
+        stats = httpx.get(f"{gateway.url}/admin/cache/stats", headers=headers, timeout=30).json()
+        if stats["semantic"]["entries"] >= num_entries:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"semantic index never reached {num_entries} entries")
+
+
+def test_semantic_tier_families_with_the_openai_sdk(sim: ServerThread, tmp_path: Path) -> None:
+    config = make_config(
+        {"sim": sim.url + "/v1"}, cache=CacheConfig(backend="memory"), admin_api_key=ADMIN_KEY
+    )
+    semantic = SemanticConfig(is_enabled=True, path=str(tmp_path / "semantic.sqlite3"))
+    admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+    with running_gateway(replace(config, semantic=semantic)) as gateway:
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="k", max_retries=0)
+
+        def ask(text: str) -> Any:
+            return client.chat.completions.with_raw_response.create(
+                model="sim-model", messages=[{"role": "user", "content": text}], temperature=0
+            )
+
+        first = ask("What is the capital of France?")
+        _wait_indexed(gateway, 1)
+        paraphrase = ask("Which city is the capital of France?")
+        entry_id = int(paraphrase.headers["x-hasten-semantic-entry"])
+        report = httpx.post(
+            f"{gateway.url}/admin/cache/report",
+            json={"entry_id": entry_id, "similarity": 0.99},
+            headers=admin,
+            timeout=30,
+        )
+        samples = _scrape(gateway.url, **admin)
+    assert first.headers["x-hasten-cache"] == "miss" and report.status_code == 200
+    assert paraphrase.headers["x-hasten-cache"] == "semantic"
+    labels = {"model": "*", "deployment": "", "cache": "semantic", "status": "200"}
+    assert _value(samples, "hasten_requests_total", **labels) == 1
+    # Both requests missed the exact tier and asked the semantic one.
+    assert _value(samples, "hasten_semantic_lookup_seconds_count", model="*") == 2
+    assert _value(samples, "hasten_cache_lookups_total", tier="semantic") == 2
+    assert _value(samples, "hasten_cache_hits_total", tier="semantic") == 1
+    assert _value(samples, "hasten_cache_stores_total", tier="semantic") == 1
+    assert _value(samples, "hasten_semantic_false_hit_reports_total") == 1
+    saved_s = float(paraphrase.headers["x-hasten-saved-ms"]) / 1000.0
+    counted_s = _value(samples, "hasten_latency_saved_seconds_total", model="*", source="semantic")
+    assert counted_s == pytest.approx(saved_s, abs=1e-4)
+
+
+def test_observers_get_one_outcome_per_request_and_a_failing_one_is_contained(
+    sim: ServerThread,
+) -> None:
+    app = HastenApp(make_config({"sim": sim.url + "/v1"}))
+    outcomes: list[RequestOutcome] = []
+
+    def broken(outcome: RequestOutcome) -> None:
+        raise RuntimeError("observer bug")
+
+    with ServerThread(app, lifespan="on") as gateway:
+        assert app.gateway is not None
+        app.gateway.observers[:0] = [broken, outcomes.append]
+        miss = _post(gateway, chat_body("seam", stream=True))
+        hit = _post(gateway, chat_body("seam", stream=True))
+        _post(gateway, {"model": "sim-model"})  # refused before the proxy: no outcome
+        samples = _scrape(gateway.url)
+    assert miss.status_code == hit.status_code == 200
+    assert [o.cache for o in outcomes] == ["miss", "hit"]
+    first, second = outcomes
+    assert first.request_id == miss.headers["x-hasten-request-id"]
+    assert (first.deployment, second.deployment) == ("sim", None)
+    assert first.is_upstream_call and not second.is_upstream_call
+    assert first.upstream_ttfb_s is not None and second.upstream_ttfb_s is None
+    for o in outcomes:
+        assert o.status == 200 and o.error_code is None and o.is_stream
+        assert o.ttft_s is not None and 0 <= o.ttft_s <= o.e2e_s
+        # The client asked for no usage, but hasten did (to store the stream): it is known.
+        assert o.tokens_out == SIM_OUTPUT_TOKENS and o.tenant and o.ended_at > 0
+    assert first.num_gaps == len(first.gaps_s) and first.gap_max_s <= first.gap_sum_s + 1e-12
+    assert second.saved_s is not None and second.saved_s >= 0
+    # The failing observer ran first, and the metrics (after it) still counted both.
+    labels = {"model": "*", "deployment": "sim", "cache": "miss", "status": "200"}
+    assert _value(samples, "hasten_requests_total", **labels) == 1
+
+
+def _wait_written(gateway: ServerThread) -> None:
+    """Until the background L2 write is done (``/stats`` shows none pending)."""
+    for _ in range(500):
+        stats = httpx.get(f"{gateway.url}/stats", timeout=30).json()
+        if stats["cache"]["pending_writes"] == 0:
+            return
+        time.sleep(0.01)
+    raise AssertionError("the L2 write never finished")
+
+
+def test_l2_lookups_and_hits_after_a_restart(sim: ServerThread, tmp_path: Path) -> None:
+    cache = CacheConfig(backend="sqlite", sqlite_path=str(tmp_path / "exact.sqlite3"))
+    config = make_config({"sim": sim.url + "/v1"}, cache=cache)
+    with running_gateway(config) as gateway:
+        assert _post(gateway, chat_body("kept")).headers["x-hasten-cache"] == "miss"
+        _wait_written(gateway)
+        before = _scrape(gateway.url)
+    with running_gateway(config) as gateway:  # L1 starts empty; L2 has the answer
+        assert _post(gateway, chat_body("kept")).headers["x-hasten-cache"] == "hit"
+        assert _post(gateway, chat_body("kept")).headers["x-hasten-cache"] == "hit"
+        after = _scrape(gateway.url)
+    assert _value(before, "hasten_cache_lookups_total", tier="l2") == 1
+    assert _value(before, "hasten_cache_hits_total", tier="l2") == 0
+    assert _value(before, "hasten_cache_stores_total", tier="l2") == 1
+    # The first hit came from L2 (and was promoted); the second from L1.
+    assert _value(after, "hasten_cache_lookups_total", tier="l1") == 2
+    assert _value(after, "hasten_cache_lookups_total", tier="l2") == 1
+    assert _value(after, "hasten_cache_hits_total", tier="l2") == 1
+    assert _value(after, "hasten_cache_hits_total", tier="l1") == 1
+
+
+def test_upstream_errors_passed_through_are_counted() -> None:
+    upstream = ScriptedUpstream([(400, {}, {"error": {"message": "bad", "code": "nope"}})])
+    with ServerThread(upstream) as scripted:
+        with running_gateway(make_config({"up": scripted.url + "/v1"})) as gateway:
+            response = _post(gateway, chat_body("e"))
+            samples = _scrape(gateway.url)
+    assert response.status_code == 400
+    labels = {"model": "*", "deployment": "up", "cache": "miss", "status": "400"}
+    assert _value(samples, "hasten_requests_total", **labels) == 1
+    assert _value(samples, "hasten_errors_total", status="400", code="") == 1
+
+
+def test_a_winning_hedge_saves_the_primarys_expected_residual() -> None:
+    hedge = HedgeConfig(
+        is_enabled=True, min_delay_ms=50, max_delay_ms=300, min_samples=10_000, budget=1.0
+    )
+    with _routed(
+        slow=SimConfig(ttft_base_ms=2000, output_tokens=3),
+        fast=SimConfig(ttft_base_ms=20, output_tokens=3),
+    ) as sims:
+        urls = {name: sim.url + "/v1" for name, sim in sims.items()}
+        deployments = (DeploymentConfig("slow"), DeploymentConfig("fast", priority=1))
+        config = _routed_config(urls, RoutingConfig(hedge=hedge), deployments)
+        with running_gateway(config) as gateway:
+            # Never hedged: the primary answers, so its TTFT window holds one slow sample.
+            once = _post(gateway, chat_body("once", stream=True), **{"x-hasten-idempotent": "0"})
+            hedged = _post(gateway, chat_body("hedge me", stream=True))
+            samples = _scrape(gateway.url)
+    assert once.headers["x-hasten-upstream"] == "slow" and "x-hasten-saved-ms" not in once.headers
+    assert hedged.headers["x-hasten-hedge"] == "won"
+    assert "x-hasten-primary" not in hedged.headers  # internal to the saving's estimate
+    saved_ms = float(hedged.headers["x-hasten-saved-ms"])
+    # Abandoned after ~the 300 ms delay, the primary's 2 s sample was still far off.
+    assert 0 < saved_ms < 2000
+    counted_s = _value(samples, "hasten_latency_saved_seconds_total", model="*", source="hedge")
+    assert counted_s == pytest.approx(saved_ms / 1000.0, abs=1e-4)

@@ -199,6 +199,8 @@ class HastenApp:
         except Exception:
             _log.exception("request %s: internal error", request_id)
             gateway.stats.count("error_500")
+            if gateway.metrics is not None and OBSERVED_SCOPE_KEY not in scope:
+                gateway.metrics.count_error(500, None)
             if start is None:
                 error = HastenError("internal server error")
                 await _send_error(tracked_send, error, request_id, started_s)

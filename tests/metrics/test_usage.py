@@ -26,3 +26,8 @@ def test_embeddings_have_no_output_tokens_and_no_usage_means_none() -> None:
     assert usage_tokens(b'{"data":[],"usage":{"prompt_tokens":4,"total_tokens":4}}') == (4, None)
     assert usage_tokens(b'{"choices":[]}') == (None, None)
     assert usage_tokens(b"") == (None, None)
+
+
+def test_completion_tokens_first_is_read_too() -> None:
+    body = b'{"usage":{"completion_tokens":9,"prompt_tokens":2}}'
+    assert usage_tokens(body) == (2, 9)

@@ -17,3 +17,14 @@ def test_budget_caps_hedges_at_the_ratio_over_the_window() -> None:
 
 def test_budget_refuses_when_there_is_no_traffic() -> None:
     assert not HedgeBudget(0.05, window_s=10.0).try_spend(0.0)
+
+
+def test_remaining_is_the_windows_headroom() -> None:
+    budget = HedgeBudget(0.25, 10.0)
+    assert budget.remaining(0.0) == 0.0
+    for _ in range(8):
+        budget.record_request(0.0)
+    assert budget.remaining(0.0) == 2.0
+    assert budget.try_spend(0.0)
+    assert budget.remaining(0.0) == 1.0
+    assert budget.remaining(100.0) == 0.0  # the window has moved on

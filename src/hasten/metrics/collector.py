@@ -136,9 +136,7 @@ class GatewayCollector(Collector):
                 for known in BREAKER_STATES:
                     breaker.add_metric([model, name, known], 1.0 if state == known else 0.0)
                 trips.add_metric([model, name], d.breaker.num_trips_total)
-            window = pool.budget.snapshot(now_s)
-            allowed = pool.budget.ratio * int(window["window_requests"])  # type: ignore[call-overload]
-            budget.add_metric([model], max(0.0, allowed - int(window["window_hedges"])))  # type: ignore[call-overload]
+            budget.add_metric([model], pool.budget.remaining(now_s))
             hedges.add_metric([model, "fired"], pool.num_hedges)
             hedges.add_metric([model, "won"], outcomes[(model, "won")])
             hedges.add_metric([model, "lost"], outcomes[(model, "lost")])

@@ -51,12 +51,10 @@ class EngineChild(Protocol):
 
 
 class Scrape:
-    """What one ``/metrics`` request needs: the metrics, their collector, the engine."""
+    """What a scrape fetches before collecting: the engine child's numbers, if there is one."""
 
-    def __init__(
-        self, metrics: Metrics, collector: GatewayCollector, transport: Transport, engine: object
-    ) -> None:
-        self.metrics, self.collector, self._transport = metrics, collector, transport
+    def __init__(self, collector: GatewayCollector, transport: Transport, engine: object) -> None:
+        self.collector, self._transport = collector, transport
         self._engine = engine if isinstance(engine, EngineChild) else None
 
     async def sample_engine(self) -> None:
@@ -75,9 +73,8 @@ class Scrape:
 
     async def _engine_stats(self, url: str) -> dict[str, object]:
         timeout_s = ENGINE_SCRAPE_TIMEOUT_S
-        request = UpstreamRequest(
-            "GET", url, {"accept": "application/json"}, None, *(timeout_s,) * 2
-        )
+        headers = {"accept": "application/json"}
+        request = UpstreamRequest("GET", url, headers, None, timeout_s, timeout_s)
         try:
             async with asyncio.timeout(timeout_s):
                 response = await self._transport.send(request)
@@ -97,7 +94,7 @@ def build_metrics(gateway: Gateway, transport: Transport, engine: object) -> Met
     metrics = Metrics(gateway.client, is_tenant_label=gateway.config.metrics.is_tenant_label)
     collector = GatewayCollector(gateway, metrics)
     metrics.registry.register(collector)
-    metrics.scrape = Scrape(metrics, collector, transport, engine)
+    metrics.scrape = Scrape(collector, transport, engine)
     return metrics
 
 

@@ -55,6 +55,7 @@ class RequestOutcome:
     hedge: str = ""  # "", "won", "lost", "denied"
     failovers: tuple[str, ...] = ()  # "deployment=reason" per failed attempt, in order
     semantic_s: float | None = None  # the semantic lookup (embedding and search)
+    ended_at: float = 0.0  # wall clock (``time.time()``) when it was reported, for display
 
 
 Observer = Callable[[RequestOutcome], None]

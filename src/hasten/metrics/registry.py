@@ -67,65 +67,23 @@ class Metrics:
         tenant = ("tenant",) if is_tenant_label else ()
         base = ("model", "deployment", "cache", *tenant)
         self.base_labels = base
-        self.ttft = HistogramFamily(
-            "hasten_gen_ai_server_time_to_first_token_seconds",
-            "Time to the first body byte of the answer, as the client saw it",
-            base, LATENCY_BUCKETS_S,
-        )  # fmt: skip
-        self.e2e = HistogramFamily(
-            "hasten_gen_ai_server_request_duration_seconds",
-            "Time to the last byte of the answer, as the client saw it", base, LATENCY_BUCKETS_S,
-        )  # fmt: skip
-        self.gateway = HistogramFamily(
-            "hasten_gateway_overhead_seconds",
-            "hasten's own time: to the response start, less the upstream's time to first byte",
-            base, OVERHEAD_BUCKETS_S,
-        )  # fmt: skip
-        self.gaps = HistogramFamily(
-            "hasten_stream_inter_token_gap_seconds",
-            "Gaps between consecutive stream chunks sent to the client (one token each "
-            "with OpenAI-style upstreams)", base, GAP_BUCKETS_S,
-        )  # fmt: skip
-        self.ttfb = HistogramFamily(
-            "hasten_upstream_time_to_first_byte_seconds",
-            "The upstream's time to first byte (the winning attempt, from the call's start)",
-            ("model", "deployment", *tenant), LATENCY_BUCKETS_S,
-        )  # fmt: skip
-        self.semantic = HistogramFamily(
-            "hasten_semantic_lookup_seconds",
-            "A semantic-tier lookup: embedding the question and searching",
-            ("model", *tenant), LATENCY_BUCKETS_S,
-        )  # fmt: skip
-        self.token_usage = HistogramFamily(
-            "hasten_gen_ai_client_token_usage",
-            "Tokens per answer, by token type (input, output), from the answer's usage",
-            (*base, "token_type"), TOKEN_BUCKETS,
-        )  # fmt: skip
-        self.tokens = CounterFamily(
-            "hasten_gen_ai_tokens", "Tokens in answers, by token type (input, output)",
-            (*base, "token_type"),
-        )  # fmt: skip
-        self.requests = CounterFamily(
-            "hasten_requests", "Completion and embeddings requests answered, by status",
-            (*base, "status"),
-        )  # fmt: skip
-        self.errors = CounterFamily(
-            "hasten_errors", "Error answers (and errors ending a stream), by status and code",
-            ("status", "code"),
-        )  # fmt: skip
-        self.saved_total = CounterFamily(
-            "hasten_latency_saved_seconds",
-            "Estimated upstream latency avoided (hasten.metrics.saved), by source",
-            ("model", "source", *tenant),
-        )  # fmt: skip
-        self.failovers = CounterFamily(
-            "hasten_failovers", "Failed upstream attempts, by deployment and reason",
-            ("model", "deployment", "reason"),
-        )  # fmt: skip
-        self.retries = CounterFamily(
-            "hasten_retries", "Attempts that retried the deployment that had just failed",
-            ("model", "deployment"),
-        )  # fmt: skip
+        (
+            self.ttft,
+            self.e2e,
+            self.gateway,
+            self.gaps,
+            self.ttfb,
+            self.semantic,
+            self.token_usage,
+        ) = _histograms(base, tenant)
+        (
+            self.tokens,
+            self.requests,
+            self.errors,
+            self.saved_total,
+            self.failovers,
+            self.retries,
+        ) = _counters(base, tenant)
         self.families: tuple[HistogramFamily | CounterFamily, ...] = (
             self.ttft, self.e2e, self.gateway, self.gaps, self.ttfb, self.semantic,
             self.token_usage, self.tokens, self.requests, self.errors, self.saved_total,
@@ -159,7 +117,7 @@ class Metrics:
         if outcome.tokens_out is not None:
             series.tokens_out.observe(outcome.tokens_out)
             series.tokens_out_total.value += outcome.tokens_out
-        if outcome.error_code is not None:
+        if outcome.error_code is not None or status >= 400:
             self.count_error(status, outcome.error_code)
         if outcome.is_upstream_call:
             self._observe_upstream(outcome, key[3:])
@@ -193,6 +151,91 @@ class Metrics:
             tokens_in_total=self.tokens.child(*key, "input"),
             tokens_out_total=self.tokens.child(*key, "output"),
         )
+
+
+def _histograms(base: tuple[str, ...], tenant: tuple[str, ...]) -> tuple[HistogramFamily, ...]:
+    """The per-request histograms, in the order ``Metrics`` unpacks them."""
+    return (
+        HistogramFamily(
+            "hasten_gen_ai_server_time_to_first_token_seconds",
+            "Time to the first body byte of the answer, as the client saw it",
+            base,
+            LATENCY_BUCKETS_S,
+        ),
+        HistogramFamily(
+            "hasten_gen_ai_server_request_duration_seconds",
+            "Time to the last byte of the answer, as the client saw it",
+            base,
+            LATENCY_BUCKETS_S,
+        ),
+        HistogramFamily(
+            "hasten_gateway_overhead_seconds",
+            "hasten's own time: to the response start, less the upstream's time to first byte",
+            base,
+            OVERHEAD_BUCKETS_S,
+        ),
+        HistogramFamily(
+            "hasten_stream_inter_token_gap_seconds",
+            "Gaps between consecutive stream chunks sent to the client (one token each "
+            "with OpenAI-style upstreams)",
+            base,
+            GAP_BUCKETS_S,
+        ),
+        HistogramFamily(
+            "hasten_upstream_time_to_first_byte_seconds",
+            "The upstream's time to first byte (the winning attempt, from the call's start)",
+            ("model", "deployment", *tenant),
+            LATENCY_BUCKETS_S,
+        ),
+        HistogramFamily(
+            "hasten_semantic_lookup_seconds",
+            "A semantic-tier lookup: embedding the question and searching",
+            ("model", *tenant),
+            LATENCY_BUCKETS_S,
+        ),
+        HistogramFamily(
+            "hasten_gen_ai_client_token_usage",
+            "Tokens per answer, by token type (input, output), from the answer's usage",
+            (*base, "token_type"),
+            TOKEN_BUCKETS,
+        ),
+    )
+
+
+def _counters(base: tuple[str, ...], tenant: tuple[str, ...]) -> tuple[CounterFamily, ...]:
+    """The per-request counters, in the order ``Metrics`` unpacks them."""
+    return (
+        CounterFamily(
+            "hasten_gen_ai_tokens",
+            "Tokens in answers, by token type (input, output)",
+            (*base, "token_type"),
+        ),
+        CounterFamily(
+            "hasten_requests",
+            "Completion and embeddings requests answered, by status",
+            (*base, "status"),
+        ),
+        CounterFamily(
+            "hasten_errors",
+            "Error answers (and errors ending a stream), by status and code",
+            ("status", "code"),
+        ),
+        CounterFamily(
+            "hasten_latency_saved_seconds",
+            "Estimated upstream latency avoided (hasten.metrics.saved), by source",
+            ("model", "source", *tenant),
+        ),
+        CounterFamily(
+            "hasten_failovers",
+            "Failed upstream attempts, by deployment and reason",
+            ("model", "deployment", "reason"),
+        ),
+        CounterFamily(
+            "hasten_retries",
+            "Attempts that retried the deployment that had just failed",
+            ("model", "deployment"),
+        ),
+    )
 
 
 def _count_failovers(metrics: Metrics, outcome: RequestOutcome) -> None:

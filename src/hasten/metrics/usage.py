@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 
 _USAGE = b'"usage"'
+# OpenAI writes prompt_tokens first: one search finds both; the others are the fallback.
+_BOTH = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)\s*,\s*"completion_tokens"\s*:\s*(\d+)')
 _PROMPT = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
 _COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 
@@ -18,6 +20,9 @@ def usage_tokens(data: bytes) -> tuple[int | None, int | None]:
     at = data.rfind(_USAGE)
     if at < 0:
         return None, None
+    both = _BOTH.search(data, at)
+    if both is not None:
+        return int(both.group(1)), int(both.group(2))
     prompt = _PROMPT.search(data, at)
     completion = _COMPLETION.search(data, at)
     return (

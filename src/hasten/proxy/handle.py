@@ -212,6 +212,9 @@ async def _observed(gateway: Gateway, ex: Exchange) -> None:
     except (ClientGone, asyncio.CancelledError):
         code = "client_gone"
         raise
+    except Exception:
+        status = 500  # a bug: the app logs it and answers 500
+        raise
     finally:
         emit_outcome(gateway, ex, status, code)
 

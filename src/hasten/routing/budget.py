@@ -50,6 +50,11 @@ class HedgeBudget:
         self._num_hedges[self._bucket(now_s)] += 1
         return True
 
+    def remaining(self, now_s: float) -> float:
+        """How many more hedges the window allows now (fractional: the budget's headroom)."""
+        num_requests, num_hedges = self._totals(now_s)
+        return max(0.0, self.ratio * num_requests - num_hedges)
+
     def snapshot(self, now_s: float) -> dict[str, object]:
         num_requests, num_hedges = self._totals(now_s)
         return {

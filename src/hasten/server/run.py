@@ -23,6 +23,7 @@ from hasten.local.config import LocalServerConfig
 from hasten.local.gateway import LOCAL, is_local_available
 from hasten.local.supervisor import EngineSupervisor, RestartSettings
 from hasten.metrics.endpoint import MetricsApp
+from hasten.metrics.settings import describe_metrics
 from hasten.server import logs
 from hasten.server.connection import bind, uvicorn_server
 from hasten.server.logs import LOG_FORMATS
@@ -267,6 +268,7 @@ def _banner(config: GatewayConfig, sock: socket.socket, supervisor: EngineSuperv
         )
     else:
         lines.append("  cache: disabled")
+    lines.append("  " + describe_metrics(config.metrics))
     if config.server.api_keys:
         lines.append(f"  gateway keys: {len(config.server.api_keys)} tenant key(s) enforced")
     if config.server.admin_api_key:
