@@ -159,9 +159,13 @@ def test_tenant_and_model_policies_combine(sim: ServerThread, recorder: BodyReco
 def test_without_a_policy_the_client_bytes_go_upstream_untouched(
     sim: ServerThread, recorder: BodyRecorder
 ) -> None:
-    # A policy that does not act on this request leaves the zero-copy path alone too.
+    # A policy that does not act on this request leaves the zero-copy path alone too. (A
+    # stream that asks for usage itself: a non-stream one is asked upstream as a stream.)
     with running_gateway(policy_config(sim, ParamPolicy(max_tokens_cap=100))) as gateway:
-        raw = b'{ "messages":[{"role":"user","content":"hi"}],  "model":"sim-model","max_tokens":5}'
+        raw = (
+            b'{ "messages":[{"role":"user","content":"hi"}],  "model":"sim-model","max_tokens":5,'
+            b' "stream": true, "stream_options": {"include_usage": true}}'
+        )
         response = httpx.post(
             f"{gateway.url}/v1/chat/completions",
             content=raw,
@@ -189,7 +193,8 @@ def test_the_json_access_log_carries_the_policy(
         sim, ParamPolicy(max_n=1), batch=ParamPolicy(max_n=1, is_reject_on_exceed=True)
     )
     config = replace(config, server=replace(config.server, log_format="json"))
-    with running_gateway(config) as gateway, caplog.at_level(logging.INFO, "hasten.access"):
+    # The log outlives the gateway: a request's record is written after its response left.
+    with caplog.at_level(logging.INFO, "hasten.access"), running_gateway(config) as gateway:
         capped = post(gateway, chat_body("q", n=3)).headers["x-hasten-request-id"]
         untouched = post(gateway, chat_body("q")).headers["x-hasten-request-id"]
         refused = post(gateway, chat_body("q", n=2), BATCH_KEY)
