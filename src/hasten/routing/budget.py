@@ -41,10 +41,14 @@ class HedgeBudget:
     def record_request(self, now_s: float) -> None:
         self._num_requests[self._bucket(now_s)] += 1
 
-    def try_spend(self, now_s: float) -> bool:
-        """Takes one hedge from the budget if there is room; records a denial otherwise."""
+    def try_spend(self, now_s: float, *, max_fill: float = 1.0) -> bool:
+        """Takes one hedge from the budget if there is room; records a denial otherwise.
+
+        With ``max_fill`` below 1 the hedge may only use that share of the budget, leaving
+        the rest to hedges that matter more (a second hedge leaves room for first ones).
+        """
         num_requests, num_hedges = self._totals(now_s)
-        if num_hedges + 1 > self.ratio * num_requests:
+        if num_hedges + 1 > max_fill * self.ratio * num_requests:
             self.num_denied += 1
             return False
         self._num_hedges[self._bucket(now_s)] += 1

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hasten.routing.affinity import HashRing, bounded_capacity, choose_bounded
@@ -34,6 +34,10 @@ MAX_EXPECTED_TOKENS = 4096
 # Hedging at the TTFT quantile the budget can afford: with a 5% budget, p96, so that
 # hedges wanted stay under the budget and none is refused to a real straggler.
 BUDGET_FILL = 0.8
+# A second hedge may use the budget only up to this share of it: the rest is kept for first
+# hedges, which rescue a straggler about 3 times in 4 where a second hedge (fired when the
+# first hedge is late too, most often merely in its body's upper tail) does about 1 in 7.
+SECOND_HEDGE_FILL = 0.9
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +65,8 @@ class DeploymentPool:
             max_keys=routing.affinity_max_keys, key_load_factor=routing.affinity_key_load_factor
         )
         self.num_requests = 0
-        self.num_hedges = 0
+        self.num_hedges = 0  # of every level
+        self.num_second_hedges = 0
 
     # --- deciding ---------------------------------------------------------------------
 
@@ -197,8 +202,17 @@ class DeploymentPool:
         earlier one than ``max_delay_ms`` for a cold start.
         """
         del name  # every deployment is hedged on the fleet's clock
+        return self._pooled_delay_s(self.hedge_quantile())
+
+    def second_hedge_gap_s(self) -> float:
+        """How long after the first hedge the second fires (``max_hedges = 2``): the pooled
+        TTFT quantile ``second_quantile``, clamped like the first delay. The first hedge is a
+        fresh draw from that distribution, so past this it is late too, and the primary,
+        older still, is almost surely a straggler."""
+        return self._pooled_delay_s(self.routing.hedge.second_quantile)
+
+    def _pooled_delay_s(self, quantile: float) -> float:
         hedge = self.routing.hedge
-        quantile = self.hedge_quantile()
         estimates = [d.estimate for d in self.deployments.values()]
         measured = [
             (e.typical_ttft_ms or 0.0, e.recent_samples())
@@ -214,14 +228,39 @@ class DeploymentPool:
             delay_ms = nearest_rank(pooled, quantile)
         return min(hedge.max_delay_ms, max(hedge.min_delay_ms, delay_ms)) / 1000.0
 
+    def second_hedge_target(
+        self, order: Sequence[str], num_tries: Mapping[str, int], now_s: float
+    ) -> str | None:
+        """Where a second hedge goes: of the eligible deployments not avoided (much slower
+        than the fastest), the one this request was sent to least, ties in ranking order.
+        So a third deployment when there is one; else a fresh attempt on the primary's (a
+        straggler is one request's bad luck: a deployment that were slow as a whole would be
+        avoided). Never an avoided one: a degraded deployment would answer too late to help.
+        """
+        fastest_ms = fastest_typical_ms(d.estimate for d in self.deployments.values())
+        candidates = [
+            name
+            for name in order
+            if self.deployments[name].is_eligible(now_s)
+            and not is_avoided(self.deployments[name].estimate, fastest_ms)
+        ]
+        if not candidates:
+            return None
+        return min(candidates, key=lambda name: num_tries.get(name, 0))
+
     def ttft_timeout_s(self, name: str) -> float | None:
         own = self.deployments[name].config.ttft_timeout_s
         return own if own is not None else self.routing.ttft_timeout_s
 
-    def try_hedge(self, now_s: float) -> bool:
-        if not self.budget.try_spend(now_s):
+    def try_hedge(self, now_s: float, *, level: int = 1) -> bool:
+        """Permission for a hedge (``level`` 2: the second of a request) from the budget,
+        which counts both levels against the same ratio."""
+        max_fill = 1.0 if level == 1 else SECOND_HEDGE_FILL
+        if not self.budget.try_spend(now_s, max_fill=max_fill):
             return False
         self.num_hedges += 1
+        if level > 1:
+            self.num_second_hedges += 1
         return True
 
     # --- learning ---------------------------------------------------------------------
@@ -328,12 +367,15 @@ class DeploymentPool:
         return {
             "requests": self.num_requests,
             "hedges": self.num_hedges,
+            "second_hedges": self.num_second_hedges,
             "hedging": hedge.is_enabled,
             "hedge_budget": self.budget.snapshot(now_s),
             "hedge_quantile": self.hedge_quantile(),
             "hedge_delay_ms": {
                 name: round(self.hedge_delay_s(name) * 1000.0, 2) for name in self.deployments
             },
+            "max_hedges": hedge.max_hedges,
+            "second_hedge_gap_ms": round(self.second_hedge_gap_s() * 1000.0, 2),
             "affinity": self.routing.is_affinity_enabled,
             "deployments": {n: d.snapshot(now_s) for n, d in self.deployments.items()},
         }
