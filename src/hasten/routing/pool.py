@@ -228,25 +228,29 @@ class DeploymentPool:
             delay_ms = nearest_rank(pooled, quantile)
         return min(hedge.max_delay_ms, max(hedge.min_delay_ms, delay_ms)) / 1000.0
 
-    def second_hedge_target(
-        self, order: Sequence[str], num_tries: Mapping[str, int], now_s: float
+    def hedge_target(
+        self, order: Sequence[str], num_tries: Mapping[str, int], now_s: float, *, level: int = 1
     ) -> str | None:
-        """Where a second hedge goes: of the eligible deployments not avoided (much slower
-        than the fastest), the one this request was sent to least, ties in ranking order.
-        So a third deployment when there is one; else a fresh attempt on the primary's (a
-        straggler is one request's bad luck: a deployment that were slow as a whole would be
-        avoided). Never an avoided one: a degraded deployment would answer too late to help.
+        """Where a hedge goes, decided when it fires (the ranking is as old as the request).
+
+        The first hedge: the first eligible deployment in ``order`` this request has not
+        tried, preferring one not avoided (much slower than the fastest: it would answer
+        too late to help, and a loaded healthy peer can outrank it by cost at the start).
+        The second: of the eligible deployments not avoided, the one this request was sent
+        to least, ties in ranking order; so a third deployment when there is one, else a
+        fresh attempt on the primary's (a straggler is one request's bad luck: a deployment
+        slow as a whole would be avoided). None: nowhere worth hedging to.
         """
         fastest_ms = fastest_typical_ms(d.estimate for d in self.deployments.values())
-        candidates = [
-            name
-            for name in order
-            if self.deployments[name].is_eligible(now_s)
-            and not is_avoided(self.deployments[name].estimate, fastest_ms)
-        ]
-        if not candidates:
+        eligible = [name for name in order if self.deployments[name].is_eligible(now_s)]
+        healthy = [n for n in eligible if not is_avoided(self.deployments[n].estimate, fastest_ms)]
+        if level == 1:
+            untried = [name for name in eligible if num_tries.get(name, 0) == 0]
+            preferred = [name for name in untried if name in healthy]
+            return (preferred or untried or [None])[0]
+        if not healthy:
             return None
-        return min(candidates, key=lambda name: num_tries.get(name, 0))
+        return min(healthy, key=lambda name: num_tries.get(name, 0))
 
     def ttft_timeout_s(self, name: str) -> float | None:
         own = self.deployments[name].config.ttft_timeout_s

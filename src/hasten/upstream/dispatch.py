@@ -356,10 +356,7 @@ class Dispatch:
             return
         self._num_hedge_chances += 1  # one chance per level, or the wait loop would spin
         level = self._num_hedge_chances
-        if level == 1:
-            target = self._next_untried(is_eligible_only=True)
-        else:
-            target = self._pool.second_hedge_target(self._order, self._num_tries, now_s)
+        target = self._pool.hedge_target(self._order, self._num_tries, now_s, level=level)
         if target is None:
             return
         if not self._pool.try_hedge(now_s, level=level):
