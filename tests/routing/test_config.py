@@ -49,6 +49,7 @@ def test_deployments_and_routing_tables_parse() -> None:
                     "max_delay_ms": 800,
                     "max_hedges": 1,
                     "second_quantile": 0.7,
+                    "budget_burst": 10,
                 },
                 "breaker": {"consecutive_failures": 3, "cooldown_s": 2},
             },
@@ -68,6 +69,7 @@ def test_deployments_and_routing_tables_parse() -> None:
     assert routing.hedge.is_enabled and routing.hedge.quantile == 0.9
     assert routing.hedge.budget == 0.1 and routing.hedge.max_delay_ms == 800
     assert routing.hedge.max_hedges == 1 and routing.hedge.second_quantile == 0.7
+    assert routing.hedge.budget_burst == 10.0
     assert routing.breaker.max_consecutive_failures == 3 and routing.breaker.cooldown_s == 2
 
 
@@ -118,6 +120,10 @@ def test_plain_routes_get_default_routing() -> None:
         (
             {"upstream": "east", "routing": {"hedge": {"second_quantile": 1.0}}},
             "models.gpt.routing.hedge.second_quantile: must be > 0 and < 1",
+        ),
+        (
+            {"upstream": "east", "routing": {"hedge": {"budget_burst": -1}}},
+            "models.gpt.routing.hedge.budget_burst: must be >= 0",
         ),
         (
             {"upstream": "east", "routing": {"hedge": {"budget": 0}}},

@@ -59,7 +59,8 @@ class DeploymentPool:
         self.routing = routing
         self.deployments = {d.upstream: Deployment(d, routing) for d in deployments}
         self._rng = rng
-        self.budget = HedgeBudget(routing.hedge.budget, routing.hedge.budget_window_s)
+        hedge = routing.hedge
+        self.budget = HedgeBudget(hedge.budget, hedge.budget_window_s, burst=hedge.budget_burst)
         self._ring = HashRing({d.upstream: d.weight for d in deployments})
         self._homes = HomeTable(
             max_keys=routing.affinity_max_keys, key_load_factor=routing.affinity_key_load_factor

@@ -51,6 +51,7 @@ class HedgeConfig:
     min_samples: int = 10  # below this many TTFT samples the delay is max_delay_ms
     budget: float = DEFAULT_HEDGE_BUDGET  # extra requests as a share of requests
     budget_window_s: float = 30.0
+    budget_burst: float = 0.0  # > 0: a token bucket saving up to this many hedges (budget.py)
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,7 @@ def _hedge(table: TomlTable) -> HedgeConfig:
         min_samples=table.integer("min_samples", d.min_samples),
         budget=_fraction(table, "budget", d.budget),
         budget_window_s=table.number("budget_window_s", d.budget_window_s),
+        budget_burst=_non_negative(table, "budget_burst", d.budget_burst),
     )
     if config.max_hedges > MAX_HEDGES_LIMIT:
         raise table.error("max_hedges", f"must be 1 or 2, got {config.max_hedges}")
