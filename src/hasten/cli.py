@@ -63,7 +63,10 @@ def _describe(path: str, config: GatewayConfig) -> str:
                 if hedge.budget_burst > 0
                 else f"over {hedge.budget_window_s:g}s"
             )
-            second = f", then a second p{100 * hedge.second_quantile:g} later"
+            gap = (
+                "as long" if hedge.second_quantile is None else f"p{100 * hedge.second_quantile:g}"
+            )
+            second = f", then a second {gap} later"
             lines.append(
                 f"    hedging: up to {hedge.max_hedges}, the first at a pooled TTFT quantile "
                 f"(>= p{100 * hedge.quantile:g}, {hedge.min_delay_ms:g}-{hedge.max_delay_ms:g} ms)"

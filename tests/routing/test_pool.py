@@ -215,6 +215,11 @@ def test_the_second_hedge_waits_a_pooled_quantile_after_the_first() -> None:
     assert pool.second_hedge_gap_s() == pytest.approx(0.5)  # the median of 10..1000 ms
     assert pool.hedge_delay_s("a") == pytest.approx(0.96)  # the first: p96
     assert pool.snapshot(now_s)["second_hedge_gap_ms"] == 500.0
+    default = make_pool(("a", "b", "c"), routing=RoutingConfig(hedge=HedgeConfig(min_samples=10)))
+    for value in range(1, 101):
+        now_s = teach(default, "a", float(10 * value), 1, now_s)
+    # Unset, the second waits as long after the first as the first waited: p96 of 10..1000.
+    assert default.second_hedge_gap_s() == default.hedge_delay_s("a") == pytest.approx(0.96)
 
 
 def _fleet_with_c_degraded() -> tuple[DeploymentPool, float]:

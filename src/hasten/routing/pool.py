@@ -207,10 +207,11 @@ class DeploymentPool:
 
     def second_hedge_gap_s(self) -> float:
         """How long after the first hedge the second fires (``max_hedges = 2``): the pooled
-        TTFT quantile ``second_quantile``, clamped like the first delay. The first hedge is a
-        fresh draw from that distribution, so past this it is late too, and the primary,
-        older still, is almost surely a straggler."""
-        return self._pooled_delay_s(self.routing.hedge.second_quantile)
+        TTFT quantile ``second_quantile`` (by default the first hedge's), clamped like the
+        first delay. The first hedge is a fresh draw from that distribution, so past this it
+        is late too, and the primary, older still, is almost surely a straggler."""
+        quantile = self.routing.hedge.second_quantile
+        return self._pooled_delay_s(self.hedge_quantile() if quantile is None else quantile)
 
     def _pooled_delay_s(self, quantile: float) -> float:
         hedge = self.routing.hedge

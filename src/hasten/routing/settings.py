@@ -18,10 +18,6 @@ DEFAULT_HEDGE_QUANTILE = 0.95
 DEFAULT_HEDGE_BUDGET = 0.05
 # Two hedges: the second fires when the first hedge is late too. One keeps the old behaviour.
 DEFAULT_MAX_HEDGES = 2
-# The second hedge waits this quantile of the pooled TTFT after the first: past it, the
-# first hedge is likely a straggler too. At p80 it costs ~0.6% of requests on a workload with
-# 3% stragglers at 10x (docs/benchmarks.md, "Two hedges: the p99.9 bound").
-DEFAULT_SECOND_QUANTILE = 0.8
 MAX_HEDGES_LIMIT = 2
 
 
@@ -45,7 +41,9 @@ class HedgeConfig:
     is_enabled: bool = False
     quantile: float = DEFAULT_HEDGE_QUANTILE
     max_hedges: int = DEFAULT_MAX_HEDGES  # 1: the first hedge only
-    second_quantile: float = DEFAULT_SECOND_QUANTILE  # gap from the first hedge to the second
+    # The second hedge waits this pooled TTFT quantile after the first; None: the first's
+    # (the budget's p96), so the first hedge is hedged by the rule that hedged the primary.
+    second_quantile: float | None = None
     min_delay_ms: float = 50.0
     max_delay_ms: float = 2000.0
     min_samples: int = 10  # below this many TTFT samples the delay is max_delay_ms
@@ -139,7 +137,11 @@ def _hedge(table: TomlTable) -> HedgeConfig:
         is_enabled=table.get("enabled", bool, d.is_enabled),
         quantile=_fraction(table, "quantile", d.quantile, is_open=True),
         max_hedges=table.integer("max_hedges", d.max_hedges, minimum=1),
-        second_quantile=_fraction(table, "second_quantile", d.second_quantile, is_open=True),
+        second_quantile=(
+            _fraction(table, "second_quantile", 0.5, is_open=True)
+            if "second_quantile" in table.data
+            else None
+        ),
         min_delay_ms=table.number("min_delay_ms", d.min_delay_ms),
         max_delay_ms=table.number("max_delay_ms", d.max_delay_ms),
         min_samples=table.integer("min_samples", d.min_samples),
