@@ -24,9 +24,10 @@ from typing import Any
 import aiohttp
 import litellm_env
 import orjson
-from routing_setup import CACHE_SIMS, TAIL_SIMS, Fleet, started_fleet
+from routing_setup import CACHE_SIMS, HEDGE_BUDGET_BURST, TAIL_SIMS, Fleet, started_fleet
 
 from hasten.loadgen.stats import percentile
+from hasten.routing.settings import HedgeConfig
 from hasten.upstream.attempt import FirstTokenWatch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -307,6 +308,11 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
             "affinity_requests_per_mode": num_affinity,
             "degraded": f"{DEGRADED_SIM}: ttft 300 -> {DEGRADED_TTFT_MS:g} ms "
             f"at request {num_tail // 2}",
+            "hedge": {
+                "max_delay_ms": 1000,
+                "budget_burst": HEDGE_BUDGET_BURST,
+                "max_hedges": HedgeConfig().max_hedges,
+            },
             "machine_cores": os.cpu_count(),
             "load_average_1m_at_start": round(os.getloadavg()[0], 2),
         },

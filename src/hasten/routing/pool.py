@@ -34,9 +34,10 @@ MAX_EXPECTED_TOKENS = 4096
 # Hedging at the TTFT quantile the budget can afford: with a 5% budget, p96, so that
 # hedges wanted stay under the budget and none is refused to a real straggler.
 BUDGET_FILL = 0.8
-# A second hedge may use the budget only up to this share of it: the rest is kept for first
-# hedges, which rescue a straggler about 3 times in 4 where a second hedge (fired when the
-# first hedge is late too, most often merely in its body's upper tail) does about 1 in 7.
+# A second hedge may use the budget only up to this share of it: the delay was sized for
+# first hedges (BUDGET_FILL), so second ones take slack and never crowd a first one out. At a
+# shorter gap than the default they pay off less, too: fired when the first hedge is merely in
+# its body's upper tail (p80 after it, say), one in seven rescues anything.
 SECOND_HEDGE_FILL = 0.9
 
 
