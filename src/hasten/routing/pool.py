@@ -249,8 +249,8 @@ class DeploymentPool:
         healthy = [n for n in eligible if not is_avoided(self.deployments[n].estimate, fastest_ms)]
         if level == 1:
             untried = [name for name in eligible if num_tries.get(name, 0) == 0]
-            preferred = [name for name in untried if name in healthy]
-            return (preferred or untried or [None])[0]
+            preferred = [name for name in untried if name in healthy] or untried
+            return preferred[0] if preferred else None
         if not healthy:
             return None
         return min(healthy, key=lambda name: num_tries.get(name, 0))
