@@ -88,21 +88,23 @@ class Model:
         cost = float(first.mean() + second.mean())
         return Outcome(d1_ms, d2_ms, cost, p99, p999, p9999, share)
 
-    def best_two(self, min_p99_ratio: float) -> Outcome:
-        """Within the budget and p99 >= min_p99_ratio, the policy whose 2000-request runs
-        most often reach the p99.9 goal (then the best p99.9 over all requests)."""
-        best: Outcome | None = None
+    def best_two(self, min_p99_ratio: float, *, is_for_runs: bool) -> Outcome:
+        """Within the budget and p99 >= min_p99_ratio, the two-hedge policy with the best
+        p99.9 over all requests, or (``is_for_runs``) the one whose 2000-request runs most
+        often reach the p99.9 goal (then the best p99.9)."""
+        best: tuple[tuple[float, float], Outcome] | None = None
         for d1 in np.arange(445.0, 531.0, 5.0):
             for d2 in np.arange(d1 + 200.0, d1 + 600.0, 10.0):
                 outcome = self.run(float(d1), float(d2))
                 if outcome.cost > BUDGET or self.plain_p99_ms / outcome.p99_ms < min_p99_ratio:
                     continue
-                key = (-outcome.run_goal_share, outcome.p999_ms)
-                if best is None or key < (-best.run_goal_share, best.p999_ms):
-                    best = outcome
+                share = -outcome.run_goal_share if is_for_runs else 0.0
+                key = (share, outcome.p999_ms)
+                if best is None or key < best[0]:
+                    best = (key, outcome)
         if best is None:
             raise RuntimeError("no two-hedge policy fits the budget")
-        return best
+        return best[1]
 
     def line(self, label: str, o: Outcome) -> str:
         d2 = "-" if math.isinf(o.d2_ms) else f"{o.d2_ms:.0f}"
@@ -130,7 +132,10 @@ def main() -> int:
         label = f"two: p96, then p{100 * quantile:g} later"
         print(model.line(label, model.run(p96, p96 + gap_ms)))
     min_ratio = 0.95 * model.plain_p99_ms / one.p99_ms
-    print(model.line(f"best two with p99 >= {min_ratio:.2f}x", model.best_two(min_ratio)))
+    label = f"best two for p99.9 (p99 >= {min_ratio:.2f}x)"
+    print(model.line(label, model.best_two(min_ratio, is_for_runs=False)))
+    label = f"best two for runs (p99 >= {min_ratio:.2f}x)"
+    print(model.line(label, model.best_two(min_ratio, is_for_runs=True)))
     return 0
 
 
