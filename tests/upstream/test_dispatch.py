@@ -254,6 +254,8 @@ async def test_when_the_hedge_is_late_too_a_second_hedge_wins_and_both_others_ar
     assert outcome.headers["x-hasten-hedge"] == "won:2"
     assert [pool.deployments[n].num_cancelled for n in "abc"] == [1, 1, 0]
     assert pool.num_hedges == 2 and pool.num_second_hedges == 1
+    # Both losers waited past the hedge delay: each stays in the quantiles as a lower bound.
+    assert [pool.deployments[n].estimate.num_samples for n in "abc"] == [1, 1, 1]
     assert _in_flight(pool) == {"a": 0, "b": 0, "c": 1}
 
 
