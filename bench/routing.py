@@ -24,9 +24,10 @@ from typing import Any
 import aiohttp
 import litellm_env
 import orjson
-from routing_setup import CACHE_SIMS, TAIL_SIMS, Fleet, started_fleet
+from routing_setup import CACHE_SIMS, HEDGE_BUDGET_BURST, TAIL_SIMS, Fleet, started_fleet
 
 from hasten.loadgen.stats import percentile
+from hasten.routing.settings import HedgeConfig
 from hasten.upstream.attempt import FirstTokenWatch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -175,14 +176,35 @@ async def tail_phase(fleet: Fleet, target: str, num: int) -> dict[str, Any]:
         "e2e_ms": summary([s.e2e_ms for s in run.samples]),
         "upstream_requests": num_upstream,
         "extra_upstream_requests_pct": round(100.0 * (num_upstream / max(1, num) - 1.0), 2),
-        "num_hedges": sum(1 for s in run.samples if s.hedge in ("won", "lost")),
+        "num_hedges": sum(hedges_sent(s.hedge) for s in run.samples),
+        "hedges_by_level": hedges_by_level(run.samples),
         "degraded_share_of_upstream_requests_after_pct": round(
             100.0 * degraded_after / max(1, num - degrade_at), 1
         ),
         "moved_away": moved_away(run.samples, degrade_at),
         "hedges_per_half": hedges_per_half(run.samples, degrade_at),
-        "p99_tail": p99_tail(run.samples),
+        "p99_tail": tail_of(run.samples, 0.99),
+        "p999_tail": tail_of(run.samples, 0.999),
     }
+
+
+# x-hasten-hedge: the hedges a request sent ("denied": the first was refused by the budget).
+HEDGES_SENT = {"won": 1, "lost": 1, "won:1": 2, "won:2": 2, "lost:2": 2}
+
+
+def hedges_sent(outcome: str) -> int:
+    return HEDGES_SENT.get(outcome, 0)
+
+
+def hedges_by_level(samples: list[Sample]) -> dict[str, int]:
+    """Requests by how many hedges they sent, and the second hedges that won."""
+    counts = {"one": 0, "two": 0, "second_won": 0}
+    for s in samples:
+        sent = hedges_sent(s.hedge)
+        if sent:
+            counts["one" if sent == 1 else "two"] += 1
+        counts["second_won"] += s.hedge == "won:2"
+    return counts
 
 
 def moved_away(samples: list[Sample], degrade_at: int) -> dict[str, Any] | None:
@@ -211,13 +233,13 @@ def hedges_per_half(samples: list[Sample], degrade_at: int) -> dict[str, dict[st
     return halves
 
 
-def p99_tail(samples: list[Sample]) -> dict[str, int]:
-    """Who answered the requests at or above p99 TTFT, and what their hedge did: the
-    requests that make up the tail (a hedge "denied" by the budget, say)."""
+def tail_of(samples: list[Sample], fraction: float) -> dict[str, int]:
+    """Who answered the requests at or above this TTFT percentile, and what their hedges
+    did: the requests that make up the tail (a hedge "denied" by the budget, say)."""
     ordered = sorted(s.ttft_ms for s in samples)
     if not ordered:
         return {}
-    threshold_ms = percentile(ordered, 0.99)
+    threshold_ms = percentile(ordered, fraction)
     tail: dict[str, int] = {}
     for s in samples:
         if s.ttft_ms >= threshold_ms:
@@ -286,6 +308,11 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
             "affinity_requests_per_mode": num_affinity,
             "degraded": f"{DEGRADED_SIM}: ttft 300 -> {DEGRADED_TTFT_MS:g} ms "
             f"at request {num_tail // 2}",
+            "hedge": {
+                "max_delay_ms": 1000,
+                "budget_burst": HEDGE_BUDGET_BURST,
+                "max_hedges": HedgeConfig().max_hedges,
+            },
             "machine_cores": os.cpu_count(),
             "load_average_1m_at_start": round(os.getloadavg()[0], 2),
         },
@@ -325,6 +352,7 @@ def goals(result: dict[str, Any]) -> dict[str, Any]:
     tail = result["tail"]
     hedged, plain = tail["hasten_hedging"], tail["hasten_no_hedging"]
     p99_ratio = (plain["ttft_ms"]["p99"] or 0) / max(1e-9, hedged["ttft_ms"]["p99"] or 0)
+    p999_ratio = (plain["ttft_ms"]["p99.9"] or 0) / max(1e-9, hedged["ttft_ms"]["p99.9"] or 0)
     affinity = result["affinity"]
     ttft_gain = (affinity["sim-spread"]["ttft_ms"]["mean"] or 0) / max(
         1e-9, affinity["sim-affinity"]["ttft_ms"]["mean"] or 0
@@ -332,7 +360,9 @@ def goals(result: dict[str, Any]) -> dict[str, Any]:
     moved = plain["moved_away"] or {}
     return {
         "p99_ttft_no_hedge_over_hedge": round(p99_ratio, 2),
+        "p999_ttft_no_hedge_over_hedge": round(p999_ratio, 2),
         "hedge_extra_upstream_requests_pct": hedged["extra_upstream_requests_pct"],
+        "hedges_by_level": hedged["hedges_by_level"],
         "moved_away_within_requests_no_hedge": moved.get("within_requests"),
         "affinity_hit_ratio": affinity["sim-affinity"]["prefix_cache_hit_ratio"],
         "no_affinity_hit_ratio": affinity["sim-spread"]["prefix_cache_hit_ratio"],

@@ -111,6 +111,46 @@ def test_check_config_describes_semantic_local_and_hybrid(
     assert "semantic" not in out and "local engine" not in out and "hybrid" not in out
 
 
+def test_check_config_describes_hedging(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = (
+        '[upstreams.a]\nurl = "http://127.0.0.1:9/v1"\n[upstreams.b]\nurl = "http://127.0.0.1:8/v1"\n'
+        '[models.m]\ndeployments = [{ upstream = "a" }, { upstream = "b" }]\n'
+        "[models.m.routing.hedge]\nenabled = true\nbudget_burst = 10\n"
+    )
+    path = _write(tmp_path, text)
+    assert _cli_main(["check-config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "hedging: up to 2, the first at a pooled TTFT quantile (>= p95, 50-2000 ms)" in out
+    assert "then a second as long later; budget 5% (a bucket of 10 hedges)" in out
+    path = _write(tmp_path, text.replace("budget_burst = 10", "second_quantile = 0.8"))
+    assert _cli_main(["check-config", str(path)]) == 0
+    assert "then a second p80 later; budget 5% (over 30s)" in capsys.readouterr().out
+    path = _write(tmp_path, text.replace("budget_burst = 10", "max_hedges = 1"))
+    assert _cli_main(["check-config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "hedging: up to 1," in out and "second" not in out
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("[server\n", "invalid TOML"),
+        ("bogus = 1\n", "bogus: unknown key (known: aliases, "),
+        (
+            '[upstreams.a]\nurl = "http://a"\nconnect_timeout_s = "5"\n'
+            '[models."*"]\nupstream = "a"\n',
+            "upstreams.a.connect_timeout_s",
+        ),
+        ('[cache]\nbackend = "redis"\n', "cache.redis_url"),
+        (
+            '[upstreams.a]\nurl = "http://a"\napi_key_env = "HASTEN_TEST_UNSET_VAR"\n',
+            "HASTEN_TEST_UNSET_VAR",
+        ),
+        ("[semantic]\nenabld = true\n", "semantic.enabld: unknown key (known: "),
+        ('[hybrid]\npolicy = "local-only"\nmodle = "x"\n', "hybrid.modle: unknown key (known: "),
+        ("[local]\nn_thread = 2\n", "local.n_thread: unknown key (known: "),
+    ],
+)
 def test_check_config_describes_tracing_without_header_values(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

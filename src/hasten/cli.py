@@ -63,6 +63,23 @@ def _describe(path: str, config: GatewayConfig) -> str:
         lines.append(f"  model {route.name}: {chain}")
         if route.policy is not None:
             lines.append(f"    policy: {route.policy.describe()}")
+        hedge = route.routing.hedge
+        if hedge.is_enabled:
+            budget = (
+                f"a bucket of {hedge.budget_burst:g} hedges"
+                if hedge.budget_burst > 0
+                else f"over {hedge.budget_window_s:g}s"
+            )
+            gap = (
+                "as long" if hedge.second_quantile is None else f"p{100 * hedge.second_quantile:g}"
+            )
+            second = f", then a second {gap} later"
+            lines.append(
+                f"    hedging: up to {hedge.max_hedges}, the first at a pooled TTFT quantile "
+                f"(>= p{100 * hedge.quantile:g}, {hedge.min_delay_ms:g}-{hedge.max_delay_ms:g} ms)"
+                f"{second if hedge.max_hedges > 1 else ''}; budget {100 * hedge.budget:g}% "
+                f"({budget})"
+            )
     for alias, target in config.aliases.items():
         lines.append(f"  alias {alias} = {target}")
     if config.server.num_workers > 1:

@@ -42,7 +42,15 @@ def test_deployments_and_routing_tables_parse() -> None:
                 "affinity_max_keys": 500,
                 "explore_decay_s": 12,
                 "probe_interval_s": 0,
-                "hedge": {"enabled": True, "quantile": 0.9, "budget": 0.1, "max_delay_ms": 800},
+                "hedge": {
+                    "enabled": True,
+                    "quantile": 0.9,
+                    "budget": 0.1,
+                    "max_delay_ms": 800,
+                    "max_hedges": 1,
+                    "second_quantile": 0.7,
+                    "budget_burst": 10,
+                },
                 "breaker": {"consecutive_failures": 3, "cooldown_s": 2},
             },
         }
@@ -60,6 +68,8 @@ def test_deployments_and_routing_tables_parse() -> None:
     assert routing.explore_decay_s == 12.0
     assert routing.hedge.is_enabled and routing.hedge.quantile == 0.9
     assert routing.hedge.budget == 0.1 and routing.hedge.max_delay_ms == 800
+    assert routing.hedge.max_hedges == 1 and routing.hedge.second_quantile == 0.7
+    assert routing.hedge.budget_burst == 10.0
     assert routing.breaker.max_consecutive_failures == 3 and routing.breaker.cooldown_s == 2
 
 
@@ -98,6 +108,22 @@ def test_plain_routes_get_default_routing() -> None:
         (
             {"upstream": "east", "routing": {"hedge": {"quantile": 1.5}}},
             "models.gpt.routing.hedge.quantile: must be > 0 and < 1",
+        ),
+        (
+            {"upstream": "east", "routing": {"hedge": {"max_hedges": 3}}},
+            "models.gpt.routing.hedge.max_hedges: must be 1 or 2, got 3",
+        ),
+        (
+            {"upstream": "east", "routing": {"hedge": {"max_hedges": 0}}},
+            "models.gpt.routing.hedge.max_hedges: must be >= 1",
+        ),
+        (
+            {"upstream": "east", "routing": {"hedge": {"second_quantile": 1.0}}},
+            "models.gpt.routing.hedge.second_quantile: must be > 0 and < 1",
+        ),
+        (
+            {"upstream": "east", "routing": {"hedge": {"budget_burst": -1}}},
+            "models.gpt.routing.hedge.budget_burst: must be >= 0",
         ),
         (
             {"upstream": "east", "routing": {"hedge": {"budget": 0}}},

@@ -8,6 +8,7 @@ from collections import Counter
 
 import pytest
 
+from hasten.routing.pool import DeploymentPool
 from hasten.routing.settings import HedgeConfig, RoutingConfig
 from tests.support.routing import BREAKER, make_pool, teach
 
@@ -202,3 +203,60 @@ def test_hedges_do_not_go_where_an_estimate_merely_drifted_back() -> None:
     for _ in range(50):
         order = pool.rank(now_s).order
         assert order[-1] == "c" or order[0] == "c"  # explored as a primary, never a rescue
+
+
+def test_the_second_hedge_waits_a_pooled_quantile_after_the_first() -> None:
+    hedge = HedgeConfig(min_samples=10, max_delay_ms=2000, second_quantile=0.5)
+    pool = make_pool(("a", "b", "c"), routing=RoutingConfig(hedge=hedge))
+    assert pool.second_hedge_gap_s() == 2.0  # cold: the ceiling, like the first delay
+    now_s = 0.0
+    for value in range(1, 101):
+        now_s = teach(pool, "a", float(10 * value), 1, now_s)
+    assert pool.second_hedge_gap_s() == pytest.approx(0.5)  # the median of 10..1000 ms
+    assert pool.hedge_delay_s("a") == pytest.approx(0.96)  # the first: p96
+    assert pool.snapshot(now_s)["second_hedge_gap_ms"] == 500.0
+    default = make_pool(("a", "b", "c"), routing=RoutingConfig(hedge=HedgeConfig(min_samples=10)))
+    for value in range(1, 101):
+        now_s = teach(default, "a", float(10 * value), 1, now_s)
+    # Unset, the second waits as long after the first as the first waited: p96 of 10..1000.
+    assert default.second_hedge_gap_s() == default.hedge_delay_s("a") == pytest.approx(0.96)
+
+
+def _fleet_with_c_degraded() -> tuple[DeploymentPool, float]:
+    pool = make_pool(("a", "b", "c"))
+    now_s = teach(pool, "c", 1500.0, 30, 0.0)
+    now_s = teach(pool, "a", 300.0, 30, now_s)
+    return pool, teach(pool, "b", 300.0, 30, now_s)
+
+
+def test_the_first_hedge_skips_an_avoided_deployment_when_a_healthy_one_is_untried() -> None:
+    pool, now_s = _fleet_with_c_degraded()
+    # The ranking, as old as the request, put the degraded c second (a loaded b, say).
+    assert pool.hedge_target(("a", "c", "b"), {"a": 1}, now_s) == "b"
+    # With no healthy deployment untried, the first hedge goes where it always did.
+    assert pool.hedge_target(("a", "c", "b"), {"a": 1, "b": 1}, now_s) == "c"
+    assert pool.hedge_target(("a", "b", "c"), {"a": 1, "b": 1, "c": 1}, now_s) is None
+
+
+def test_the_second_hedge_goes_to_a_third_deployment_else_back_to_the_primarys() -> None:
+    pool = make_pool(("a", "b", "c"))
+    assert pool.hedge_target(("a", "b", "c"), {"a": 1, "b": 1}, 0.0, level=2) == "c"
+    degraded, now_s = _fleet_with_c_degraded()
+    # Never to the avoided c: a fresh attempt on the primary's deployment instead.
+    tries = {"a": 1, "b": 1}
+    assert degraded.hedge_target(("a", "b", "c"), tries, now_s, level=2) == "a"
+    assert degraded.hedge_target(("b", "a", "c"), tries, now_s, level=2) == "b"
+    two = make_pool(("a", "b"))
+    assert two.hedge_target(("b", "a"), {"a": 1, "b": 1}, 0.0, level=2) == "b"
+
+
+def test_second_hedges_share_the_budget_and_leave_its_last_tenth_to_first_ones() -> None:
+    pool = make_pool(("a", "b", "c"), routing=RoutingConfig(hedge=HedgeConfig(budget=0.1)))
+    for _ in range(100):
+        pool.on_request(0.0)  # room for 10 hedges; second ones may take 9
+    assert sum(pool.try_hedge(0.0, level=2) for _ in range(12)) == 9
+    assert [pool.try_hedge(0.0) for _ in range(2)] == [True, False]
+    snapshot = pool.snapshot(0.0)
+    assert snapshot["hedges"] == 10 and snapshot["second_hedges"] == 9
+    budget = snapshot["hedge_budget"]
+    assert isinstance(budget, dict) and budget["denied"] == 3 + 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -230,3 +231,105 @@ async def test_prompt_cache_key_is_set_only_for_upstreams_configured_with_it() -
     assert "prompt_cache_key" not in await _sent_body(True, body, None)  # no affinity key
     own = {**body, "prompt_cache_key": "mine"}
     assert (await _sent_body(True, own, 0xABC))["prompt_cache_key"] == "mine"  # the client's wins
+
+
+THREE = {"a": upstream("a"), "b": upstream("b"), "c": upstream("c")}
+SLOW = Reply(head_delay_s=5.0)
+
+
+def _with_room(pool: DeploymentPool, num_requests: int) -> None:
+    """More requests in the budget's window, so that it affords a second hedge."""
+    for _ in range(num_requests):
+        pool.budget.record_request(time.monotonic())
+
+
+async def test_when_the_hedge_is_late_too_a_second_hedge_wins_and_both_others_are_cancelled() -> (
+    None
+):
+    transport = ScriptedTransport({"a": [SLOW], "b": [SLOW], "c": [Reply()]})
+    dispatch, pool = _dispatch(transport, THREE, routing=RoutingConfig(hedge=HEDGE_SOON))
+    _with_room(pool, 4)
+    outcome = await dispatch.run()
+    assert isinstance(outcome, Won) and outcome.name == "c"
+    assert outcome.headers["x-hasten-hedge"] == "won:2"
+    assert [pool.deployments[n].num_cancelled for n in "abc"] == [1, 1, 0]
+    assert pool.num_hedges == 2 and pool.num_second_hedges == 1
+    # Both losers waited past the hedge delay: each stays in the quantiles as a lower bound.
+    assert [pool.deployments[n].estimate.num_samples for n in "abc"] == [1, 1, 1]
+    assert _in_flight(pool) == {"a": 0, "b": 0, "c": 1}
+
+
+async def test_a_first_hedge_that_answers_in_time_needs_no_second() -> None:
+    hedge = dataclasses.replace(HEDGE_SOON, max_delay_ms=200.0)  # second due at ~400 ms
+    transport = ScriptedTransport({"a": [SLOW], "b": [Reply()], "c": [Reply()]})
+    dispatch, pool = _dispatch(transport, THREE, routing=RoutingConfig(hedge=hedge))
+    _with_room(pool, 4)
+    outcome = await dispatch.run()
+    assert isinstance(outcome, Won) and outcome.name == "b"
+    assert outcome.headers["x-hasten-hedge"] == "won"
+    assert transport.sent_to("c") == [] and pool.num_second_hedges == 0
+
+
+async def test_the_primary_answering_after_two_hedges_cancels_both() -> None:
+    quick = Reply(head_delay_s=0.15)
+    transport = ScriptedTransport({"a": [quick], "b": [SLOW], "c": [SLOW]})
+    dispatch, pool = _dispatch(transport, THREE, routing=RoutingConfig(hedge=HEDGE_SOON))
+    _with_room(pool, 4)
+    outcome = await dispatch.run()
+    assert isinstance(outcome, Won) and outcome.name == "a"
+    assert outcome.headers["x-hasten-hedge"] == "lost:2"
+    assert [pool.deployments[n].num_cancelled for n in "abc"] == [0, 1, 1]
+    assert _in_flight(pool) == {"a": 1, "b": 0, "c": 0}
+
+
+async def test_no_second_hedge_when_the_budget_is_spent() -> None:
+    # One request in the window affords one hedge (ratio 1); a second may fill only 90%.
+    late = Reply(head_delay_s=0.1)
+    transport = ScriptedTransport({"a": [SLOW], "b": [late], "c": [Reply()]})
+    dispatch, pool = _dispatch(transport, THREE, routing=RoutingConfig(hedge=HEDGE_SOON))
+    outcome = await dispatch.run()
+    assert isinstance(outcome, Won) and outcome.name == "b"
+    assert outcome.headers["x-hasten-hedge"] == "won"  # a denied second leaves it as it was
+    assert transport.sent_to("c") == []
+    assert pool.budget.num_denied == 1 and pool.num_second_hedges == 0
+
+
+async def test_a_first_hedge_that_fails_is_followed_by_the_second_on_time() -> None:
+    transport = ScriptedTransport({"a": [SLOW], "b": [Reply(status=503)], "c": [Reply()]})
+    dispatch, pool = _dispatch(transport, THREE, routing=RoutingConfig(hedge=HEDGE_SOON))
+    _with_room(pool, 4)
+    outcome = await dispatch.run()
+    assert isinstance(outcome, Won) and outcome.name == "c"
+    assert outcome.headers["x-hasten-hedge"] == "won:2"
+    assert outcome.headers["x-hasten-failover"] == "b=503"
+    assert len(transport.sent_to("b")) == 1  # the failed hedge is not retried meanwhile
+    assert _in_flight(pool) == {"a": 0, "b": 0, "c": 1}
+
+
+async def test_one_hedge_at_most_with_max_hedges_1() -> None:
+    hedge = dataclasses.replace(HEDGE_SOON, max_hedges=1)
+    late = Reply(head_delay_s=0.1)
+    transport = ScriptedTransport({"a": [SLOW], "b": [late], "c": [Reply()]})
+    dispatch, pool = _dispatch(transport, THREE, routing=RoutingConfig(hedge=hedge))
+    _with_room(pool, 4)
+    outcome = await dispatch.run()
+    assert isinstance(outcome, Won) and outcome.name == "b"
+    assert outcome.headers["x-hasten-hedge"] == "won"
+    assert transport.sent_to("c") == [] and pool.budget.num_denied == 0
+
+
+async def test_with_two_deployments_the_second_hedge_is_a_fresh_try_on_the_primarys() -> None:
+    transport = ScriptedTransport({"a": [SLOW, Reply()], "b": [SLOW]})
+    dispatch, pool = _dispatch(
+        transport,
+        {"a": upstream("a"), "b": upstream("b")},
+        routing=RoutingConfig(hedge=HEDGE_SOON),
+        deployments=PRIMARY_THEN_HEDGE,
+    )
+    _with_room(pool, 4)
+    outcome = await dispatch.run()
+    assert isinstance(outcome, Won) and outcome.name == "a"
+    assert outcome.headers["x-hasten-hedge"] == "won:2"
+    assert len(transport.sent_to("a")) == 2
+    assert [pool.deployments[n].num_cancelled for n in "ab"] == [1, 1]
+    assert _in_flight(pool) == {"a": 1, "b": 0}

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hasten.routing.affinity import HashRing, bounded_capacity, choose_bounded
@@ -34,6 +34,11 @@ MAX_EXPECTED_TOKENS = 4096
 # Hedging at the TTFT quantile the budget can afford: with a 5% budget, p96, so that
 # hedges wanted stay under the budget and none is refused to a real straggler.
 BUDGET_FILL = 0.8
+# A second hedge may use the budget only up to this share of it: the delay was sized for
+# first hedges (BUDGET_FILL), so second ones take slack and never crowd a first one out. At a
+# shorter gap than the default they pay off less, too: fired when the first hedge is merely in
+# its body's upper tail (p80 after it, say), one in seven rescues anything.
+SECOND_HEDGE_FILL = 0.9
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,13 +60,15 @@ class DeploymentPool:
         self.routing = routing
         self.deployments = {d.upstream: Deployment(d, routing) for d in deployments}
         self._rng = rng
-        self.budget = HedgeBudget(routing.hedge.budget, routing.hedge.budget_window_s)
+        hedge = routing.hedge
+        self.budget = HedgeBudget(hedge.budget, hedge.budget_window_s, burst=hedge.budget_burst)
         self._ring = HashRing({d.upstream: d.weight for d in deployments})
         self._homes = HomeTable(
             max_keys=routing.affinity_max_keys, key_load_factor=routing.affinity_key_load_factor
         )
         self.num_requests = 0
-        self.num_hedges = 0
+        self.num_hedges = 0  # of every level
+        self.num_second_hedges = 0
 
     # --- deciding ---------------------------------------------------------------------
 
@@ -197,8 +204,18 @@ class DeploymentPool:
         earlier one than ``max_delay_ms`` for a cold start.
         """
         del name  # every deployment is hedged on the fleet's clock
+        return self._pooled_delay_s(self.hedge_quantile())
+
+    def second_hedge_gap_s(self) -> float:
+        """How long after the first hedge the second fires (``max_hedges = 2``): the pooled
+        TTFT quantile ``second_quantile`` (by default the first hedge's), clamped like the
+        first delay. The first hedge is a fresh draw from that distribution, so past this it
+        is late too, and the primary, older still, is almost surely a straggler."""
+        quantile = self.routing.hedge.second_quantile
+        return self._pooled_delay_s(self.hedge_quantile() if quantile is None else quantile)
+
+    def _pooled_delay_s(self, quantile: float) -> float:
         hedge = self.routing.hedge
-        quantile = self.hedge_quantile()
         estimates = [d.estimate for d in self.deployments.values()]
         measured = [
             (e.typical_ttft_ms or 0.0, e.recent_samples())
@@ -214,14 +231,43 @@ class DeploymentPool:
             delay_ms = nearest_rank(pooled, quantile)
         return min(hedge.max_delay_ms, max(hedge.min_delay_ms, delay_ms)) / 1000.0
 
+    def hedge_target(
+        self, order: Sequence[str], num_tries: Mapping[str, int], now_s: float, *, level: int = 1
+    ) -> str | None:
+        """Where a hedge goes, decided when it fires (the ranking is as old as the request).
+
+        The first hedge: the first eligible deployment in ``order`` this request has not
+        tried, preferring one not avoided (much slower than the fastest: it would answer
+        too late to help, and a loaded healthy peer can outrank it by cost at the start).
+        The second: of the eligible deployments not avoided, the one this request was sent
+        to least, ties in ranking order; so a third deployment when there is one, else a
+        fresh attempt on the primary's (a straggler is one request's bad luck: a deployment
+        slow as a whole would be avoided). None: nowhere worth hedging to.
+        """
+        fastest_ms = fastest_typical_ms(d.estimate for d in self.deployments.values())
+        eligible = [name for name in order if self.deployments[name].is_eligible(now_s)]
+        healthy = [n for n in eligible if not is_avoided(self.deployments[n].estimate, fastest_ms)]
+        if level == 1:
+            untried = [name for name in eligible if num_tries.get(name, 0) == 0]
+            preferred = [name for name in untried if name in healthy] or untried
+            return preferred[0] if preferred else None
+        if not healthy:
+            return None
+        return min(healthy, key=lambda name: num_tries.get(name, 0))
+
     def ttft_timeout_s(self, name: str) -> float | None:
         own = self.deployments[name].config.ttft_timeout_s
         return own if own is not None else self.routing.ttft_timeout_s
 
-    def try_hedge(self, now_s: float) -> bool:
-        if not self.budget.try_spend(now_s):
+    def try_hedge(self, now_s: float, *, level: int = 1) -> bool:
+        """Permission for a hedge (``level`` 2: the second of a request) from the budget,
+        which counts both levels against the same ratio."""
+        max_fill = 1.0 if level == 1 else SECOND_HEDGE_FILL
+        if not self.budget.try_spend(now_s, max_fill=max_fill):
             return False
         self.num_hedges += 1
+        if level > 1:
+            self.num_second_hedges += 1
         return True
 
     # --- learning ---------------------------------------------------------------------
@@ -328,12 +374,15 @@ class DeploymentPool:
         return {
             "requests": self.num_requests,
             "hedges": self.num_hedges,
+            "second_hedges": self.num_second_hedges,
             "hedging": hedge.is_enabled,
             "hedge_budget": self.budget.snapshot(now_s),
             "hedge_quantile": self.hedge_quantile(),
             "hedge_delay_ms": {
                 name: round(self.hedge_delay_s(name) * 1000.0, 2) for name in self.deployments
             },
+            "max_hedges": hedge.max_hedges,
+            "second_hedge_gap_ms": round(self.second_hedge_gap_s() * 1000.0, 2),
             "affinity": self.routing.is_affinity_enabled,
             "deployments": {n: d.snapshot(now_s) for n, d in self.deployments.items()},
         }

@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 
 DEFAULT_HEDGE_QUANTILE = 0.95
 DEFAULT_HEDGE_BUDGET = 0.05
+# Two hedges: the second fires when the first hedge is late too. One keeps the old behaviour.
+DEFAULT_MAX_HEDGES = 2
+MAX_HEDGES_LIMIT = 2
 
 
 @dataclass(frozen=True)
@@ -32,15 +35,21 @@ class DeploymentConfig:
 
 @dataclass(frozen=True)
 class HedgeConfig:
-    """A second request when the first token is late; delay adapts to the deployment's TTFT."""
+    """More requests when the first token is late: a first hedge after a delay that adapts
+    to the fleet's TTFT, and a second when the first hedge is late too."""
 
     is_enabled: bool = False
     quantile: float = DEFAULT_HEDGE_QUANTILE
+    max_hedges: int = DEFAULT_MAX_HEDGES  # 1: the first hedge only
+    # The second hedge waits this pooled TTFT quantile after the first; None: the first's
+    # (the budget's p96), so the first hedge is hedged by the rule that hedged the primary.
+    second_quantile: float | None = None
     min_delay_ms: float = 50.0
     max_delay_ms: float = 2000.0
     min_samples: int = 10  # below this many TTFT samples the delay is max_delay_ms
     budget: float = DEFAULT_HEDGE_BUDGET  # extra requests as a share of requests
     budget_window_s: float = 30.0
+    budget_burst: float = 0.0  # > 0: a token bucket saving up to this many hedges (budget.py)
 
 
 @dataclass(frozen=True)
@@ -127,12 +136,21 @@ def _hedge(table: TomlTable) -> HedgeConfig:
     config = HedgeConfig(
         is_enabled=table.get("enabled", bool, d.is_enabled),
         quantile=_fraction(table, "quantile", d.quantile, is_open=True),
+        max_hedges=table.integer("max_hedges", d.max_hedges, minimum=1),
+        second_quantile=(
+            _fraction(table, "second_quantile", 0.5, is_open=True)
+            if "second_quantile" in table.data
+            else None
+        ),
         min_delay_ms=table.number("min_delay_ms", d.min_delay_ms),
         max_delay_ms=table.number("max_delay_ms", d.max_delay_ms),
         min_samples=table.integer("min_samples", d.min_samples),
         budget=_fraction(table, "budget", d.budget),
         budget_window_s=table.number("budget_window_s", d.budget_window_s),
+        budget_burst=_non_negative(table, "budget_burst", d.budget_burst),
     )
+    if config.max_hedges > MAX_HEDGES_LIMIT:
+        raise table.error("max_hedges", f"must be 1 or 2, got {config.max_hedges}")
     if config.min_delay_ms > config.max_delay_ms:
         raise table.error(
             "min_delay_ms",

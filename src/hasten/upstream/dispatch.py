@@ -3,8 +3,10 @@
 ``Dispatch.run`` walks the pool's ranking for one request. Nothing reaches the client until
 an attempt is ready (see ``hasten.upstream.attempt``), so the gateway is free to
 - hedge: when the running attempt has no token by its deployment's hedge delay, start the
-  same request on the next deployment (budget permitting); the first ready attempt wins and
-  every other is cancelled at once, which closes its connection so the upstream stops work;
+  same request on the next deployment (budget permitting); with ``max_hedges = 2``, when
+  that hedge is late too (``second_hedge_gap_s`` after it), a second hedge to a third
+  deployment; the first ready attempt wins and every other is cancelled at once, which
+  closes its connection so the upstream stops work;
 - fail over: on a TTFT or first-byte timeout, or any failure, move to the next deployment;
   on a connect error or retryable status with no untried peer of equal priority left, retry
   the same deployment first (backoff, Retry-After), as the single-upstream client always did.
@@ -53,7 +55,9 @@ class Decision:
 
     ranking: str = ""
     deployment: str = ""
-    hedge: str = ""  # "", "won", "lost" (the primary won after all), "denied"
+    # "", "won", "lost" (the primary won after all), "denied" (by the budget); after a
+    # second hedge was sent: "won:2", "won:1" (the first hedge won after all), "lost:2"
+    hedge: str = ""
     failovers: list[str] = field(default_factory=list)
     primary: str = ""  # the first-ranked deployment
 
@@ -98,9 +102,13 @@ class _Running:
     name: str
     started_s: float
     is_probe: bool
-    is_hedge: bool
+    hedge_level: int  # 0 the primary (or a failover), 1 the first hedge, 2 the second
     ttft_deadline_s: float | None
     span: Stage = NO_STAGE
+
+    @property
+    def is_hedge(self) -> bool:
+        return self.hedge_level > 0
 
 
 class Dispatch:
@@ -128,7 +136,8 @@ class Dispatch:
         self._running: dict[asyncio.Task[Ready | Failed], _Running] = {}
         self._last: tuple[str, Failed] | None = None
         self._last_buffered: tuple[str, BufferedResponse] | None = None
-        self._is_hedge_spent = False
+        self._num_hedge_chances = 0  # hedge levels decided (fired, denied or nowhere to go)
+        self._hedge_started_s: float | None = None  # when the first hedge was sent
         self._decision = Decision()
         self._deadline_s = self._started_s
 
@@ -148,7 +157,7 @@ class Dispatch:
         self._decision.ranking = ranking.reason
         self._decision.primary = self._order[0]
         self._deadline_s = now_s + self._upstreams[self._order[0]].timeouts.total_s
-        self._start(self._order[0], is_hedge=False)
+        self._start(self._order[0])
         outcome: Won | GaveUp | None = None
         try:
             outcome = await self._race()
@@ -220,6 +229,8 @@ class Dispatch:
             )
         if self._decision.hedge == "fired":
             self._decision.hedge = "won" if info.is_hedge else "lost"
+        elif self._decision.hedge == "fired:2":
+            self._decision.hedge = ("lost:2", "won:1", "won:2")[info.hedge_level]
         self._decision.deployment = info.name
         status = ready.response.status
         end_attempt(info.span, "won", status=status, ttfb_ms=ready.ttft_ms, is_ended=False)
@@ -252,7 +263,7 @@ class Dispatch:
         self._pool.on_attempt_end(info.name)
         end_attempt(info.span, outcome)
 
-    def _start(self, name: str, *, is_hedge: bool, after: str = "") -> None:
+    def _start(self, name: str, *, hedge_level: int = 0, after: str = "") -> None:
         """Starts an attempt on ``name``; ``after``: the failure that made it necessary."""
         now_s = time.monotonic()
         is_probe = self._pool.on_attempt_start(name, now_s)
@@ -263,7 +274,7 @@ class Dispatch:
             self._upstreams[name].url,
             self._path,
             index=sum(self._num_tries.values()),
-            is_hedge=is_hedge,
+            is_hedge=hedge_level > 0,
             is_retry=num_tries > 0,
             after=after,
         )
@@ -273,7 +284,7 @@ class Dispatch:
         task = asyncio.get_running_loop().create_task(
             run_attempt(self._transport, self._spec(name, span.inject(self._headers)))
         )
-        self._running[task] = _Running(name, now_s, is_probe, is_hedge, deadline_s, span)
+        self._running[task] = _Running(name, now_s, is_probe, hedge_level, deadline_s, span)
 
     def _spec(self, name: str, headers: Mapping[str, str]) -> AttemptSpec:
         body = self._body
@@ -319,12 +330,12 @@ class Dispatch:
             )
             if delay_s is not None:
                 await asyncio.sleep(delay_s)
-                self._start(name, is_hedge=False, after=failed.reason)
+                self._start(name, after=failed.reason)
                 return True
         following = self._next_untried(is_eligible_only=False)
         if following is None or time.monotonic() >= self._deadline_s:
             return False
-        self._start(following, is_hedge=False, after=failed.reason)
+        self._start(following, after=failed.reason)
         return True
 
     def _can_move_on(self, name: str) -> bool:
@@ -347,10 +358,20 @@ class Dispatch:
         )
 
     def _hedge_at_s(self) -> float | None:
-        if not self._is_hedging or self._is_hedge_spent or len(self._running) != 1:
+        """When the next hedge is due: the first when the one running attempt is late, the
+        second when the first hedge is late too (whatever became of the primary)."""
+        if not self._is_hedging or not self._running:
             return None
-        info = next(iter(self._running.values()))
-        return info.started_s + self._pool.hedge_delay_s(info.name)
+        if self._num_hedge_chances >= self._pool.routing.hedge.max_hedges:
+            return None
+        if self._num_hedge_chances == 0:
+            if len(self._running) != 1:
+                return None
+            info = next(iter(self._running.values()))
+            return info.started_s + self._pool.hedge_delay_s(info.name)
+        if self._hedge_started_s is None:  # the first was denied or had nowhere to go
+            return None
+        return self._hedge_started_s + self._pool.second_hedge_gap_s()
 
     def _next_wakeup_s(self) -> float:
         times = [self._deadline_s]
@@ -364,15 +385,21 @@ class Dispatch:
         hedge_at_s = self._hedge_at_s()
         if hedge_at_s is None or now_s < hedge_at_s:
             return
-        target = self._next_untried(is_eligible_only=True)
-        self._is_hedge_spent = True  # one chance per request, or the wait loop would spin
+        self._num_hedge_chances += 1  # one chance per level, or the wait loop would spin
+        level = self._num_hedge_chances
+        target = self._pool.hedge_target(self._order, self._num_tries, now_s, level=level)
         if target is None:
             return
-        if not self._pool.try_hedge(now_s):
-            self._decision.hedge = "denied"
+        if not self._pool.try_hedge(now_s, level=level):
+            # A second hedge denied leaves the first's outcome as the header says it (the
+            # budget counts the denial): one hedge sent reads as it always did.
+            if level == 1:
+                self._decision.hedge = "denied"
             return
-        self._decision.hedge = "fired"
-        self._start(target, is_hedge=True)
+        self._decision.hedge = "fired" if level == 1 else "fired:2"
+        if level == 1:
+            self._hedge_started_s = now_s
+        self._start(target, hedge_level=level)
 
     async def _expire_ttft(self, now_s: float) -> None:
         expired = [
