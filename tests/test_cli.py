@@ -131,26 +131,6 @@ def test_check_config_describes_hedging(tmp_path: Path, capsys: pytest.CaptureFi
     assert "hedging: up to 1," in out and "second" not in out
 
 
-@pytest.mark.parametrize(
-    ("text", "fragment"),
-    [
-        ("[server\n", "invalid TOML"),
-        ("bogus = 1\n", "bogus: unknown key (known: aliases, "),
-        (
-            '[upstreams.a]\nurl = "http://a"\nconnect_timeout_s = "5"\n'
-            '[models."*"]\nupstream = "a"\n',
-            "upstreams.a.connect_timeout_s",
-        ),
-        ('[cache]\nbackend = "redis"\n', "cache.redis_url"),
-        (
-            '[upstreams.a]\nurl = "http://a"\napi_key_env = "HASTEN_TEST_UNSET_VAR"\n',
-            "HASTEN_TEST_UNSET_VAR",
-        ),
-        ("[semantic]\nenabld = true\n", "semantic.enabld: unknown key (known: "),
-        ('[hybrid]\npolicy = "local-only"\nmodle = "x"\n', "hybrid.modle: unknown key (known: "),
-        ("[local]\nn_thread = 2\n", "local.n_thread: unknown key (known: "),
-    ],
-)
 def test_check_config_describes_tracing_without_header_values(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
