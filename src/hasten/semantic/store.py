@@ -32,6 +32,7 @@ follower, and reaches the rows only through the store's ``ReplicaStore`` methods
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter
@@ -245,14 +246,8 @@ class SemanticCache:
     async def insert_many(self, items: Sequence[NewEntry]) -> int:
         """``insert`` for many questions at once (an import): embedded in batches, written
         one transaction per chunk. Returns how many were indexed."""
-        if self.replica is not None:  # every entry needs a shared id and an event of its own
-            ids = [
-                await self.insert(
-                    i.body, model=i.model, tenant=i.tenant, answer_key=i.answer_key, ttl_s=i.ttl_s
-                )
-                for i in items
-            ]
-            return sum(entry_id is not None for entry_id in ids)
+        if self.replica is not None:
+            return await self._insert_each(items)
         rows: list[_Row] = []
         for item in items:
             prepared = self._prepare(
@@ -280,6 +275,22 @@ class SemanticCache:
                 )
             except Exception:
                 self._note_error("insert")
+        return num_inserted
+
+    async def _insert_each(self, items: Sequence[NewEntry]) -> int:
+        """With a shared tier every entry needs a shared id and an event of its own: one
+        ``insert`` each, after a chunk's questions were embedded together (remembered)."""
+        num_inserted = 0
+        for start in range(0, len(items), _INSERT_CHUNK):
+            chunk = items[start : start + _INSERT_CHUNK]
+            queries = [split_chat(i.body, model=i.model, tenant=i.tenant) for i in chunk]
+            with contextlib.suppress(Exception):  # each insert below embeds (or fails) alone
+                await self.embedder.embed_many([q.text for q in queries if q is not None])
+            for i in chunk:
+                entry_id = await self.insert(
+                    i.body, model=i.model, tenant=i.tenant, answer_key=i.answer_key, ttl_s=i.ttl_s
+                )
+                num_inserted += entry_id is not None
         return num_inserted
 
     def _prepare(
