@@ -488,23 +488,10 @@ class SemanticCache:
         answer_class: int | None,
     ) -> int:
         records = self._open()
-        self._partition(records, partition)
         if entry_id is None and self.replica is not None:  # Redis away: a local-only id
             entry_id = records.next_id_from(LOCAL_ID_BASE)
-        entry_id = records.insert(
-            partition=partition,
-            tenant=tenant,
-            model=model,
-            text=text,
-            vector=vector,
-            answer_key=answer_key,
-            now=now,
-            ttl_s=ttl_s,
-            entry_id=entry_id,
-            answer_class=answer_class,
-        )
-        self._index.add(partition, entry_id, vector)
-        self._upkeep.note_insert(records, text, now)
+        row = _Row(partition, tenant, model, text, answer_key, ttl_s)
+        entry_id = self._add_row(records, row, vector, now, entry_id, answer_class)
         self.counters["inserts"] += 1
         return entry_id
 
@@ -514,20 +501,7 @@ class SemanticCache:
         try:
             with records.transaction():
                 for row, vector in zip(rows, vectors, strict=True):
-                    self._partition(records, row.partition)
-                    entry_id = records.insert(
-                        partition=row.partition,
-                        tenant=row.tenant,
-                        model=row.model,
-                        text=row.text,
-                        vector=vector,
-                        answer_key=row.answer_key,
-                        now=now,
-                        ttl_s=row.ttl_s,
-                    )
-                    self._index.add(row.partition, entry_id, vector)
-                    added.append((row.partition, entry_id))
-                    self._upkeep.note_insert(records, row.text, now)
+                    added.append((row.partition, self._add_row(records, row, vector, now)))
         except Exception:
             # The rows were rolled back: so go their vectors (an eviction that was rolled back
             # too leaves a row unindexed until the partition is next rebuilt: a lost hit only).
@@ -537,6 +511,33 @@ class SemanticCache:
             raise
         self.counters["inserts"] += len(rows)
         return len(rows)
+
+    def _add_row(
+        self,
+        records: Records,
+        row: _Row,
+        vector: Vector,
+        now: float,
+        entry_id: int | None = None,
+        answer_class: int | None = None,
+    ) -> int:
+        """One row into the file and the index (its partition loaded first); its id."""
+        self._partition(records, row.partition)
+        entry_id = records.insert(
+            partition=row.partition,
+            tenant=row.tenant,
+            model=row.model,
+            text=row.text,
+            vector=vector,
+            answer_key=row.answer_key,
+            now=now,
+            ttl_s=row.ttl_s,
+            entry_id=entry_id,
+            answer_class=answer_class,
+        )
+        self._index.add(row.partition, entry_id, vector)
+        self._upkeep.note_insert(records, row.text, now)
+        return entry_id
 
     def _apply_sync(self, events: Sequence[Event]) -> None:
         """Another replica's inserts and invalidations, idempotently."""
