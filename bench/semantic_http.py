@@ -9,7 +9,10 @@ answer is stored and indexed by meaning); then every ``b`` paraphrase is asked o
 of them non-streamed and half streamed (a text asked twice would find its embedding
 remembered), over one keep-alive connection, and timed by the client. Reported per outcome
 (``x-hasten-cache``): latency p50 / p99 for non-streamed requests, time to the first content
-chunk for streamed ones, and the ratio of a miss to a semantic hit. Prints one summary line,
+chunk for streamed ones, and the ratio of a miss to a semantic hit; and, from the gateway's
+own counters over the paraphrase phase, the time its embedder spent inside the model per
+embedding (wall and CPU): the rest of a hit is HTTP, hand-offs, search, rows and the guard
+(``bench/semantic_stages.py`` times each of those in-process). Prints one summary line,
 then JSON. Data: ../shared/data/semcache (read at run time).
 """
 
@@ -86,6 +89,21 @@ def _wait_indexed(client: httpx.Client, num_entries: int) -> int:
     return int(entries)
 
 
+def _embedding_share(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """What the gateway's embedder did while the paraphrases were asked (its own counters:
+    time inside the model on the embedding thread, wall and that thread's CPU)."""
+    num_batches = after["embed_batches"] - before["embed_batches"]
+    num_texts = after["embedded_texts"] - before["embedded_texts"]
+    embed_ms = after["embed_ms"] - before["embed_ms"]
+    embed_cpu_ms = after["embed_cpu_ms"] - before["embed_cpu_ms"]
+    return {
+        "embed_batches": num_batches,
+        "embedded_texts": num_texts,
+        "embed_ms_per_batch": round(embed_ms / max(1, num_batches), 2),
+        "embed_thread_cpu_ms_per_batch": round(embed_cpu_ms / max(1, num_batches), 2),
+    }
+
+
 def _servers(workdir: Path, ttft_ms: float) -> tuple[list[ServerProcess], str]:
     env = {**clean_environment(), "HASTEN_ADMIN_API_KEY": ADMIN_KEY}  # for the stats
     hasten = hasten_executable()
@@ -130,6 +148,7 @@ def run(pairs: str, limit: int | None, ttft_ms: float, seed: int) -> dict[str, A
                     outcome, elapsed_ms = _ask(client, text)
                     latencies[f"store:{outcome}"].append(elapsed_ms)
                 num_indexed = _wait_indexed(client, len(questions) + 1)
+                before = client.get("/admin/cache/stats", headers=ADMIN_HEADERS).json()
                 for position, index in enumerate(order):
                     if position % 2:
                         outcome, first_ms = _ask_stream(client, paraphrases[index])
@@ -137,6 +156,7 @@ def run(pairs: str, limit: int | None, ttft_ms: float, seed: int) -> dict[str, A
                     else:
                         outcome, elapsed_ms = _ask(client, paraphrases[index])
                         latencies[outcome].append(elapsed_ms)
+                after = client.get("/admin/cache/stats", headers=ADMIN_HEADERS).json()
                 for text in questions[:200]:
                     outcome, elapsed_ms = _ask(client, text)
                     latencies[f"again:{outcome}"].append(elapsed_ms)
@@ -152,6 +172,7 @@ def run(pairs: str, limit: int | None, ttft_ms: float, seed: int) -> dict[str, A
         "ttft_ms": ttft_ms,
         "indexed": num_indexed,
         "latency_ms": {name: _percentiles(values) for name, values in sorted(latencies.items())},
+        "paraphrase_phase": _embedding_share(before["semantic"], after["semantic"]),
         "semantic_stats": {k: v for k, v in stats.items() if isinstance(v, int | float | str)},
     }
 
@@ -173,7 +194,9 @@ def main() -> None:
         f" p50 {semantic.get('p50')} ms p99 {semantic.get('p99')} ms"
         f" (n={semantic['n']}), stream first content p50 {stream.get('p50')} ms;"
         f" miss p50 {miss.get('p50')} ms ({ratio:.1f}x slower);"
-        f" exact hit p50 {lat.get('again:hit', {}).get('p50')} ms"
+        f" exact hit p50 {lat.get('again:hit', {}).get('p50')} ms;"
+        f" the model's own time per embedding {report['paraphrase_phase']['embed_ms_per_batch']} ms"
+        f" (cpu {report['paraphrase_phase']['embed_thread_cpu_ms_per_batch']} ms)"
     )
     print(json.dumps(report, indent=2))
 

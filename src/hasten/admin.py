@@ -168,7 +168,10 @@ async def _import(gateway: Gateway, raw: bytes) -> dict[str, Any]:
     ``"system"``, ``"params"`` (sampling fields the matching requests will carry) and
     ``"tenant"`` (whose requests it answers; without gateway keys, keyless callers')."""
     assert gateway.cache is not None
+    from hasten.semantic.store import NewEntry  # numpy and the store: only with the tier on
+
     num_imported = 0
+    to_index: list[NewEntry] = []
     for number, line in enumerate(raw.splitlines(), start=1):
         if not line.strip():
             continue
@@ -186,13 +189,10 @@ async def _import(gateway: Gateway, raw: bytes) -> dict[str, Any]:
             _completion(model.name, answer), endpoint="chat", ttl_s=model.cache.ttl_s
         )
         gateway.cache.put(key, entry)
-        if gateway.semantic is not None:
-            gateway.semantic.remember(
-                body, model=model.name, tenant=namespace, key=key, ttl_s=model.cache.ttl_s
-            )
+        to_index.append(NewEntry(body, model.name, namespace, key, model.cache.ttl_s))
         num_imported += 1
     if gateway.semantic is not None:
-        await gateway.semantic.drain()
+        await gateway.semantic.remember_many(to_index)
     return {"imported": num_imported}
 
 

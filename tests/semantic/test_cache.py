@@ -11,12 +11,15 @@ from typing import Any
 import numpy as np
 import pytest
 
+from hasten.cache import TieredCache
+from hasten.cache.memory import MemoryLRU
 from hasten.semantic import budget, evaluate
 from hasten.semantic.embedder import AsyncEmbedder, Vectors, normalize
 from hasten.semantic.freshness import FreshnessPolicy
 from hasten.semantic.index import VectorIndex
 from hasten.semantic.partition import split_chat
-from hasten.semantic.store import SemanticCache, SemanticStoreConfig
+from hasten.semantic.store import NewEntry, SemanticCache, SemanticStoreConfig
+from hasten.semantic.tier import MAX_BACKGROUND_TASKS, SemanticTier
 from tests.support.semantic import Clock, WordsEmbedder, chat, make_cache
 
 
@@ -305,4 +308,53 @@ async def test_embedder_failure_is_a_miss_not_an_error(tmp_path: Path) -> None:
     assert await cache.insert(chat("q one"), model="m", tenant="t", answer_key="k") is None
     assert await cache.lookup(chat("q one"), model="m", tenant="t") is None
     assert cache.stats()["lookup_errors"] == 1 and cache.stats()["insert_errors"] == 1
+    await cache.close()
+
+
+async def test_insert_many_indexes_a_large_import_in_batches(tmp_path: Path) -> None:
+    cache = make_cache(tmp_path)
+    embedder = cache.embedder.embedder
+    assert isinstance(embedder, WordsEmbedder)
+    num_entries = MAX_BACKGROUND_TASKS + 300  # a task per line dropped the lines past this
+    entries = [
+        NewEntry(chat(f"imported question number {i}"), "m", "t", f"k{i}")
+        for i in range(num_entries)
+    ]
+    skipped = NewEntry(chat("What time is it now?"), "m", "t", "volatile")  # freshness: never
+    tier = SemanticTier(cache, TieredCache(MemoryLRU(1024 * 1024)))
+    assert await tier.remember_many([*entries, skipped]) == num_entries
+    assert cache.stats()["entries"] == num_entries == cache.counters["inserts"]
+    assert len(embedder.batches) < num_entries // 16  # batches, not a call per question
+    last = await cache.lookup(
+        chat(f"imported question number {num_entries - 1}"), model="m", tenant="t"
+    )
+    assert last is not None and last.answer_key == f"k{num_entries - 1}"
+    await cache.close()
+    reopened = make_cache(tmp_path)  # committed: every row is in the file
+    assert await reopened.count_entries(tenant="t") == num_entries
+    await reopened.close()
+
+
+async def test_insert_many_rolls_a_failed_chunk_back_from_file_and_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = make_cache(tmp_path)
+    await cache.insert(chat("already stored question"), model="m", tenant="t", answer_key="old")
+    records = cache._open()
+    real_insert, calls = records.insert, []
+
+    def insert_then_fail(**row: Any) -> int:
+        calls.append(row["text"])
+        if len(calls) == 3:
+            raise OSError("disk full")
+        return real_insert(**row)
+
+    monkeypatch.setattr(records, "insert", insert_then_fail)
+    entries = [NewEntry(chat(f"new question {i}"), "m", "t", f"k{i}") for i in range(5)]
+    assert await cache.insert_many(entries) == 0
+    assert cache.stats()["insert_errors"] == 1
+    assert await cache.count_entries(tenant="t") == 1  # the first two rows were rolled back
+    assert await cache.lookup(chat("new question 0"), model="m", tenant="t") is None
+    old = await cache.lookup(chat("already stored question"), model="m", tenant="t")
+    assert old is not None and old.answer_key == "old"
     await cache.close()

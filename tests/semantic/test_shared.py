@@ -8,7 +8,7 @@ from pathlib import Path
 
 from hasten.semantic.follower import needs_rebuild
 from hasten.semantic.shared import LOCAL_ID_BASE
-from hasten.semantic.store import SemanticCache, SemanticStoreConfig
+from hasten.semantic.store import NewEntry, SemanticCache, SemanticStoreConfig
 from tests.support.semantic import WordsEmbedder, chat, eventually, rebuilt
 from tests.support.servers import free_port, redis_server
 
@@ -219,3 +219,24 @@ async def test_a_restarted_redis_costs_no_insert_its_share(tmp_path: Path) -> No
         assert match.entry_id == entry_id
         await one.close()
         await two.close()
+
+
+async def test_insert_many_shares_every_entry_and_embeds_them_together(
+    tmp_path: Path, redis_url: str
+) -> None:
+    namespace = f"test-{uuid.uuid4().hex}:"
+    one = _replica(tmp_path / "one", redis_url, namespace)
+    two = _replica(tmp_path / "two", redis_url, namespace)
+    one.start()
+    two.start()
+    entries = [NewEntry(chat(f"shared import question {i}"), "m", "t", f"k{i}") for i in range(20)]
+    assert await one.insert_many(entries) == 20
+    embedder = one.embedder.embedder
+    assert isinstance(embedder, WordsEmbedder) and sum(embedder.batches) == 20
+    assert len(embedder.batches) == 1  # embedded together, then inserted one by one
+    match = await eventually(
+        lambda: two.lookup(chat("shared import question 7"), model="m", tenant="t")
+    )
+    assert match.answer_key == "k7"
+    await one.close()
+    await two.close()

@@ -10,6 +10,7 @@ Public surface for the gateway::
     result = await semantic.lookup_near(...)   # the same, plus a near miss (``near``)
     await semantic.insert(body, model=resolved_model, tenant=tenant, answer_key=exact_key)
     await semantic.insert(..., answer_class=near.answer_class)  # its answer agreed with near's
+    await semantic.insert_many([NewEntry(body, model, tenant, exact_key), ...])  # an import
     await semantic.report_verification(match, is_correct=...)   # error-budget mode
     await semantic.report_wrong_hit(match)                       # user feedback
     await semantic.invalidate(tenant=..., model=..., older_than_s=..., entry_id=...)
@@ -30,7 +31,7 @@ from hasten.semantic.embedder import (
 )
 from hasten.semantic.freshness import FreshnessPolicy
 from hasten.semantic.near import LookupResult, NearMiss
-from hasten.semantic.store import SemanticCache, SemanticMatch, SemanticStoreConfig
+from hasten.semantic.store import NewEntry, SemanticCache, SemanticMatch, SemanticStoreConfig
 
 __all__ = [
     "AsyncEmbedder",
@@ -41,6 +42,7 @@ __all__ = [
     "LookupResult",
     "MiniLMEmbedder",
     "NearMiss",
+    "NewEntry",
     "SemanticCache",
     "SemanticMatch",
     "SemanticStoreConfig",

@@ -239,6 +239,10 @@ class AsyncEmbedder:
         self._recent: OrderedDict[str, Vectors] = OrderedDict()
         self.num_batches = 0
         self.num_embedded = 0
+        # Written on the worker thread only: seconds inside the model, wall and that thread's
+        # CPU (an engine's own worker threads not included).
+        self.embed_s = 0.0
+        self.embed_cpu_s = 0.0
 
     async def embed(self, text: str) -> Vectors:
         """The unit vector of ``text`` (shape ``(dim,)``)."""
@@ -253,6 +257,11 @@ class AsyncEmbedder:
             self._drainer = loop.create_task(self._drain())
         return await future
 
+    async def embed_many(self, texts: Sequence[str]) -> list[Vectors]:
+        """The unit vectors of ``texts``, embedded in batches of up to ``max_batch`` (an
+        import's questions: one model call per batch, not per text)."""
+        return list(await asyncio.gather(*(self.embed(text) for text in texts)))
+
     async def close(self) -> None:
         """Stops the worker thread after the current batch."""
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -264,7 +273,7 @@ class AsyncEmbedder:
             del self._pending[: self._max_batch]
             texts = [text for text, _ in batch]
             try:
-                vectors = await loop.run_in_executor(self._executor, self.embedder.embed, texts)
+                vectors = await loop.run_in_executor(self._executor, self._embed_timed, texts)
             except Exception as exc:  # the model failed: every caller of the batch learns it
                 for _, future in batch:
                     if not future.done():
@@ -276,6 +285,14 @@ class AsyncEmbedder:
                 self._remember(text, vector)
                 if not future.done():
                     future.set_result(vector)
+
+    def _embed_timed(self, texts: list[str]) -> Vectors:
+        # On the worker: the model's own time, apart from the hand-offs around it (stats).
+        started_s, started_cpu_s = time.perf_counter(), time.thread_time()
+        vectors = self.embedder.embed(texts)
+        self.embed_cpu_s += time.thread_time() - started_cpu_s
+        self.embed_s += time.perf_counter() - started_s
+        return vectors
 
     def _remember(self, text: str, vector: Vectors) -> None:
         self._recent[text] = vector

@@ -7,7 +7,8 @@ Blocking; used only from the semantic store's worker thread. Vectors are stored 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,17 @@ class Records:
 
     def close(self) -> None:
         self.conn.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Groups writes into one commit (the connection commits each statement otherwise)."""
+        self.conn.execute("BEGIN")
+        try:
+            yield
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
 
     def get_meta(self, name: str) -> bytes | None:
         row = self.conn.execute(f"SELECT value FROM {_TABLE}_meta WHERE name = ?", (name,))

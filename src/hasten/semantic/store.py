@@ -32,11 +32,13 @@ follower, and reaches the rows only through the store's ``ReplicaStore`` methods
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
@@ -50,7 +52,7 @@ from hasten.semantic.graphs import GraphFiles
 from hasten.semantic.guard import signature
 from hasten.semantic.index import VectorIndex
 from hasten.semantic.near import NOTHING, LookupResult, SemanticMatch, candidate_floor, near_miss
-from hasten.semantic.partition import split_chat
+from hasten.semantic.partition import SemanticQuery, split_chat
 from hasten.semantic.records import Records
 from hasten.semantic.replica import SharedReplica
 from hasten.semantic.shared import LOCAL_ID_BASE, DeleteEvent, Event, SharedEntry, SharedTier
@@ -58,10 +60,40 @@ from hasten.semantic.store_config import DEFAULT_MIN_SIMILARITY, SemanticStoreCo
 from hasten.semantic.upkeep import Upkeep
 from hasten.telemetry.stage import NO_STAGE, Stage
 
-__all__ = ["DEFAULT_MIN_SIMILARITY", "SemanticCache", "SemanticMatch", "SemanticStoreConfig"]
+__all__ = [
+    "DEFAULT_MIN_SIMILARITY",
+    "NewEntry",
+    "SemanticCache",
+    "SemanticMatch",
+    "SemanticStoreConfig",
+]
 
 _LOG = logging.getLogger("hasten.semantic")
 _R = TypeVar("_R")
+Vector = npt.NDArray[np.float32]
+# Rows of an import written per transaction (and embedded per call of ``embed_many``).
+_INSERT_CHUNK = 256
+
+
+@dataclass(frozen=True, slots=True)
+class NewEntry:
+    """One question for ``insert_many``: the request it answers and where the answer is."""
+
+    body: Mapping[str, Any]
+    model: str
+    tenant: str
+    answer_key: str
+    ttl_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    partition: str
+    tenant: str
+    model: str
+    text: str
+    answer_key: str
+    ttl_s: float
 
 
 class SemanticCache:
@@ -167,15 +199,10 @@ class SemanticCache:
         ``answer_class``: another entry's, when this answer was seen to agree with that
         entry's (None: its own). Returns the entry id, or None if not cacheable by meaning.
         """
-        query = split_chat(body, model=model, tenant=tenant)
-        if query is None:
+        prepared = self._prepare(body, model=model, tenant=tenant, ttl_s=ttl_s)
+        if prepared is None:
             return None
-        entry_ttl_s = freshness.ttl_s(query.text, model=model, policy=self.config.freshness)
-        if ttl_s is not None:
-            entry_ttl_s = min(entry_ttl_s, ttl_s)
-        if entry_ttl_s <= 0:
-            self.counters["insert_skipped_volatile"] += 1
-            return None
+        query, entry_ttl_s = prepared
         self.start()
         try:
             vector = await self.embedder.embed(query.text)
@@ -215,6 +242,71 @@ class SemanticCache:
             )
             await self.replica.publish_insert(entry)
         return entry_id
+
+    async def insert_many(self, items: Sequence[NewEntry]) -> int:
+        """``insert`` for many questions at once (an import): embedded in batches, written
+        one transaction per chunk. Returns how many were indexed."""
+        if self.replica is not None:
+            return await self._insert_each(items)
+        rows: list[_Row] = []
+        for item in items:
+            prepared = self._prepare(
+                item.body, model=item.model, tenant=item.tenant, ttl_s=item.ttl_s
+            )
+            if prepared is not None:
+                query, ttl_s = prepared
+                rows.append(
+                    _Row(
+                        query.partition_key,
+                        item.tenant,
+                        item.model,
+                        query.text,
+                        item.answer_key,
+                        ttl_s,
+                    )
+                )
+        num_inserted = 0
+        for start in range(0, len(rows), _INSERT_CHUNK):
+            chunk = rows[start : start + _INSERT_CHUNK]
+            try:
+                vectors = await self.embedder.embed_many([row.text for row in chunk])
+                num_inserted += await self._run(
+                    self._insert_many_sync, chunk, vectors, self._clock()
+                )
+            except Exception:
+                self._note_error("insert")
+        return num_inserted
+
+    async def _insert_each(self, items: Sequence[NewEntry]) -> int:
+        """With a shared tier every entry needs a shared id and an event of its own: one
+        ``insert`` each, after a chunk's questions were embedded together (remembered)."""
+        num_inserted = 0
+        for start in range(0, len(items), _INSERT_CHUNK):
+            chunk = items[start : start + _INSERT_CHUNK]
+            queries = [split_chat(i.body, model=i.model, tenant=i.tenant) for i in chunk]
+            with contextlib.suppress(Exception):  # each insert below embeds (or fails) alone
+                await self.embedder.embed_many([q.text for q in queries if q is not None])
+            for i in chunk:
+                entry_id = await self.insert(
+                    i.body, model=i.model, tenant=i.tenant, answer_key=i.answer_key, ttl_s=i.ttl_s
+                )
+                num_inserted += entry_id is not None
+        return num_inserted
+
+    def _prepare(
+        self, body: Mapping[str, Any], *, model: str, tenant: str, ttl_s: float | None
+    ) -> tuple[SemanticQuery, float] | None:
+        """The query to index and its TTL; None when it is not cacheable by meaning."""
+        query = split_chat(body, model=model, tenant=tenant)
+        if query is None:
+            return None
+        entry_ttl_s = freshness.ttl_s(query.text, model=model, policy=self.config.freshness)
+        if ttl_s is not None:
+            entry_ttl_s = min(entry_ttl_s, ttl_s)
+        if entry_ttl_s <= 0:
+            self.counters["insert_skipped_volatile"] += 1
+            return None
+        return query, entry_ttl_s
 
     async def report_verification(self, match: SemanticMatch, *, is_correct: bool) -> None:
         """Error-budget mode: whether the entry's answer agreed with a fresh upstream answer."""
@@ -266,6 +358,8 @@ class SemanticCache:
             embedder=self._embedder_name,
             embed_batches=self.embedder.num_batches,
             embedded_texts=self.embedder.num_embedded,
+            embed_ms=round(self.embedder.embed_s * 1e3, 3),
+            embed_cpu_ms=round(self.embedder.embed_cpu_s * 1e3, 3),
         )
         if self.replica is not None and self.replica.follower is not None:
             report["shared"] = self.replica.follower_stats()
@@ -394,24 +488,55 @@ class SemanticCache:
         answer_class: int | None,
     ) -> int:
         records = self._open()
-        self._partition(records, partition)
         if entry_id is None and self.replica is not None:  # Redis away: a local-only id
             entry_id = records.next_id_from(LOCAL_ID_BASE)
+        row = _Row(partition, tenant, model, text, answer_key, ttl_s)
+        entry_id = self._add_row(records, row, vector, now, entry_id, answer_class)
+        self.counters["inserts"] += 1
+        return entry_id
+
+    def _insert_many_sync(self, rows: Sequence[_Row], vectors: Sequence[Vector], now: float) -> int:
+        records = self._open()
+        added: list[tuple[str, int]] = []
+        try:
+            with records.transaction():
+                for row, vector in zip(rows, vectors, strict=True):
+                    added.append((row.partition, self._add_row(records, row, vector, now)))
+        except Exception:
+            # The rows were rolled back: so go their vectors (an eviction that was rolled back
+            # too leaves a row unindexed until the partition is next rebuilt: a lost hit only).
+            for partition, entry_id in added:
+                self._index.remove(partition, entry_id)
+            self._upkeep.recount(records)
+            raise
+        self.counters["inserts"] += len(rows)
+        return len(rows)
+
+    def _add_row(
+        self,
+        records: Records,
+        row: _Row,
+        vector: Vector,
+        now: float,
+        entry_id: int | None = None,
+        answer_class: int | None = None,
+    ) -> int:
+        """One row into the file and the index (its partition loaded first); its id."""
+        self._partition(records, row.partition)
         entry_id = records.insert(
-            partition=partition,
-            tenant=tenant,
-            model=model,
-            text=text,
+            partition=row.partition,
+            tenant=row.tenant,
+            model=row.model,
+            text=row.text,
             vector=vector,
-            answer_key=answer_key,
+            answer_key=row.answer_key,
             now=now,
-            ttl_s=ttl_s,
+            ttl_s=row.ttl_s,
             entry_id=entry_id,
             answer_class=answer_class,
         )
-        self._index.add(partition, entry_id, vector)
-        self._upkeep.note_insert(records, text, now)
-        self.counters["inserts"] += 1
+        self._index.add(row.partition, entry_id, vector)
+        self._upkeep.note_insert(records, row.text, now)
         return entry_id
 
     def _apply_sync(self, events: Sequence[Event]) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +21,7 @@ import orjson
 
 from hasten.cache import CachedAnswer, TieredCache
 from hasten.cache.replay import answer_body
-from hasten.semantic import NearMiss, SemanticCache, SemanticMatch
+from hasten.semantic import NearMiss, NewEntry, SemanticCache, SemanticMatch
 from hasten.telemetry.stage import NO_STAGE, Stage
 
 _log = logging.getLogger("hasten.semantic")
@@ -121,6 +121,12 @@ class SemanticTier:
         """Indexes a freshly stored answer by meaning, in the background: in ``near``'s
         answer class if the two answers agree."""
         self._spawn(self._remember(body, model, tenant, key, ttl_s, near))
+
+    async def remember_many(self, entries: Sequence[NewEntry]) -> int:
+        """Indexes many stored answers now (an import), in batches; how many were indexed.
+        Awaited, not spawned: an import of thousands of lines must not overflow the
+        background tasks (each line its own task dropped lines past ``MAX_BACKGROUND_TASKS``)."""
+        return await self.cache.insert_many(entries)
 
     async def _remember(
         self,
