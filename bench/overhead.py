@@ -248,6 +248,10 @@ async def measure_cache_hits(target: Target, plan: Plan) -> LoadReport:
     return await run_load(settings)
 
 
+def server_cpu_s(target: Target) -> float:
+    return sum(process.cpu_s() for process in target.processes)
+
+
 def rss_mb(targets: dict[str, Target]) -> dict[str, float]:
     """Resident memory per server process tree (the direct target's server is the simulator)."""
     time.sleep(IDLE_SETTLE_S)  # let in-flight work and GC settle before reading memory
@@ -306,7 +310,10 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
             if "litellm_error" in servers:
                 result["litellm"].update(available=False, reason=servers["litellm_error"])
             rss_at_start_mb = rss_mb(targets)
+            cpu_at_start_s = {name: server_cpu_s(t) for name, t in targets.items()}
             tallies = run_coroutine(measure(targets, plan))
+            for name, target in targets.items():
+                tallies[name].server_cpu_s = server_cpu_s(target) - cpu_at_start_s[name]
             result["rss_mb"] = {
                 "idle_at_start": rss_at_start_mb,
                 "idle_after_load": rss_mb(targets),

@@ -108,6 +108,10 @@ class ServerProcess:
         """Resident memory of the process and all its descendants."""
         return sum(_rss_bytes(pid) for pid in _process_tree(self.pid))
 
+    def cpu_s(self) -> float:
+        """CPU time (user + system) the process and its descendants have used so far."""
+        return sum(_cpu_s(pid) for pid in _process_tree(self.pid))
+
     def log_tail(self, num_lines: int = 15) -> str:
         try:
             lines = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
@@ -162,3 +166,13 @@ def _rss_bytes(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     return 0
+
+
+def _cpu_s(pid: int) -> float:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rfind(")") + 2 :].split()
+    # utime and stime are fields 14 and 15 of proc(5), counted from the state (field 3).
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
