@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -45,11 +45,12 @@ import orjson
 
 from hasten.semantic import budget as budget_mod
 from hasten.semantic import freshness, matcher
+from hasten.semantic.calibrated import CALIBRATIONS
 from hasten.semantic.embedder import AsyncEmbedder, Embedder
 from hasten.semantic.graphs import GraphFiles
 from hasten.semantic.guard import signature
 from hasten.semantic.index import VectorIndex
-from hasten.semantic.near import NOTHING, LookupResult, SemanticMatch, candidate_floor, near_miss
+from hasten.semantic.near import NOTHING, LookupResult, SemanticMatch, near_miss
 from hasten.semantic.partition import split_chat
 from hasten.semantic.records import Records
 from hasten.semantic.replica import SharedReplica
@@ -83,16 +84,25 @@ class SemanticCache:
         min_similarity = config.min_similarity
         if min_similarity is None:
             min_similarity = DEFAULT_MIN_SIMILARITY.get(model.name)
-        if min_similarity is None:
+        calibration = CALIBRATIONS.get(model.name)
+        is_calibrated = (
+            config.min_similarity is None and config.max_error_rate is None and calibration
+        )
+        if min_similarity is None and not is_calibrated:
             raise ValueError(f"no measured threshold for {model.name}: set min_similarity")
-        self.policy = matcher.MatchPolicy(min_similarity, config.max_distance_ratio)
+        self.policy = matcher.MatchPolicy(
+            min_similarity if min_similarity is not None else 1.0,
+            config.max_distance_ratio,
+            calibration=calibration if is_calibrated else None,
+            max_risk=1.0 - config.target_precision,
+        )
         self.budget = (
             None
             if config.max_error_rate is None
             else budget_mod.ErrorBudget(
                 budget_mod.BudgetPolicy(
                     max_error_rate=config.max_error_rate,
-                    center_similarity=min_similarity,
+                    center_similarity=self.policy.min_similarity,
                     max_hit_error_rate=config.max_hit_error_rate,
                     max_verify_fraction=config.max_verify_fraction,
                 ),
@@ -104,6 +114,8 @@ class SemanticCache:
         self._embedder_name = model.name
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hasten-semantic")
         self.counters: Counter[str] = Counter()
+        # Decisions by the query's script (``calibration.script_of``): latin, cjk, other.
+        self._by_script: defaultdict[str, Counter[str]] = defaultdict(Counter)
         # Worker-thread state below.
         self._records: Records | None = None
         self._graphs = GraphFiles(config.path.with_name(config.path.name + ".graphs"))
@@ -262,8 +274,12 @@ class SemanticCache:
         report.update(
             entries=self._upkeep.num_entries,
             bytes=self._upkeep.num_bytes,
-            min_similarity=self.policy.min_similarity,
+            min_similarity=None if self.policy.calibration else self.policy.min_similarity,
+            target_precision=(
+                round(1.0 - self.policy.max_risk, 6) if self.policy.calibration else None
+            ),
             embedder=self._embedder_name,
+            by_script={name: self._script_stats(name) for name in sorted(self._by_script)},
             embed_batches=self.embedder.num_batches,
             embedded_texts=self.embedder.num_embedded,
         )
@@ -273,6 +289,12 @@ class SemanticCache:
             report["error_budget"] = {"max_error_rate": self.budget.policy.max_error_rate}
             report["error_budget"].update(self.budget.stats())
         return report
+
+    def _script_stats(self, script: str) -> dict[str, int]:
+        """Hits and misses of one script's lookups (and each miss reason)."""
+        reasons = self._by_script[script]
+        num_hits = reasons.get(matcher.HIT, 0)
+        return {"hits": num_hits, "misses": sum(reasons.values()) - num_hits, **reasons}
 
     async def close(self) -> None:
         """Stops following, saves large partitions' graphs and closes the file."""
@@ -348,7 +370,7 @@ class SemanticCache:
         self._partition(records, partition)
         now = self._clock()
         found = self._index.search(partition, vector, self.config.num_candidates)
-        floor = candidate_floor(self.policy.min_similarity)
+        floor = self.policy.floor
         stored = records.entries([entry_id for entry_id, sim in found if sim >= floor])
         live = {i: entry for i, entry in stored.items() if entry.expires_at > now}
         self._upkeep.drop_expired(records, [e for e in stored.values() if e.expires_at <= now])
@@ -364,6 +386,7 @@ class SemanticCache:
             policy = matcher.MatchPolicy(-1.0, policy.max_distance_ratio, policy.min_similarity)
         choice = matcher.choose(signature(text), candidates, policy)
         self.counters[f"lookup_{choice.reason}"] += 1
+        self._by_script[choice.script or "latin"][choice.reason] += 1
         if choice.guard_reason is not None:
             self.counters[f"guard_{choice.guard_reason}"] += 1
         best = choice.candidate
@@ -378,7 +401,14 @@ class SemanticCache:
                 return LookupResult(match, near_miss(best, floor))
         records.touch(best.entry_id, now)
         self.counters["hits"] += 1
-        return LookupResult(SemanticMatch(best.entry_id, best.similarity, best.answer_key))
+        match = SemanticMatch(
+            best.entry_id,
+            best.similarity,
+            best.answer_key,
+            risk=choice.risk,
+            script=choice.script,
+        )
+        return LookupResult(match)
 
     def _insert_sync(
         self,
