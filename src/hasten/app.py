@@ -319,6 +319,7 @@ def _semantic_tier(config: GatewayConfig, cache: TieredCache | None) -> Semantic
         SemanticStoreConfig(
             path=Path(settings.path),
             min_similarity=settings.min_similarity,
+            target_precision=settings.target_precision,
             max_error_rate=settings.max_error_rate,
             max_entries=settings.max_entries,
             eviction=settings.eviction,
