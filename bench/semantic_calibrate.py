@@ -27,7 +27,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,7 @@ class Lookup:
     script: str
     evidence: Evidence | None  # None: no guard-passing candidate above the floor
     verdict: str | None
+    served: str | None = None  # the stored question of the best candidate
 
 
 def simulate(
@@ -84,8 +85,25 @@ def simulate(
         best = compatible[0]
         item = matcher.best_evidence(query, best, compatible)
         verdict = evaluate.verdict(pair, stored[best.entry_id])
-        lookups.append(Lookup(row, script, item, verdict))
+        lookups.append(Lookup(row, script, item, verdict, stored[best.entry_id]))
     return lookups
+
+
+def verified(
+    pairs: Sequence[evaluate.Pair],
+    lookups: Sequence[Lookup],
+    second: dict[str, npt.NDArray[np.float32]],
+) -> list[Lookup]:
+    """The same lookups with the verifier's similarity of query and served question."""
+    result = []
+    for item in lookups:
+        if item.evidence is None or item.served is None:
+            result.append(item)
+            continue
+        similarity = float(np.dot(second[pairs[item.row].b], second[item.served]))
+        with_second = replace(item.evidence, second_similarity=similarity)
+        result.append(replace(item, evidence=with_second))
+    return result
 
 
 def _sig(signatures: dict[str, TextSignature], text: str) -> TextSignature:
@@ -95,9 +113,16 @@ def _sig(signatures: dict[str, TextSignature], text: str) -> TextSignature:
     return found
 
 
-def fit_weights(rows: Sequence[Evidence], ys: Sequence[bool]) -> tuple[float, ...]:
+def fit_weights(
+    rows: Sequence[Evidence], ys: Sequence[bool], is_verified: bool
+) -> tuple[float, ...]:
     """MAP logistic regression (Newton), an L2 penalty on all but the intercept."""
-    design = np.array([calibration.features(r, center=E5_CENTER, scale=E5_SCALE) for r in rows])
+    design = np.array(
+        [
+            calibration.features(r, center=E5_CENTER, scale=E5_SCALE, is_verified=is_verified)
+            for r in rows
+        ]
+    )
     target = np.array(ys, dtype=np.float64)
     weights = np.zeros(design.shape[1])
     penalty = np.eye(design.shape[1]) * L2
@@ -115,11 +140,14 @@ def fit_weights(rows: Sequence[Evidence], ys: Sequence[bool]) -> tuple[float, ..
     return tuple(round(float(w), 4) for w in weights)
 
 
-def fit_model(lookups: Sequence[Lookup], min_per_bin: int, floor: float) -> ScriptModel:
-    seen = [item for item in lookups if item.evidence is not None]
+def fit_model(
+    lookups: Sequence[Lookup], min_per_bin: int, floor: float, *, is_verified: bool = False
+) -> ScriptModel:
+    """The logistic model and its table, from the lookups whose best is not identical text."""
+    seen = [item for item in lookups if item.evidence and not item.evidence.is_identical]
     rows = [item.evidence for item in seen if item.evidence is not None]
     ys = [item.verdict == "correct" for item in seen]
-    weights = fit_weights(rows, ys)
+    weights = fit_weights(rows, ys, is_verified)
     unbinned = ScriptModel(weights, (), E5_CENTER, E5_SCALE, floor)
     scores = [unbinned.score(row) for row in rows]
     bins = calibration.isotonic_bins(scores, ys, min_per_bin=min_per_bin)
@@ -127,16 +155,38 @@ def fit_model(lookups: Sequence[Lookup], min_per_bin: int, floor: float) -> Scri
     return ScriptModel(weights, rounded, E5_CENTER, E5_SCALE, floor)
 
 
+def identical_precision(lookups: Sequence[Lookup]) -> tuple[float, int, int]:
+    """Wilson lower bound of the precision of identical-text hits, with its counts."""
+    verdicts = [item.verdict for item in lookups if item.evidence and item.evidence.is_identical]
+    num_correct = sum(1 for verdict in verdicts if verdict == "correct")
+    return (
+        round(calibration.wilson_lower(num_correct, len(verdicts)), 4),
+        num_correct,
+        len(verdicts),
+    )
+
+
 def check(
-    pairs: Sequence[evaluate.Pair], lookups: Sequence[Lookup], model: Calibration, target: float
+    pairs: Sequence[evaluate.Pair],
+    lookups: Sequence[Lookup],
+    model: Calibration,
+    target: float,
+    with_second: Sequence[Lookup] | None = None,
 ) -> dict[str, Any]:
-    """Protocol-v2 precision and recall of the calibrated decision on ``lookups``."""
+    """Protocol-v2 precision and recall of the calibrated decision on ``lookups``; with
+    ``with_second`` (the same lookups, verified), close calls get the verifier's opinion."""
     stored = {text.strip() for text in evaluate.stored_questions(pairs)}
     counts = {"correct": 0, "wrong": 0, "false": 0}
-    for item in lookups:
+    num_verified = 0
+    for position, item in enumerate(lookups):
         if item.evidence is None or item.verdict is None:
             continue
-        if model.risk(item.evidence, item.script) < 1.0 - target:
+        risk = model.risk(item.evidence, item.script)
+        if with_second is not None and matcher.is_close_call(risk, 1.0 - target):
+            num_verified += 1
+            second = with_second[position].evidence
+            risk = 1.0 if second is None else model.risk(second, item.script)
+        if risk < 1.0 - target:
             counts[item.verdict] += 1
     num_hits = sum(counts.values())
     num_answerable = sum(evaluate.is_answerable(pair, stored) for pair in pairs)
@@ -147,6 +197,7 @@ def check(
         "precision": round(counts["correct"] / num_hits, 4) if num_hits else 1.0,
         "recall": round(counts["correct"] / max(1, num_answerable), 4),
         "false_hit_rate": round((counts["wrong"] + counts["false"]) / len(pairs), 4),
+        "verifier_runs": num_verified,
     }
 
 
@@ -191,11 +242,15 @@ def main() -> None:
         calibration.LATIN: fit_model(simulated["qqp_dev (fit half)"], args.min_per_bin, E5_FLOOR),
         calibration.CJK: fit_model(simulated["zh_sts_dev (fit half)"], args.min_per_bin, E5_FLOOR),
     }
-    fitted = Calibration(embedder.name, models)
+    bound, num_correct, num_identical = identical_precision(
+        [*simulated["qqp_dev (fit half)"], *simulated["zh_sts_dev (fit half)"]]
+    )
+    fitted = Calibration(embedder.name, models, identical_precision=bound)
     report = {
         "embedder": embedder.name,
         "target_precision": args.target,
         "models": {name: {"weights": m.weights, "bins": m.bins} for name, m in models.items()},
+        "identical_precision": {"bound": bound, "correct": num_correct, "of": num_identical},
         "checks": {name: check(sets[name], simulated[name], fitted, args.target) for name in sets},
         "targets": {
             str(target): {name: check(sets[name], simulated[name], fitted, target) for name in sets}

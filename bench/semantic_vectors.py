@@ -18,7 +18,8 @@ import numpy as np
 import numpy.typing as npt
 
 from hasten.semantic import evaluate
-from hasten.semantic.embedder import Vectors, build_embedder
+from hasten.semantic.embedder import Embedder, Vectors, build_embedder
+from hasten.semantic.verifier import UseVerifier
 
 DATA_DIR = Path(os.environ.get("HASTEN_SEMCACHE_DATA", "/work/shared/data/semcache"))
 DATASETS = ("qqp_dev", "gptcache_mock_pairs", "zh_sts_dev")
@@ -58,7 +59,7 @@ def embed_dataset(
     dataset: str, kind: str, limit: int | None = None
 ) -> dict[str, npt.NDArray[np.float32]]:
     """Vectors of every text of a dev file (or sample), embedded once and cached."""
-    model = build_embedder(kind, num_threads=2)
+    model = _model(kind)
     cached = load_vectors(dataset, model.name, limit)
     if cached is None and limit is not None:  # the whole file's vectors cover any sample
         cached = load_vectors(dataset, model.name)
@@ -79,13 +80,20 @@ def embed_dataset(
     return dict(zip(texts, vectors, strict=True))
 
 
+def _model(kind: str) -> Embedder:
+    """An embedder, or ``use``: the verifier's model (``hasten.semantic.verifier``)."""
+    if kind == "use":
+        return UseVerifier(num_threads=1)
+    return build_embedder(kind, num_threads=2)
+
+
 class CachedEmbedder:
     """An ``Embedder`` answering from the cached dev-file vectors, the model for the rest."""
 
     def __init__(
         self, kind: str, datasets: Sequence[str] = DATASETS, limits: dict[str, int] | None = None
     ) -> None:
-        self._model = build_embedder(kind, num_threads=2)
+        self._model = _model(kind)
         self._vectors: dict[str, npt.NDArray[np.float32]] = {}
         for dataset in datasets:
             self._vectors.update(embed_dataset(dataset, kind, (limits or {}).get(dataset)))

@@ -313,6 +313,7 @@ def _semantic_tier(config: GatewayConfig, cache: TieredCache | None) -> Semantic
         return None
     from hasten.semantic import FreshnessPolicy, SemanticCache, SemanticStoreConfig, build_embedder
     from hasten.semantic.tier import SemanticTier
+    from hasten.semantic.verifier import build_verifier
 
     semantic = SemanticCache(
         build_embedder(settings.embedder, num_threads=settings.num_threads),
@@ -329,6 +330,7 @@ def _semantic_tier(config: GatewayConfig, cache: TieredCache | None) -> Semantic
             # Replicas sharing a Redis exact cache share semantic entries through it too.
             redis_url=config.cache.redis_url if config.cache.backend == "redis" else None,
         ),
+        verifier=build_verifier(settings.verifier),
     )
     semantic.start()  # follows the shared tier, if any, from startup on
     return SemanticTier(semantic, cache)

@@ -47,7 +47,7 @@ def test_isotonic_bins_are_monotone_and_pool_small_blocks() -> None:
 
 def _model(bins: tuple[tuple[float, float], ...]) -> ScriptModel:
     # Score rises with the cosine only: weight 1 per unit of (s - 0.9) / 0.05.
-    return ScriptModel((0.0, 1.0, 0.0, 0.0, 0.0, 0.0), bins, 0.9, 0.05, 0.85)
+    return ScriptModel((0.0, 1.0, 0.0, 0.0, 0.0), bins, 0.9, 0.05, 0.85)
 
 
 def test_risk_reads_the_bin_of_the_score() -> None:

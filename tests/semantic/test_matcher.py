@@ -9,7 +9,7 @@ from hasten.semantic.guard import signature
 from hasten.semantic.matcher import Candidate, MatchPolicy
 
 # Risk falls with the cosine and with the margin to another answer.
-MODEL = ScriptModel((-2.0, 1.0, 3.0, 0.0, 0.0, 0.0), ((0.0, 0.0), (0.9, 0.97)), 0.9, 0.05, 0.8)
+MODEL = ScriptModel((-2.0, 1.0, 3.0, 0.0, 0.0), ((0.0, 0.0), (0.9, 0.97)), 0.9, 0.05, 0.8)
 CALIBRATED = MatchPolicy(1.0, calibration=Calibration("e", {calibration.LATIN: MODEL}))
 
 

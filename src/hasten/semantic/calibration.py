@@ -8,6 +8,7 @@ character-bigram overlap, length ratio, identical text) and a per-embedder, per-
 ``ScriptModel`` maps it to a risk:
 
 1. a logistic model of P(correct | evidence) orders the candidates (a score in 0..1);
+   (an identical text is judged by its own measured bound instead);
 2. a binned table maps that score to a *lower confidence bound* on the precision measured in
    its bin (Wilson, one-sided 95%), made monotone, so a bin with few examples counts as less
    precise than it looked. risk = 1 - that bound.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 LATIN = "latin"
 CJK = "cjk"
@@ -69,6 +70,8 @@ class Evidence:
     overlap: float  # Jaccard of the two squashed texts' character bigrams
     length_ratio: float  # shorter / longer squashed text
     is_identical: bool  # the same text once case, whitespace and hyphens are dropped
+    # The verifier's similarity of the two texts, once one ran (``verifier``).
+    second_similarity: float | None = None
 
 
 def evidence(
@@ -92,16 +95,26 @@ def _bigrams(text: str) -> set[str]:
     return {text[i : i + 2] for i in range(len(text) - 1)} if len(text) > 1 else {text}
 
 
-def features(item: Evidence, *, center: float, scale: float) -> tuple[float, ...]:
-    """The logistic model's inputs (the cosine put on a unit scale around ``center``)."""
-    return (
+# The verifier's (USE v3) cosines of paraphrases spread wider and lower than e5's.
+SECOND_CENTER, SECOND_SCALE = 0.8, 0.1
+
+
+def features(
+    item: Evidence, *, center: float, scale: float, is_verified: bool = False
+) -> tuple[float, ...]:
+    """The logistic model's inputs (the cosine put on a unit scale around ``center``);
+    ``is_verified`` adds the verifier's similarity."""
+    values = (
         1.0,
         (item.similarity - center) / scale,
         item.margin / MAX_MARGIN,
         item.overlap,
         item.length_ratio,
-        1.0 if item.is_identical else 0.0,
     )
+    if not is_verified:
+        return values
+    second = SECOND_CENTER if item.second_similarity is None else item.second_similarity
+    return (*values, (second - SECOND_CENTER) / SECOND_SCALE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,9 +132,14 @@ class ScriptModel:
     scale: float
     min_similarity: float
 
+    @property
+    def is_verified(self) -> bool:
+        """Whether the model also weighs the verifier's similarity."""
+        return len(self.weights) == _NUM_FEATURES + 1
+
     def score(self, item: Evidence) -> float:
         """P(correct) by the logistic model alone (orders candidates; not yet a bound)."""
-        values = features(item, center=self.center, scale=self.scale)
+        values = features(item, center=self.center, scale=self.scale, is_verified=self.is_verified)
         logit = sum(w * x for w, x in zip(self.weights, values, strict=True))
         return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, logit))))
 
@@ -138,14 +156,25 @@ class ScriptModel:
         return 1.0 - bound
 
 
+_NUM_FEATURES = 5
+
+
 @dataclass(frozen=True, slots=True)
 class Calibration:
     """An embedder's models by script; a script with no model of its own (``other``) is
-    scored by every model and the highest risk counts."""
+    scored by every model and the highest risk counts. ``verified``: the same, also
+    weighing the ``verifier``'s similarity (empty: no verifier was calibrated).
+
+    A stored question identical to the query once case, whitespace and hyphens are dropped
+    is judged apart from the models, in every script alike (an identical text says nothing
+    about its language): by ``identical_precision``, the lower bound measured on such hits.
+    """
 
     embedder: str
     models: Mapping[str, ScriptModel]
-    source: str = ""
+    identical_precision: float = 0.0
+    verifier: str = ""
+    verified: Mapping[str, ScriptModel] = field(default_factory=dict)
 
     @property
     def min_similarity(self) -> float:
@@ -153,10 +182,14 @@ class Calibration:
         return min(model.min_similarity for model in self.models.values())
 
     def risk(self, item: Evidence, script: str) -> float:
-        model = self.models.get(script)
+        """The embedding's risk, or the verified one once ``item`` has a second similarity."""
+        if item.is_identical and self.identical_precision > 0:
+            return 1.0 - self.identical_precision
+        models = self.verified if item.second_similarity is not None else self.models
+        model = models.get(script)
         if model is not None:
             return model.risk(item)
-        return max(model.risk(item) for model in self.models.values())
+        return max(model.risk(item) for model in models.values())
 
 
 def wilson_lower(num_correct: int, num_total: int, *, z: float = 1.645) -> float:

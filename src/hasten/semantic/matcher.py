@@ -7,7 +7,7 @@ Pure: it sees candidates (already found by the index and read from the store) an
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hasten.semantic.calibration import Calibration, Evidence, evidence, script_of
 from hasten.semantic.guard import TextSignature, compare
@@ -19,6 +19,9 @@ BELOW_THRESHOLD = "below_threshold"
 GUARD = "guard"
 AMBIGUOUS = "ambiguous"
 RISKY = "risky"  # calibrated: the chance of a wrong answer is above the operator's tolerance
+# The verifier's verdicts on a close call.
+AGREED = "agreed"
+DISAGREED = "disagreed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +80,8 @@ class Choice:
     guard_reason: str | None = None
     risk: float | None = None  # calibrated P(wrong) of ``candidate``, when calibrated
     script: str = ""
+    evidence: Evidence | None = None  # what the risk was computed from
+    verdict: str | None = None  # the verifier's, when one was asked (``reconsider``)
 
     @property
     def is_hit(self) -> bool:
@@ -122,20 +127,37 @@ def _calibrated(
     policy: MatchPolicy,
     script: str,
 ) -> Choice:
-    risk = calibrated_risk(query, best, compatible, calibration, script)
+    item = best_evidence(query, best, compatible)
+    risk = calibration.risk(item, script)
     reason = HIT if risk < policy.max_risk else RISKY
-    return Choice(reason, best, risk=risk, script=script)
+    return Choice(reason, best, risk=risk, script=script, evidence=item)
 
 
-def calibrated_risk(
-    query: TextSignature,
-    best: Candidate,
-    compatible: Sequence[Candidate],
-    calibration: Calibration,
-    script: str,
-) -> float:
-    """The calibrated chance that ``best`` (the first of ``compatible``) answers wrongly."""
-    return calibration.risk(best_evidence(query, best, compatible), script)
+def needs_second_opinion(choice: Choice, policy: MatchPolicy) -> bool:
+    """A calibrated close call whose calibration knows how to weigh a verifier."""
+    return (
+        choice.reason == RISKY
+        and choice.risk is not None
+        and policy.calibration is not None
+        and bool(policy.calibration.verified)
+        and is_close_call(choice.risk, policy.max_risk)
+    )
+
+
+def reconsider(choice: Choice, second_similarity: float, policy: MatchPolicy) -> Choice:
+    """The decision on a close call once the verifier scored the pair."""
+    if choice.evidence is None or policy.calibration is None:
+        return choice
+    item = replace(choice.evidence, second_similarity=second_similarity)
+    risk = policy.calibration.risk(item, choice.script)
+    is_safe = risk < policy.max_risk
+    return replace(
+        choice,
+        reason=HIT if is_safe else RISKY,
+        risk=risk,
+        evidence=item,
+        verdict=AGREED if is_safe else DISAGREED,
+    )
 
 
 def best_evidence(
@@ -149,6 +171,15 @@ def best_evidence(
         best.similarity,
         None if runner_up is None else runner_up.similarity,
     )
+
+
+# A candidate riskier than this is a clear miss: the verifier is not asked about it.
+MAX_CLOSE_CALL_RISK = 0.9
+
+
+def is_close_call(risk: float, max_risk: float) -> bool:
+    """Whether a second opinion could change the decision on a candidate of this risk."""
+    return max_risk <= risk < MAX_CLOSE_CALL_RISK
 
 
 def guard_passing(query: TextSignature, candidates: Sequence[Candidate]) -> list[Candidate]:

@@ -46,17 +46,19 @@ import orjson
 from hasten.semantic import budget as budget_mod
 from hasten.semantic import freshness, matcher
 from hasten.semantic.calibrated import CALIBRATIONS
+from hasten.semantic.calibration import Calibration
 from hasten.semantic.embedder import AsyncEmbedder, Embedder
 from hasten.semantic.graphs import GraphFiles
 from hasten.semantic.guard import signature
 from hasten.semantic.index import VectorIndex
 from hasten.semantic.near import NOTHING, LookupResult, SemanticMatch, near_miss
 from hasten.semantic.partition import split_chat
-from hasten.semantic.records import Records
+from hasten.semantic.records import Records, StoredEntry
 from hasten.semantic.replica import SharedReplica
 from hasten.semantic.shared import LOCAL_ID_BASE, DeleteEvent, Event, SharedEntry, SharedTier
 from hasten.semantic.store_config import DEFAULT_MIN_SIMILARITY, SemanticStoreConfig
 from hasten.semantic.upkeep import Upkeep
+from hasten.semantic.verifier import Verifier
 from hasten.telemetry.stage import NO_STAGE, Stage
 
 __all__ = ["DEFAULT_MIN_SIMILARITY", "SemanticCache", "SemanticMatch", "SemanticStoreConfig"]
@@ -77,14 +79,19 @@ class SemanticCache:
         config: SemanticStoreConfig,
         *,
         clock: Callable[[], float] = time.time,
+        verifier: Verifier | None = None,
+        calibration: Calibration | None = None,
     ) -> None:
+        """``verifier``: a second opinion on calibrated close calls (``verifier``);
+        ``calibration``: instead of the embedder's committed one (``calibrated``)."""
+        self.verifier = verifier
         self.embedder = embedder if isinstance(embedder, AsyncEmbedder) else AsyncEmbedder(embedder)
         model = self.embedder.embedder
         self.config = config
         min_similarity = config.min_similarity
         if min_similarity is None:
             min_similarity = DEFAULT_MIN_SIMILARITY.get(model.name)
-        calibration = CALIBRATIONS.get(model.name)
+        calibration = calibration or CALIBRATIONS.get(model.name)
         is_calibrated = (
             config.min_similarity is None and config.max_error_rate is None and calibration
         )
@@ -279,6 +286,7 @@ class SemanticCache:
                 round(1.0 - self.policy.max_risk, 6) if self.policy.calibration else None
             ),
             embedder=self._embedder_name,
+            verifier=None if self.verifier is None else self.verifier.name,
             by_script={name: self._script_stats(name) for name in sorted(self._by_script)},
             embed_batches=self.embedder.num_batches,
             embedded_texts=self.embedder.num_embedded,
@@ -294,7 +302,8 @@ class SemanticCache:
         """Hits and misses of one script's lookups (and each miss reason)."""
         reasons = self._by_script[script]
         num_hits = reasons.get(matcher.HIT, 0)
-        return {"hits": num_hits, "misses": sum(reasons.values()) - num_hits, **reasons}
+        num_lookups = sum(n for reason, n in reasons.items() if reason != "verified")
+        return {"hits": num_hits, "misses": num_lookups - num_hits, **reasons}
 
     async def close(self) -> None:
         """Stops following, saves large partitions' graphs and closes the file."""
@@ -385,6 +394,8 @@ class SemanticCache:
         if self.budget is not None:  # thresholds are learned: let every candidate through
             policy = matcher.MatchPolicy(-1.0, policy.max_distance_ratio, policy.min_similarity)
         choice = matcher.choose(signature(text), candidates, policy)
+        if self.verifier is not None and matcher.needs_second_opinion(choice, policy):
+            choice = self._second_opinion(choice, text, live, policy)
         self.counters[f"lookup_{choice.reason}"] += 1
         self._by_script[choice.script or "latin"][choice.reason] += 1
         if choice.guard_reason is not None:
@@ -407,8 +418,33 @@ class SemanticCache:
             best.answer_key,
             risk=choice.risk,
             script=choice.script,
+            verdict=choice.verdict,
         )
         return LookupResult(match)
+
+    def _second_opinion(
+        self,
+        choice: matcher.Choice,
+        text: str,
+        live: Mapping[int, StoredEntry],
+        policy: matcher.MatchPolicy,
+    ) -> matcher.Choice:
+        """Asks the verifier about a close call (on this worker thread, off the loop)."""
+        best = choice.candidate
+        if best is None or self.verifier is None:
+            return choice
+        started = time.perf_counter()
+        try:
+            second = self.verifier.similarity(text, live[best.entry_id].text)
+        except Exception:  # a broken verifier only costs the close calls
+            self._note_error("verifier")
+            return choice
+        self.counters["verifier_runs"] += 1
+        self.counters["verifier_us"] += int((time.perf_counter() - started) * 1e6)
+        decided = matcher.reconsider(choice, second, policy)
+        self.counters[f"verifier_{decided.verdict}"] += 1
+        self._by_script[choice.script or "latin"]["verified"] += 1
+        return decided
 
     def _insert_sync(
         self,
