@@ -17,7 +17,7 @@ def test_script_of_counts_letters() -> None:
 
 
 def test_evidence_of_two_texts() -> None:
-    same = calibration.evidence("cookrice", "cookrice", 0.99, None)
+    same = calibration.evidence("cookrice", "cookrice", 0.99, None, is_identical=True)
     assert same.is_identical and same.overlap == 1.0 and same.margin == calibration.MAX_MARGIN
     other = calibration.evidence("abcd", "abxy", 0.9, 0.88)
     assert not other.is_identical and other.overlap == pytest.approx(1 / 5)

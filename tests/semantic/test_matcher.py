@@ -47,3 +47,17 @@ def test_without_a_calibration_the_cosine_decides() -> None:
     assert choice.is_hit and choice.risk is None
     assert not matcher.choose(query, [_candidate(1, 0.95, "x rice")], MatchPolicy(0.96)).is_hit
     assert CALIBRATED.floor == 0.8 and abs(MatchPolicy(0.96).floor - 0.88) < 1e-9
+
+
+def test_identical_text_is_judged_by_its_own_bound() -> None:
+    policy = MatchPolicy(
+        1.0,
+        calibration=Calibration("e", {calibration.LATIN: MODEL}, identical_precision=0.99),
+    )
+    query = signature("How do I  cook rice?")
+    # Whitespace aside the same question: served even below the model's floor.
+    same = matcher.choose(query, [_candidate(1, 0.79, "How do I cook rice? ")], policy)
+    assert same.is_hit and same.risk is not None and abs(same.risk - 0.01) < 1e-9
+    # Case differs: not identical (QQP labels such pairs both ways), so the model decides.
+    cased = matcher.choose(query, [_candidate(1, 0.79, "how do i cook rice?")], policy)
+    assert cased.reason == matcher.RISKY

@@ -69,15 +69,21 @@ class Evidence:
     margin: float  # to the nearest candidate with another answer (capped at MAX_MARGIN)
     overlap: float  # Jaccard of the two squashed texts' character bigrams
     length_ratio: float  # shorter / longer squashed text
-    is_identical: bool  # the same text once case, whitespace and hyphens are dropped
+    is_identical: bool  # the same text once whitespace runs are made single spaces
     # The verifier's similarity of the two texts, once one ran (``verifier``).
     second_similarity: float | None = None
 
 
 def evidence(
-    query_squashed: str, candidate_squashed: str, similarity: float, runner_up: float | None
+    query_squashed: str,
+    candidate_squashed: str,
+    similarity: float,
+    runner_up: float | None,
+    *,
+    is_identical: bool = False,
 ) -> Evidence:
-    """The evidence for one candidate; ``runner_up``: similarity of the nearest other answer."""
+    """The evidence for one candidate (texts squashed: lower case, no whitespace or hyphens);
+    ``runner_up``: similarity of the nearest other answer."""
     margin = MAX_MARGIN if runner_up is None else min(MAX_MARGIN, similarity - runner_up)
     one, two = _bigrams(query_squashed), _bigrams(candidate_squashed)
     union = len(one | two)
@@ -87,7 +93,7 @@ def evidence(
         margin=max(0.0, margin),
         overlap=len(one & two) / union if union else 1.0,
         length_ratio=min(len(query_squashed), len(candidate_squashed)) / longer,
-        is_identical=query_squashed == candidate_squashed,
+        is_identical=is_identical,
     )
 
 
@@ -165,9 +171,10 @@ class Calibration:
     scored by every model and the highest risk counts. ``verified``: the same, also
     weighing the ``verifier``'s similarity (empty: no verifier was calibrated).
 
-    A stored question identical to the query once case, whitespace and hyphens are dropped
-    is judged apart from the models, in every script alike (an identical text says nothing
-    about its language): by ``identical_precision``, the lower bound measured on such hits.
+    A stored question identical to the query (whitespace runs aside; case counts: QQP labels
+    "English" / "english" pairs both ways) is judged apart from the models, in every script
+    alike (an identical text says nothing about its language): by ``identical_precision``,
+    the lower bound measured on such hits.
     """
 
     embedder: str
@@ -180,6 +187,15 @@ class Calibration:
     def min_similarity(self) -> float:
         """The lowest cosine any script may serve: candidates below it need not be read."""
         return min(model.min_similarity for model in self.models.values())
+
+    def can_reach(self, precision: float, script: str, *, is_verified: bool) -> bool:
+        """Whether any evidence could be judged at least this precise (if not, a second
+        opinion cannot turn a miss into a hit, and is not asked)."""
+        models = self.verified if is_verified else self.models
+        chosen = [models[script]] if script in models else list(models.values())
+        return bool(chosen) and all(
+            model.bins and model.bins[-1][1] > precision for model in chosen
+        )
 
     def risk(self, item: Evidence, script: str) -> float:
         """The embedding's risk, or the verified one once ``item`` has a second similarity."""

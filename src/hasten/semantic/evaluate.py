@@ -33,6 +33,7 @@ import numpy as np
 from hasten.semantic.embedder import AsyncEmbedder, Embedder, Vectors, build_embedder
 from hasten.semantic.store import SemanticCache
 from hasten.semantic.store_config import SemanticStoreConfig
+from hasten.semantic.verifier import Verifier, build_verifier
 
 _MODEL = "eval-model"
 _TENANT = "eval"
@@ -291,6 +292,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--passes", type=int, default=1, help="lookup passes (error budget)")
     parser.add_argument("--sweep", action="store_true", help="also report other cut-offs")
     parser.add_argument("--protocol", choices=("v2", "v1"), default="v2", help="cache layout")
+    parser.add_argument(
+        "--verifier", choices=("none", "use"), default="none", help="second opinion on close calls"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -312,10 +316,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _run(
-    args: argparse.Namespace, pairs: Sequence[Pair], model: Embedder | None = None
+    args: argparse.Namespace,
+    pairs: Sequence[Pair],
+    model: Embedder | None = None,
+    second: Verifier | None = None,
 ) -> dict[str, Any]:
-    """One evaluation; ``model`` lets a benchmark share one (memoising) embedder across runs."""
+    """One evaluation; ``model`` lets a benchmark share one (memoising) embedder across runs,
+    ``second`` a verifier."""
     model = model if model is not None else build_embedder(args.embedder)
+    if second is None:
+        second = build_verifier(getattr(args, "verifier", "none"))
     protocol = getattr(args, "protocol", "v2")
     # Remember every text so extra passes (error-budget learning) do not embed again.
     embedder = AsyncEmbedder(model, num_remembered=2 * len(pairs) + 16)
@@ -330,7 +340,7 @@ async def _run(
             max_hit_error_rate=args.max_hit_error_rate,
             seed=args.seed,
         )
-        cache = SemanticCache(embedder, config)
+        cache = SemanticCache(embedder, config, verifier=second)
         policy = cache.policy
         is_calibrated = policy.calibration is not None
         if is_sweep:
@@ -361,6 +371,7 @@ async def _run(
         "num_positive": sum(pair.label for pair in pairs),
         "num_stored": len(first.stored),
         "embedder": stats["embedder"],
+        "verifier": stats["verifier"],
         "decision": "calibrated" if is_calibrated else "min_similarity",
         "target_precision": round(1.0 - policy.max_risk, 6) if is_calibrated else None,
         "min_similarity": None if is_calibrated else policy.min_similarity,

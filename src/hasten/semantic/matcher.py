@@ -134,13 +134,13 @@ def _calibrated(
 
 
 def needs_second_opinion(choice: Choice, policy: MatchPolicy) -> bool:
-    """A calibrated close call whose calibration knows how to weigh a verifier."""
+    """A calibrated close call that a verifier's evidence could still make safe."""
     return (
         choice.reason == RISKY
         and choice.risk is not None
         and policy.calibration is not None
-        and bool(policy.calibration.verified)
         and is_close_call(choice.risk, policy.max_risk)
+        and policy.calibration.can_reach(1.0 - policy.max_risk, choice.script, is_verified=True)
     )
 
 
@@ -170,6 +170,7 @@ def best_evidence(
         best.signature.squashed,
         best.similarity,
         None if runner_up is None else runner_up.similarity,
+        is_identical=query.normalized == best.signature.normalized,
     )
 
 
