@@ -282,6 +282,11 @@ class HastenApp:
             "tasks": sum(kinds.values()),
             "task_kinds": kinds,
             "cache": self._cache_state(gateway),
+            # Semantic lookups by the question's script: hits, misses, why (full counters:
+            # /admin/cache/stats).
+            "semantic": (
+                None if gateway.semantic is None else gateway.semantic.cache.script_stats()
+            ),
         }
 
 

@@ -119,6 +119,8 @@ def test_the_calibrated_default_serves_with_its_risk(sim: ServerThread, tmp_path
         assert stats["target_precision"] == 0.95 and stats["min_similarity"] is None
         assert stats["by_script"]["latin"]["hits"] == 1
         assert stats["by_script"]["latin"]["misses"] >= 2
+        overview = httpx.get(f"{gateway.url}/stats", headers=ADMIN).json()
+        assert overview["semantic"]["latin"] == stats["by_script"]["latin"]
 
 
 def test_other_conversation_does_not_hit(sim: ServerThread, tmp_path: Path) -> None:

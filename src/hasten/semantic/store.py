@@ -287,7 +287,7 @@ class SemanticCache:
             ),
             embedder=self._embedder_name,
             verifier=None if self.verifier is None else self.verifier.name,
-            by_script={name: self._script_stats(name) for name in sorted(self._by_script)},
+            by_script=self.script_stats(),
             embed_batches=self.embedder.num_batches,
             embedded_texts=self.embedder.num_embedded,
         )
@@ -297,6 +297,10 @@ class SemanticCache:
             report["error_budget"] = {"max_error_rate": self.budget.policy.max_error_rate}
             report["error_budget"].update(self.budget.stats())
         return report
+
+    def script_stats(self) -> dict[str, dict[str, int]]:
+        """Lookups by the question's script (latin, cjk, other): hits, misses, reasons."""
+        return {name: self._script_stats(name) for name in sorted(self._by_script)}
 
     def _script_stats(self, script: str) -> dict[str, int]:
         """Hits and misses of one script's lookups (and each miss reason)."""
