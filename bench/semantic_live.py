@@ -144,7 +144,8 @@ async def run_stream(
     """One pass of the stream through a fresh cache."""
     exact = TieredCache(MemoryLRU(1 << 30))
     with tempfile.TemporaryDirectory(prefix="hasten-live-") as directory:
-        config = SemanticStoreConfig(path=Path(directory) / "semantic.sqlite3")
+        # Answer classes matter under the cosine cut-off and its ambiguity test (0.96).
+        config = SemanticStoreConfig(path=Path(directory) / "semantic.sqlite3", min_similarity=0.96)
         semantic = SemanticCache(build_embedder(embedder), config)
         tier = SemanticTier(semantic, exact, join_classes=join,
                             join_agreement_similarity=agreement_similarity)  # fmt: skip

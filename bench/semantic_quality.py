@@ -1,12 +1,16 @@
-"""Semantic-cache quality in one run, on every evaluation file: hasten's default, its
-error-budget mode at 0.5%, 1% and 2%, and GPTCache with the same embedder at its thresholds
-0.7 / 0.8 / 0.9 / 0.95, with hasten's recall at each GPTCache precision (iso-precision).
+"""Semantic-cache quality in one run, on every evaluation file: hasten's default
+(target_precision 0.95, calibrated), the same with the USE verifier on close calls, the old
+cosine default (0.96), error-budget mode at 0.5%, 1% and 2%, and GPTCache with the same
+embedder at its thresholds 0.7 / 0.8 / 0.9 / 0.95 (when bench/.venvs/gptcache exists), with
+hasten's recall at each GPTCache precision (iso-precision).
 
     python bench/semantic_quality.py [--limit 2000] [--passes 3]
 
-Protocol of ../shared/data/semcache/README.md (``hasten.semantic.evaluate``); qqp_dev is a
-seeded ``--limit`` sample, the other files are whole. Prints one summary line, then JSON.
-GPTCache runs in bench/.venvs/gptcache (see bench/semantic.py).
+Protocol v2 of ../shared/data/semcache/README.md (``hasten.semantic.evaluate``; each result
+keeps v1's figures under "v1"); qqp_dev is a seeded ``--limit`` sample, the other files are
+whole. Embeddings come from bench/semantic_vectors.py's cache in /tmp (the first run embeds).
+The verifier's added latency on a hit is timed apart, with the real model, on close calls.
+Prints one summary line, then JSON.
 """
 
 from __future__ import annotations
@@ -25,41 +29,47 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 import semantic as bench
+import semantic_vectors as vectors_mod
 
 from hasten.semantic import evaluate
-from hasten.semantic.embedder import Vectors, build_embedder
+from hasten.semantic.verifier import UseVerifier
 
 BUDGETS = (0.005, 0.01, 0.02)
 
 
-class MemoEmbedder:
-    """Embeds each distinct text once across the runs of this benchmark."""
+class CachedVerifier:
+    """The USE verifier answering from cached vectors (its latency is measured apart)."""
 
-    def __init__(self, kind: str) -> None:
-        self._model = build_embedder(kind)
-        self._vectors: dict[str, Vectors] = {}
+    def __init__(self, vectors: vectors_mod.CachedEmbedder) -> None:
+        self._vectors = vectors
+        self.name = vectors.name
 
-    @property
-    def name(self) -> str:
-        return self._model.name
+    def similarity(self, query: str, candidate: str) -> float:
+        rows = self._vectors.embed([query, candidate])
+        return float(np.dot(rows[0], rows[1]))
 
-    @property
-    def dim(self) -> int:
-        return self._model.dim
 
-    def embed(self, texts: Sequence[str]) -> Vectors:
-        missing = [text for text in dict.fromkeys(texts) if text not in self._vectors]
-        if missing:
-            for text, vector in zip(missing, self._model.embed(missing), strict=True):
-                self._vectors[text] = vector
-        return np.stack([self._vectors[text] for text in texts])
+def _verifier_latency(pairs: Sequence[evaluate.Pair], num_pairs: int = 200) -> dict[str, Any]:
+    """The real verifier's time per close call (two texts; the stored one often remembered)."""
+    model = UseVerifier()
+    model.similarity("warm up", "the model")
+    timings = []
+    for pair in pairs[:num_pairs]:
+        started = time.perf_counter()
+        model.similarity(pair.b, pair.a)
+        timings.append((time.perf_counter() - started) * 1000)
+    return {
+        "num_calls": len(timings),
+        "p50_ms": round(float(np.percentile(timings, 50)), 2),
+        "p90_ms": round(float(np.percentile(timings, 90)), 2),
+    }
 
 
 def _args(pairs_path: Path, limit: int | None, **overrides: Any) -> argparse.Namespace:
     settings: dict[str, Any] = dict(
         pairs=pairs_path, limit=limit, seed=0, embedder="e5", min_similarity=None,
         max_distance_ratio=0.9, error_budget=None, passes=1, sweep=False,
-        max_hit_error_rate=0.1,
+        max_hit_error_rate=0.1, target_precision=0.95, protocol="v2", verifier="none",
     )  # fmt: skip
     settings.update(overrides)
     return argparse.Namespace(**settings)
@@ -81,37 +91,69 @@ def _budget_row(report: dict[str, Any], budget: float) -> dict[str, Any]:
     }
 
 
-def _dataset(dataset: str, limit: int | None, passes: int, memo: MemoEmbedder) -> dict[str, Any]:
+def _point(report: dict[str, Any]) -> dict[str, Any]:
+    keep = ("precision", "recall", "false_hit_rate", "hits", "correct", "wrong", "false")
+    row = {key: report["summary"][key] for key in keep}
+    row["v1"] = {key: report["v1"][key] for key in ("precision", "recall")}
+    stats = report["cache_stats"]
+    row["verifier_runs"] = stats.get("verifier_runs", 0)
+    row["by_script"] = stats.get("by_script", {})
+    return row
+
+
+def _dataset(
+    dataset: str,
+    limit: int | None,
+    passes: int,
+    memo: vectors_mod.CachedEmbedder,
+    second: CachedVerifier,
+) -> dict[str, Any]:
     path = bench.DATA_DIR / f"{dataset}.jsonl"
     pairs = evaluate.load_pairs(path, limit=limit, seed=0)
     default = asyncio.run(evaluate._run(_args(path, limit, sweep=True), pairs, memo))
+    verified = asyncio.run(evaluate._run(_args(path, limit), pairs, memo, second))
+    cosine = asyncio.run(
+        evaluate._run(_args(path, limit, min_similarity=0.96, sweep=True), pairs, memo)
+    )
     budgets = []
     for budget in BUDGETS:
         args = _args(path, limit, error_budget=budget, passes=passes)
         budgets.append(_budget_row(asyncio.run(evaluate._run(args, pairs, memo)), budget))
+    row: dict[str, Any] = {
+        "num_pairs": len(pairs),
+        "hasten_default": _point(default) | {"target_precision": default["target_precision"]},
+        "hasten_default_with_use_verifier": _point(verified),
+        "hasten_cosine_0.96": _point(cosine),
+        "hasten_default_risk_sweep": [
+            {k: r[k] for k in ("target_precision", "precision", "recall", "hits")}
+            for r in default["sweep"]
+        ],
+        "hasten_lookup_ms": default["lookup_ms"],
+        "error_budget": budgets,
+    }
+    if bench.GPTCACHE_PYTHON.exists():
+        row.update(_gptcache(dataset, limit, cosine))
+    return row
+
+
+def _gptcache(dataset: str, limit: int | None, ours: dict[str, Any]) -> dict[str, Any]:
     completed = subprocess.run(
         [str(bench.GPTCACHE_PYTHON), bench.__file__, "gptcache-worker", dataset, str(limit or 0)],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
     theirs = json.loads(completed.stdout.strip().splitlines()[-1])
-    side = bench._side_by_side(theirs, default)
+    side = bench._side_by_side(theirs, ours)
     ours_at = {
-        t: max((r["recall"] for r in default["sweep"] if r["precision"] >= p["precision"]),
+        t: max((r["recall"] for r in ours["sweep"] if r["precision"] >= p["precision"]),
                default=0.0)
         for t, p in theirs["thresholds"].items()
     }  # fmt: skip
     return {
-        "num_pairs": len(pairs),
-        "hasten_default": default["summary"] | {"min_similarity": default["min_similarity"]},
-        "hasten_lookup_ms": default["lookup_ms"],
-        "protocol_ceiling": default["protocol_ceiling"],
-        "error_budget": budgets,
         "gptcache": {
             t: point | {"hasten_recall_at_this_precision": ours_at[t]}
             for t, point in theirs["thresholds"].items()
         },
         "gptcache_best": side["at_gptcache_points"]["best"],
-        "iso_precision_ratios": side["ratio_over_cutoffs_with_gptcache_precision_over_0.5"],
     }
 
 
@@ -119,13 +161,13 @@ def _summary(report: dict[str, Any]) -> str:
     parts = []
     for dataset, row in report["datasets"].items():
         ours = row["hasten_default"]
+        use = row["hasten_default_with_use_verifier"]
         budget = next(b for b in row["error_budget"] if b["budget"] == 0.01)
-        best = row["gptcache_best"]
         parts.append(
             f"{dataset}: P {ours['precision']:.3f} R {ours['recall']:.3f}"
+            f" (+USE: P {use['precision']:.3f} R {use['recall']:.3f})"
             f" | 1% budget fhr {max(budget['false_hit_rate_per_pass']):.4f}"
             f" hits {budget['hit_rate_per_pass'][-1]:.3f}"
-            f" | vs GPTCache best P {best['gptcache']['precision']:.3f}: x{best['ratio']}"
         )
     return "semantic quality: " + "; ".join(parts)
 
@@ -135,13 +177,20 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=2000, help="qqp_dev sample size")
     parser.add_argument("--passes", type=int, default=3, help="error-budget lookup passes")
     args = parser.parse_args()
-    memo = MemoEmbedder("e5")
+    limits = {"qqp_dev": args.limit}
+    memo = vectors_mod.CachedEmbedder("e5", limits=limits)
+    second = CachedVerifier(vectors_mod.CachedEmbedder("use", limits=limits))
     started = time.perf_counter()
     datasets = {
-        dataset: _dataset(dataset, args.limit if dataset == "qqp_dev" else None, args.passes, memo)
+        dataset: _dataset(dataset, limits.get(dataset), args.passes, memo, second)
         for dataset in bench.DATASETS
     }
-    report = {"elapsed_s": round(time.perf_counter() - started, 1), "datasets": datasets}
+    qqp = evaluate.load_pairs(bench.DATA_DIR / "qqp_dev.jsonl", limit=args.limit, seed=0)
+    report = {
+        "elapsed_s": round(time.perf_counter() - started, 1),
+        "verifier_latency_per_close_call": _verifier_latency(qqp),
+        "datasets": datasets,
+    }
     bench._emit(_summary(report), report)
 
 

@@ -102,9 +102,12 @@ def test_check_config_describes_semantic_local_and_hybrid(
     path = _write(tmp_path, text)
     assert _cli_main(["check-config", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "semantic cache: on, embedder e5, min similarity 0.93" in out
+    assert "semantic cache: on, embedder e5, min similarity 0.93 (cosine override)" in out
     assert "local engine: /m.gguf, context 2048 tokens" in out
     assert "hybrid model auto: local-first, cloud model big" in out
+    path = _write(tmp_path, text.replace("min_similarity = 0.93", "target_precision = 0.97"))
+    assert _cli_main(["check-config", str(path)]) == 0
+    assert "embedder e5, target precision 0.97 (calibrated)" in capsys.readouterr().out
     path = _write(tmp_path, text.split("[local]")[0])
     assert _cli_main(["check-config", str(path)]) == 0
     out = capsys.readouterr().out

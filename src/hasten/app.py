@@ -284,6 +284,11 @@ class HastenApp:
             "tasks": sum(kinds.values()),
             "task_kinds": kinds,
             "cache": self._cache_state(gateway),
+            # Semantic lookups by the question's script: hits, misses, why (full counters:
+            # /admin/cache/stats).
+            "semantic": (
+                None if gateway.semantic is None else gateway.semantic.cache.script_stats()
+            ),
         }
 
 
@@ -315,12 +320,14 @@ def _semantic_tier(config: GatewayConfig, cache: TieredCache | None) -> Semantic
         return None
     from hasten.semantic import FreshnessPolicy, SemanticCache, SemanticStoreConfig, build_embedder
     from hasten.semantic.tier import SemanticTier
+    from hasten.semantic.verifier import build_verifier
 
     semantic = SemanticCache(
         build_embedder(settings.embedder, num_threads=settings.num_threads),
         SemanticStoreConfig(
             path=Path(settings.path),
             min_similarity=settings.min_similarity,
+            target_precision=settings.target_precision,
             max_error_rate=settings.max_error_rate,
             max_entries=settings.max_entries,
             eviction=settings.eviction,
@@ -330,6 +337,7 @@ def _semantic_tier(config: GatewayConfig, cache: TieredCache | None) -> Semantic
             # Replicas sharing a Redis exact cache share semantic entries through it too.
             redis_url=config.cache.redis_url if config.cache.backend == "redis" else None,
         ),
+        verifier=build_verifier(settings.verifier),
     )
     semantic.start()  # follows the shared tier, if any, from startup on
     return SemanticTier(semantic, cache)

@@ -93,12 +93,16 @@ def _describe(path: str, config: GatewayConfig) -> str:
     )
     semantic = config.semantic
     if semantic.is_enabled:
-        similarity = (
-            "embedder default" if semantic.min_similarity is None else semantic.min_similarity
-        )
+        if semantic.max_error_rate is not None:
+            decision = f"error budget {semantic.max_error_rate:g}"
+        elif semantic.min_similarity is not None:
+            decision = f"min similarity {semantic.min_similarity:g} (cosine override)"
+        else:
+            decision = f"target precision {semantic.target_precision:g} (calibrated)"
+            if semantic.verifier != "none":
+                decision += f", verifier {semantic.verifier} on close calls"
         lines.append(
-            f"  semantic cache: on, embedder {semantic.embedder}, min similarity {similarity}, "
-            f"file {semantic.path}"
+            f"  semantic cache: on, embedder {semantic.embedder}, {decision}, file {semantic.path}"
         )
     if config.local is not None:
         engine = config.local.engine

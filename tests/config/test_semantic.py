@@ -31,9 +31,13 @@ def test_semantic_table_keys_and_defaults() -> None:
             "default_ttl_s": 60,
             "short_ttl_s": 5.5,
             "num_threads": 2,
+            "target_precision": 0.99,
         }
     )
-    assert config == SemanticConfig(True, "minilm", "s.sqlite3", 0.9, 0.01, 10, "lfu", 60, 5.5, 2)
+    assert config == SemanticConfig(
+        True, "minilm", "s.sqlite3", 0.9, 0.01, 10, "lfu", 60, 5.5, 2, 0.99
+    )
+    assert SemanticConfig().target_precision == 0.95
     assert parse_config({"semantic": {"enabled": True}}, {}).semantic.is_enabled is True
 
 
@@ -47,6 +51,8 @@ def test_semantic_table_keys_and_defaults() -> None:
         ({"min_similarity": 1}, "semantic.min_similarity: must be between 0 and 1"),
         ({"max_error_rate": 0.5}, "semantic.max_error_rate: must be between 0 and 0.5"),
         ({"num_threads": -1}, "semantic.num_threads: must be >= 0, got -1"),
+        ({"target_precision": 1}, "semantic.target_precision: must be at least 0.5 and below 1"),
+        ({"target_precision": 0.3}, "semantic.target_precision: must be at least 0.5"),
         ({"max_entries": 1.5}, "semantic.max_entries: expected an integer, got float 1.5"),
     ],
 )

@@ -259,7 +259,7 @@ async def test_evaluate_protocol_counts(tmp_path: Path) -> None:
     ]
     cache = make_cache(tmp_path, min_similarity=0.8)
     (outcomes,) = await evaluate.evaluate(pairs, cache)
-    result = evaluate.metrics(outcomes, min_similarity=0.8)
+    result = evaluate.metrics(outcomes, pairs, min_similarity=0.8)
     assert result["correct"] == 2 and result["false"] == 0
     assert result["precision"] == 1.0 and result["recall"] == 1.0
     await cache.close()

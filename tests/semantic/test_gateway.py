@@ -33,14 +33,21 @@ QUESTION = "What is the capital of France?"
 PARAPHRASE = "Which city is the capital of France?"
 
 
-def _config(sim_url: str, tmp: Path, **keys: str) -> GatewayConfig:
+def _config(
+    sim_url: str, tmp: Path, *, min_similarity: float | None = 0.96, **keys: str
+) -> GatewayConfig:
+    """The gateway with the semantic tier. The tier's mechanics (tenants, reports, import,
+    answer classes, ambiguity) are tested at the cosine cut-off 0.96 their question pairs
+    were chosen for; ``min_similarity=None`` is the calibrated default (target_precision)."""
     config = make_config(
         {"sim": sim_url + "/v1"},
         cache=CacheConfig(backend="sqlite", sqlite_path=str(tmp / "exact.sqlite3")),
         api_keys=list(keys.items()),
         admin_api_key=ADMIN_KEY,
     )
-    semantic = SemanticConfig(is_enabled=True, path=str(tmp / "semantic.sqlite3"))
+    semantic = SemanticConfig(
+        is_enabled=True, path=str(tmp / "semantic.sqlite3"), min_similarity=min_similarity
+    )
     return replace(config, semantic=semantic)
 
 
@@ -91,6 +98,29 @@ def test_paraphrase_hits_stream_and_not(sim: ServerThread, tmp_path: Path) -> No
         )
         assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == answer
         assert sim_stats(sim.url)["num_requests"] == 1
+
+
+def test_the_calibrated_default_serves_with_its_risk(sim: ServerThread, tmp_path: Path) -> None:
+    with running_gateway(_config(sim.url, tmp_path, min_similarity=None)) as gateway:
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="k", max_retries=0)
+        assert _ask(client, QUESTION).headers["x-hasten-cache"] == "miss"
+        _wait_indexed(gateway, 1)
+        # Spacing aside the same question (not the same body: no exact hit): served, with its
+        # calibrated risk. A paraphrase is not: no evidence here makes one 95% safe.
+        assert _ask(client, PARAPHRASE).headers["x-hasten-cache"] == "miss"
+        again = _ask(client, " What is the  capital of France?")
+        assert again.headers["x-hasten-cache"] == "semantic"
+        assert 0.0 <= float(again.headers["x-hasten-semantic-risk"]) < 0.05
+        # Another capital: the guard or the risk refuses it.
+        other = _ask(client, "What is the capital of Germany?")
+        assert other.headers["x-hasten-cache"] == "miss"
+        assert "x-hasten-semantic-risk" not in other.headers
+        stats = httpx.get(f"{gateway.url}/admin/cache/stats", headers=ADMIN).json()["semantic"]
+        assert stats["target_precision"] == 0.95 and stats["min_similarity"] is None
+        assert stats["by_script"]["latin"]["hits"] == 1
+        assert stats["by_script"]["latin"]["misses"] >= 2
+        overview = httpx.get(f"{gateway.url}/stats", headers=ADMIN).json()
+        assert overview["semantic"]["latin"] == stats["by_script"]["latin"]
 
 
 def test_other_conversation_does_not_hit(sim: ServerThread, tmp_path: Path) -> None:
@@ -209,7 +239,8 @@ def test_replicas_share_semantic_entries_through_redis(
         cache = CacheConfig(backend="redis", redis_url=redis_url)
         config = make_config({"sim": sim.url + "/v1"}, cache=cache, admin_api_key=ADMIN_KEY)
         path = str(tmp_path / f"{name}.sqlite3")
-        return replace(config, semantic=SemanticConfig(is_enabled=True, path=path))
+        semantic = SemanticConfig(is_enabled=True, path=path, min_similarity=0.96)
+        return replace(config, semantic=semantic)
 
     question = f"{QUESTION} ({tmp_path.name})"  # unique within the session's shared Redis
     with running_gateway(replica("one")) as one, running_gateway(replica("two")) as two:

@@ -8,22 +8,32 @@ from hasten.config.reader import TomlTable
 
 EMBEDDERS = ("e5", "minilm")
 EVICTIONS = ("lru", "lfu")
+VERIFIERS = ("none", "use")
 
 
 @dataclass(frozen=True, slots=True)
 class SemanticConfig:
-    """Off by default: each exact miss then pays one local embedding (about 10-40 ms)."""
+    """Off by default: each exact miss then pays one local embedding (about 10-40 ms).
+
+    The operator's knob is ``target_precision``: the share of semantic hits that must be
+    right. ``min_similarity`` (a cosine, embedder-specific) overrides it for experts, and
+    ``max_error_rate`` switches to error-budget mode instead."""
 
     is_enabled: bool = False
     embedder: str = "e5"
     path: str = "hasten-semantic.sqlite3"
-    min_similarity: float | None = None  # None: the embedder's measured default
+    # Experts only: a raw cosine cut-off instead of ``target_precision`` (None: calibrated).
+    min_similarity: float | None = None
     max_error_rate: float | None = None  # set (e.g. 0.01) for error-budget mode
     max_entries: int = 1_000_000
     eviction: str = "lru"
     default_ttl_s: float = 3600.0
     short_ttl_s: float = 300.0
     num_threads: int = 0  # 0: measured per batch (``E5Embedder``); n: always n
+    # Serve a hit only when its calibrated chance of a wrong answer is below 1 - this.
+    target_precision: float = 0.95
+    # A second opinion on calibrated close calls: ``use`` (the semantic-verify extra).
+    verifier: str = "none"
 
 
 def parse_semantic(table: TomlTable) -> SemanticConfig:
@@ -39,11 +49,18 @@ def parse_semantic(table: TomlTable) -> SemanticConfig:
         default_ttl_s=table.real("default_ttl_s", d.default_ttl_s),
         short_ttl_s=table.real("short_ttl_s", d.short_ttl_s),
         num_threads=table.integer("num_threads", d.num_threads, minimum=0),
+        target_precision=table.real("target_precision", d.target_precision),
+        verifier=table.choice("verifier", d.verifier, VERIFIERS),
     )
     table.finish()
     if config.min_similarity is not None and not 0 < config.min_similarity < 1:
         raise table.error(
             "min_similarity", f"must be between 0 and 1, got {config.min_similarity:g}"
+        )
+    if not 0.5 <= config.target_precision < 1:
+        raise table.error(
+            "target_precision",
+            f"must be at least 0.5 and below 1, got {config.target_precision:g}",
         )
     if config.max_error_rate is not None and not 0 < config.max_error_rate < 0.5:
         raise table.error(

@@ -1,11 +1,17 @@
 """``hasten eval-cache PAIRS.jsonl``: precision, recall, false-hit rate and latency of the
 semantic cache on labelled question pairs.
 
-Protocol (shared with the benchmarks): every ``a`` goes into an empty cache with a unique
-answer, then every ``b`` is looked up. A hit is correct when the label is 1 and the answer of
-its own ``a`` came back; wrong when the label is 1 and another row's answer came back; false
-when the label is 0. precision = correct / hits, recall = correct / label-1 rows,
-false-hit rate = (wrong + false) / lookups. ``--limit N`` evaluates a seeded sample of N pairs.
+Protocol v2 (../shared/data/semcache/README.md, shared with the benchmarks): every distinct
+``a`` text (whitespace trimmed) goes into an empty cache once, with a unique answer, then every
+``b`` is looked up. A hit is correct when it served the row's own ``a`` and the label is 1, or
+when the stored question it served is the asked ``b`` itself (trimmed), whatever the label: a
+repeated question is rightly answered from its entry. Any other hit is wrong (label 1) or
+false (label 0). precision = correct / hits, recall = correct / answerable rows (label 1, or
+``b`` verbatim a stored ``a``), false-hit rate = (wrong + false) / lookups.
+
+v1, reported beside it (``"v1"``) for one release: a hit counts as correct only when the label
+is 1 and the row's own ``a`` answered, recall is over label-1 rows. ``--protocol v1`` also
+stores the ``a`` of every row separately, as v1 did. ``--limit N`` evaluates a seeded sample.
 """
 
 from __future__ import annotations
@@ -13,11 +19,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +33,13 @@ import numpy as np
 from hasten.semantic.embedder import AsyncEmbedder, Embedder, Vectors, build_embedder
 from hasten.semantic.store import SemanticCache
 from hasten.semantic.store_config import SemanticStoreConfig
+from hasten.semantic.verifier import Verifier, build_verifier
 
 _MODEL = "eval-model"
 _TENANT = "eval"
 _INSERT_CONCURRENCY = 32
 _SWEEP_STEP = 0.0025
+_RISK_SWEEP = (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,14 +51,17 @@ class Pair:
 
 @dataclass(slots=True)
 class Outcomes:
-    """Per lookup: best similarity served (or None) and whether it was the row's own answer."""
+    """Per lookup (in lookup order): the row, what was served and how close it was.
 
+    ``served`` indexes ``stored``, the texts put in the cache (-1: nothing served); ``risks``
+    holds the calibrated chance the hit is wrong (None without a calibration).
+    """
+
+    stored: list[str] = field(default_factory=list)
+    rows: list[int] = field(default_factory=list)
+    served: list[int] = field(default_factory=list)
     similarities: list[float | None] = field(default_factory=list)
-    is_own: list[bool] = field(default_factory=list)
-    # A served question that is textually identical to the query (the data repeats questions
-    # across rows): counted as wrong by the protocol although the answer fits.
-    is_identical: list[bool] = field(default_factory=list)
-    labels: list[int] = field(default_factory=list)
+    risks: list[float | None] = field(default_factory=list)
     embed_ms: list[float] = field(default_factory=list)
     search_ms: list[float] = field(default_factory=list)
     lookup_ms: list[float] = field(default_factory=list)
@@ -69,13 +81,19 @@ def load_pairs(path: Path, *, limit: int | None, seed: int) -> list[Pair]:
     return pairs
 
 
+def stored_questions(pairs: Sequence[Pair], *, protocol: str = "v2") -> list[str]:
+    """What goes into the cache: each distinct trimmed ``a`` once (v2), or every row's (v1)."""
+    if protocol == "v1":
+        return [pair.a for pair in pairs]
+    return list(dict.fromkeys(pair.a.strip() for pair in pairs))
+
+
 def verbatim_repeats(pairs: Sequence[Pair]) -> dict[str, float]:
-    """How far the protocol itself caps precision on ``pairs``.
+    """How far protocol v1 capped precision on ``pairs`` (v2 scores these rows correct).
 
     A row whose ``b`` is, word for word, the ``a`` of exactly one other row meets that row's
-    entry at similarity 1; a cache that answers a repeated question from its entry (as any
-    cache should) is then scored wrong or false. With ``n`` such rows and ``p`` positives,
-    precision at recall ``r`` is at most ``r*p / (r*p + n)`` whatever the cache does otherwise.
+    entry at similarity 1; v1 scored answering it from that entry wrong or false. With ``n``
+    such rows and ``p`` positives, v1 precision at recall ``r`` is at most ``r*p / (r*p + n)``.
     """
     counts: dict[str, int] = {}
     for pair in pairs:
@@ -89,52 +107,95 @@ def verbatim_repeats(pairs: Sequence[Pair]) -> dict[str, float]:
 
     return {
         "num_rows_meeting_a_verbatim_repeat": num_repeats,
-        "max_precision_at_recall_0.25": ceiling(0.25),
-        "max_precision_at_recall_0.5": ceiling(0.5),
-        "max_precision_at_recall_1": ceiling(1.0),
+        "v1_max_precision_at_recall_0.25": ceiling(0.25),
+        "v1_max_precision_at_recall_0.5": ceiling(0.5),
+        "v1_max_precision_at_recall_1": ceiling(1.0),
     }
 
 
-def metrics(outcomes: Outcomes, *, min_similarity: float) -> dict[str, float]:
-    """Precision, recall and false-hit rate counting hits at or above ``min_similarity``."""
-    num_correct = num_wrong = num_false = num_identical = 0
-    for similarity, is_own, is_identical, label in zip(
-        outcomes.similarities, outcomes.is_own, outcomes.is_identical, outcomes.labels, strict=True
-    ):
-        if similarity is None or similarity < min_similarity:
+def is_answerable(pair: Pair, stored: set[str]) -> bool:
+    """Protocol v2: a row a perfect cache answers (same meaning, or asked verbatim before)."""
+    return pair.label == 1 or pair.b.strip() in stored
+
+
+def verdict(pair: Pair, served_text: str) -> str:
+    """Protocol v2's verdict on a hit: ``correct``, ``wrong`` (label 1) or ``false``."""
+    served = served_text.strip()
+    if served == pair.b.strip() or (pair.label == 1 and served == pair.a.strip()):
+        return "correct"
+    return "wrong" if pair.label == 1 else "false"
+
+
+def _verdict_v1(pair: Pair, served_text: str) -> str:
+    if pair.label == 1 and served_text.strip() == pair.a.strip():
+        return "correct"
+    return "wrong" if pair.label == 1 else "false"
+
+
+def _is_served(outcomes: Outcomes, position: int, min_similarity: float, max_risk: float) -> bool:
+    similarity, risk = outcomes.similarities[position], outcomes.risks[position]
+    if similarity is None or outcomes.served[position] < 0 or similarity < min_similarity:
+        return False
+    return risk is None or risk < max_risk
+
+
+def metrics(
+    outcomes: Outcomes,
+    pairs: Sequence[Pair],
+    *,
+    min_similarity: float = -math.inf,
+    max_risk: float = math.inf,
+) -> dict[str, Any]:
+    """Protocol-v2 figures (v1's under ``"v1"``), counting hits at or above
+    ``min_similarity`` and below ``max_risk`` (both already applied by the cache itself)."""
+    stored = {text.strip() for text in outcomes.stored}
+    counts = {"correct": 0, "wrong": 0, "false": 0}
+    counts_v1 = dict(counts)
+    num_identical = 0
+    for position, row in enumerate(outcomes.rows):
+        if not _is_served(outcomes, position, min_similarity, max_risk):
             continue
-        num_identical += is_identical and not (label == 1 and is_own)
-        if label == 1 and is_own:
-            num_correct += 1
-        elif label == 1:
-            num_wrong += 1
-        else:
-            num_false += 1
-    num_hits = num_correct + num_wrong + num_false
-    num_positive = sum(outcomes.labels)
-    num_other_hits = num_hits - num_identical
+        pair, text = pairs[row], outcomes.stored[outcomes.served[position]]
+        counts[verdict(pair, text)] += 1
+        counts_v1[_verdict_v1(pair, text)] += 1
+        num_identical += text.strip() == pair.b.strip()
+    num_lookups = len(outcomes.rows)
+    num_answerable = sum(is_answerable(pairs[row], stored) for row in outcomes.rows)
+    num_positive = sum(pairs[row].label for row in outcomes.rows)
+    report: dict[str, Any] = _figures(counts, num_answerable, num_lookups)
+    report["answerable"] = num_answerable
+    report["hits_on_identical_text"] = num_identical
+    report["v1"] = _figures(counts_v1, num_positive, num_lookups)
+    return report
+
+
+def _figures(counts: dict[str, int], num_answerable: int, num_lookups: int) -> dict[str, Any]:
+    num_hits = sum(counts.values())
     return {
         "hits": num_hits,
-        "correct": num_correct,
-        "wrong": num_wrong,
-        "false": num_false,
-        "precision": num_correct / num_hits if num_hits else 1.0,
-        "recall": num_correct / num_positive if num_positive else 0.0,
-        "false_hit_rate": (num_wrong + num_false) / max(1, len(outcomes.labels)),
-        "wrong_or_false_with_identical_text": num_identical,
-        # The same, not counting hits that served a word-for-word identical question.
-        "precision_excluding_identical_text": (
-            num_correct / num_other_hits if num_other_hits else 1.0
-        ),
+        **counts,
+        "precision": counts["correct"] / num_hits if num_hits else 1.0,
+        "recall": counts["correct"] / num_answerable if num_answerable else 0.0,
+        "false_hit_rate": (counts["wrong"] + counts["false"]) / max(1, num_lookups),
     }
 
 
-def sweep(outcomes: Outcomes, *, start: float) -> list[dict[str, float]]:
-    """Metrics at every cut-off from ``start`` to 1 (guard and ambiguity already applied)."""
+def sweep(outcomes: Outcomes, pairs: Sequence[Pair], *, start: float) -> list[dict[str, Any]]:
+    """Metrics at every cosine cut-off from ``start`` to 1 (guard and ambiguity applied)."""
     rows = []
     for cutoff in np.arange(start, 1.0 + 1e-9, _SWEEP_STEP):
-        row = {"min_similarity": round(float(cutoff), 4)}
-        row.update(metrics(outcomes, min_similarity=float(cutoff)))
+        row: dict[str, Any] = {"min_similarity": round(float(cutoff), 4)}
+        row.update(metrics(outcomes, pairs, min_similarity=float(cutoff)))
+        rows.append(row)
+    return rows
+
+
+def risk_sweep(outcomes: Outcomes, pairs: Sequence[Pair]) -> list[dict[str, Any]]:
+    """Metrics at several calibrated risk caps (a target precision of 1 - cap)."""
+    rows = []
+    for cap in _RISK_SWEEP:
+        row: dict[str, Any] = {"target_precision": round(1.0 - cap, 4)}
+        row.update(metrics(outcomes, pairs, max_risk=cap))
         rows.append(row)
     return rows
 
@@ -144,16 +205,22 @@ def _body(text: str) -> dict[str, Any]:
 
 
 async def evaluate(
-    pairs: Sequence[Pair], cache: SemanticCache, *, num_passes: int = 1, seed: int = 0
+    pairs: Sequence[Pair],
+    cache: SemanticCache,
+    *,
+    num_passes: int = 1,
+    seed: int = 0,
+    protocol: str = "v2",
 ) -> list[Outcomes]:
     """Runs the protocol; several passes only make sense in error-budget mode (learning)."""
-    keys = [f"row-{index}" for index in range(len(pairs))]
-    for start in range(0, len(pairs), _INSERT_CONCURRENCY):
+    stored = stored_questions(pairs, protocol=protocol)
+    keys = [f"q-{index}" for index in range(len(stored))]
+    for start in range(0, len(stored), _INSERT_CONCURRENCY):
         await asyncio.gather(
             *(
-                cache.insert(_body(pair.a), model=_MODEL, tenant=_TENANT, answer_key=key)
-                for pair, key in zip(
-                    pairs[start : start + _INSERT_CONCURRENCY],
+                cache.insert(_body(text), model=_MODEL, tenant=_TENANT, answer_key=key)
+                for text, key in zip(
+                    stored[start : start + _INSERT_CONCURRENCY],
                     keys[start : start + _INSERT_CONCURRENCY],
                     strict=True,
                 )
@@ -162,15 +229,15 @@ async def evaluate(
     passes = []
     order = np.random.default_rng(seed).permutation(len(pairs))
     for _ in range(num_passes):
-        outcomes = Outcomes()
+        outcomes = Outcomes(stored=stored)
         for index in order:
-            await _lookup_one(cache, pairs, int(index), keys[index], outcomes)
+            await _lookup_one(cache, pairs, int(index), outcomes, protocol)
         passes.append(outcomes)
     return passes
 
 
 async def _lookup_one(
-    cache: SemanticCache, pairs: Sequence[Pair], index: int, key: str, outcomes: Outcomes
+    cache: SemanticCache, pairs: Sequence[Pair], index: int, outcomes: Outcomes, protocol: str
 ) -> None:
     pair = pairs[index]
     started = time.perf_counter()
@@ -181,16 +248,17 @@ async def _lookup_one(
     outcomes.embed_ms.append((embedded - started) * 1000)
     outcomes.search_ms.append((finished - embedded) * 1000)
     outcomes.lookup_ms.append((finished - started) * 1000)
-    outcomes.labels.append(pair.label)
-    is_own = match is not None and match.answer_key == key
+    outcomes.rows.append(index)
+    served = -1 if match is None else int(match.answer_key.removeprefix("q-"))
     if match is not None and match.is_verification:
         # The oracle: the data's label says whether the cached answer would have been right.
-        await cache.report_verification(match, is_correct=is_own and pair.label == 1)
-        match = None
+        text = outcomes.stored[served]
+        verdict_now = verdict(pair, text) if protocol == "v2" else _verdict_v1(pair, text)
+        await cache.report_verification(match, is_correct=verdict_now == "correct")
+        match, served = None, -1
+    outcomes.served.append(served)
     outcomes.similarities.append(None if match is None else match.similarity)
-    outcomes.is_own.append(is_own)
-    served = -1 if match is None else int(match.answer_key.removeprefix("row-"))
-    outcomes.is_identical.append(served >= 0 and pairs[served].a == pair.b)
+    outcomes.risks.append(None if match is None else match.risk)
 
 
 def _percentiles(values: Sequence[float]) -> dict[str, float]:
@@ -206,69 +274,110 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("pairs", type=Path, help="JSON Lines of {a, b, label}")
     parser.add_argument("--limit", type=int, default=None, help="seeded sample of N pairs")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", action="store_true", help="print the full report as JSON")
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON report on stdout (summary: stderr)"
+    )
     parser.add_argument("--embedder", choices=("e5", "minilm"), default="e5")
-    parser.add_argument("--min-similarity", type=float, default=None)
+    parser.add_argument(
+        "--target-precision", type=float, default=0.95, help="the calibrated default's target"
+    )
+    parser.add_argument(
+        "--min-similarity", type=float, default=None, help="a raw cosine cut-off instead"
+    )
     parser.add_argument("--max-distance-ratio", type=float, default=0.9)
     parser.add_argument("--error-budget", type=float, default=None, help="e.g. 0.01")
     parser.add_argument(
         "--max-hit-error-rate", type=float, default=0.1, help="error budget: per-hit risk cap"
     )
     parser.add_argument("--passes", type=int, default=1, help="lookup passes (error budget)")
-    parser.add_argument("--sweep", action="store_true", help="also report every cut-off")
+    parser.add_argument("--sweep", action="store_true", help="also report other cut-offs")
+    parser.add_argument("--protocol", choices=("v2", "v1"), default="v2", help="cache layout")
+    parser.add_argument(
+        "--verifier", choices=("none", "use"), default="none", help="second opinion on close calls"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     pairs = load_pairs(args.pairs, limit=args.limit, seed=args.seed)
     report = asyncio.run(_run(args, pairs))
-    summary = report["summary"]
-    print(
-        f"eval-cache {args.pairs.name}: {len(pairs)} pairs, precision {summary['precision']:.3f}"
-        f" recall {summary['recall']:.3f} false-hit rate {summary['false_hit_rate']:.4f}"
+    line = (
+        f"eval-cache {args.pairs.name}: {len(pairs)} pairs, precision {report['precision']:.3f}"
+        f" recall {report['recall']:.3f} false-hit rate {report['false_hit_rate']:.4f}"
+        f" (v1: {report['v1']['precision']:.3f} / {report['v1']['recall']:.3f})"
         f" lookup p50 {report['lookup_ms']['p50']:.1f} ms (embed {report['embed_ms']['p50']:.1f}"
         f" ms, search {report['search_ms']['p50']:.2f} ms)"
     )
-    if args.json:
+    if args.json:  # stdout carries one JSON object, for scripts
+        print(line, file=sys.stderr)
         print(json.dumps(report, indent=2))
+    else:
+        print(line)
     return 0
 
 
 async def _run(
-    args: argparse.Namespace, pairs: Sequence[Pair], model: Embedder | None = None
+    args: argparse.Namespace,
+    pairs: Sequence[Pair],
+    model: Embedder | None = None,
+    second: Verifier | None = None,
 ) -> dict[str, Any]:
-    """One evaluation; ``model`` lets a benchmark share one (memoising) embedder across runs."""
+    """One evaluation; ``model`` lets a benchmark share one (memoising) embedder across runs,
+    ``second`` a verifier."""
     model = model if model is not None else build_embedder(args.embedder)
+    if second is None:
+        second = build_verifier(getattr(args, "verifier", "none"))
+    protocol = getattr(args, "protocol", "v2")
     # Remember every text so extra passes (error-budget learning) do not embed again.
     embedder = AsyncEmbedder(model, num_remembered=2 * len(pairs) + 16)
+    is_sweep = args.sweep and args.error_budget is None
     with tempfile.TemporaryDirectory(prefix="hasten-eval-") as directory:
         config = SemanticStoreConfig(
             path=Path(directory) / "semantic.sqlite3",
             min_similarity=args.min_similarity,
+            target_precision=getattr(args, "target_precision", 0.95),
             max_distance_ratio=args.max_distance_ratio,
             max_error_rate=args.error_budget,
             max_hit_error_rate=args.max_hit_error_rate,
             seed=args.seed,
         )
-        cache = SemanticCache(embedder, config)
-        cutoff = cache.policy.min_similarity
-        if args.sweep and args.error_budget is None:
-            # Record every guarded candidate, then apply each cut-off afterwards.
-            cache.policy = type(cache.policy)(-1.0, cache.policy.max_distance_ratio, cutoff)
+        cache = SemanticCache(embedder, config, verifier=second)
+        policy = cache.policy
+        is_calibrated = policy.calibration is not None
+        if is_sweep:
+            # Record every guarded candidate (with its risk), then apply each cut-off afterwards.
+            cache.policy = replace(
+                policy, min_similarity=-1.0, qualifying_similarity=policy.min_similarity
+            )
+            if is_calibrated:
+                cache.policy = replace(policy, max_risk=math.inf)
         started = time.perf_counter()
-        passes = await evaluate(pairs, cache, num_passes=args.passes, seed=args.seed)
+        passes = await evaluate(
+            pairs, cache, num_passes=args.passes, seed=args.seed, protocol=protocol
+        )
         elapsed_s = time.perf_counter() - started
         stats = cache.stats()
         await cache.close()
     first, last = passes[0], passes[-1]
+    cutoff = -math.inf if args.error_budget is not None or is_calibrated else policy.min_similarity
+    summary = metrics(last, pairs, min_similarity=cutoff, max_risk=policy.max_risk)
     report: dict[str, Any] = {
+        "protocol": protocol,
+        "precision": summary["precision"],
+        "recall": summary["recall"],
+        "false_hit_rate": summary["false_hit_rate"],
+        "v1": summary["v1"],
         "pairs": str(args.pairs),
         "num_pairs": len(pairs),
         "num_positive": sum(pair.label for pair in pairs),
+        "num_stored": len(first.stored),
         "embedder": stats["embedder"],
-        "min_similarity": cutoff,
+        "verifier": stats["verifier"],
+        "decision": "calibrated" if is_calibrated else "min_similarity",
+        "target_precision": round(1.0 - policy.max_risk, 6) if is_calibrated else None,
+        "min_similarity": None if is_calibrated else policy.min_similarity,
         "max_distance_ratio": args.max_distance_ratio,
         "error_budget": args.error_budget,
-        "summary": metrics(last, min_similarity=cutoff if args.error_budget is None else -1.0),
+        "summary": summary,
         "lookup_ms": _percentiles(first.lookup_ms),
         "embed_ms": _percentiles(first.embed_ms),
         "search_ms": _percentiles(first.search_ms),
@@ -277,9 +386,11 @@ async def _run(
         "protocol_ceiling": verbatim_repeats(pairs),
     }
     if args.passes > 1:
-        report["passes"] = [metrics(item, min_similarity=-1.0) for item in passes]
-    if args.sweep and args.error_budget is None:
-        report["sweep"] = sweep(last, start=max(0.0, cutoff - 0.1))
+        report["passes"] = [metrics(item, pairs) for item in passes]
+    if is_sweep and is_calibrated:
+        report["sweep"] = risk_sweep(last, pairs)
+    elif is_sweep:
+        report["sweep"] = sweep(last, pairs, start=max(0.0, policy.min_similarity - 0.1))
     return report
 
 
@@ -299,7 +410,11 @@ __all__ = [
     "Vectors",
     "add_arguments",
     "evaluate",
+    "is_answerable",
     "load_pairs",
+    "metrics",
     "run",
+    "stored_questions",
     "verbatim_repeats",
+    "verdict",
 ]

@@ -67,6 +67,8 @@ class TextSignature:
     # Lower-cased text without whitespace or hyphens: a quoted span, identifier or entity of
     # the other text found in it is mentioned here too, only spaced, cased or quoted otherwise.
     squashed: str
+    # The text with its whitespace runs made single spaces: the same question asked again.
+    normalized: str = ""
 
 
 def signature(text: str) -> TextSignature:
@@ -94,6 +96,7 @@ def signature(text: str) -> TextSignature:
         # An entity always counts as mentioned by its own text, whatever the tokenisation.
         words=frozenset(_stem(part) for w in words for part in {w, *w.split(".")}) | entities,
         squashed=_squash(text),
+        normalized=" ".join(text.split()),
     )
 
 

@@ -1,4 +1,5 @@
-"""Which cached question, if any, answers a new one: threshold, near-miss guard, ambiguity.
+"""Which cached question, if any, answers a new one: near-miss guard, then either the
+calibrated risk (the default: ``calibration``) or a cosine cut-off with the ambiguity test.
 
 Pure: it sees candidates (already found by the index and read from the store) and decides.
 """
@@ -6,8 +7,9 @@ Pure: it sees candidates (already found by the index and read from the store) an
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from hasten.semantic.calibration import Calibration, Evidence, evidence, script_of
 from hasten.semantic.guard import TextSignature, compare
 
 # Decision reasons, reported in stats and logs.
@@ -16,6 +18,10 @@ NO_CANDIDATE = "no_candidate"
 BELOW_THRESHOLD = "below_threshold"
 GUARD = "guard"
 AMBIGUOUS = "ambiguous"
+RISKY = "risky"  # calibrated: the chance of a wrong answer is above the operator's tolerance
+# The verifier's verdicts on a close call.
+AGREED = "agreed"
+DISAGREED = "disagreed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +55,20 @@ class MatchPolicy:
     max_distance_ratio: float = 0.9
     # Error-budget mode serves below the static cut-off: say where "qualifies" starts there.
     qualifying_similarity: float | None = None
+    # Precision first: with a calibration, a guard-passing best candidate is served when its
+    # calibrated risk is below ``max_risk`` (1 - target precision); ``min_similarity`` and
+    # the ratio test are then unused (the margin to the runner-up is part of the evidence).
+    calibration: Calibration | None = None
+    max_risk: float = 0.05
+
+    @property
+    def floor(self) -> float:
+        """The lowest similarity worth reading from the store."""
+        if self.calibration is not None:
+            return self.calibration.min_similarity
+        # At twice the cut-off's distance every runner-up that could fail the ratio test is
+        # still seen.
+        return self.min_similarity - 2 * (1.0 - self.min_similarity)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +78,10 @@ class Choice:
     reason: str
     candidate: Candidate | None = None
     guard_reason: str | None = None
+    risk: float | None = None  # calibrated P(wrong) of ``candidate``, when calibrated
+    script: str = ""
+    evidence: Evidence | None = None  # what the risk was computed from
+    verdict: str | None = None  # the verifier's, when one was asked (``reconsider``)
 
     @property
     def is_hit(self) -> bool:
@@ -69,26 +93,100 @@ def choose(query: TextSignature, candidates: Sequence[Candidate], policy: MatchP
     ordered = sorted(candidates, key=lambda item: (-item.similarity, item.entry_id))
     compatible: list[Candidate] = []
     first_guard_reason: str | None = None
+    lowest = policy.floor if policy.calibration is not None else policy.min_similarity
     for candidate in ordered:
         reason = compare(query, candidate.signature)
         if reason is None:
             compatible.append(candidate)
-        elif first_guard_reason is None and candidate.similarity >= policy.min_similarity:
+        elif first_guard_reason is None and candidate.similarity >= lowest:
             first_guard_reason = reason
+    script = script_of(query.squashed)
     if not compatible:
         if first_guard_reason is not None:
-            return Choice(GUARD, guard_reason=first_guard_reason)
-        return Choice(NO_CANDIDATE if not ordered else BELOW_THRESHOLD)
+            return Choice(GUARD, guard_reason=first_guard_reason, script=script)
+        return Choice(NO_CANDIDATE if not ordered else BELOW_THRESHOLD, script=script)
     best = compatible[0]
+    if policy.calibration is not None:
+        return _calibrated(query, best, compatible, policy.calibration, policy, script)
     if best.similarity < policy.min_similarity:
-        return Choice(BELOW_THRESHOLD, best)
+        return Choice(BELOW_THRESHOLD, best, script=script)
     runner_up = next((c for c in compatible[1:] if _conflicts(best, c)), None)
     if runner_up is not None and (
         runner_up.similarity >= (policy.qualifying_similarity or policy.min_similarity)
         or not is_unambiguous(best.similarity, runner_up.similarity, policy.max_distance_ratio)
     ):
-        return Choice(AMBIGUOUS, best)
-    return Choice(HIT, best, guard_reason=first_guard_reason)
+        return Choice(AMBIGUOUS, best, script=script)
+    return Choice(HIT, best, guard_reason=first_guard_reason, script=script)
+
+
+def _calibrated(
+    query: TextSignature,
+    best: Candidate,
+    compatible: Sequence[Candidate],
+    calibration: Calibration,
+    policy: MatchPolicy,
+    script: str,
+) -> Choice:
+    item = best_evidence(query, best, compatible)
+    risk = calibration.risk(item, script)
+    reason = HIT if risk < policy.max_risk else RISKY
+    return Choice(reason, best, risk=risk, script=script, evidence=item)
+
+
+def needs_second_opinion(choice: Choice, policy: MatchPolicy) -> bool:
+    """A calibrated close call that a verifier's evidence could still make safe."""
+    return (
+        choice.reason == RISKY
+        and choice.risk is not None
+        and policy.calibration is not None
+        and is_close_call(choice.risk, policy.max_risk)
+        and policy.calibration.can_reach(1.0 - policy.max_risk, choice.script, is_verified=True)
+    )
+
+
+def reconsider(choice: Choice, second_similarity: float, policy: MatchPolicy) -> Choice:
+    """The decision on a close call once the verifier scored the pair."""
+    if choice.evidence is None or policy.calibration is None:
+        return choice
+    item = replace(choice.evidence, second_similarity=second_similarity)
+    risk = policy.calibration.risk(item, choice.script)
+    is_safe = risk < policy.max_risk
+    return replace(
+        choice,
+        reason=HIT if is_safe else RISKY,
+        risk=risk,
+        evidence=item,
+        verdict=AGREED if is_safe else DISAGREED,
+    )
+
+
+def best_evidence(
+    query: TextSignature, best: Candidate, compatible: Sequence[Candidate]
+) -> Evidence:
+    """What the calibration judges ``best`` by (shared with bench/semantic_calibrate.py)."""
+    runner_up = next((c for c in compatible[1:] if _conflicts(best, c)), None)
+    return evidence(
+        query.squashed,
+        best.signature.squashed,
+        best.similarity,
+        None if runner_up is None else runner_up.similarity,
+        is_identical=query.normalized == best.signature.normalized,
+    )
+
+
+# A candidate riskier than this is a clear miss: the verifier is not asked about it.
+MAX_CLOSE_CALL_RISK = 0.9
+
+
+def is_close_call(risk: float, max_risk: float) -> bool:
+    """Whether a second opinion could change the decision on a candidate of this risk."""
+    return max_risk <= risk < MAX_CLOSE_CALL_RISK
+
+
+def guard_passing(query: TextSignature, candidates: Sequence[Candidate]) -> list[Candidate]:
+    """The candidates the near-miss guard lets through, most similar first."""
+    ordered = sorted(candidates, key=lambda item: (-item.similarity, item.entry_id))
+    return [candidate for candidate in ordered if compare(query, candidate.signature) is None]
 
 
 def _conflicts(best: Candidate, other: Candidate) -> bool:

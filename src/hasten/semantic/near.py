@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hasten.semantic.matcher import Candidate
+from hasten.semantic.matcher import Candidate, MatchPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +34,9 @@ class SemanticMatch:
     similarity: float
     answer_key: str
     is_verification: bool = False
+    risk: float | None = None  # calibrated chance the answer is wrong (precision-first mode)
+    script: str = ""
+    verdict: str | None = None  # the verifier's ("agreed"), when a close call was verified
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +63,8 @@ NOTHING = LookupResult()
 
 
 def candidate_floor(min_similarity: float) -> float:
-    """The lowest similarity worth reading from the store: at twice the cut-off's distance
-    every runner-up that could fail the ratio test is still seen."""
-    return min_similarity - 2 * (1.0 - min_similarity)
+    """The lowest similarity worth reading from the store under a cosine cut-off."""
+    return MatchPolicy(min_similarity).floor
 
 
 def near_miss(candidate: Candidate | None, floor: float) -> NearMiss | None:

@@ -35,7 +35,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -47,17 +47,20 @@ import orjson
 
 from hasten.semantic import budget as budget_mod
 from hasten.semantic import freshness, matcher
+from hasten.semantic.calibrated import CALIBRATIONS
+from hasten.semantic.calibration import Calibration
 from hasten.semantic.embedder import AsyncEmbedder, Embedder
 from hasten.semantic.graphs import GraphFiles
 from hasten.semantic.guard import signature
 from hasten.semantic.index import VectorIndex
-from hasten.semantic.near import NOTHING, LookupResult, SemanticMatch, candidate_floor, near_miss
+from hasten.semantic.near import NOTHING, LookupResult, SemanticMatch, near_miss
 from hasten.semantic.partition import SemanticQuery, split_chat
-from hasten.semantic.records import Records
+from hasten.semantic.records import Records, StoredEntry
 from hasten.semantic.replica import SharedReplica
 from hasten.semantic.shared import LOCAL_ID_BASE, DeleteEvent, Event, SharedEntry, SharedTier
 from hasten.semantic.store_config import DEFAULT_MIN_SIMILARITY, SemanticStoreConfig
 from hasten.semantic.upkeep import Upkeep
+from hasten.semantic.verifier import Verifier
 from hasten.telemetry.stage import NO_STAGE, Stage
 
 __all__ = [
@@ -108,23 +111,37 @@ class SemanticCache:
         config: SemanticStoreConfig,
         *,
         clock: Callable[[], float] = time.time,
+        verifier: Verifier | None = None,
+        calibration: Calibration | None = None,
     ) -> None:
+        """``verifier``: a second opinion on calibrated close calls (``verifier``);
+        ``calibration``: instead of the embedder's committed one (``calibrated``)."""
+        self.verifier = verifier
         self.embedder = embedder if isinstance(embedder, AsyncEmbedder) else AsyncEmbedder(embedder)
         model = self.embedder.embedder
         self.config = config
         min_similarity = config.min_similarity
         if min_similarity is None:
             min_similarity = DEFAULT_MIN_SIMILARITY.get(model.name)
-        if min_similarity is None:
+        calibration = calibration or CALIBRATIONS.get(model.name)
+        is_calibrated = (
+            config.min_similarity is None and config.max_error_rate is None and calibration
+        )
+        if min_similarity is None and not is_calibrated:
             raise ValueError(f"no measured threshold for {model.name}: set min_similarity")
-        self.policy = matcher.MatchPolicy(min_similarity, config.max_distance_ratio)
+        self.policy = matcher.MatchPolicy(
+            min_similarity if min_similarity is not None else 1.0,
+            config.max_distance_ratio,
+            calibration=calibration if is_calibrated else None,
+            max_risk=1.0 - config.target_precision,
+        )
         self.budget = (
             None
             if config.max_error_rate is None
             else budget_mod.ErrorBudget(
                 budget_mod.BudgetPolicy(
                     max_error_rate=config.max_error_rate,
-                    center_similarity=min_similarity,
+                    center_similarity=self.policy.min_similarity,
                     max_hit_error_rate=config.max_hit_error_rate,
                     max_verify_fraction=config.max_verify_fraction,
                 ),
@@ -136,6 +153,8 @@ class SemanticCache:
         self._embedder_name = model.name
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hasten-semantic")
         self.counters: Counter[str] = Counter()
+        # Decisions by the query's script (``calibration.script_of``): latin, cjk, other.
+        self._by_script: defaultdict[str, Counter[str]] = defaultdict(Counter)
         # Worker-thread state below.
         self._records: Records | None = None
         self._graphs = GraphFiles(config.path.with_name(config.path.name + ".graphs"))
@@ -354,8 +373,13 @@ class SemanticCache:
         report.update(
             entries=self._upkeep.num_entries,
             bytes=self._upkeep.num_bytes,
-            min_similarity=self.policy.min_similarity,
+            min_similarity=None if self.policy.calibration else self.policy.min_similarity,
+            target_precision=(
+                round(1.0 - self.policy.max_risk, 6) if self.policy.calibration else None
+            ),
             embedder=self._embedder_name,
+            verifier=None if self.verifier is None else self.verifier.name,
+            by_script=self.script_stats(),
             embed_batches=self.embedder.num_batches,
             embedded_texts=self.embedder.num_embedded,
             embed_ms=round(self.embedder.embed_s * 1e3, 3),
@@ -367,6 +391,17 @@ class SemanticCache:
             report["error_budget"] = {"max_error_rate": self.budget.policy.max_error_rate}
             report["error_budget"].update(self.budget.stats())
         return report
+
+    def script_stats(self) -> dict[str, dict[str, int]]:
+        """Lookups by the question's script (latin, cjk, other): hits, misses, reasons."""
+        return {name: self._script_stats(name) for name in sorted(self._by_script)}
+
+    def _script_stats(self, script: str) -> dict[str, int]:
+        """Hits and misses of one script's lookups (and each miss reason)."""
+        reasons = self._by_script[script]
+        num_hits = reasons.get(matcher.HIT, 0)
+        num_lookups = sum(n for reason, n in reasons.items() if reason != "verified")
+        return {"hits": num_hits, "misses": num_lookups - num_hits, **reasons}
 
     async def close(self) -> None:
         """Stops following, saves large partitions' graphs and closes the file."""
@@ -442,7 +477,7 @@ class SemanticCache:
         self._partition(records, partition)
         now = self._clock()
         found = self._index.search(partition, vector, self.config.num_candidates)
-        floor = candidate_floor(self.policy.min_similarity)
+        floor = self.policy.floor
         stored = records.entries([entry_id for entry_id, sim in found if sim >= floor])
         live = {i: entry for i, entry in stored.items() if entry.expires_at > now}
         self._upkeep.drop_expired(records, [e for e in stored.values() if e.expires_at <= now])
@@ -457,7 +492,10 @@ class SemanticCache:
         if self.budget is not None:  # thresholds are learned: let every candidate through
             policy = matcher.MatchPolicy(-1.0, policy.max_distance_ratio, policy.min_similarity)
         choice = matcher.choose(signature(text), candidates, policy)
+        if self.verifier is not None and matcher.needs_second_opinion(choice, policy):
+            choice = self._second_opinion(choice, text, live, policy)
         self.counters[f"lookup_{choice.reason}"] += 1
+        self._by_script[choice.script or "latin"][choice.reason] += 1
         if choice.guard_reason is not None:
             self.counters[f"guard_{choice.guard_reason}"] += 1
         best = choice.candidate
@@ -472,7 +510,39 @@ class SemanticCache:
                 return LookupResult(match, near_miss(best, floor))
         records.touch(best.entry_id, now)
         self.counters["hits"] += 1
-        return LookupResult(SemanticMatch(best.entry_id, best.similarity, best.answer_key))
+        match = SemanticMatch(
+            best.entry_id,
+            best.similarity,
+            best.answer_key,
+            risk=choice.risk,
+            script=choice.script,
+            verdict=choice.verdict,
+        )
+        return LookupResult(match)
+
+    def _second_opinion(
+        self,
+        choice: matcher.Choice,
+        text: str,
+        live: Mapping[int, StoredEntry],
+        policy: matcher.MatchPolicy,
+    ) -> matcher.Choice:
+        """Asks the verifier about a close call (on this worker thread, off the loop)."""
+        best = choice.candidate
+        if best is None or self.verifier is None:
+            return choice
+        started = time.perf_counter()
+        try:
+            second = self.verifier.similarity(text, live[best.entry_id].text)
+        except Exception:  # a broken verifier only costs the close calls
+            self._note_error("verifier")
+            return choice
+        self.counters["verifier_runs"] += 1
+        self.counters["verifier_us"] += int((time.perf_counter() - started) * 1e6)
+        decided = matcher.reconsider(choice, second, policy)
+        self.counters[f"verifier_{decided.verdict}"] += 1
+        self._by_script[choice.script or "latin"]["verified"] += 1
+        return decided
 
     def _insert_sync(
         self,

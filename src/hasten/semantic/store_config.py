@@ -18,7 +18,12 @@ DEFAULT_MIN_SIMILARITY = {
 
 @dataclass(frozen=True, slots=True)
 class SemanticStoreConfig:
-    """The store's settings; ``min_similarity`` None means the embedder's measured default.
+    """The store's settings.
+
+    ``target_precision`` (default): serve a hit only when the embedder's calibrated risk of a
+    wrong answer is below ``1 - target_precision`` (``calibrated``). ``min_similarity`` set
+    replaces that with a raw cosine cut-off (experts; also used when the embedder has no
+    calibration, then defaulting to its measured cut-off).
 
     ``max_error_rate`` switches on error-budget mode (per-entry learned thresholds); in it no
     single hit may be riskier than ``max_hit_error_rate`` and at most ``max_verify_fraction``
@@ -27,6 +32,7 @@ class SemanticStoreConfig:
 
     path: Path
     min_similarity: float | None = None
+    target_precision: float = 0.95
     max_distance_ratio: float = 0.9
     num_candidates: int = 8
     max_entries: int = 1_000_000

@@ -43,10 +43,18 @@ class SemanticHit:
     match: SemanticMatch
 
     def headers(self) -> list[tuple[bytes, bytes]]:
-        return [
+        """What the client may judge the hit by: the cosine, the entry (to report it wrong)
+        and, when the decision was calibrated, the estimated chance it is wrong and the
+        verifier's verdict if one was asked."""
+        headers = [
             (b"x-hasten-semantic-similarity", f"{self.match.similarity:.4f}".encode()),
             (b"x-hasten-semantic-entry", str(self.match.entry_id).encode()),
         ]
+        if self.match.risk is not None:
+            headers.append((b"x-hasten-semantic-risk", f"{self.match.risk:.4f}".encode()))
+        if self.match.verdict is not None:
+            headers.append((b"x-hasten-semantic-verifier", self.match.verdict.encode()))
+        return headers
 
 
 @dataclass(frozen=True, slots=True)

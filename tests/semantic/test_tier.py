@@ -1,0 +1,26 @@
+"""What a semantic hit tells the client: similarity, entry, calibrated risk, verifier."""
+
+from __future__ import annotations
+
+from hasten.cache import CachedAnswer
+from hasten.semantic.near import SemanticMatch
+from hasten.semantic.tier import SemanticHit
+
+ENTRY = CachedAnswer("json", "chat", 0.0, 60.0, body=b"{}")
+
+
+def test_a_cosine_hit_names_similarity_and_entry_only() -> None:
+    headers = dict(SemanticHit(ENTRY, SemanticMatch(7, 0.97123, "k")).headers())
+    assert headers == {
+        b"x-hasten-semantic-similarity": b"0.9712",
+        b"x-hasten-semantic-entry": b"7",
+    }
+
+
+def test_a_calibrated_hit_adds_its_risk_and_the_verifiers_verdict() -> None:
+    match = SemanticMatch(7, 0.93, "k", risk=0.0312, script="latin", verdict="agreed")
+    headers = dict(SemanticHit(ENTRY, match).headers())
+    assert headers[b"x-hasten-semantic-risk"] == b"0.0312"
+    assert headers[b"x-hasten-semantic-verifier"] == b"agreed"
+    unverified = SemanticMatch(7, 0.99, "k", risk=0.01, script="latin")
+    assert b"x-hasten-semantic-verifier" not in dict(SemanticHit(ENTRY, unverified).headers())
