@@ -244,14 +244,7 @@ class GatewayProcess:
             return body
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+        stop_process(self.proc)
 
     def __enter__(self) -> GatewayProcess:
         return self.start()
@@ -288,17 +281,22 @@ class SimulatorProcess:
                 time.sleep(0.05)
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+        stop_process(self.proc)
 
     def __enter__(self) -> SimulatorProcess:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def stop_process(proc: subprocess.Popen[str] | subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within 20 s; nothing if it already has."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)

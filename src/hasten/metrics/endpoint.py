@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import orjson
 from prometheus_client.exposition import choose_encoder
 
-from hasten.asgi import Receive, Scope, Send, header, send_error, send_response
+from hasten.asgi import (
+    Receive,
+    Scope,
+    Send,
+    accept_lifespan,
+    header,
+    send_error,
+    send_response,
+)
 from hasten.auth import Authenticator
 from hasten.errors import (
     AdminDisabled,
@@ -150,7 +158,8 @@ class MetricsApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
+            # Nothing to start: the gateway app's own lifespan builds what this port serves.
+            await accept_lifespan(receive, send)
             return
         if scope["type"] != "http":
             return
@@ -161,14 +170,3 @@ class MetricsApp:
             await serve_metrics(gateway.metrics, scope, send, None)
         except HastenError as exc:
             await send_error(send, exc)
-
-
-async def _lifespan(receive: Receive, send: Send) -> None:
-    """Nothing to start: the gateway app's own lifespan builds what this port serves."""
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
