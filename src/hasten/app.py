@@ -21,7 +21,7 @@ from hasten.config import GatewayConfig
 from hasten.config.served import served_config
 from hasten.dashboard.window import RollingWindow
 from hasten.errors import ClientGone, HastenError, MethodNotAllowed, NotFound
-from hasten.gateway import Gateway, Stats
+from hasten.gateway import EngineStatus, Gateway, Stats
 from hasten.metrics.endpoint import OBSERVED_SCOPE_KEY, build_metrics, serve_metrics
 from hasten.openapi import openapi_json
 from hasten.policy import POLICY_HEADER, PolicyBook
@@ -45,12 +45,6 @@ class Peers(Protocol):
     def attach(self, cache: TieredCache) -> None: ...
 
     def close(self) -> None: ...
-
-
-class EngineStatus(Protocol):
-    """The local engine child's supervisor, as ``/readyz`` sees it."""
-
-    def status(self) -> dict[str, object]: ...
 
 
 MODELS_TIMEOUT_S = 5.0

@@ -6,7 +6,7 @@ import itertools
 import os
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from hasten.auth import Authenticator
 from hasten.cache import TieredCache
@@ -22,6 +22,12 @@ if TYPE_CHECKING:
     from hasten.dashboard import Dashboard
     from hasten.metrics.registry import Metrics
     from hasten.semantic.tier import SemanticTier
+
+
+class EngineStatus(Protocol):
+    """The local engine child's supervisor, as ``/readyz`` and the dashboard see it."""
+
+    def status(self) -> dict[str, object]: ...
 
 
 @dataclass

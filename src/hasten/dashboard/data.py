@@ -10,13 +10,13 @@ local engine's status. So a dashboard and a scrape taken at the same moment agre
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from hasten.admin import cache_stats
 from hasten.dashboard.window import RollingWindow
 
 if TYPE_CHECKING:
-    from hasten.gateway import Gateway
+    from hasten.gateway import EngineStatus, Gateway
 
 # The rows of the hit-ratio table, in the order a request can be answered.
 TIERS = (
@@ -26,12 +26,6 @@ TIERS = (
     ("miss", "miss (upstream)"),
     ("bypass", "bypass (upstream)"),
 )
-
-
-class EngineStatus(Protocol):
-    """The local engine's supervisor, as ``/readyz`` sees it."""
-
-    def status(self) -> dict[str, object]: ...
 
 
 def build_snapshot(

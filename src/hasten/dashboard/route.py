@@ -26,12 +26,12 @@ import orjson
 
 from hasten.asgi import Scope, Send, header, send_json, send_response
 from hasten.auth import ADMIN_KEY_HINT
-from hasten.dashboard.data import EngineStatus, TokenRate, build_snapshot
+from hasten.dashboard.data import TokenRate, build_snapshot
 from hasten.dashboard.window import Completed, RollingWindow
 from hasten.errors import AdminDisabled, CredentialsRequired, MethodNotAllowed
 
 if TYPE_CHECKING:
-    from hasten.gateway import Gateway
+    from hasten.gateway import EngineStatus, Gateway
 
 PAGE_PATH = "/dashboard"
 DATA_PATH = "/dashboard/data"

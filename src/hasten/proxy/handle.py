@@ -308,8 +308,7 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
         ex.trace.set("hasten.coalesced", True)
     ex.is_upstream_call = is_new
     try:
-        label = b"miss" if decision.is_lookup else b"bypass"
-        await _serve_flight(gateway, ex, flight, label, not is_new)
+        await _serve_flight(gateway, ex, flight, b"miss" if decision.is_lookup else b"bypass")
     finally:
         gateway.coalescer.leave(flight)
 
@@ -484,10 +483,8 @@ def _note_call(ex: Exchange, headers: Mapping[str, str], name: str, ttfb_ms: flo
     ex.call_headers, ex.deployment, ex.upstream_ttfb_ms = headers, name, ttfb_ms
 
 
-async def _serve_flight(
-    gateway: Gateway, ex: Exchange, flight: Flight, label: bytes, is_follower: bool
-) -> None:
-    if is_follower:
+async def _serve_flight(gateway: Gateway, ex: Exchange, flight: Flight, label: bytes) -> None:
+    if not ex.is_upstream_call:  # a follower: it waits for another request's call
         with ex.trace.child("coalescing.wait"):
             await flight.wait_started()
     else:

@@ -128,28 +128,25 @@ def overrides_from_cli(args: argparse.Namespace, env: Mapping[str, str]) -> Over
 
 
 def _num_workers(value: Any) -> int | None:
-    if value is None or value == "":
-        return None
-    try:
-        count = int(value)
-    except ValueError:
-        raise ConfigError(f"HASTEN_WORKERS: expected a number, got {value!r}") from None
-    if not 1 <= count <= MAX_NUM_WORKERS:
-        raise ConfigError(f"--workers/HASTEN_WORKERS: expected 1-{MAX_NUM_WORKERS}, got {count}")
-    return count
+    return _integer(value, "--workers", "HASTEN_WORKERS", "a number", 1, MAX_NUM_WORKERS)
 
 
 def _port(value: Any) -> int | None:
-    # 0 is a real port (ask the OS for a free one), so test for "unset", not falsiness.
+    # 0 is a real port (ask the OS for a free one), so _integer tests for "unset", not falsiness.
+    return _integer(value, "--port", "HASTEN_PORT", "a port number", 0, 65535)
+
+
+def _integer(value: Any, flag: str, env: str, what: str, minimum: int, maximum: int) -> int | None:
+    """A flag's or variable's number within its bounds; None when it was not given."""
     if value is None or value == "":
         return None
     try:
-        port = int(value)
+        number = int(value)
     except ValueError:
-        raise ConfigError(f"HASTEN_PORT: expected a port number, got {value!r}") from None
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"--port/HASTEN_PORT: expected 0-65535, got {port}")
-    return port
+        raise ConfigError(f"{env}: expected {what}, got {value!r}") from None
+    if not minimum <= number <= maximum:
+        raise ConfigError(f"{flag}/{env}: expected {minimum}-{maximum}, got {number}")
+    return number
 
 
 async def _serve(config: GatewayConfig, *, is_simulator_default: bool) -> None:
