@@ -22,6 +22,7 @@ from hasten.config.served import served_config
 from hasten.dashboard.window import RollingWindow
 from hasten.errors import ClientGone, HastenError, MethodNotAllowed, NotFound
 from hasten.gateway import EngineStatus, Gateway, Stats
+from hasten.fleet.link import FleetLink
 from hasten.metrics.endpoint import OBSERVED_SCOPE_KEY, build_metrics, serve_metrics
 from hasten.openapi import openapi_json
 from hasten.policy import POLICY_HEADER, PolicyBook
@@ -116,6 +117,8 @@ class HastenApp:
             policies=_policy_book(self.config),
             tracing=tracing,
         )
+        if self.config.fleet.is_enabled:
+            gateway.fleet = FleetLink(self.config.fleet)
         if self.config.metrics.is_enabled:
             gateway.metrics = build_metrics(gateway, transport, self._engine)
             gateway.observers.append(gateway.metrics)
@@ -142,6 +145,8 @@ class HastenApp:
             await gateway.cache.drain()
             await gateway.cache.aclose()
         await gateway.client.aclose()
+        if gateway.fleet is not None:
+            await gateway.fleet.aclose()
         await gateway.tracing.shutdown()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

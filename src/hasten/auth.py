@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from hasten.config import DEFAULT_ADMIN_KEY_ENV, TenantKey
 from hasten.errors import Unauthorized
+from hasten.limits.spec import KeyLimits
 
 PUBLIC_TENANT = "public"
 ADMIN_KEY_HINT = (
@@ -28,6 +29,9 @@ class Caller:
     """Who sent a request: the operator (admin key) or one tenant's namespace."""
 
     tenant: str | None  # None for the admin key, which belongs to no tenant
+    key_id: str | None = None  # which gateway key, when keys are enforced
+    limits: KeyLimits | None = None  # what that key may spend (hasten.limits)
+    models: frozenset[str] | None = None  # the models it may call; None: any
 
     @property
     def is_admin(self) -> bool:
@@ -50,20 +54,29 @@ class Authenticator:
 
     def __init__(self, keys: tuple[TenantKey, ...], admin_key: str | None = None) -> None:
         # Only digests are kept: the plaintext keys need not live in this object.
-        self._tenants = {_digest(k.key.encode()): k.tenant for k in keys}
+        self._callers = {
+            _digest(k.key.encode()): Caller(k.tenant, k.key_id or k.tenant, k.limits, k.models)
+            for k in keys
+        }
         self._admin = _digest(admin_key.encode()) if admin_key else None
         self.is_enforcing = bool(keys)
         self.has_admin_key = self._admin is not None
 
     def tenant_for(self, authorization: bytes | None) -> str:
         """The tenant of a model request (the admin key is refused)."""
+        tenant = self.model_caller(authorization).tenant
+        assert tenant is not None
+        return tenant
+
+    def model_caller(self, authorization: bytes | None) -> Caller:
+        """Who sends a model request, with its key's limits (the admin key is refused)."""
         caller = self.caller(authorization)
         if caller.tenant is None:
             raise Unauthorized(
                 "the admin key is only for /admin endpoints and /stats; "
                 "send a tenant key (or your upstream key) for model requests"
             )
-        return caller.tenant
+        return caller
 
     def is_admin_credential(self, authorization: bytes | None) -> bool:
         """True for the admin key, as a Bearer token or as the password of HTTP Basic (the
@@ -88,9 +101,9 @@ class Authenticator:
             return ADMIN
         if not self.is_enforcing:
             return Caller("key-" + hashlib.blake2b(token, digest_size=8).hexdigest())
-        for known, tenant in self._tenants.items():
+        for known, caller in self._callers.items():
             if hmac.compare_digest(known, digest):
-                return Caller(tenant=tenant)
+                return caller
         raise Unauthorized("invalid API key")
 
 

@@ -28,6 +28,7 @@ Our exception hierarchy::
     +-- EngineFailed             500 engine_error: the local engine could not generate
     ClientGone                   the client disconnected: nobody left to answer
     ConfigError                  a configuration file or flag is invalid
+    FleetUnavailable             the fleet's Redis is away: use the replica's own view
     DoctorError                  `hasten doctor` could not probe the endpoint (says why)
     EngineQueueFull              the local engine is full (answered as RateLimited)
     QueueFull                    the engine scheduler's waiting queue is at its limit
@@ -244,3 +245,7 @@ class ReportDependencyMissing(ImportError):
 
 class DoctorError(Exception):
     """``hasten doctor`` could not probe the endpoint; the message says why, for a person."""
+
+
+class FleetUnavailable(Exception):
+    """The fleet's Redis failed or is backing off; callers fall back to local state."""

@@ -13,12 +13,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hasten.cache.policy import ModelCachePolicy
+from hasten.config.fleet import FleetConfig, parse_fleet
 from hasten.config.reader import TomlTable, read_toml_file
 from hasten.config.semantic import SemanticConfig, parse_semantic
 from hasten.config.telemetry import TelemetryConfig, parse_telemetry
 from hasten.errors import ConfigError
 from hasten.local.config import LocalServerConfig, parse_local
 from hasten.metrics.settings import MetricsConfig, parse_metrics
+from hasten.limits.spec import KeyLimits
 from hasten.policy.config import ParamPolicy, parse_policy
 from hasten.proxy.validation import DEFAULT_MAX_JSON_DEPTH, MAX_JSON_DEPTH_LIMIT
 from hasten.routing.hybrid import HybridConfig, parse_hybrid
@@ -123,6 +125,9 @@ class CacheConfig:
 class TenantKey:
     tenant: str
     key: str = field(repr=False)
+    key_id: str | None = None  # a virtual key's id (the admin API's handle on it)
+    limits: KeyLimits | None = None
+    models: frozenset[str] | None = None  # the models this key may call; None: any
 
 
 @dataclass(frozen=True)
@@ -160,6 +165,7 @@ class GatewayConfig:
     tenant_policies: Mapping[str, ParamPolicy] = field(default_factory=dict)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    fleet: FleetConfig = field(default_factory=FleetConfig)  # replicas sharing one Redis
 
     @property
     def is_simulated(self) -> bool:
@@ -478,11 +484,13 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str]) -> GatewayConf
     tenant_policies = _tenant_policies(root.table("tenants"), server.api_keys)
     telemetry = parse_telemetry(root.table("telemetry"))
     metrics = parse_metrics(root.table("metrics"))
+    fleet = parse_fleet(root.table("fleet"))
     root.finish()
     return GatewayConfig(
         semantic=semantic,
         telemetry=telemetry,
         metrics=metrics,
+        fleet=fleet,
         server=server,
         upstreams=upstreams,
         models=models,

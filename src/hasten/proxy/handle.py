@@ -32,6 +32,7 @@ from hasten.asgi import (
     start_sse,
     start_stream,
 )
+from hasten.auth import Caller
 from hasten.cache import (
     CachedAnswer,
     CacheDecision,
@@ -111,6 +112,7 @@ class Exchange:
     usage_tail: bytes | None = None  # where the usage is when the client's copy has none
     # Asked upstream as a stream, answered as one assembled body (hasten.proxy.assemble).
     is_assembled: bool = False
+    caller: Caller | None = None  # the key's limits and allowed models (hasten.limits)
 
     @property
     def is_upstream_stream(self) -> bool:
@@ -161,7 +163,9 @@ async def _exchange(
 ) -> Exchange:
     """The request read, checked and resolved: everything that can refuse it up front."""
     # The key first: a caller without one learns nothing about validation (or our limits).
-    tenant = gateway.auth.tenant_for(header(scope, b"authorization"))
+    caller = gateway.auth.model_caller(header(scope, b"authorization"))
+    tenant = caller.tenant
+    assert tenant is not None
     scope[TENANT_SCOPE_KEY] = tenant
     raw = await read_body(receive, scope, gateway.config.server.max_body_bytes)
     body = parse_body(raw, gateway.config.server.max_json_depth)
@@ -195,6 +199,7 @@ async def _exchange(
         ),
         is_rewritten=applied is not None,
         is_assembled=assembled,
+        caller=caller,
     )
 
 
