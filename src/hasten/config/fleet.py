@@ -46,7 +46,9 @@ def parse_fleet(table: TomlTable) -> FleetConfig:
     d = FleetConfig()
     url = table.optional_string("redis_url")
     if url is not None and not url.startswith(("redis://", "rediss://", "unix://")):
-        raise table.error("redis_url", f"expected a redis://, rediss:// or unix:// URL, got {url!r}")
+        raise table.error(
+            "redis_url", f"expected a redis://, rediss:// or unix:// URL, got {url!r}"
+        )
     config = FleetConfig(
         redis_url=url,
         key_prefix=table.string("key_prefix", d.key_prefix),

@@ -8,6 +8,7 @@ paying a timeout per request. One warning is logged per outage, one info on reco
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -32,9 +33,7 @@ FAILURES = (RedisError, OSError, TimeoutError)
 class FleetLink:
     """One Redis client for the fleet, with a shared view of whether Redis is reachable."""
 
-    def __init__(
-        self, config: FleetConfig, *, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, config: FleetConfig, *, clock: Callable[[], float] = time.monotonic) -> None:
         assert config.redis_url is not None
         self.config = config
         self.prefix = config.key_prefix
@@ -89,7 +88,5 @@ class FleetLink:
         self._retry_at_s = self._clock() + self.config.retry_backoff_s
 
     async def aclose(self) -> None:
-        try:
+        with contextlib.suppress(*FAILURES):
             await self.client.aclose()
-        except FAILURES:
-            pass
