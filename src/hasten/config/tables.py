@@ -14,13 +14,14 @@ from typing import Any
 
 from hasten.cache.policy import ModelCachePolicy
 from hasten.config.fleet import FleetConfig, parse_fleet
+from hasten.config.keys import KeysConfig, parse_keys, static_key_fields
 from hasten.config.reader import TomlTable, read_toml_file
 from hasten.config.semantic import SemanticConfig, parse_semantic
 from hasten.config.telemetry import TelemetryConfig, parse_telemetry
 from hasten.errors import ConfigError
+from hasten.limits.spec import KeyLimits
 from hasten.local.config import LocalServerConfig, parse_local
 from hasten.metrics.settings import MetricsConfig, parse_metrics
-from hasten.limits.spec import KeyLimits
 from hasten.policy.config import ParamPolicy, parse_policy
 from hasten.proxy.validation import DEFAULT_MAX_JSON_DEPTH, MAX_JSON_DEPTH_LIMIT
 from hasten.routing.hybrid import HybridConfig, parse_hybrid
@@ -166,6 +167,7 @@ class GatewayConfig:
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     fleet: FleetConfig = field(default_factory=FleetConfig)  # replicas sharing one Redis
+    keys: KeysConfig = field(default_factory=KeysConfig)  # virtual keys (hasten.keys)
 
     @property
     def is_simulated(self) -> bool:
@@ -372,8 +374,9 @@ def _server(table: TomlTable, env: Mapping[str, str]) -> ServerConfig:
         secret = _secret(key_table, env, what="a gateway key")
         if tenant is None or secret is None:
             raise key_table.error(None, "needs 'tenant' and 'api_key' or 'api_key_env'")
+        key_id, models, limits = static_key_fields(key_table)
         key_table.finish()
-        keys.append(TenantKey(tenant=tenant, key=secret))
+        keys.append(TenantKey(tenant, secret, key_id=key_id, limits=limits, models=models))
     config = ServerConfig(
         host=table.get("host", str, d.host),
         port=table.integer("port", d.port, minimum=0),
@@ -485,12 +488,15 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str]) -> GatewayConf
     telemetry = parse_telemetry(root.table("telemetry"))
     metrics = parse_metrics(root.table("metrics"))
     fleet = parse_fleet(root.table("fleet"))
+    static_ids = tuple(key.key_id for key in server.api_keys)
+    keys = parse_keys(root.table("keys"), fleet, static_ids, server.num_workers)
     root.finish()
     return GatewayConfig(
         semantic=semantic,
         telemetry=telemetry,
         metrics=metrics,
         fleet=fleet,
+        keys=keys,
         server=server,
         upstreams=upstreams,
         models=models,
