@@ -25,7 +25,7 @@ from hasten.asgi import Receive, Scope, Send, read_body, send_json
 from hasten.errors import Conflict, DamagedKeyRecord, HastenError, MethodNotAllowed, NotFound
 from hasten.gateway import Gateway
 from hasten.keys.directory import KeyDirectory
-from hasten.keys.payloads import KEY_ID, creation, patch, shown, with_secret
+from hasten.keys.payloads import KEY_ID, KeyFields, creation, patch, shown, with_secret
 from hasten.keys.record import KeyRecord, new_record, new_secret
 from hasten.proxy.validation import parse_body
 
@@ -64,11 +64,13 @@ async def handle(gateway: Gateway, scope: Scope, receive: Receive, send: Send) -
     is_rotate = len(parts) == 2
     _allow(method, ("POST",) if is_rotate else ("GET", "PATCH", "DELETE"), path)
     changes = await _body(gateway, scope, receive) if method == "PATCH" else None
+    fields = None if changes is None else patch(changes)  # a bad body: 400 before any 404
     record = await _existing(directory, parts[0])
     if is_rotate:
         await _rotate(directory, record, send)
-    elif changes is not None:
-        await _patch(directory, record, changes, send)
+    elif fields is not None:
+        assert changes is not None
+        await _patch(directory, record, fields, sorted(changes), send)
     elif method == "DELETE":
         await _revoke(directory, record, send)
     else:
@@ -109,9 +111,8 @@ async def _revoke(directory: KeyDirectory, record: KeyRecord, send: Send) -> Non
 
 
 async def _patch(
-    directory: KeyDirectory, record: KeyRecord, body: dict[str, Any], send: Send
+    directory: KeyDirectory, record: KeyRecord, fields: KeyFields, names: list[str], send: Send
 ) -> None:
-    fields = patch(body)
     _check_active(record)
     changed = record.changed(
         name=record.name if fields.name is None else fields.name,
@@ -119,7 +120,7 @@ async def _patch(
         limits=record.limits if fields.limits is None else fields.limits,
     )
     await _replace(directory, record, changed)
-    _log.info("virtual key %s changed (%s)", record.key_id, ", ".join(sorted(body)))
+    _log.info("virtual key %s changed (%s)", record.key_id, ", ".join(names))
     await _json(send, 200, shown(changed))
 
 
