@@ -49,7 +49,7 @@ def test_caller_carries_tenant_id_limits_and_models() -> None:
 
 
 def test_rotation_revocation_and_change_bump_the_revision() -> None:
-    record, secret = new_record("t", "n", None, KeyLimits(), now_s=0.0)
+    record, _ = new_record("t", "n", None, KeyLimits(), now_s=0.0)
     other = new_secret()
     rotated = record.rotated(other)
     assert rotated.secret_sha256 == secret_digest(other) != record.secret_sha256
