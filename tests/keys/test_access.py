@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from hasten.auth import Caller
@@ -32,7 +34,7 @@ def test_any_other_model_is_openais_404() -> None:
 
 
 def test_models_list_is_filtered() -> None:
-    items = [{"id": "gpt-4o"}, {"id": "gpt-5"}, {"id": "smart"}, {"id": 3}]
+    items: list[dict[str, Any]] = [{"id": "gpt-4o"}, {"id": "gpt-5"}, {"id": "smart"}, {"id": 3}]
     aliases = {"smart": "gpt-4o"}
 
     def resolve(name: str) -> str:

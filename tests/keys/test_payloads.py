@@ -21,7 +21,11 @@ def test_creation_reads_every_field() -> None:
             "limits": {"requests_per_minute": 100, "budget_usd": 5, "budget_period": "1d"},
         }
     )
-    assert (fields.tenant, fields.name, fields.models) == ("team-a", "ci bot", {"m1", "m2"})
+    assert (fields.tenant, fields.name, fields.models) == (
+        "team-a",
+        "ci bot",
+        frozenset({"m1", "m2"}),
+    )
     assert fields.limits == KeyLimits(
         requests_per_minute=100, budget_usd=5.0, budget_period_s=86_400.0
     )

@@ -42,7 +42,11 @@ def test_new_record_keeps_only_the_digest_and_a_hint() -> None:
 def test_caller_carries_tenant_id_limits_and_models() -> None:
     record, _ = new_record("team-a", "", frozenset({"m"}), KeyLimits(5), now_s=0.0)
     caller = record.caller()
-    assert (caller.tenant, caller.key_id, caller.models) == ("team-a", record.key_id, {"m"})
+    assert (caller.tenant, caller.key_id, caller.models) == (
+        "team-a",
+        record.key_id,
+        frozenset({"m"}),
+    )
     assert caller.limits == KeyLimits(5)
     unlimited, _ = new_record("team-a", "", None, KeyLimits(), now_s=0.0)
     assert unlimited.caller().limits is None
@@ -57,5 +61,9 @@ def test_rotation_revocation_and_change_bump_the_revision() -> None:
     assert rotated.revision == 2
     assert record.revoked().is_revoked and record.revoked().revision == 2
     changed = record.changed(name="x", models=frozenset({"a"}), limits=KeyLimits(1))
-    assert (changed.name, changed.models, changed.limits.requests_per_minute) == ("x", {"a"}, 1)
+    assert (changed.name, changed.models, changed.limits.requests_per_minute) == (
+        "x",
+        frozenset({"a"}),
+        1,
+    )
     assert changed.secret_sha256 == record.secret_sha256
