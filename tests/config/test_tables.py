@@ -320,7 +320,7 @@ def test_with_upstream_rejects_bad_url() -> None:
         (
             "[server]\napi_keys = [{ tenant = 't', api_key = 'k', role = 'x' }]\n",
             "server.api_keys[0].role",
-            "api_key, api_key_env, tenant",
+            "api_key, api_key_env, budget_period, budget_period_s, budget_usd, id, max_concurrent",
         ),
     ],
 )
