@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from hasten.config import parse_config
 from hasten.errors import ConfigError
 from hasten.limits.spec import KeyLimits
+from hasten.server.workers import check_workers
 
 
 def _parsed(data: dict[str, Any]) -> Any:
@@ -125,3 +127,18 @@ def test_check_config_validates_limit_fields(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "server.api_keys[0].requests_per_minute: must be between 1" in done.stderr
+
+
+def test_tenant_policies_may_name_virtual_tenants() -> None:
+    policy = {"tenants": {"team-v": {"policy": {"max_tokens_cap": 100}}}}
+    assert "team-v" in _parsed({**policy, "keys": {"enabled": True}}).tenant_policies
+    assert "need gateway keys" in _error(policy)
+
+
+def test_workers_from_a_flag_refuse_keys_in_memory() -> None:
+    config = _parsed({"keys": {"enabled": True}})
+    server = replace(config.server, num_workers=2)
+    with pytest.raises(ConfigError, match=r"\[keys\] in memory"):
+        check_workers(replace(config, server=server))
+    sqlite = _parsed({"keys": {"enabled": True, "sqlite_path": "k.sqlite3"}})
+    check_workers(replace(sqlite, server=replace(sqlite.server, num_workers=2)))

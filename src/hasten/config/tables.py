@@ -435,15 +435,18 @@ def _max_json_depth(table: TomlTable, default: int) -> int:
     return depth
 
 
-def _tenant_policies(table: TomlTable, keys: tuple[TenantKey, ...]) -> dict[str, ParamPolicy]:
-    """``[tenants.<name>.policy]``; ``<name>`` must be a tenant some gateway key names."""
+def _tenant_policies(
+    table: TomlTable, keys: tuple[TenantKey, ...], *, has_virtual_keys: bool = False
+) -> dict[str, ParamPolicy]:
+    """``[tenants.<name>.policy]``; ``<name>`` must be a tenant some gateway key names (any
+    name with virtual keys: their tenants are named at run time)."""
     known = sorted({key.tenant for key in keys})
     policies = {}
     for name in table.data:
         tenant_table = table.table(name)
-        if not known:
+        if not known and not has_virtual_keys:
             raise tenant_table.error(None, "tenant policies need gateway keys ([server] api_keys)")
-        if name not in known:
+        if name not in known and not has_virtual_keys:
             raise tenant_table.error(
                 None, f"no gateway key names tenant {name!r} (known: {', '.join(known)})"
             )
@@ -484,12 +487,14 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str]) -> GatewayConf
         if hybrid.policy != "cloud-only" and local is None:
             local = LocalServerConfig()  # a hybrid route needs the local engine running
     semantic = parse_semantic(root.table("semantic"))
-    tenant_policies = _tenant_policies(root.table("tenants"), server.api_keys)
     telemetry = parse_telemetry(root.table("telemetry"))
     metrics = parse_metrics(root.table("metrics"))
     fleet = parse_fleet(root.table("fleet"))
     static_ids = tuple(key.key_id for key in server.api_keys)
     keys = parse_keys(root.table("keys"), fleet, static_ids, server.num_workers)
+    tenant_policies = _tenant_policies(
+        root.table("tenants"), server.api_keys, has_virtual_keys=keys.is_enabled
+    )
     root.finish()
     return GatewayConfig(
         semantic=semantic,
