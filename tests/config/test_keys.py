@@ -142,3 +142,19 @@ def test_workers_from_a_flag_refuse_keys_in_memory() -> None:
         check_workers(replace(config, server=server))
     sqlite = _parsed({"keys": {"enabled": True, "sqlite_path": "k.sqlite3"}})
     check_workers(replace(sqlite, server=replace(sqlite.server, num_workers=2)))
+
+
+def test_check_config_describes_virtual_keys(tmp_path: Path) -> None:
+    path = tmp_path / "hasten.toml"
+    path.write_text('[keys]\nenabled = true\nsqlite_path = "k.sqlite3"\n', encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "hasten", "check-config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "virtual keys: on (SQLite k.sqlite3; at most 10000; a revoked key is refused" in (
+        done.stdout
+    )

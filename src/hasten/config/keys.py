@@ -97,3 +97,13 @@ def _check_static_ids(table: TomlTable, static_ids: tuple[str | None, ...]) -> N
         if key_id in seen:
             raise ConfigError(f"server.api_keys[{i}].id: duplicate id {key_id!r}")
         seen.add(key_id)
+
+
+def describe_keys(config: KeysConfig) -> str:
+    """One line for ``hasten check-config`` and the serve banner."""
+    where = {"redis": "the fleet's Redis", "memory": "memory, lost on restart"}
+    store = where.get(config.store, f"SQLite {config.sqlite_path}")
+    return (
+        f"virtual keys: on ({store}; at most {config.max_keys}; a revoked key is refused "
+        f"everywhere within {config.cache_ttl_s:g}s)"
+    )
