@@ -77,6 +77,12 @@ def test_create_use_list_get(gateway: ServerThread) -> None:
     assert listed.status_code == 200 and secret not in listed.text
     ids = [item["id"] for item in listed.json()["data"]]
     assert created["id"] in ids and listed.json()["store"] == "memory"
+    cache = listed.json()["cache"]
+    assert cache["known"] >= 1 and cache["store_lookups"] >= 1
+    mine = httpx.get(f"{gateway.url}/admin/keys?tenant=team-v", headers=ADMIN).json()["data"]
+    assert mine and {item["tenant"] for item in mine} == {"team-v"}
+    other = httpx.get(f"{gateway.url}/admin/keys", params={"tenant": "nobody"}, headers=ADMIN)
+    assert other.json()["data"] == []
     one = httpx.get(f"{gateway.url}/admin/keys/{created['id']}", headers=ADMIN)
     assert one.status_code == 200 and "secret" not in one.json()
     assert {k: v for k, v in created.items() if k != "secret"} == one.json()
@@ -153,6 +159,8 @@ def test_who_may_manage_keys(gateway: ServerThread) -> None:
     assert stats.status_code == 200 and stats.json()["tenant"] == "team-v"
     stats = httpx.get(f"{gateway.url}/stats", headers=_bearer(secret))
     assert stats.status_code == 200 and stats.json()["tenant"] == "team-v"
+    metrics = httpx.get(f"{gateway.url}/metrics", headers=_bearer(secret))
+    assert metrics.status_code == 403, metrics.text
     # The admin key is not a model key, and neither is a made-up one.
     assert _chat(gateway.url, ADMIN_KEY).status_code == 401
     assert _chat(gateway.url, "hsk_" + "x" * 43).status_code == 401

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from typing import Any
+from urllib.parse import parse_qs
 
 import orjson
 
@@ -56,7 +57,10 @@ async def handle(gateway: Gateway, scope: Scope, receive: Receive, send: Send) -
         if method == "POST":
             await _create(directory, await _body(gateway, scope, receive), send)
         else:
+            tenant = _tenant_filter(scope)
             records = await directory.store.list_all()
+            if tenant is not None:
+                records = [record for record in records if record.tenant == tenant]
             await _json(send, 200, _listing(directory, records))
         return
     if len(parts) > 2 or (len(parts) == 2 and parts[1] != "rotate"):
@@ -159,7 +163,21 @@ def _listing(directory: KeyDirectory, records: list[KeyRecord]) -> dict[str, Any
         "data": [shown(record) for record in records],
         "store": directory.store.kind,
         "max_keys": directory.max_keys,
+        # This replica's lookup cache: how often the request path had to ask the store.
+        "cache": {
+            "known": directory.cache.num_known,
+            "unknown": directory.cache.num_unknown,
+            "store_lookups": directory.num_lookups,
+            "damaged_refused": directory.num_damaged,
+        },
     }
+
+
+def _tenant_filter(scope: Scope) -> str | None:
+    """``?tenant=<name>``: only that tenant's keys."""
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    values = query.get("tenant")
+    return values[-1] if values else None
 
 
 async def _body(gateway: Gateway, scope: Scope, receive: Receive) -> dict[str, Any]:
