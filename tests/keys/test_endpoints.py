@@ -273,3 +273,26 @@ def test_sqlite_keys_survive_a_restart(sim: ServerThread, tmp_path: Path) -> Non
         listed = httpx.get(f"{gateway.url}/admin/keys", headers=ADMIN).json()
         assert listed["store"] == "sqlite"
         assert [item["id"] for item in listed["data"]] == [created["id"], revoked["id"]]
+
+
+class HeaderRecorder:
+    """ASGI middleware in front of the simulator: keeps every request's authorization."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.authorizations: list[bytes | None] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            self.authorizations.append(dict(scope["headers"]).get(b"authorization"))
+        await self.app(scope, receive, send)
+
+
+def test_a_virtual_secret_never_goes_upstream() -> None:
+    recorder = HeaderRecorder(build_app(SimConfig(ttft_base_ms=0, decode_ms_per_token=0)))
+    with ServerThread(recorder) as upstream, running_gateway(_config(upstream)) as gateway:
+        secret = _create(gateway.url)["secret"]
+        assert _chat(gateway.url, secret, stream=True).status_code == 200
+        assert _chat(gateway.url, secret).status_code == 200
+    assert recorder.authorizations  # the upstream was called
+    assert all(secret.encode() not in (value or b"") for value in recorder.authorizations)

@@ -43,6 +43,11 @@ def build_key_directory(config: GatewayConfig, fleet: FleetLink | None) -> KeyDi
         keys.max_keys,
         keys.cache_ttl_s,
     )
+    if config.server.admin_api_key is None:
+        _log.warning(
+            "virtual keys are on but no admin key is set: no key can be created, rotated or "
+            "revoked until one is (export HASTEN_ADMIN_API_KEY)"
+        )
     cache = ResolvedKeys(
         ttl_s=keys.cache_ttl_s, max_known=keys.max_keys, max_unknown=keys.max_cached_unknown
     )

@@ -80,11 +80,12 @@ class RedisKeyStore:
         for key_id, raw in rows.items():
             try:
                 record = decode(bytes(raw))
+                if record.key_id.encode() != key_id:
+                    raise DamagedKeyRecord("stored under another id")
             except DamagedKeyRecord as exc:
                 _log.warning("virtual keys: %r left out of the list: %s", key_id[:40], exc)
                 continue
-            if record.key_id.encode() == key_id:
-                records.append(record)
+            records.append(record)
         return sorted(records, key=lambda record: (record.created_s, record.key_id))
 
     async def add(self, record: KeyRecord, *, max_keys: int) -> bool:
