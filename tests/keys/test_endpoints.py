@@ -4,6 +4,7 @@ keys' use on model requests, their allowed models, and secrets kept out of every
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -296,3 +297,29 @@ def test_a_virtual_secret_never_goes_upstream() -> None:
         assert _chat(gateway.url, secret).status_code == 200
     assert recorder.authorizations  # the upstream was called
     assert all(secret.encode() not in (value or b"") for value in recorder.authorizations)
+
+
+def test_a_damaged_row_is_refused_by_the_gateway(
+    sim: ServerThread, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "k.sqlite3"
+    keys = KeysConfig(is_enabled=True, store="sqlite", sqlite_path=str(path))
+    with running_gateway(_config(sim, keys)) as gateway:
+        damaged, sound = _create(gateway.url), _create(gateway.url)
+    with sqlite3.connect(path) as conn:
+        (raw,) = conn.execute(
+            "SELECT record FROM virtual_keys WHERE id = ?", (damaged["id"],)
+        ).fetchone()
+        edited = bytes(raw).replace(b'"tenant":"team-v"', b'"tenant":"team-x"')
+        conn.execute("UPDATE virtual_keys SET record = ? WHERE id = ?", (edited, damaged["id"]))
+    with caplog.at_level(logging.WARNING), running_gateway(_config(sim, keys)) as gateway:
+        refused = _chat(gateway.url, damaged["secret"])
+        assert refused.status_code == 401, refused.text
+        assert _chat(gateway.url, sound["secret"]).status_code == 200
+        one = httpx.get(f"{gateway.url}/admin/keys/{damaged['id']}", headers=ADMIN)
+        assert one.status_code == 500 and one.json()["error"]["code"] == "key_record_damaged"
+        listed = httpx.get(f"{gateway.url}/admin/keys", headers=ADMIN).json()
+        assert [item["id"] for item in listed["data"]] == [sound["id"]]
+        assert listed["cache"]["damaged_refused"] == 1
+    assert "checksum mismatch" in caplog.text
+    assert damaged["secret"] not in caplog.text
