@@ -121,6 +121,11 @@ def test_allowed_models(gateway: ServerThread) -> None:
         "param": "model",
         "code": "model_not_found",
     }
+    missing = _chat(gateway.url, secret, model="other-model-that-does-not-exist")
+    assert missing.status_code == 404  # a model that does not exist: the very same answer
+    assert missing.json()["error"]["message"] == refused.json()["error"]["message"].replace(
+        "other-model", "other-model-that-does-not-exist"
+    )
     listed = httpx.get(f"{gateway.url}/v1/models", headers=_bearer(secret)).json()
     assert sorted(item["id"] for item in listed["data"]) == ["sim-alias", "sim-model"]
     everything = httpx.get(f"{gateway.url}/v1/models", headers=_bearer(STATIC_KEY)).json()
