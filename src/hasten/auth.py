@@ -94,8 +94,10 @@ class Authenticator:
     async def resolve(self, authorization: bytes | None) -> Caller:
         """``caller``, virtual keys included: the admin key and the static keys first, then
         the virtual keys (a cache hit on the request path; a store lookup when cold)."""
+        if self._virtual is None:
+            return self.caller(authorization)
         token = _bearer(authorization)
-        if token is None or self._virtual is None:
+        if token is None:
             return self.caller(authorization)
         digest = _digest(token)
         known = self._known(digest)
