@@ -57,11 +57,7 @@ async def handle(gateway: Gateway, scope: Scope, receive: Receive, send: Send) -
         if method == "POST":
             await _create(directory, await _body(gateway, scope, receive), send)
         else:
-            tenant = _tenant_filter(scope)
-            records = await directory.store.list_all()
-            if tenant is not None:
-                records = [record for record in records if record.tenant == tenant]
-            await _json(send, 200, _listing(directory, records))
+            await _list(directory, _tenant_filter(scope), send)
         return
     if len(parts) > 2 or (len(parts) == 2 and parts[1] != "rotate"):
         raise NotFound(f"Unknown path {path[:200]}", code="unknown_url")
@@ -95,6 +91,13 @@ async def _create(directory: KeyDirectory, body: dict[str, Any], send: Send) -> 
     directory.forget(record.secret_sha256)  # were it cached as unknown: it is a key now
     _log.info("virtual key %s created for tenant %s", record.key_id, record.tenant)
     await _json(send, 201, with_secret(record, secret), _NO_STORE)
+
+
+async def _list(directory: KeyDirectory, tenant: str | None, send: Send) -> None:
+    records = await directory.store.list_all()
+    if tenant is not None:
+        records = [record for record in records if record.tenant == tenant]
+    await _json(send, 200, _listing(directory, records))
 
 
 async def _rotate(directory: KeyDirectory, record: KeyRecord, send: Send) -> None:
