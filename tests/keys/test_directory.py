@@ -26,11 +26,12 @@ class CountingStore(MemoryKeyStore):
 
     async def find(self, digest: bytes) -> KeyRecord | None:
         self.num_finds += 1
-        if self.gate is not None:
-            await self.gate.wait()
         if self.failure is not None:
             raise self.failure
-        return await super().find(digest)
+        found = await super().find(digest)  # read now, answered after the gate: a slow store
+        if self.gate is not None:
+            await self.gate.wait()
+        return found
 
 
 class Clock:
@@ -82,14 +83,17 @@ async def test_forget_is_immediate_and_beats_a_lookup_in_flight() -> None:
     directory, store, _, record = await _setup()
     store.gate = asyncio.Event()
     lookup = asyncio.ensure_future(directory.resolve(record.secret_sha256))
-    await asyncio.sleep(0)
+    for _ in range(100):  # until the lookup has read the record and waits on the gate
+        if store.num_finds:
+            break
+        await asyncio.sleep(0)
     rotated = record.rotated(new_secret())
     await store.replace(record, rotated)
     directory.forget(record.secret_sha256)  # this replica rotated it
     store.gate.set()
-    await lookup  # began before the rotation: its answer is not cached
+    assert await lookup is not None  # it read the record before the rotation...
     store.gate = None
-    assert await directory.resolve(record.secret_sha256) is None
+    assert await directory.resolve(record.secret_sha256) is None  # ...and was not cached
     assert await directory.resolve(rotated.secret_sha256) is not None
 
 
