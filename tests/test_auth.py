@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hasten.auth import PUBLIC_TENANT, Authenticator
+from hasten.auth import PUBLIC_TENANT, Authenticator, Caller
 from hasten.config import TenantKey
 from hasten.errors import Unauthorized
 
@@ -182,3 +183,50 @@ def test_no_admin_key_no_admin_credential() -> None:
 def test_basic_is_never_a_model_caller() -> None:
     with pytest.raises(Unauthorized):
         Authenticator(KEYS, "the-admin-key").caller(_basic(b"x", b"the-admin-key"))
+
+
+class FakeVirtualKeys:
+    """A KeyLookup with one virtual key, counting lookups."""
+
+    def __init__(self, secret: bytes, caller: Caller) -> None:
+        self._digest = hashlib.sha256(secret).digest()
+        self._caller = caller
+        self.num_lookups = 0
+
+    async def resolve(self, digest: bytes) -> Caller | None:
+        self.num_lookups += 1
+        return self._caller if digest == self._digest else None
+
+
+VIRTUAL = Caller("team-v", "vk_0123456789abcdef")
+
+
+async def test_resolve_checks_static_keys_before_virtual_ones() -> None:
+    virtual = FakeVirtualKeys(b"hsk_virtual", VIRTUAL)
+    auth = Authenticator(KEYS, "admin-secret", virtual)
+    assert (await auth.resolve(b"Bearer key-a-123")).tenant == "team-a"
+    assert (await auth.resolve(b"Bearer admin-secret")).is_admin
+    assert virtual.num_lookups == 0
+    assert await auth.resolve_model_caller(b"Bearer hsk_virtual") == VIRTUAL
+    with pytest.raises(Unauthorized):
+        await auth.resolve(b"Bearer hsk_unknown")
+    with pytest.raises(Unauthorized):
+        await auth.resolve_model_caller(b"Bearer admin-secret")
+
+
+async def test_virtual_keys_alone_enforce_keys() -> None:
+    auth = Authenticator((), None, FakeVirtualKeys(b"hsk_virtual", VIRTUAL))
+    assert auth.is_enforcing
+    with pytest.raises(Unauthorized):
+        await auth.resolve(None)
+    with pytest.raises(Unauthorized):
+        await auth.resolve(b"Bearer some-upstream-key")  # no pass-through any more
+    # The synchronous path knows only static keys: a virtual one is not a key there.
+    with pytest.raises(Unauthorized):
+        auth.caller(b"Bearer hsk_virtual")
+
+
+async def test_resolve_without_virtual_keys_is_caller() -> None:
+    auth = Authenticator(())
+    assert (await auth.resolve(b"Bearer anything")).tenant == auth.caller(b"Bearer anything").tenant
+    assert (await auth.resolve(None)).tenant == PUBLIC_TENANT

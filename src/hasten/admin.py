@@ -38,7 +38,7 @@ _GET_PATHS = frozenset({"/admin/cache/stats", "/admin/routing"})
 
 async def handle(gateway: Gateway, scope: Scope, receive: Receive, send: Send) -> None:
     path: str = scope["path"]
-    caller = authorize(gateway, scope, path)
+    caller = await authorize(gateway, scope, path)
     if path in _GET_PATHS:
         if scope["method"] not in ("GET", "HEAD"):
             raise MethodNotAllowed(
@@ -66,12 +66,12 @@ async def handle(gateway: Gateway, scope: Scope, receive: Receive, send: Send) -
         await _json(send, await _report(gateway, body, caller))
 
 
-def authorize(gateway: Gateway, scope: Scope, path: str) -> Caller:
+async def authorize(gateway: Gateway, scope: Scope, path: str) -> Caller:
     """The caller, if its key may use ``path``; a 401 (no valid key) or 403 otherwise."""
     auth = gateway.auth
     if not auth.has_admin_key and not auth.is_enforcing:
         raise AdminDisabled(f"The admin API is off. To enable it, {ADMIN_KEY_HINT}.")
-    caller = auth.caller(header(scope, b"authorization"))  # 401 for a bad key
+    caller = await auth.resolve(header(scope, b"authorization"))  # 401 for a bad key
     if caller.is_admin or (auth.is_enforcing and path in TENANT_PATHS):
         return caller
     if not auth.is_enforcing:

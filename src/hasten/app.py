@@ -23,6 +23,9 @@ from hasten.dashboard.window import RollingWindow
 from hasten.errors import ClientGone, HastenError, MethodNotAllowed, NotFound
 from hasten.fleet.link import FleetLink
 from hasten.gateway import EngineStatus, Gateway, Stats
+from hasten.keys import endpoints as key_endpoints
+from hasten.keys.access import visible_models
+from hasten.keys.factory import build_key_directory
 from hasten.metrics.endpoint import OBSERVED_SCOPE_KEY, build_metrics, serve_metrics
 from hasten.openapi import openapi_json
 from hasten.policy import POLICY_HEADER, PolicyBook
@@ -106,19 +109,21 @@ class HastenApp:
         if tracing is None:
             tracing = Tracing.from_config(self.config.telemetry)
         client = UpstreamClient(transport, rng=random.Random())
+        fleet = FleetLink(self.config.fleet) if self.config.fleet.is_enabled else None
+        keys = build_key_directory(self.config, fleet)
         gateway = Gateway(
             config=self.config,
             router=ModelRouter(self.config),
-            auth=Authenticator(server.api_keys, server.admin_api_key),
-            stats=Stats(is_per_tenant=bool(server.api_keys)),
+            auth=Authenticator(server.api_keys, server.admin_api_key, keys),
+            stats=Stats(is_per_tenant=bool(server.api_keys) or keys is not None),
             client=client,
             cache=cache,
             semantic=_semantic_tier(self.config, cache),
             policies=_policy_book(self.config),
             tracing=tracing,
+            fleet=fleet,
+            keys=keys,
         )
-        if self.config.fleet.is_enabled:
-            gateway.fleet = FleetLink(self.config.fleet)
         if self.config.metrics.is_enabled:
             gateway.metrics = build_metrics(gateway, transport, self._engine)
             gateway.observers.append(gateway.metrics)
@@ -145,6 +150,8 @@ class HastenApp:
             await gateway.cache.drain()
             await gateway.cache.aclose()
         await gateway.client.aclose()
+        if gateway.keys is not None:
+            await gateway.keys.aclose()
         if gateway.fleet is not None:
             await gateway.fleet.aclose()
         await gateway.tracing.shutdown()
@@ -215,6 +222,9 @@ class HastenApp:
         if path in admin.PATHS:
             await admin.handle(gateway, scope, receive, send)
             return
+        if key_endpoints.is_key_path(path):
+            await key_endpoints.handle(gateway, scope, receive, send)
+            return
         if path == "/metrics" and gateway.metrics is not None:
             await serve_metrics(gateway.metrics, scope, send, gateway.auth)
             return
@@ -239,7 +249,7 @@ class HastenApp:
         authorization = header(scope, b"authorization")
         caller = None
         if gateway.auth.is_enforcing and (path != "/readyz" or authorization is not None):
-            caller = gateway.auth.caller(authorization)  # 401 for a missing or bad key
+            caller = await gateway.auth.resolve(authorization)  # 401 for a missing or bad key
         if path == "/readyz":
             await self._readyz(gateway, send, caller)
         elif path == "/openapi.json":
@@ -247,7 +257,7 @@ class HastenApp:
         elif path == "/stats":
             await send_json(send, 200, orjson.dumps(self._stats(gateway, caller)))
         else:
-            await send_json(send, 200, orjson.dumps(await _list_models(gateway)))
+            await send_json(send, 200, orjson.dumps(await _list_models(gateway, caller)))
 
     async def _readyz(self, gateway: Gateway, send: Send, caller: Caller | None) -> None:
         if self._is_stopping:
@@ -342,8 +352,9 @@ def _semantic_tier(config: GatewayConfig, cache: TieredCache | None) -> Semantic
     return SemanticTier(semantic, cache)
 
 
-async def _list_models(gateway: Gateway) -> dict[str, Any]:
-    """Configured models and aliases, plus the upstream's own list behind a wildcard."""
+async def _list_models(gateway: Gateway, caller: Caller | None) -> dict[str, Any]:
+    """Configured models and aliases, plus the upstream's own list behind a wildcard (only
+    those the caller's key may use)."""
     data: list[dict[str, Any]] = []
     seen: set[str] = set()
     if gateway.router.has_wildcard:
@@ -356,7 +367,8 @@ async def _list_models(gateway: Gateway) -> dict[str, Any]:
         if name not in seen:
             seen.add(name)
             data.append({"id": name, "object": "model", "created": 0, "owned_by": "hasten"})
-    return {"object": "list", "data": data}
+    visible = visible_models(data, caller, lambda name: gateway.router.resolve(name).name)
+    return {"object": "list", "data": visible}
 
 
 async def _upstream_models(gateway: Gateway) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ import binascii
 import hashlib
 import hmac
 from dataclasses import dataclass
+from typing import Protocol
 
 from hasten.config import DEFAULT_ADMIN_KEY_ENV, TenantKey
 from hasten.errors import Unauthorized
@@ -41,6 +42,12 @@ class Caller:
 ADMIN = Caller(tenant=None)
 
 
+class KeyLookup(Protocol):
+    """The virtual keys (``hasten.keys.directory.KeyDirectory``), found by digest."""
+
+    async def resolve(self, digest: bytes) -> Caller | None: ...
+
+
 class Authenticator:
     """Maps a bearer key to a tenant, or to the operator.
 
@@ -49,17 +56,25 @@ class Authenticator:
     tenant is derived from a hash of it, so two callers with different keys never share
     cached answers. The admin key (``[server] admin_api_key_env``) is neither: it opens
     the admin API and global views and is never accepted for model requests, so it is
-    never forwarded upstream.
+    never forwarded upstream. With virtual keys (``virtual``), a key that is neither the
+    admin key nor a static one is looked up there: only ``resolve`` and
+    ``resolve_model_caller`` (async) see them; ``caller`` knows the static keys only.
     """
 
-    def __init__(self, keys: tuple[TenantKey, ...], admin_key: str | None = None) -> None:
+    def __init__(
+        self,
+        keys: tuple[TenantKey, ...],
+        admin_key: str | None = None,
+        virtual: KeyLookup | None = None,
+    ) -> None:
         # Only digests are kept: the plaintext keys need not live in this object.
         self._callers = {
             _digest(k.key.encode()): Caller(k.tenant, k.key_id or k.tenant, k.limits, k.models)
             for k in keys
         }
         self._admin = _digest(admin_key.encode()) if admin_key else None
-        self.is_enforcing = bool(keys)
+        self._virtual = virtual
+        self.is_enforcing = bool(keys) or virtual is not None
         self.has_admin_key = self._admin is not None
 
     def tenant_for(self, authorization: bytes | None) -> str:
@@ -70,13 +85,27 @@ class Authenticator:
 
     def model_caller(self, authorization: bytes | None) -> Caller:
         """Who sends a model request, with its key's limits (the admin key is refused)."""
-        caller = self.caller(authorization)
-        if caller.tenant is None:
-            raise Unauthorized(
-                "the admin key is only for /admin endpoints and /stats; "
-                "send a tenant key (or your upstream key) for model requests"
-            )
-        return caller
+        return _not_admin(self.caller(authorization))
+
+    async def resolve_model_caller(self, authorization: bytes | None) -> Caller:
+        """``model_caller``, virtual keys included."""
+        return _not_admin(await self.resolve(authorization))
+
+    async def resolve(self, authorization: bytes | None) -> Caller:
+        """``caller``, virtual keys included: the admin key and the static keys first, then
+        the virtual keys (a cache hit on the request path; a store lookup when cold)."""
+        if self._virtual is None:
+            return self.caller(authorization)
+        token = _bearer(authorization)
+        if token is None:
+            return self.caller(authorization)
+        digest = _digest(token)
+        known = self._known(digest)
+        if known is None:
+            known = await self._virtual.resolve(digest)
+        if known is None:
+            raise Unauthorized("invalid API key")
+        return known
 
     def is_admin_credential(self, authorization: bytes | None) -> bool:
         """True for the admin key, as a Bearer token or as the password of HTTP Basic (the
@@ -96,15 +125,33 @@ class Authenticator:
                 raise Unauthorized("missing API key: send 'Authorization: Bearer <key>'")
             return Caller(tenant=PUBLIC_TENANT)
         digest = _digest(token)
+        if not self.is_enforcing:
+            if self._admin is not None and hmac.compare_digest(self._admin, digest):
+                return ADMIN
+            return Caller("key-" + hashlib.blake2b(token, digest_size=8).hexdigest())
+        known = self._known(digest)
+        if known is None:
+            raise Unauthorized("invalid API key")
+        return known
+
+    def _known(self, digest: bytes) -> Caller | None:
+        """The admin key or a static key with this digest."""
         # Constant-time comparisons of fixed-size digests: timing shows no key's prefix.
         if self._admin is not None and hmac.compare_digest(self._admin, digest):
             return ADMIN
-        if not self.is_enforcing:
-            return Caller("key-" + hashlib.blake2b(token, digest_size=8).hexdigest())
         for known, caller in self._callers.items():
             if hmac.compare_digest(known, digest):
                 return caller
-        raise Unauthorized("invalid API key")
+        return None
+
+
+def _not_admin(caller: Caller) -> Caller:
+    if caller.tenant is None:
+        raise Unauthorized(
+            "the admin key is only for /admin endpoints and /stats; "
+            "send a tenant key (or your upstream key) for model requests"
+        )
+    return caller
 
 
 def _bearer(authorization: bytes | None) -> bytes | None:

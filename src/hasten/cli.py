@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from hasten import __version__
 from hasten.config import GatewayConfig, load_config, redact_url
+from hasten.config.keys import describe_keys
 from hasten.errors import ConfigError
 from hasten.metrics.settings import describe_metrics
 
@@ -86,6 +87,8 @@ def _describe(path: str, config: GatewayConfig) -> str:
         lines.append(f"  workers: {config.server.num_workers} gateway processes on one port")
     for tenant, policy in config.tenant_policies.items():
         lines.append(f"  tenant {tenant} policy: {policy.describe()}")
+    if config.keys.is_enabled:
+        lines.append("  " + describe_keys(config.keys))
     cache = config.cache
     lines.append(
         f"  cache: {'on' if cache.is_enabled else 'off'}, backend {cache.backend}, "

@@ -16,6 +16,7 @@ Our exception hierarchy::
     |   +-- NotFound             404
     |   |   +-- ModelNotFound    404 model_not_found
     |   +-- MethodNotAllowed     405, with an Allow header
+    |   +-- Conflict             409 (a virtual key changed meanwhile, or too many keys)
     +-- Unauthorized             401 authentication_error
     |   +-- CredentialsRequired  401 with WWW-Authenticate: Basic (the dashboard)
     +-- Forbidden                403 permission_error
@@ -26,6 +27,7 @@ Our exception hierarchy::
     |   +-- UpstreamConnectError 502 upstream_unreachable: nothing was sent, safe to retry
     |   +-- UpstreamTimeout      504 timeout_error
     +-- EngineFailed             500 engine_error: the local engine could not generate
+    +-- KeyStoreUnavailable      503 key_store_unavailable: virtual keys cannot be read now
     ClientGone                   the client disconnected: nobody left to answer
     ConfigError                  a configuration file or flag is invalid
     FleetUnavailable             the fleet's Redis is away: use the replica's own view
@@ -36,6 +38,8 @@ Our exception hierarchy::
     DecodeError                  (RuntimeError) llama_decode failed
     ContextTooLong               (ValueError) a prompt that can never fit the KV cache
     DamagedCacheEntry            (ValueError) a cache entry that fails its checksum
+    DamagedKeyRecord             (ValueError) a stored virtual key that fails its checksum
+    InvalidKeyField              (ValueError) a virtual key's limit or model list is invalid
     OutdatedCacheEntry           (ValueError) a cache entry from before checksums
     ReportDependencyMissing      (ImportError) `hasten bench --png` without matplotlib
 """
@@ -156,6 +160,11 @@ class MethodNotAllowed(InvalidRequest):
         self.headers["allow"] = allow  # RFC 9110: a 405 lists the methods that would work
 
 
+class Conflict(InvalidRequest):
+    status_code = 409
+    default_code = "conflict"
+
+
 class RateLimited(HastenError):
     status_code = 429
     error_type = "rate_limit_error"
@@ -192,6 +201,14 @@ class EngineFailed(HastenError):
     status_code = 500
     error_type = "server_error"
     default_code = "engine_error"
+
+
+class KeyStoreUnavailable(HastenError):
+    """The virtual key store cannot be read or written now (Redis away, SQLite failing)."""
+
+    status_code = 503
+    error_type = "server_error"
+    default_code = "key_store_unavailable"
 
 
 class ClientGone(Exception):
@@ -233,6 +250,19 @@ class DamagedCacheEntry(ValueError):
 
 class OutdatedCacheEntry(ValueError):
     """A stored cache entry in a format before checksums; a miss, never rendered."""
+
+
+class DamagedKeyRecord(ValueError):
+    """A stored virtual key fails its checksum or its fields do not parse: never trusted."""
+
+
+class InvalidKeyField(ValueError):
+    """A key's limit or model list is out of range; ``field`` names it (config or API)."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
 
 
 class ConfigError(Exception):

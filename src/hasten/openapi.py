@@ -82,6 +82,33 @@ REPORT_REQUEST: dict[str, Any] = {
     "required": ["entry_id"],
     "properties": {"entry_id": {"type": "integer"}, "similarity": {"type": "number"}},
 }
+_KEY_LIMITS: dict[str, Any] = {
+    "type": ["object", "null"],
+    "properties": {
+        "requests_per_minute": _INTEGER_1,
+        "tokens_per_minute": _INTEGER_1,
+        "max_concurrent": _INTEGER_1,
+        "budget_usd": {"type": "number", "exclusiveMinimum": 0},
+        "budget_period": {"type": "string", "examples": ["30d", "7d", "12h"]},
+        "budget_period_s": {"type": "number", "minimum": 60},
+    },
+}
+_KEY_FIELDS: dict[str, Any] = {
+    "name": {"type": "string", "maxLength": 128},
+    "models": {"type": ["array", "null"], "items": _MODEL, "minItems": 1, "maxItems": 256},
+    "limits": _KEY_LIMITS,
+}
+KEY_CREATE_REQUEST: dict[str, Any] = {
+    "type": "object",
+    "required": ["tenant"],
+    "properties": {"tenant": {"type": "string", "minLength": 1, "maxLength": 64}, **_KEY_FIELDS},
+}
+KEY_PATCH_REQUEST: dict[str, Any] = {
+    "type": "object",
+    "minProperties": 1,
+    "properties": _KEY_FIELDS,
+}
+_KEY_ID = [{"name": "id", "in": "path", "required": True, "schema": _STRING}]
 ERROR: dict[str, Any] = {
     "type": "object",
     "required": ["error"],
@@ -130,6 +157,28 @@ def _get(summary: str) -> dict[str, Any]:
     return {"get": {"summary": summary, "responses": _responses()}}
 
 
+def _key_paths() -> dict[str, Any]:
+    """``/admin/keys`` (hasten.keys.endpoints): virtual keys, with the admin key."""
+    one = {
+        "parameters": _KEY_ID,
+        **_get("A virtual key (never its secret)"),
+        "patch": _post("Change a key's name, models or limits", KEY_PATCH_REQUEST)["post"],
+        "delete": {"summary": "Revoke a key", "responses": _responses()},
+    }
+    rotate = {
+        "parameters": _KEY_ID,
+        "post": {"summary": "Rotate a key's secret", "responses": _responses()},
+    }
+    return {
+        "/admin/keys": {
+            **_get("Virtual keys (no secrets)"),
+            **_post("Create a virtual key (201, its secret shown once)", KEY_CREATE_REQUEST),
+        },
+        "/admin/keys/{id}": one,
+        "/admin/keys/{id}/rotate": rotate,
+    }
+
+
 def build_document() -> dict[str, Any]:
     """The document as a dict (``openapi_json`` serialises it once at startup)."""
     import_body = {"text/plain": {"schema": {"type": "string"}}}  # JSONL lines
@@ -160,6 +209,7 @@ def build_document() -> dict[str, Any]:
                     "responses": _responses(),
                 }
             },
+            **_key_paths(),
             "/openapi.json": _get("This document"),
         },
     }

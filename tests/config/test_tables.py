@@ -298,7 +298,7 @@ def test_with_upstream_rejects_bad_url() -> None:
         (
             "bogus = 1\n",
             "bogus",
-            "aliases, cache, fleet, hybrid, local, metrics, models, semantic, server",
+            "aliases, cache, fleet, hybrid, keys, local, metrics, models, semantic, server",
         ),
         ("[server]\nhots = 'x'\n", "server.hots", "host"),
         ("[cache]\nbakend = 'memory'\n", "cache.bakend", "backend"),
@@ -320,7 +320,7 @@ def test_with_upstream_rejects_bad_url() -> None:
         (
             "[server]\napi_keys = [{ tenant = 't', api_key = 'k', role = 'x' }]\n",
             "server.api_keys[0].role",
-            "api_key, api_key_env, tenant",
+            "api_key, api_key_env, budget_period, budget_period_s, budget_usd, id, max_concurrent",
         ),
     ],
 )

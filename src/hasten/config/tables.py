@@ -14,6 +14,7 @@ from typing import Any
 
 from hasten.cache.policy import ModelCachePolicy
 from hasten.config.fleet import FleetConfig, parse_fleet
+from hasten.config.keys import KeysConfig, parse_keys, static_key_fields
 from hasten.config.reader import TomlTable, read_toml_file
 from hasten.config.semantic import SemanticConfig, parse_semantic
 from hasten.config.telemetry import TelemetryConfig, parse_telemetry
@@ -166,6 +167,7 @@ class GatewayConfig:
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     fleet: FleetConfig = field(default_factory=FleetConfig)  # replicas sharing one Redis
+    keys: KeysConfig = field(default_factory=KeysConfig)  # virtual keys (hasten.keys)
 
     @property
     def is_simulated(self) -> bool:
@@ -372,8 +374,9 @@ def _server(table: TomlTable, env: Mapping[str, str]) -> ServerConfig:
         secret = _secret(key_table, env, what="a gateway key")
         if tenant is None or secret is None:
             raise key_table.error(None, "needs 'tenant' and 'api_key' or 'api_key_env'")
+        key_id, models, limits = static_key_fields(key_table)
         key_table.finish()
-        keys.append(TenantKey(tenant=tenant, key=secret))
+        keys.append(TenantKey(tenant, secret, key_id=key_id, limits=limits, models=models))
     config = ServerConfig(
         host=table.get("host", str, d.host),
         port=table.integer("port", d.port, minimum=0),
@@ -432,15 +435,18 @@ def _max_json_depth(table: TomlTable, default: int) -> int:
     return depth
 
 
-def _tenant_policies(table: TomlTable, keys: tuple[TenantKey, ...]) -> dict[str, ParamPolicy]:
-    """``[tenants.<name>.policy]``; ``<name>`` must be a tenant some gateway key names."""
+def _tenant_policies(
+    table: TomlTable, keys: tuple[TenantKey, ...], *, has_virtual_keys: bool = False
+) -> dict[str, ParamPolicy]:
+    """``[tenants.<name>.policy]``; ``<name>`` must be a tenant some gateway key names (any
+    name with virtual keys: their tenants are named at run time)."""
     known = sorted({key.tenant for key in keys})
     policies = {}
     for name in table.data:
         tenant_table = table.table(name)
-        if not known:
+        if not known and not has_virtual_keys:
             raise tenant_table.error(None, "tenant policies need gateway keys ([server] api_keys)")
-        if name not in known:
+        if name not in known and not has_virtual_keys:
             raise tenant_table.error(
                 None, f"no gateway key names tenant {name!r} (known: {', '.join(known)})"
             )
@@ -481,16 +487,21 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str]) -> GatewayConf
         if hybrid.policy != "cloud-only" and local is None:
             local = LocalServerConfig()  # a hybrid route needs the local engine running
     semantic = parse_semantic(root.table("semantic"))
-    tenant_policies = _tenant_policies(root.table("tenants"), server.api_keys)
     telemetry = parse_telemetry(root.table("telemetry"))
     metrics = parse_metrics(root.table("metrics"))
     fleet = parse_fleet(root.table("fleet"))
+    static_ids = tuple(key.key_id for key in server.api_keys)
+    keys = parse_keys(root.table("keys"), fleet, static_ids, server.num_workers)
+    tenant_policies = _tenant_policies(
+        root.table("tenants"), server.api_keys, has_virtual_keys=keys.is_enabled
+    )
     root.finish()
     return GatewayConfig(
         semantic=semantic,
         telemetry=telemetry,
         metrics=metrics,
         fleet=fleet,
+        keys=keys,
         server=server,
         upstreams=upstreams,
         models=models,

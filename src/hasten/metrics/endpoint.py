@@ -106,10 +106,10 @@ def build_metrics(gateway: Gateway, transport: Transport, engine: object) -> Met
     return metrics
 
 
-def check_access(auth: Authenticator, scope: Scope) -> None:
+async def check_access(auth: Authenticator, scope: Scope) -> None:
     """Raises unless this caller may scrape the gateway port's ``/metrics``."""
     if auth.has_admin_key:
-        caller = auth.caller(header(scope, b"authorization"))  # 401 for a bad key
+        caller = await auth.resolve(header(scope, b"authorization"))  # 401 for a bad key
         if caller.is_admin:
             return
         if auth.is_enforcing:
@@ -139,7 +139,7 @@ async def serve_metrics(
     if method not in ("GET", "HEAD"):
         raise MethodNotAllowed(f"{method} is not allowed on /metrics; use GET", allow="GET, HEAD")
     if auth is not None:
-        check_access(auth, scope)
+        await check_access(auth, scope)
     body, content_type = await render(metrics, header(scope, b"accept"))
     await send_response(send, 200, body, [(b"content-type", content_type.encode())])
 

@@ -45,6 +45,7 @@ from hasten.cache import (
 from hasten.cache.replay import answer_body, answer_frames
 from hasten.errors import ClientGone, HastenError
 from hasten.gateway import Gateway
+from hasten.keys.access import check_model
 from hasten.local.gateway import route_name
 from hasten.metrics.outcome import BYPASS, COALESCED, HIT, MISS, OBSERVED_SCOPE_KEY, SEMANTIC
 from hasten.metrics.report import answer_saved, emit_outcome, hedge_saved
@@ -163,7 +164,7 @@ async def _exchange(
 ) -> Exchange:
     """The request read, checked and resolved: everything that can refuse it up front."""
     # The key first: a caller without one learns nothing about validation (or our limits).
-    caller = gateway.auth.model_caller(header(scope, b"authorization"))
+    caller = await gateway.auth.resolve_model_caller(header(scope, b"authorization"))
     tenant = caller.tenant
     assert tenant is not None
     scope[TENANT_SCOPE_KEY] = tenant
@@ -172,6 +173,7 @@ async def _exchange(
     endpoint.check(body)
     scope[MODEL_SCOPE_KEY] = body["model"]
     model, extra_headers = _resolve(gateway, body, request_id)
+    check_model(caller, body["model"], model.name)  # a key's allowed models (404 otherwise)
     # Before the cache key is built: the key, the flight and upstream all see what is sent.
     applied = gateway.policies.apply(body, endpoint.name, model.route.name, tenant)
     if applied is not None:

@@ -124,7 +124,12 @@ class ModelRouter:
         name = self._aliases.get(requested, requested)
         route = self._routes.get(name) or self._routes.get(WILDCARD_MODEL)
         if route is None:
-            raise ModelNotFound(f"The model '{requested}' does not exist", param="model")
+            # OpenAI's words, also a key's answer for a model it may not use (hasten.keys.access):
+            # the two cannot be told apart.
+            raise ModelNotFound(
+                f"The model `{requested}` does not exist or you do not have access to it.",
+                param="model",
+            )
         resolved = ResolvedModel(
             name=name,
             upstream_model=route.upstream_model or name,

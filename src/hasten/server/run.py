@@ -16,6 +16,7 @@ import uvicorn
 from hasten.app import HastenApp
 from hasten.auth import ADMIN_KEY_HINT
 from hasten.config import GatewayConfig, load_config, redact_url
+from hasten.config.keys import describe_keys
 from hasten.config.served import DEMO_UPSTREAM, Overrides, served_config
 from hasten.config.tables import MAX_NUM_WORKERS
 from hasten.errors import ConfigError
@@ -268,6 +269,8 @@ def _banner(config: GatewayConfig, sock: socket.socket, supervisor: EngineSuperv
     lines.append("  " + describe_metrics(config.metrics))
     if config.server.api_keys:
         lines.append(f"  gateway keys: {len(config.server.api_keys)} tenant key(s) enforced")
+    if config.keys.is_enabled:
+        lines.append("  " + describe_keys(config.keys))
     if config.server.admin_api_key:
         lines.append("  admin API: on (admin key set)")
     else:

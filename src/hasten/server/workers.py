@@ -58,6 +58,11 @@ def check_workers(config: GatewayConfig) -> None:
             "serve every worker's counters; scrape /metrics on the gateway port instead "
             "(each scrape describes the worker that answered it)"
         )
+    if config.keys.is_enabled and config.keys.store == "memory":
+        raise ConfigError(
+            f"workers = {config.server.num_workers} with [keys] in memory: each worker would "
+            "know only the virtual keys created through it; set [keys] sqlite_path"
+        )
     semantic = config.semantic
     if semantic.is_enabled and config.cache.backend != "redis":
         raise ConfigError(
