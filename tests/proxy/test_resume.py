@@ -4,6 +4,7 @@ and says so when the regeneration does not continue it."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import orjson
@@ -79,10 +80,10 @@ def _split(data: bytes, cuts: list[int]) -> list[bytes]:
 
 def _resplit(text: str, cuts: list[int]) -> list[str]:
     points = sorted({0, *cuts, len(text)})
-    return [text[a:b] for a, b in zip(points, points[1:], strict=False) if b > a]
+    return [text[a:b] for a, b in itertools.pairwise(points) if b > a]
 
 
-_WORDS = st.text(alphabet="ab cdé\n\"\\{}", min_size=1, max_size=6)
+_WORDS = st.text(alphabet='ab cdé\n"\\{}', min_size=1, max_size=6)
 
 
 @settings(max_examples=150, deadline=None)
@@ -198,7 +199,9 @@ def _tool_stream(arguments: list[str], call_id: str, completion_id: str) -> list
     opening = {"index": 0, "id": call_id, "type": "function", "function": {"name": "f"}}
     events = [
         _chat([_delta(0, {"role": "assistant", "content": None})], completion_id),
-        _chat([_delta(0, {"tool_calls": [{**opening, "function": {"name": "f", "arguments": ""}}]})]),
+        _chat(
+            [_delta(0, {"tool_calls": [{**opening, "function": {"name": "f", "arguments": ""}}]})]
+        ),
     ]
     for piece in arguments:
         call = {"index": 0, "function": {"arguments": piece}}

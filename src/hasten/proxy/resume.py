@@ -73,9 +73,9 @@ class Splice:
     __slots__ = (
         "_choices",
         "_decoder",
+        "_has_seen_choice",
         "_held",
         "_is_chat",
-        "_has_seen_choice",
         "_is_passing",
         "_num_behind",
         "is_done",
@@ -255,7 +255,7 @@ class Splice:
             has_new_text |= is_new and rest != value
             if rest != value:
                 is_changed = True
-            if rest or name not in choice.delivered and value == "":
+            if rest or (name not in choice.delivered and value == ""):
                 new[name] = rest
         return new, is_changed, has_new_text
 
