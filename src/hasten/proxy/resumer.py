@@ -57,15 +57,23 @@ Opener = Callable[[bytes, frozenset[str]], Awaitable[UpstreamCall]]
 class _Forwarded:
     """What went to the client, in whole events; notices the ways a stream can break."""
 
-    __slots__ = ("error", "is_done", "parts", "tail")
+    __slots__ = ("error", "parts", "tail")
 
     def __init__(self, parts: list[bytes]) -> None:
         self.parts = parts  # shared by every stream of one answer: the client's bytes
         self.tail = b""  # an unfinished event, held until it ends
         self.error: HastenError | None = None
-        self.is_done = False
 
     def take(self, chunk: bytes) -> bytes:
+        """What of ``chunk`` may go to the client now (whole events, no error event)."""
+        # The hot path of every chunk of every resumable stream: one event, whole, no error.
+        if self.tail or not chunk.endswith(b"\n\n") or b'"error"' in chunk:
+            return self.take_slowly(chunk)
+        self.parts.append(chunk)
+        return chunk
+
+    def take_slowly(self, chunk: bytes) -> bytes:
+        """``take`` for a chunk that may hold part of an event or an error event."""
         data = self.tail + chunk if self.tail else chunk
         if data.endswith(EVENT_END_SUFFIXES):
             self.tail = b""
@@ -76,8 +84,12 @@ class _Forwarded:
             data = self._cut_at_error(data)
         if data:
             self.parts.append(data)
-            self.is_done = data.endswith(_DONE_FRAME)
         return data
+
+    @property
+    def is_done(self) -> bool:
+        """True once the client has the stream's ``[DONE]``."""
+        return bool(self.parts) and self.parts[-1].endswith(_DONE_FRAME)
 
     def _cut_at_error(self, data: bytes) -> bytes:
         """``data`` up to an upstream error event, which ends the stream (and is not sent)."""
@@ -112,14 +124,23 @@ class StreamResume:
     async def chunks(self, call: UpstreamCall) -> AsyncIterator[bytes]:
         """``call``'s stream in whole events, continued if it breaks; raises when it cannot be."""
         forwarded = _Forwarded(self._parts)
+        keep = self._parts.append
         failure: HastenError | None = None
         try:
             async for chunk in call.iter_chunks():
-                data = forwarded.take(chunk)
-                if data:
-                    yield data
-                if forwarded.error is not None:
-                    break
+                # Forwarded.take's fast path, inlined: this runs for every chunk of every
+                # resumable stream, and almost every chunk is one whole event.
+                if forwarded.tail or not chunk.endswith(b"\n\n") or b'"error"' in chunk:
+                    chunk = forwarded.take_slowly(chunk)
+                    if forwarded.error is not None:
+                        if chunk:
+                            yield chunk
+                        break
+                    if not chunk:
+                        continue
+                else:
+                    keep(chunk)
+                yield chunk
         except HastenError as exc:
             failure = exc
         if forwarded.is_done:
