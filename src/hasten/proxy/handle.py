@@ -417,10 +417,10 @@ async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
     call = await _open(gateway, ex)
     ex.is_upstream_call = True
     _note_call(ex, call.headers, call.upstream.name, call.ttfb_ms)
+    resume = _resumable(gateway, ex, call)
     try:
         status = call.status
         saved = hedge_saved(gateway, ex)
-        resume = _resumable(gateway, ex, call)
         chunks = call.iter_chunks() if resume is None else resume.chunks(call)
         if ex.is_assembled and status == 200:
             await _send_assembled(ex, call, chunks, saved)
