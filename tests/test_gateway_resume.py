@@ -236,3 +236,17 @@ def test_coalesced_waiters_all_get_the_resumed_answer(healthy: ServerThread) -> 
         assert sim_stats(cutting_slowly.url)["num_requests"] == 1  # one flight
     assert [_text(s) for s in streams] == [uncut, uncut]
     assert sim_stats(healthy.url)["num_requests"] == before + 1  # one regeneration
+
+
+def test_a_request_that_must_not_run_twice_is_not_resumed(
+    cutting: ServerThread, healthy: ServerThread
+) -> None:
+    body = chat_body("run me once", stream=True)
+    before = sim_stats(healthy.url)["num_requests"]
+    with running_gateway(_config(cutting, healthy)) as gateway:
+        url = f"{gateway.url}/v1/chat/completions"
+        headers = {"x-hasten-idempotent": "false"}
+        with httpx.stream("POST", url, json=body, headers=headers, timeout=30) as response:
+            stream = response.read()
+    assert sim_stats(healthy.url)["num_requests"] == before
+    assert b"hasten-resume" not in stream and b"[DONE]" not in stream

@@ -296,3 +296,21 @@ def test_tool_call_arguments_splice_for_any_cut(arguments: list[str], data: st.D
     assert call_id == ("call_1" if cut >= 2 else "call_2")
     expected[0]["message"]["tool_calls"][0].pop("id")
     assert got == expected
+
+
+def test_every_string_delta_field_is_matched_as_text() -> None:
+    def event(delta: dict[str, Any], completion_id: str = "a") -> bytes:
+        return _chat([_delta(0, delta)], completion_id)
+
+    delivered = event({"role": "assistant", "content": ""}) + event({"reasoning_content": "Thi"})
+    regenerated = [
+        event({"role": "assistant", "content": ""}, "b"),
+        event({"reasoning_content": "Think"}, "b"),
+        event({"content": "42"}, "b"),
+        event({}, "b").replace(b'"finish_reason":null', b'"finish_reason":"stop"'),
+        b"data: [DONE]\n\n",
+    ]
+    splice, out = _splice(delivered, regenerated)
+    assert splice.mismatch is None
+    message = _choices(delivered + out)[0][0]["message"]
+    assert message["reasoning_content"] == "Think" and message["content"] == "42"

@@ -387,8 +387,6 @@ async def _open(
     excluded: frozenset[str] = frozenset(),
 ) -> UpstreamCall:
     gateway.stats.count("upstream_calls", tenant=ex.tenant)
-    # A client marks a request that must not run twice (so is never hedged) this way.
-    is_idempotent = header(ex.scope, b"x-hasten-idempotent") not in (b"false", b"0", b"no")
     return await gateway.client.open(
         ex.model,
         ex.endpoint.path,
@@ -396,16 +394,23 @@ async def _open(
         ex.forwarded_headers,
         parsed=ex.body,
         is_stream=ex.is_upstream_stream,
-        is_idempotent=is_idempotent,
+        is_idempotent=_is_idempotent(ex),
         trace=ex.trace,
         excluded=excluded,
     )
+
+
+def _is_idempotent(ex: Exchange) -> bool:
+    # A client marks a request that must not run twice (never hedged, never resumed) this way.
+    return header(ex.scope, b"x-hasten-idempotent") not in (b"false", b"0", b"no")
 
 
 def _resumable(gateway: Gateway, ex: Exchange, call: UpstreamCall) -> StreamResume | None:
     """The resume of this call's stream, when its route continues broken streams."""
     if not (ex.model.route.is_resuming_streams and ex.is_upstream_stream and call.status == 200):
         return None
+    if not _is_idempotent(ex):
+        return None  # a continuation is a second request
 
     def reopen(body: bytes, excluded: frozenset[str]) -> Awaitable[UpstreamCall]:
         return _open(gateway, ex, body, excluded)
