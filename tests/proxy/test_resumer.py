@@ -16,11 +16,11 @@ import pytest
 
 from hasten.cache.policy import ModelCachePolicy
 from hasten.config import ModelRoute, UpstreamConfig
-from hasten.errors import HastenError, UpstreamError
+from hasten.errors import HastenError, UpstreamError, UpstreamTimeout
 from hasten.proxy.assemble import assemble
 from hasten.proxy.resumer import StreamResume, resume_header
 from hasten.routing.models import build_route
-from hasten.upstream.client import UpstreamCall
+from hasten.upstream.client import TOTAL_TIMEOUT_CODE, UpstreamCall
 from tests.proxy.test_resume import chat_events
 
 DONE = b"data: [DONE]\n\n"
@@ -238,3 +238,13 @@ def test_the_openai_sdk_ignores_the_comment_trailer_but_not_a_data_event_without
     as_data = b'data: {"hasten_resume":{"outcome":"regenerated"}}\n\n'
     with pytest.raises(TypeError):
         _sdk_texts(b"".join(events) + as_data + DONE)
+
+
+def test_a_stream_out_of_its_total_time_is_not_continued() -> None:
+    timeout = UpstreamTimeout("exceeded the total timeout", code=TOTAL_TIMEOUT_CODE)
+    call = _call("a", chat_events(["Hi"])[:2], timeout)
+    opener = _Opener(_call("b", chat_events(["Hi", "!"], "b")))
+    resume = _resume(opener, temperature=0)
+    out, error = asyncio.run(_run(resume, call))
+    assert error is timeout and opener.asked == [] and resume.outcome == ""
+    assert out == b"".join(chat_events(["Hi"])[:2])

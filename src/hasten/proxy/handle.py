@@ -448,8 +448,7 @@ async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
         describe_answer(ex.trace, status, tail, is_stream=True)
     finally:
         call.close()
-        if resume is not None:
-            ex.resume = resume.outcome
+        _note_resume(ex, resume)
 
 
 async def _send_assembled(
@@ -515,11 +514,17 @@ async def _pump(gateway: Gateway, ex: Exchange, flight: Flight, stored: _Stored 
             return
     finally:
         call.close()
-        if resume is not None:
-            ex.resume = resume.outcome
+        _note_resume(ex, resume)
     flight.finish()
     if stored is not None and (resume is None or resume.is_cacheable):
         stored.commit()
+
+
+def _note_resume(ex: Exchange, resume: StreamResume | None) -> None:
+    """What the metrics and the trace learn of a continued stream (hasten.proxy.resumer)."""
+    if resume is not None and resume.outcome:
+        ex.resume = resume.outcome
+        ex.trace.set("hasten.resume", resume.outcome)
 
 
 def _note_call(ex: Exchange, headers: Mapping[str, str], name: str, ttfb_ms: float) -> None:

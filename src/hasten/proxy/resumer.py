@@ -39,7 +39,7 @@ from hasten.proxy.continuation import (
 from hasten.proxy.resume import Splice
 from hasten.proxy.sse import EVENT_END_SUFFIXES, SSEDecoder, last_event_end
 from hasten.routing.models import Route
-from hasten.upstream.client import UpstreamCall
+from hasten.upstream.client import TOTAL_TIMEOUT_CODE, UpstreamCall
 
 __all__ = ["RESUME_HEADER", "StreamResume", "resume_header"]
 
@@ -145,6 +145,8 @@ class StreamResume:
             failure = exc
         if forwarded.is_done:
             return  # whatever broke after [DONE] broke nothing the client needed
+        if failure is not None and failure.code == TOTAL_TIMEOUT_CODE:
+            raise failure  # the answer had all the time it may take: no second go
         failure = failure or forwarded.error or _incomplete()
         async for data in self._continue(frozenset((call.upstream.name,)), failure):
             yield data
