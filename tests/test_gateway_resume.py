@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from hasten.config import GatewayConfig
+from hasten.proxy.assemble import assemble
 from hasten.proxy.sse import SSEDecoder
 from hasten.simulator import SimConfig, build_app
 from tests.support.gateway import chat_body, make_config, running_gateway, sim_stats
@@ -250,3 +251,26 @@ def test_a_request_that_must_not_run_twice_is_not_resumed(
             stream = response.read()
     assert sim_stats(healthy.url)["num_requests"] == before
     assert b"hasten-resume" not in stream and b"[DONE]" not in stream
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"n": 2},
+        {"tools": [{"type": "function", "function": {"name": "lookup"}}]},
+    ],
+    ids=["two-choices", "tool-call"],
+)
+def test_several_choices_and_tool_calls_resume_to_the_uncut_answer(
+    cutting: ServerThread, healthy: ServerThread, extra: dict[str, Any]
+) -> None:
+    body = chat_body(f"resume {sorted(extra)}", stream=True, **extra)
+
+    def answer(stream: bytes) -> Any:
+        return orjson.loads(assemble(stream, "chat"))["choices"]
+
+    uncut = answer(_stream(healthy.url, body))
+    with running_gateway(_config(cutting, healthy)) as gateway:
+        stream = _stream(gateway.url, body)
+    assert _trailer(stream)["outcome"] == "regenerated"
+    assert answer(stream) == uncut
