@@ -248,3 +248,17 @@ def test_a_stream_out_of_its_total_time_is_not_continued() -> None:
     out, error = asyncio.run(_run(resume, call))
     assert error is timeout and opener.asked == [] and resume.outcome == ""
     assert out == b"".join(chat_events(["Hi"])[:2])
+
+
+def test_crlf_streams_end_and_resume_like_lf_ones() -> None:
+    crlf = [event.replace(b"\n", b"\r\n") for event in chat_events(["one", " two"])]
+    opener = _Opener()
+    out, error = asyncio.run(_run(_resume(opener, temperature=0), _call("a", crlf)))
+    assert error is None and out == b"".join(crlf) and opener.asked == []
+    regenerated = [event.replace(b"\n", b"\r\n") for event in chat_events(["one", " two"], "b")]
+    opener = _Opener(_call("b", regenerated))
+    resume = _resume(opener, temperature=0)
+    out, error = asyncio.run(_run(resume, _call("a", crlf[:2], CUT)))
+    assert error is None and resume.outcome == "regenerated"
+    assert _content(out) == "one two"
+    assert out.endswith(b'"after_bytes":%d}\n\ndata: [DONE]\r\n\r\n' % len(b"".join(crlf[:2])))

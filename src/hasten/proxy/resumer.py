@@ -47,7 +47,7 @@ _log = logging.getLogger("hasten.proxy")
 
 RESUME_HEADER = b"x-hasten-resume"
 TRAILER_PREFIX = b": hasten-resume "
-_DONE_FRAME = b"data: [DONE]\n\n"
+_DONE_LINE = b"data: [DONE]"
 # Continuations one broken stream may get (each may break again): bounded, like retries.
 MAX_CONTINUATIONS = 3
 
@@ -88,8 +88,8 @@ class _Forwarded:
 
     @property
     def is_done(self) -> bool:
-        """True once the client has the stream's ``[DONE]``."""
-        return bool(self.parts) and self.parts[-1].endswith(_DONE_FRAME)
+        """True once the client has the stream's ``[DONE]`` (with any line ends)."""
+        return bool(self.parts) and self.parts[-1].rstrip(b"\r\n").endswith(_DONE_LINE)
 
     def _cut_at_error(self, data: bytes) -> bytes:
         """``data`` up to an upstream error event, which ends the stream (and is not sent)."""
@@ -220,7 +220,8 @@ class StreamResume:
             if forwarded.is_done:
                 self.outcome, self.deployment = mode, call.upstream.name
                 _log.info("stream resumed: %s on %s", mode, call.upstream.name)
-                data = data[: -len(_DONE_FRAME)] + self._trailer(num_sent) + _DONE_FRAME
+                at = data.rfind(_DONE_LINE)
+                data = data[:at] + self._trailer(num_sent) + data[at:]
             if data:
                 yield data
             if forwarded.error is not None or forwarded.is_done:
