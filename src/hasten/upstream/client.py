@@ -27,11 +27,12 @@ from hasten.telemetry.stage import NO_STAGE, Stage
 from hasten.upstream.dispatch import Dispatch, GaveUp, RequestTraits, Won
 from hasten.upstream.transport import Transport, UpstreamRequest, UpstreamResponse
 
-__all__ = ["UpstreamCall", "UpstreamClient", "request_traits"]
+__all__ = ["TOTAL_TIMEOUT_CODE", "UpstreamCall", "UpstreamClient", "request_traits"]
 
 _log = logging.getLogger("hasten.upstream")
 PROBE_PATH = "/models"
 PROBE_TIMEOUT_S = 5.0
+TOTAL_TIMEOUT_CODE = "upstream_total_timeout"  # a response that ran out of its total time
 
 
 class _StreamReport:
@@ -113,7 +114,7 @@ class UpstreamCall:
             error = UpstreamTimeout(
                 f"upstream response exceeded the total timeout of "
                 f"{self.upstream.timeouts.total_s:g} s",
-                code="upstream_total_timeout",
+                code=TOTAL_TIMEOUT_CODE,
             )
             if report is not None:
                 report.finish(error.code or "timeout")
@@ -186,12 +187,14 @@ class UpstreamClient:
         is_stream: bool,
         is_idempotent: bool = True,
         trace: Stage = NO_STAGE,
+        excluded: frozenset[str] = frozenset(),
     ) -> UpstreamCall:
         """The first usable answer from ``model``'s route; raises when there is none.
 
         ``body`` is sent as is; ``parsed`` (the client's request) gives the router its
         prefix-affinity key and length hint; ``trace`` is the request's span, under which
-        every attempt gets its own (and its own ``traceparent`` upstream). A non-retryable
+        every attempt gets its own (and its own ``traceparent`` upstream); ``excluded``
+        deployments are left out of the ranking (a resumed stream). A non-retryable
         response (2xx, or a 4xx such as 400) is returned at once. When every deployment
         keeps failing with retryable statuses, the last one is returned, so the client sees
         the upstream's own error.
@@ -211,6 +214,7 @@ class UpstreamClient:
             headers=headers,
             rng=self._rng,
             trace=trace,
+            excluded=excluded,
         )
         return _call(await dispatch.run(), pool, route.upstreams, is_stream, is_routed=True)
 
