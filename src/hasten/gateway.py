@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 from hasten.auth import Authenticator
 from hasten.cache import TieredCache
 from hasten.config import GatewayConfig
+from hasten.limits.limiter import Limiter
 from hasten.metrics.outcome import Observer
 from hasten.policy import PolicyBook
 from hasten.proxy.flight import Coalescer
@@ -79,3 +80,4 @@ class Gateway:
     observers: list[Observer] = field(default_factory=list)
     dashboard: Dashboard | None = None  # GET /dashboard; built by the app at startup
     fleet: FleetLink | None = None  # the replicas' shared Redis ([fleet] redis_url)
+    limiter: Limiter = field(default_factory=Limiter)  # gateway keys' limits

@@ -18,9 +18,10 @@ from hasten.config.reader import TomlTable, read_toml_file
 from hasten.config.semantic import SemanticConfig, parse_semantic
 from hasten.config.telemetry import TelemetryConfig, parse_telemetry
 from hasten.errors import ConfigError
+from hasten.limits.prices import ModelPrice, parse_prices
+from hasten.limits.spec import KeyLimits
 from hasten.local.config import LocalServerConfig, parse_local
 from hasten.metrics.settings import MetricsConfig, parse_metrics
-from hasten.limits.spec import KeyLimits
 from hasten.policy.config import ParamPolicy, parse_policy
 from hasten.proxy.validation import DEFAULT_MAX_JSON_DEPTH, MAX_JSON_DEPTH_LIMIT
 from hasten.routing.hybrid import HybridConfig, parse_hybrid
@@ -166,6 +167,7 @@ class GatewayConfig:
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     fleet: FleetConfig = field(default_factory=FleetConfig)  # replicas sharing one Redis
+    prices: Mapping[str, ModelPrice] = field(default_factory=dict)  # [prices."<model>"]
 
     @property
     def is_simulated(self) -> bool:
@@ -485,12 +487,14 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str]) -> GatewayConf
     telemetry = parse_telemetry(root.table("telemetry"))
     metrics = parse_metrics(root.table("metrics"))
     fleet = parse_fleet(root.table("fleet"))
+    prices = parse_prices(root.table("prices"))  # what budgets charge (hasten.limits)
     root.finish()
     return GatewayConfig(
         semantic=semantic,
         telemetry=telemetry,
         metrics=metrics,
         fleet=fleet,
+        prices=prices,
         server=server,
         upstreams=upstreams,
         models=models,
