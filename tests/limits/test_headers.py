@@ -73,6 +73,7 @@ def test_denials_carry_retry_after_and_their_code() -> None:
     assert rpm.headers["x-ratelimit-remaining-requests"] == "7"
     budget = denial(limits, _verdict(BUDGET, 86_400_000.0), 10)
     assert isinstance(budget, BudgetExceeded) and budget.code == "insufficient_quota"
-    assert budget.to_dict()["error"]["type"] == "insufficient_quota"
+    assert budget.error_type == "insufficient_quota"
+    assert b'"type":"insufficient_quota"' in budget.to_json()
     too_large = denial(KeyLimits(tokens_per_minute=5), _verdict(TOO_LARGE), 10)
     assert too_large.retry_after_s is None and "retry-after-ms" not in too_large.headers

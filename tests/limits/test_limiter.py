@@ -16,7 +16,7 @@ import pytest
 from hasten.app import HastenApp
 from hasten.config import GatewayConfig, TenantKey
 from hasten.config.fleet import FleetConfig
-from hasten.limits.limiter import Limiter
+from hasten.limits.limiter import SLOT_LEASE_S, Limiter
 from hasten.limits.prices import ModelPrice
 from hasten.limits.spec import KeyLimits
 from hasten.server.connection import protocol_for
@@ -56,15 +56,22 @@ def limited_config(
 
 @contextmanager
 def gateway_of(
-    config: GatewayConfig, clock_s: Callable[[], float] | None = None
+    config: GatewayConfig,
+    clock_s: Callable[[], float] | None = None,
+    slot_lease_s: float | None = None,
 ) -> Iterator[tuple[ServerThread, HastenApp]]:
     """A running gateway; with ``clock_s`` its limiter reads that clock (refill frozen)."""
     app = HastenApp(config)
     with ServerThread(app, lifespan="on", http=protocol_for(config.server)) as server:
         gateway = app.gateway
         assert gateway is not None
-        if clock_s is not None:
-            gateway.limiter = Limiter(gateway.fleet, app.config.prices, clock_s=clock_s)
+        if clock_s is not None or slot_lease_s is not None:
+            gateway.limiter = Limiter(
+                gateway.fleet,
+                app.config.prices,
+                clock_s=clock_s or time.time,
+                slot_lease_s=slot_lease_s or SLOT_LEASE_S,
+            )
         yield server, app
 
 
