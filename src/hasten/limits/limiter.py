@@ -195,6 +195,13 @@ class Enforcement:
         if isinstance(exc, HastenError):
             exc.headers.update(self._headers)  # the app renders it: the same rate headers
         token_delta, cost_usd = self._spent()
+        limits = self._limits
+        if (
+            limits.max_concurrent is None
+            and (limits.tokens_per_minute is None or token_delta == 0)
+            and (limits.budget_usd is None or cost_usd <= 0.0)
+        ):
+            return  # nothing to release or correct: a requests-only key's one call is its admit
         settling = self._limiter.settle(
             self._key_id,
             self._limits,
