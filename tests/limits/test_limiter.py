@@ -245,3 +245,34 @@ def test_concurrent_requests_are_capped_and_slots_freed_on_disconnect(
         assert wait_admitted(gateway.url).status_code == 200
         assert app.gateway is not None
         assert app.gateway.limiter.num_local_admissions >= 4
+
+
+async def _retry_behind_a_stream(url: str) -> tuple[str, float]:
+    """One slow stream holds the key's only slot; the SDK, told to retry, waits it out."""
+    async with httpx.AsyncClient(timeout=30) as http:
+        request = http.build_request(
+            "POST",
+            url + "/v1/chat/completions",
+            json=chat_body("holder", stream=True, max_tokens=100),  # about 2 s of answer
+            headers={"authorization": f"Bearer {KEY}", "cache-control": "no-store"},
+        )
+        holder = await http.send(request, stream=True)
+        client = openai.AsyncOpenAI(base_url=url + "/v1", api_key=KEY, max_retries=6)
+        started_s = time.monotonic()
+        answer = await client.chat.completions.create(**chat_body("waiter"))
+        waited_s = time.monotonic() - started_s
+        await holder.aread()
+        await holder.aclose()
+        await client.close()
+        return answer.choices[0].message.content or "", waited_s
+
+
+def test_the_openai_sdk_honours_retry_after(slow_sim: ServerThread) -> None:
+    config = limited_config(slow_sim.url, KeyLimits(max_concurrent=1))
+    with gateway_of(config) as (gateway, app):
+        content, waited_s = asyncio.run(_retry_behind_a_stream(gateway.url))
+        assert content
+        assert app.gateway is not None
+        assert app.gateway.stats.counts["error_429"] >= 1  # refused first, then admitted
+        # The SDK slept the 1 s retry-after-ms said (its own backoff starts at 0.5 s).
+        assert waited_s >= 1.0
