@@ -2,10 +2,12 @@
 
 One gateway with ``[fleet]`` on a loopback redis-server (limits counted by the Lua
 scripts) and one without (counted in the process), both in front of one zero-latency
-simulator. Each has an unlimited key and a key with all four limits set far above the
-load (so nothing is denied: the cost of counting, not of refusing). Sequential
-non-stream requests, alternated key by key and round by round so machine noise lands on
-all; a miss is a fresh question (an upstream call), an L1 hit the same question again.
+simulator; each server is its own process (this script with ``--serve``), so no two
+share a GIL with each other or with the client. Each has an unlimited key and a key with
+all four limits set far above the load (so nothing is denied: the cost of counting, not of
+refusing). Sequential non-stream requests, interleaved series by series so machine
+noise lands on all; a miss is a fresh question (an upstream call), an L1 hit the same
+question again.
 Reports client-side p50/p90 per (gateway, key, kind) and the p50 the limit adds.
 
     .venv/bin/python bench/limits.py [--requests 300] [--rounds 4]
@@ -19,16 +21,21 @@ import itertools
 import json
 import statistics
 import sys
+import tempfile
 import time
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import httpx
+import uvicorn
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
+
+from server_process import ServerProcess, free_port  # noqa: E402
 
 from hasten.app import HastenApp  # noqa: E402
 from hasten.config import CacheConfig, GatewayConfig, TenantKey  # noqa: E402
@@ -40,7 +47,7 @@ from hasten.limits.spec import KeyLimits  # noqa: E402
 from hasten.server.connection import protocol_for  # noqa: E402
 from hasten.simulator import SimConfig, build_app  # noqa: E402
 from tests.support.gateway import make_config  # noqa: E402
-from tests.support.servers import ServerThread, redis_server  # noqa: E402
+from tests.support.servers import redis_server  # noqa: E402
 
 NUM_WARMUP = 50
 HIGH = 10**9
@@ -108,22 +115,51 @@ async def _limiter_calls(redis_url: str, num_calls: int) -> dict[str, float]:
     return result
 
 
+def _serve(role: str, port: int, sim_url: str, redis_url: str) -> None:
+    """The child process: the simulator or one gateway, under uvicorn on ``port``."""
+    options: dict[str, Any] = {"host": "127.0.0.1", "port": port, "log_level": "warning"}
+    if role == "sim":
+        server_config = uvicorn.Config(build_app(SimConfig(output_tokens=16)), **options)
+    else:
+        config = _config(sim_url, redis_url if role == "redis" else None)
+        http = protocol_for(config.server)
+        server_config = uvicorn.Config(HastenApp(config), lifespan="on", http=http, **options)
+    uvicorn.Server(server_config).run()
+
+
+def _child(role: str, sim_url: str, redis_url: str, log_dir: Path) -> tuple[ServerProcess, str]:
+    port = free_port()
+    argv = [sys.executable, __file__, "--serve", role, "--port", str(port)]
+    argv += ["--sim-url", sim_url, "--redis-url", redis_url]
+    process = ServerProcess(role, argv, log_path=log_dir / f"{role}.log").start()
+    url = f"http://127.0.0.1:{port}"
+    process.wait_ready(url + ("/sim/stats" if role == "sim" else "/healthz"), timeout_s=60)
+    return process, url
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=300, help="per series per round")
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--serve", choices=("sim", "redis", "local"), help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--sim-url", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--redis-url", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve is not None:
+        _serve(args.serve, args.port, args.sim_url, args.redis_url)
+        return
     fresh = itertools.count()
     samples: dict[str, list[float]] = {}
     with ExitStack() as stack:
-        sim = stack.enter_context(ServerThread(build_app(SimConfig(output_tokens=16))))
+        log_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hasten-limits-")))
         redis_url = stack.enter_context(redis_server())
+        sim, sim_url = _child("sim", "", "", log_dir)
+        stack.callback(sim.stop)
         gateways = {}
-        for name, url in (("redis", redis_url), ("local", None)):
-            config = _config(sim.url, url)
-            app = HastenApp(config)
-            server = ServerThread(app, lifespan="on", http=protocol_for(config.server))
-            gateways[name] = stack.enter_context(server).url
+        for name in ("redis", "local"):
+            process, gateways[name] = _child(name, sim_url, redis_url, log_dir)
+            stack.callback(process.stop)
         client = stack.enter_context(httpx.Client(timeout=30))
         series = [(g, k, kind) for g in gateways for k in KEYS for kind in ("miss", "hit")]
         for gateway, key, kind in series:

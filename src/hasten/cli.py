@@ -86,6 +86,11 @@ def _describe(path: str, config: GatewayConfig) -> str:
         lines.append(f"  workers: {config.server.num_workers} gateway processes on one port")
     for tenant, policy in config.tenant_policies.items():
         lines.append(f"  tenant {tenant} policy: {policy.describe()}")
+    for model, price in config.prices.items():
+        lines.append(
+            f"  price {model}: ${price.input_usd_per_1m_tokens:g} in, "
+            f"${price.output_usd_per_1m_tokens:g} out per 1M tokens"
+        )
     cache = config.cache
     lines.append(
         f"  cache: {'on' if cache.is_enabled else 'off'}, backend {cache.backend}, "

@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from hasten import cli
 from hasten.config import parse_config
 from hasten.errors import ConfigError
 from hasten.limits.prices import ModelPrice, price_of
@@ -37,3 +40,16 @@ def test_a_bad_price_is_a_config_error(table: dict[str, object], error: str) -> 
     with pytest.raises(ConfigError) as raised:
         parse_config({"prices": table}, {})
     assert str(raised.value).startswith(error)
+
+
+def test_check_config_lists_prices_and_refuses_a_bad_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = tmp_path / "good.toml"
+    good.write_text('[prices."gpt-4o-mini"]\ninput_usd_per_1m_tokens = 0.15\n')
+    assert cli.main(["check-config", str(good)]) == 0
+    assert "price gpt-4o-mini: $0.15 in, $0 out per 1M tokens" in capsys.readouterr().out
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[prices.m]\noutput_usd_per_1m_tokens = -1\n")
+    assert cli.main(["check-config", str(bad)]) == 2
+    assert "prices.m.output_usd_per_1m_tokens: must be >= 0" in capsys.readouterr().err
