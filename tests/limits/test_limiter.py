@@ -22,7 +22,7 @@ from hasten.limits.spec import KeyLimits
 from hasten.server.connection import protocol_for
 from hasten.simulator import SimConfig, build_app
 from tests.support.gateway import chat_body, make_config
-from tests.support.servers import ServerThread
+from tests.support.servers import ServerThread, free_port
 
 KEY = "sk-limited"
 FREE_KEY = "sk-free"
@@ -276,3 +276,14 @@ def test_the_openai_sdk_honours_retry_after(slow_sim: ServerThread) -> None:
         assert app.gateway.stats.counts["error_429"] >= 1  # refused first, then admitted
         # The SDK slept the 1 s retry-after-ms said (its own backoff starts at 0.5 s).
         assert waited_s >= 1.0
+
+
+def test_a_failed_request_carries_the_headers_and_frees_its_slot() -> None:
+    dead_upstream = f"http://127.0.0.1:{free_port()}"  # nothing listens: connection refused
+    limits = KeyLimits(requests_per_minute=10, tokens_per_minute=1000, max_concurrent=1)
+    with gateway_of(limited_config(dead_upstream, limits)) as (gateway, _):
+        for i in range(2):  # the second finds the first's slot free again
+            failed = _post(gateway.url, chat_body("no answer"), **{"cache-control": "no-store"})
+            assert failed.status_code == 502
+            assert failed.headers["x-ratelimit-remaining-requests"] == str(9 - i)
+            assert int(failed.headers["x-ratelimit-remaining-tokens"]) < 1000
