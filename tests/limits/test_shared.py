@@ -173,3 +173,23 @@ def test_redis_away_limits_per_replica_with_a_warning(
     finally:
         if not is_stopped:
             shared_redis.__exit__(None, None, None)
+
+
+def test_tokens_used_behind_one_replica_count_on_the_others(
+    sim: ServerThread, redis_url: str
+) -> None:
+    with replicas(sim.url, KeyLimits(tokens_per_minute=600), redis_url) as fleet:
+        (first, _), (second, _), _ = fleet
+        headers = {"authorization": f"Bearer {KEY}", "cache-control": "no-store"}
+        used = httpx.post(
+            first.url + "/v1/chat/completions",
+            json=chat_body("long answer", max_tokens=300),
+            headers=headers,
+        )
+        usage = used.json()["usage"]
+        assert usage["completion_tokens"] == 300
+        probe = httpx.post(
+            second.url + "/v1/chat/completions", json=chat_body("probe"), headers=headers
+        )
+        # The bucket refills 10 tokens a second: the 300 are still missing on replica two.
+        assert int(probe.headers["x-ratelimit-remaining-tokens"]) < 600 - 300
