@@ -3,12 +3,12 @@
 One gateway with ``[fleet]`` on a loopback redis-server (limits counted by the Lua
 scripts) and one without (counted in the process), both in front of one zero-latency
 simulator; each server is its own process (this script with ``--serve``), so no two
-share a GIL with each other or with the client. Each has an unlimited key and a key with
+share a GIL with each other or with the client. Each has an unlimited key, a key with
 all four limits set far above the load (so nothing is denied: the cost of counting, not of
-refusing). Sequential non-stream requests, interleaved series by series so machine
-noise lands on all; a miss is a fresh question (an upstream call), an L1 hit the same
-question again.
-Reports client-side p50/p90 per (gateway, key, kind) and the p50 the limit adds.
+refusing), and one with only requests per minute (no settle call). Sequential non-stream
+requests, interleaved series by series so machine noise lands on all; a miss is a fresh
+question (an upstream call), an L1 hit the same question again. Reports client-side
+p50/p90 per (gateway, key, kind) and the p50 each limited key adds to the unlimited one.
 
     .venv/bin/python bench/limits.py [--requests 300] [--rounds 4]
 """
@@ -54,7 +54,7 @@ HIGH = 10**9
 LIMITS = KeyLimits(
     requests_per_minute=HIGH, tokens_per_minute=HIGH, max_concurrent=HIGH, budget_usd=1e9
 )
-KEYS = {"unlimited": "sk-bench-free", "limited": "sk-bench-limited"}
+KEYS = {"unlimited": "sk-bench-free", "limited": "sk-bench-limited", "rpm": "sk-bench-rpm"}
 
 
 def _config(sim_url: str, redis_url: str | None) -> GatewayConfig:
@@ -62,6 +62,10 @@ def _config(sim_url: str, redis_url: str | None) -> GatewayConfig:
     keys = (
         TenantKey("free", KEYS["unlimited"], key_id="free"),
         TenantKey("limited", KEYS["limited"], key_id="bench-limited", limits=LIMITS),
+        # Requests per minute only: nothing to settle, one Redis call per request.
+        TenantKey(
+            "rpm", KEYS["rpm"], key_id="bench-rpm", limits=KeyLimits(requests_per_minute=HIGH)
+        ),
     )
     fleet = FleetConfig(redis_url=redis_url) if redis_url else FleetConfig()
     prices = {"*": ModelPrice(input_usd_per_1m_tokens=1.0, output_usd_per_1m_tokens=2.0)}
@@ -179,17 +183,21 @@ def main() -> None:
     added = {}
     for gateway in ("redis", "local"):
         for kind in ("miss", "hit"):
-            limited = statistics.median(samples[f"{gateway}/limited/{kind}"])
             free = statistics.median(samples[f"{gateway}/unlimited/{kind}"])
-            added[f"{gateway}/{kind}"] = round(limited - free, 4)
+            for key in ("limited", "rpm"):
+                limited = statistics.median(samples[f"{gateway}/{key}/{kind}"])
+                name = f"{gateway}/{kind}" if key == "limited" else f"{gateway}/rpm-only/{kind}"
+                added[name] = round(limited - free, 4)
     report["added_p50_ms"] = added
     calls = report_calls
     print(
         f"limits: added p50 with redis: miss {added['redis/miss']:+.3f} ms, "
-        f"L1 hit {added['redis/hit']:+.3f} ms; in-process: miss {added['local/miss']:+.3f} ms, "
-        f"L1 hit {added['local/hit']:+.3f} ms; limiter alone p50 admit/settle: redis "
-        f"{calls['redis_admit_ms']:.3f}/{calls['redis_settle_ms']:.3f} ms, in-process "
-        f"{calls['local_admit_ms']:.4f}/{calls['local_settle_ms']:.4f} ms"
+        f"L1 hit {added['redis/hit']:+.3f} ms (requests-only key "
+        f"{added['redis/rpm-only/miss']:+.3f} / {added['redis/rpm-only/hit']:+.3f} ms); "
+        f"in-process: miss {added['local/miss']:+.3f} ms, L1 hit {added['local/hit']:+.3f} ms; "
+        f"limiter alone p50 admit/settle: redis {calls['redis_admit_ms']:.3f}/"
+        f"{calls['redis_settle_ms']:.3f} ms, in-process {calls['local_admit_ms']:.4f}/"
+        f"{calls['local_settle_ms']:.4f} ms"
     )
     print(json.dumps(report, indent=2))
 
