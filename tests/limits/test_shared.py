@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -14,6 +15,9 @@ import pytest
 import redis
 
 from hasten.app import HastenApp
+from hasten.config.fleet import FleetConfig
+from hasten.fleet.link import FleetLink
+from hasten.limits.limiter import Limiter
 from hasten.limits.spec import KeyLimits
 from hasten.simulator import SimConfig, build_app
 from tests.limits.test_limiter import FREE_KEY, KEY, gateway_of, limited_config
@@ -193,3 +197,28 @@ def test_tokens_used_behind_one_replica_count_on_the_others(
         )
         # The bucket refills 10 tokens a second: the 300 are still missing on replica two.
         assert int(probe.headers["x-ratelimit-remaining-tokens"]) < 600 - 300
+
+
+def test_redis_lost_between_admit_and_settle_loses_only_the_correction() -> None:
+    """Admitted in Redis, Redis gone by the end: settling neither fails nor keeps renewing."""
+
+    async def run(url: str, server: contextlib.AbstractContextManager[str]) -> list[object]:
+        link = FleetLink(FleetConfig(redis_url=url))
+        limiter = Limiter(link)
+        limits = KeyLimits(max_concurrent=1, tokens_per_minute=100)
+        try:
+            verdict, is_shared = await limiter.admit("lost", limits, "r1", 10)
+            assert limiter.num_held_slots == 1
+            server.__exit__(None, None, None)  # Redis goes away mid-request
+            await limiter.settle("lost", limits, "r1", is_shared, 5, 0.0)
+            after, is_after_shared = await limiter.admit("lost", limits, "r2", 10)
+            assert limiter.num_held_slots == 0  # nothing left to renew
+            return [verdict.is_allowed, is_shared, after.is_allowed, is_after_shared]
+        finally:
+            await limiter.aclose()
+            await link.aclose()
+
+    server = redis_server(free_port())
+    url = server.__enter__()
+    # The second admission is counted on this replica (Redis away): allowed, not shared.
+    assert asyncio.run(run(url, server)) == [True, True, True, False]

@@ -69,6 +69,11 @@ class Limiter:
         self._settling: set[asyncio.Task[None]] = set()
         self.num_local_admissions = 0  # counted on this replica only (no fleet, Redis away)
 
+    @property
+    def num_held_slots(self) -> int:
+        """Fleet slots this replica holds (and renews) for requests in progress."""
+        return len(self._held)
+
     def enforce(self, request: Exchange) -> contextlib.AbstractAsyncContextManager[object]:
         """The context the answer runs in; a no-op for a key without limits."""
         caller = request.caller
