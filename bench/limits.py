@@ -131,14 +131,16 @@ def _serve(role: str, port: int, sim_url: str, redis_url: str) -> None:
     uvicorn.Server(server_config).run()
 
 
-def _child(role: str, sim_url: str, redis_url: str, log_dir: Path) -> tuple[ServerProcess, str]:
+def _child(role: str, sim_url: str, redis_url: str, stack: ExitStack, log_dir: Path) -> str:
+    """Starts one server process (stopped with ``stack``, even if it never gets ready)."""
     port = free_port()
     argv = [sys.executable, __file__, "--serve", role, "--port", str(port)]
     argv += ["--sim-url", sim_url, "--redis-url", redis_url]
     process = ServerProcess(role, argv, log_path=log_dir / f"{role}.log").start()
+    stack.callback(process.stop)
     url = f"http://127.0.0.1:{port}"
     process.wait_ready(url + ("/sim/stats" if role == "sim" else "/healthz"), timeout_s=60)
-    return process, url
+    return url
 
 
 def main() -> None:
@@ -158,12 +160,10 @@ def main() -> None:
     with ExitStack() as stack:
         log_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hasten-limits-")))
         redis_url = stack.enter_context(redis_server())
-        sim, sim_url = _child("sim", "", "", log_dir)
-        stack.callback(sim.stop)
-        gateways = {}
-        for name in ("redis", "local"):
-            process, gateways[name] = _child(name, sim_url, redis_url, log_dir)
-            stack.callback(process.stop)
+        sim_url = _child("sim", "", "", stack, log_dir)
+        gateways = {
+            name: _child(name, sim_url, redis_url, stack, log_dir) for name in ("redis", "local")
+        }
         client = stack.enter_context(httpx.Client(timeout=30))
         series = [(g, k, kind) for g in gateways for k in KEYS for kind in ("miss", "hit")]
         for gateway, key, kind in series:
