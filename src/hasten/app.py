@@ -26,6 +26,7 @@ from hasten.gateway import EngineStatus, Gateway, Stats
 from hasten.keys import endpoints as key_endpoints
 from hasten.keys.access import visible_models
 from hasten.keys.factory import build_key_directory
+from hasten.limits.limiter import Limiter
 from hasten.metrics.endpoint import OBSERVED_SCOPE_KEY, build_metrics, serve_metrics
 from hasten.openapi import openapi_json
 from hasten.policy import POLICY_HEADER, PolicyBook
@@ -124,6 +125,7 @@ class HastenApp:
             fleet=fleet,
             keys=keys,
         )
+        gateway.limiter = Limiter(gateway.fleet, self.config.prices)
         if self.config.metrics.is_enabled:
             gateway.metrics = build_metrics(gateway, transport, self._engine)
             gateway.observers.append(gateway.metrics)
@@ -152,6 +154,7 @@ class HastenApp:
         await gateway.client.aclose()
         if gateway.keys is not None:
             await gateway.keys.aclose()
+        await gateway.limiter.aclose()
         if gateway.fleet is not None:
             await gateway.fleet.aclose()
         await gateway.tracing.shutdown()

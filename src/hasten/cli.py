@@ -103,6 +103,11 @@ def _describe(path: str, config: GatewayConfig) -> str:
         lines.append(f"  tenant {tenant} policy: {policy.describe()}")
     if config.keys.is_enabled:
         lines.append("  " + describe_keys(config.keys))
+    for model, price in config.prices.items():
+        lines.append(
+            f"  price {model}: ${price.input_usd_per_1m_tokens:g} in, "
+            f"${price.output_usd_per_1m_tokens:g} out per 1M tokens"
+        )
     cache = config.cache
     lines.append(
         f"  cache: {'on' if cache.is_enabled else 'off'}, backend {cache.backend}, "

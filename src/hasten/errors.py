@@ -23,6 +23,7 @@ Our exception hierarchy::
     |   +-- AdminDisabled
     +-- RateLimited              429 rate_limit_error, Retry-After when known
     |   +-- TooManyConnections
+    |   +-- BudgetExceeded       429 insufficient_quota: a key's spend budget is used up
     +-- UpstreamError            502 upstream_error
     |   +-- UpstreamConnectError 502 upstream_unreachable: nothing was sent, safe to retry
     |   +-- UpstreamTimeout      504 timeout_error
@@ -174,6 +175,13 @@ class RateLimited(HastenError):
 
 class TooManyConnections(RateLimited):
     default_code = "too_many_connections"
+
+
+class BudgetExceeded(RateLimited):
+    """A gateway key spent its budget for the period (OpenAI's out-of-quota 429)."""
+
+    error_type = "insufficient_quota"
+    default_code = "insufficient_quota"
 
 
 class UpstreamError(HastenError):

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 from hasten.auth import Authenticator
 from hasten.cache import TieredCache
 from hasten.config import GatewayConfig
+from hasten.limits.limiter import Limiter
 from hasten.metrics.outcome import Observer
 from hasten.policy import PolicyBook
 from hasten.proxy.flight import Coalescer
@@ -81,3 +82,4 @@ class Gateway:
     dashboard: Dashboard | None = None  # GET /dashboard; built by the app at startup
     fleet: FleetLink | None = None  # the replicas' shared Redis ([fleet] redis_url)
     keys: KeyDirectory | None = None  # virtual keys ([keys] enabled), also in ``auth``
+    limiter: Limiter = field(default_factory=Limiter)  # gateway keys' limits

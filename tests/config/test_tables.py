@@ -298,7 +298,7 @@ def test_with_upstream_rejects_bad_url() -> None:
         (
             "bogus = 1\n",
             "bogus",
-            "aliases, cache, fleet, hybrid, keys, local, metrics, models, semantic, server",
+            "aliases, cache, fleet, hybrid, keys, local, metrics, models, prices, semantic, server",
         ),
         ("[server]\nhots = 'x'\n", "server.hots", "host"),
         ("[cache]\nbakend = 'memory'\n", "cache.bakend", "backend"),

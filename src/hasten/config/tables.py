@@ -19,6 +19,7 @@ from hasten.config.reader import TomlTable, read_toml_file
 from hasten.config.semantic import SemanticConfig, parse_semantic
 from hasten.config.telemetry import TelemetryConfig, parse_telemetry
 from hasten.errors import ConfigError
+from hasten.limits.prices import ModelPrice, parse_prices
 from hasten.limits.spec import KeyLimits
 from hasten.local.config import LocalServerConfig, parse_local
 from hasten.metrics.settings import MetricsConfig, parse_metrics
@@ -178,6 +179,7 @@ class GatewayConfig:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     fleet: FleetConfig = field(default_factory=FleetConfig)  # replicas sharing one Redis
     keys: KeysConfig = field(default_factory=KeysConfig)  # virtual keys (hasten.keys)
+    prices: Mapping[str, ModelPrice] = field(default_factory=dict)  # [prices."<model>"]
 
     @property
     def is_simulated(self) -> bool:
@@ -507,6 +509,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str]) -> GatewayConf
     tenant_policies = _tenant_policies(
         root.table("tenants"), server.api_keys, has_virtual_keys=keys.is_enabled
     )
+    prices = parse_prices(root.table("prices"))  # what budgets charge (hasten.limits)
     root.finish()
     return GatewayConfig(
         semantic=semantic,
@@ -514,6 +517,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str]) -> GatewayConf
         metrics=metrics,
         fleet=fleet,
         keys=keys,
+        prices=prices,
         server=server,
         upstreams=upstreams,
         models=models,

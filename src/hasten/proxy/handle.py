@@ -148,11 +148,13 @@ async def handle(
         exchange = await _exchange(gateway, endpoint, scope, receive, send, request_id, started_s)
         exchange.trace = trace
         describe_request(trace, endpoint.name, exchange.body)
-        with DisconnectWatcher(receive):
-            if not gateway.observers:
-                await _dispatch(gateway, exchange)
-                return
-            await _observed(gateway, exchange)
+        # The key's limits (hasten.limits): a no-op for a key without any.
+        async with gateway.limiter.enforce(exchange):
+            with DisconnectWatcher(receive):
+                if not gateway.observers:
+                    await _dispatch(gateway, exchange)
+                    return
+                await _observed(gateway, exchange)
 
 
 async def _exchange(
@@ -571,7 +573,7 @@ async def _serve_flight(gateway: Gateway, ex: Exchange, flight: Flight, label: b
     describe_answer(ex.trace, flight.status, flight.chunks, is_stream=True)
     if flight.error is not None:
         ex.trace.fail(flight.error)
-    if ex.is_usage_added and ex.track is not None:
+    if ex.is_usage_added:  # for the metrics and a key's token limit
         ex.usage_tail = b"".join(flight.chunks[-2:])  # the client's copy has no usage
 
 
