@@ -37,6 +37,8 @@ Our exception hierarchy::
     ContextTooLong               (ValueError) a prompt that can never fit the KV cache
     DamagedCacheEntry            (ValueError) a cache entry that fails its checksum
     OutdatedCacheEntry           (ValueError) a cache entry from before checksums
+    MalformedNews                (ValueError) a fleet routing-news entry this replica
+                                 cannot read (skipped)
     ReportDependencyMissing      (ImportError) `hasten bench --png` without matplotlib
 """
 
@@ -249,3 +251,7 @@ class DoctorError(Exception):
 
 class FleetUnavailable(Exception):
     """The fleet's Redis failed or is backing off; callers fall back to local state."""
+
+
+class MalformedNews(ValueError):
+    """An entry of the fleet's routing news that cannot be read; it is skipped whole."""

@@ -21,6 +21,7 @@ from hasten.upstream.client import UpstreamClient
 if TYPE_CHECKING:
     from hasten.dashboard import Dashboard
     from hasten.fleet.link import FleetLink
+    from hasten.fleet.routing import RoutingSync
     from hasten.metrics.registry import Metrics
     from hasten.semantic.tier import SemanticTier
 
@@ -79,3 +80,4 @@ class Gateway:
     observers: list[Observer] = field(default_factory=list)
     dashboard: Dashboard | None = None  # GET /dashboard; built by the app at startup
     fleet: FleetLink | None = None  # the replicas' shared Redis ([fleet] redis_url)
+    fleet_routing: RoutingSync | None = None  # shared routing state ([fleet] shared_routing)
