@@ -21,9 +21,9 @@ from hasten.config import GatewayConfig
 from hasten.config.served import served_config
 from hasten.dashboard.window import RollingWindow
 from hasten.errors import ClientGone, HastenError, MethodNotAllowed, NotFound
-from hasten.gateway import EngineStatus, Gateway, Stats
 from hasten.fleet.link import FleetLink
 from hasten.fleet.routing import RoutingSync
+from hasten.gateway import EngineStatus, Gateway, Stats
 from hasten.metrics.endpoint import OBSERVED_SCOPE_KEY, build_metrics, serve_metrics
 from hasten.openapi import openapi_json
 from hasten.policy import POLICY_HEADER, PolicyBook

@@ -138,7 +138,7 @@ def run_fleet(
             num_requests, num_hedges = budgets[syncing].take_counts()
             stored[0] += num_requests
             stored[1] += num_hedges
-            budgets[syncing].apply_fleet(FleetCounts(*stored, num_replicas, now_s))
+            budgets[syncing].apply_fleet(FleetCounts(stored[0], stored[1], num_replicas, now_s))
             for i, budget in enumerate(budgets):
                 for _ in range(num_per_phase):
                     budget.record_request(now_s)

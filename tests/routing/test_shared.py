@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hasten.routing.breaker import BreakerState
 from hasten.routing.pool import DeploymentPool
+from hasten.routing.settings import RoutingConfig
 from hasten.routing.shared import (
     MAX_PENDING,
     Observation,
@@ -13,7 +14,6 @@ from hasten.routing.shared import (
     Trip,
 )
 from tests.support.routing import BREAKER, make_pool, teach
-from hasten.routing.settings import RoutingConfig
 
 
 def sharing_pool(seed: int = 1) -> tuple[DeploymentPool, list[int]]:

@@ -280,9 +280,7 @@ class RoutingSync:
             "published_entries": self.num_published,
             "published_trips": self.num_published_trips,
             "remote_entries": self.num_remote_entries,
-            "remote_observations": sum(
-                p.num_remote_observations for p in self._pools.values()
-            ),
+            "remote_observations": sum(p.num_remote_observations for p in self._pools.values()),
             "remote_trips": self.num_remote_trips,
             "malformed_entries": self.num_malformed,
         }

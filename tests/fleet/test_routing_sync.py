@@ -1,0 +1,224 @@
+"""Shared routing state across replicas: three in-process gateways, one real redis-server,
+simulators on loopback.
+
+No test asserts anything was fast: latencies only set which deployment is slow (a 250 ms
+TTFT against ~0 ms), and every wait is a bounded poll for a state the replicas report.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from dataclasses import replace
+from typing import Any
+
+import httpx
+
+from hasten.config import (
+    CacheConfig,
+    GatewayConfig,
+    ModelRoute,
+    ServerConfig,
+    TimeoutConfig,
+    UpstreamConfig,
+)
+from hasten.config.fleet import FleetConfig
+from hasten.routing.settings import BreakerConfig, DeploymentConfig, HedgeConfig, RoutingConfig
+from hasten.simulator import SimConfig, build_app
+from tests.support.gateway import FAST_RETRY, chat_body, running_gateway, sim_stats
+from tests.support.servers import ServerThread, redis_server
+
+ADMIN_KEY = "fleet-routing-admin"
+ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
+DEGRADED = SimConfig(ttft_base_ms=250, output_tokens=3)
+HEALTHY = SimConfig(output_tokens=3)
+MAX_POLLS = 200  # x 50 ms: a bound on every wait, never a threshold
+
+
+def fleet_config(
+    redis_url: str, sims: dict[str, ServerThread], routing: RoutingConfig
+) -> GatewayConfig:
+    upstreams = {
+        name: UpstreamConfig(
+            name=name, url=sim.url + "/v1", timeouts=TimeoutConfig(total_s=30), retry=FAST_RETRY
+        )
+        for name, sim in sims.items()
+    }
+    deployments = tuple(DeploymentConfig(upstream=name) for name in sims)
+    route = ModelRoute(
+        name="*",
+        upstream=deployments[0].upstream,
+        routing=replace(routing, deployments=deployments),
+    )
+    return GatewayConfig(
+        server=ServerConfig(admin_api_key=ADMIN_KEY),
+        upstreams=upstreams,
+        models={"*": route},
+        cache=CacheConfig(is_enabled=False),
+        fleet=FleetConfig(redis_url=redis_url),
+    )
+
+
+@contextmanager
+def fleet(
+    sim_configs: dict[str, SimConfig], routing: RoutingConfig, num_replicas: int = 3
+) -> Iterator[tuple[list[ServerThread], dict[str, ServerThread], GatewayConfig]]:
+    with ExitStack() as stack:
+        url = stack.enter_context(redis_server())
+        sims = {n: stack.enter_context(ServerThread(build_app(c))) for n, c in sim_configs.items()}
+        config = fleet_config(url, sims, routing)
+        gateways = [stack.enter_context(running_gateway(config)) for _ in range(num_replicas)]
+        for gateway in gateways:
+            poll(lambda g=gateway: fleet_state(g)["replicas_seen"] >= num_replicas)
+        yield gateways, sims, config
+
+
+def poll(predicate: Callable[[], bool]) -> None:
+    for _ in range(MAX_POLLS):
+        if predicate():
+            return
+        time.sleep(0.05)
+    assert predicate()
+
+
+def admin_routing(gateway: ServerThread) -> dict[str, Any]:
+    response = httpx.get(f"{gateway.url}/admin/routing", headers=ADMIN, timeout=10)
+    return response.json()  # type: ignore[no-any-return]
+
+
+def pool_state(gateway: ServerThread) -> dict[str, Any]:
+    return admin_routing(gateway)["models"]["*"]  # type: ignore[no-any-return]
+
+
+def fleet_state(gateway: ServerThread) -> dict[str, Any]:
+    return admin_routing(gateway)["fleet"]  # type: ignore[no-any-return]
+
+
+def deployment(gateway: ServerThread, name: str) -> dict[str, Any]:
+    return pool_state(gateway)["deployments"][name]  # type: ignore[no-any-return]
+
+
+def ask(gateway: ServerThread, content: str) -> httpx.Response:
+    response = httpx.post(
+        f"{gateway.url}/v1/chat/completions", json=chat_body(content), timeout=60
+    )
+    assert response.status_code == 200, response.text
+    return response
+
+
+def num_requests(sim: ServerThread) -> int:
+    return int(sim_stats(sim.url)["num_requests"])
+
+
+def test_a_deployment_degraded_behind_one_replica_is_avoided_by_the_others() -> None:
+    with fleet({"good": HEALTHY, "slow": DEGRADED}, RoutingConfig()) as (gateways, sims, _):
+        first, *others = gateways
+        taught = 0
+        # Replica 1 alone learns; P2C tries the unknown deployment within a few requests.
+        while taught < 20 and not all(deployment(first, n)["samples"] for n in sims):
+            ask(first, f"teach {taught}")
+            taught += 1
+        learnt = {n: deployment(first, n)["samples"] for n in sims}
+        assert all(learnt.values()), learnt
+        for other in others:
+            poll(lambda o=other: all(deployment(o, n)["samples"] >= learnt[n] for n in sims))
+            assert deployment(other, "slow")["attempts"] == 0  # learnt, not tried
+        slow_before = num_requests(sims["slow"])
+        for i in range(10):
+            for other in others:
+                assert ask(other, f"avoid {i}").headers["x-hasten-upstream"] == "good"
+        # Fleet-wide, the slow deployment had only the requests replica 1 needed to learn.
+        assert num_requests(sims["slow"]) == slow_before <= taught <= 20
+        assert fleet_state(others[0])["remote_observations"] >= sum(learnt.values())
+
+
+def test_a_breaker_tripped_on_one_replica_is_skipped_by_the_others() -> None:
+    breaker = BreakerConfig(max_consecutive_failures=3, cooldown_s=60.0, max_cooldown_s=60.0)
+    failing = SimConfig(error_rate=1.0)
+    sim_configs = {"a": HEALTHY, "b": HEALTHY, "broken": failing}
+    with fleet(sim_configs, RoutingConfig(breaker=breaker)) as (gateways, sims, config):
+        first, *others = gateways
+        for i in range(60):
+            if deployment(first, "broken")["breaker"]["state"] == "open":
+                break
+            ask(first, f"trip {i}")  # a 500 fails over: the client still gets its answer
+        assert deployment(first, "broken")["breaker"]["state"] == "open"
+        for other in others:
+            poll(lambda o=other: deployment(o, "broken")["breaker"]["state"] == "open")
+            assert fleet_state(other)["remote_trips"] == 1
+        broken_before = num_requests(sims["broken"])
+        for i in range(10):
+            for other in others:
+                assert ask(other, f"skip {i}").headers["x-hasten-upstream"] in ("a", "b")
+        assert num_requests(sims["broken"]) == broken_before
+        for other in others:
+            state = deployment(other, "broken")
+            assert state["attempts"] == 0 and state["failures"] == 0
+            assert state["breaker"]["consecutive_failures"] == 0
+        # A replica starting now reads the trip from its key (PX = the remaining cooldown).
+        with running_gateway(config) as late:
+            poll(lambda: fleet_state(late)["syncs"] >= 1)
+            assert deployment(late, "broken")["breaker"]["state"] == "open"
+
+
+def run_load(
+    gateways: Sequence[ServerThread], num_per_replica: int, prompt: Callable[[int, int], str]
+) -> None:
+    """``num_per_replica`` requests to each replica, four at a time per replica."""
+
+    def one(job: tuple[int, int]) -> None:
+        replica, i = job
+        ask(gateways[replica], prompt(replica, i))
+
+    jobs = [(r, i) for i in range(num_per_replica) for r in range(len(gateways))]
+    with ThreadPoolExecutor(max_workers=4 * len(gateways)) as pool:
+        list(pool.map(one, jobs))
+
+
+def hedge_counts(gateways: Sequence[ServerThread]) -> list[tuple[int, int]]:
+    states = [pool_state(g) for g in gateways]
+    return [(int(s["requests"]), int(s["hedges"])) for s in states]
+
+
+# Every request outwaits the fixed 20 ms hedge delay (its TTFT is 150 ms).
+HEDGING = RoutingConfig(
+    hedge=HedgeConfig(
+        is_enabled=True, min_delay_ms=20, max_delay_ms=20, max_hedges=1, budget=0.05
+    ),
+    is_affinity_enabled=False,
+)
+# The bound on the fleet's excess: one hedge per replica (see docs/fleet.md).
+MAX_EXCESS_HEDGES = 3
+
+
+def test_the_fleets_hedges_stay_within_its_budget_when_every_request_wants_one() -> None:
+    slow = SimConfig(ttft_base_ms=150, output_tokens=2)
+    with fleet({"a": slow, "b": slow}, HEDGING) as (gateways, _, _):
+        run_load(gateways, 120, lambda r, i: f"hedge {r} {i}")
+        counts = hedge_counts(gateways)
+    num_requests_fleet = sum(r for r, _ in counts)
+    num_hedges_fleet = sum(h for _, h in counts)
+    assert num_requests_fleet == 360
+    assert num_hedges_fleet <= 0.05 * num_requests_fleet + MAX_EXCESS_HEDGES, counts
+    assert num_hedges_fleet >= 5  # the budget was used, not starved
+
+
+def test_one_replica_may_spend_the_headroom_the_others_leave() -> None:
+    # TTFT grows with the prompt: replica 1's long prompts want hedges, the others' do not.
+    sim = SimConfig(prefill_ms_per_token=1.0, output_tokens=2)
+    long_words = " ".join(f"w{k}" for k in range(150))
+
+    def prompt(replica: int, i: int) -> str:
+        return f"{i} {long_words}" if replica == 0 else f"short {replica} {i}"
+
+    with fleet({"a": sim, "b": sim}, HEDGING) as (gateways, _, _):
+        run_load(gateways, 120, prompt)
+        counts = hedge_counts(gateways)
+    num_requests_fleet = sum(r for r, _ in counts)
+    num_hedges_fleet = sum(h for _, h in counts)
+    own_requests, own_hedges = counts[0]
+    assert num_hedges_fleet <= 0.05 * num_requests_fleet + MAX_EXCESS_HEDGES, counts
+    # More than its own 5%: a per-replica budget would have refused these.
+    assert own_hedges > 0.05 * own_requests + MAX_EXCESS_HEDGES, counts
