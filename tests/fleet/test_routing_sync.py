@@ -57,7 +57,9 @@ def fleet_config(
         upstreams=upstreams,
         models={"*": route},
         cache=CacheConfig(is_enabled=False),
-        fleet=FleetConfig(redis_url=redis_url),
+        # Three gateways, their simulators and the clients share one Python process (and
+        # its GIL) here: a generous timeout keeps a starved tick from reading as Redis away.
+        fleet=FleetConfig(redis_url=redis_url, op_timeout_s=2.0),
     )
 
 
@@ -100,9 +102,10 @@ def deployment(gateway: ServerThread, name: str) -> dict[str, Any]:
     return pool_state(gateway)["deployments"][name]  # type: ignore[no-any-return]
 
 
-def ask(gateway: ServerThread, content: str) -> httpx.Response:
+def ask(gateway: ServerThread, content: str, *, is_idempotent: bool = True) -> httpx.Response:
+    headers = {} if is_idempotent else {"x-hasten-idempotent": "false"}
     response = httpx.post(
-        f"{gateway.url}/v1/chat/completions", json=chat_body(content), timeout=60
+        f"{gateway.url}/v1/chat/completions", json=chat_body(content), headers=headers, timeout=60
     )
     assert response.status_code == 200, response.text
     return response
@@ -164,13 +167,14 @@ def test_a_breaker_tripped_on_one_replica_is_skipped_by_the_others() -> None:
 
 
 def run_load(
-    gateways: Sequence[ServerThread], num_per_replica: int, prompt: Callable[[int, int], str]
+    gateways: Sequence[ServerThread], num_per_replica: int, hedging: Sequence[bool]
 ) -> None:
-    """``num_per_replica`` requests to each replica, four at a time per replica."""
+    """``num_per_replica`` requests to each replica, four at a time per replica; those to a
+    replica not ``hedging`` are marked non-idempotent (counted, never hedged)."""
 
     def one(job: tuple[int, int]) -> None:
         replica, i = job
-        ask(gateways[replica], prompt(replica, i))
+        ask(gateways[replica], f"load {replica} {i}", is_idempotent=hedging[replica])
 
     jobs = [(r, i) for i in range(num_per_replica) for r in range(len(gateways))]
     with ThreadPoolExecutor(max_workers=4 * len(gateways)) as pool:
@@ -189,36 +193,31 @@ HEDGING = RoutingConfig(
     ),
     is_affinity_enabled=False,
 )
+SLOW = SimConfig(ttft_base_ms=150, output_tokens=2)
+NUM_PER_REPLICA = 100
 # The bound on the fleet's excess: one hedge per replica (see docs/fleet.md).
 MAX_EXCESS_HEDGES = 3
 
 
 def test_the_fleets_hedges_stay_within_its_budget_when_every_request_wants_one() -> None:
-    slow = SimConfig(ttft_base_ms=150, output_tokens=2)
-    with fleet({"a": slow, "b": slow}, HEDGING) as (gateways, _, _):
-        run_load(gateways, 120, lambda r, i: f"hedge {r} {i}")
+    with fleet({"a": SLOW, "b": SLOW}, HEDGING) as (gateways, _, _):
+        run_load(gateways, NUM_PER_REPLICA, [True, True, True])
         counts = hedge_counts(gateways)
     num_requests_fleet = sum(r for r, _ in counts)
     num_hedges_fleet = sum(h for _, h in counts)
-    assert num_requests_fleet == 360
+    assert num_requests_fleet == 3 * NUM_PER_REPLICA
     assert num_hedges_fleet <= 0.05 * num_requests_fleet + MAX_EXCESS_HEDGES, counts
     assert num_hedges_fleet >= 5  # the budget was used, not starved
 
 
 def test_one_replica_may_spend_the_headroom_the_others_leave() -> None:
-    # TTFT grows with the prompt: replica 1's long prompts want hedges, the others' do not.
-    sim = SimConfig(prefill_ms_per_token=1.0, output_tokens=2)
-    long_words = " ".join(f"w{k}" for k in range(150))
-
-    def prompt(replica: int, i: int) -> str:
-        return f"{i} {long_words}" if replica == 0 else f"short {replica} {i}"
-
-    with fleet({"a": sim, "b": sim}, HEDGING) as (gateways, _, _):
-        run_load(gateways, 120, prompt)
+    with fleet({"a": SLOW, "b": SLOW}, HEDGING) as (gateways, _, _):
+        run_load(gateways, NUM_PER_REPLICA, [True, False, False])
         counts = hedge_counts(gateways)
     num_requests_fleet = sum(r for r, _ in counts)
     num_hedges_fleet = sum(h for _, h in counts)
     own_requests, own_hedges = counts[0]
     assert num_hedges_fleet <= 0.05 * num_requests_fleet + MAX_EXCESS_HEDGES, counts
-    # More than its own 5%: a per-replica budget would have refused these.
-    assert own_hedges > 0.05 * own_requests + MAX_EXCESS_HEDGES, counts
+    # A budget of its own would stop at 5% of its own requests; the fleet's lets it have
+    # much of what the others leave (ideally 15% here; 12% measured).
+    assert own_hedges > 0.05 * own_requests + 1, counts
