@@ -98,9 +98,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
             for _ in range(args.rounds):
                 for name, url in urls.items():
                     for _ in range(args.requests):
-                        response = client.post(
-                            f"{url}/v1/chat/completions", json=_body(n := n + 1)
-                        )
+                        response = client.post(f"{url}/v1/chat/completions", json=_body(n := n + 1))
                         rtt[name].append(response.elapsed.total_seconds() * 1000.0)
                         gateway[name].append(_gateway_ms(response))
             fleet = client.get(
@@ -114,8 +112,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
         "client_p50_ms": {k: round(statistics.median(v), 4) for k, v in rtt.items()},
         "gateway_p50_ms": {k: round(statistics.median(v), 4) for k, v in gateway.items()},
         "on_sync": {
-            k: fleet[k]
-            for k in ("syncs", "sync_failures", "remote_entries", "remote_observations")
+            k: fleet[k] for k in ("syncs", "sync_failures", "remote_entries", "remote_observations")
         },
     }
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import httpx
@@ -73,7 +74,7 @@ def fleet(
         config = fleet_config(url, sims, routing)
         gateways = [stack.enter_context(running_gateway(config)) for _ in range(num_replicas)]
         for gateway in gateways:
-            poll(lambda g=gateway: fleet_state(g)["replicas_seen"] >= num_replicas)
+            poll(partial(sees_replicas, gateway, num_replicas))
         yield gateways, sims, config
 
 
@@ -102,6 +103,18 @@ def deployment(gateway: ServerThread, name: str) -> dict[str, Any]:
     return pool_state(gateway)["deployments"][name]  # type: ignore[no-any-return]
 
 
+def sees_replicas(gateway: ServerThread, num: int) -> bool:
+    return int(fleet_state(gateway)["replicas_seen"]) >= num
+
+
+def has_samples(gateway: ServerThread, wanted: dict[str, int]) -> bool:
+    return all(deployment(gateway, n)["samples"] >= num for n, num in wanted.items())
+
+
+def is_open(gateway: ServerThread, name: str) -> bool:
+    return bool(deployment(gateway, name)["breaker"]["state"] == "open")
+
+
 def ask(gateway: ServerThread, content: str, *, is_idempotent: bool = True) -> httpx.Response:
     headers = {} if is_idempotent else {"x-hasten-idempotent": "false"}
     response = httpx.post(
@@ -126,7 +139,7 @@ def test_a_deployment_degraded_behind_one_replica_is_avoided_by_the_others() -> 
         learnt = {n: deployment(first, n)["samples"] for n in sims}
         assert all(learnt.values()), learnt
         for other in others:
-            poll(lambda o=other: all(deployment(o, n)["samples"] >= learnt[n] for n in sims))
+            poll(partial(has_samples, other, learnt))
             assert deployment(other, "slow")["attempts"] == 0  # learnt, not tried
         slow_before = num_requests(sims["slow"])
         for i in range(10):
@@ -144,12 +157,12 @@ def test_a_breaker_tripped_on_one_replica_is_skipped_by_the_others() -> None:
     with fleet(sim_configs, RoutingConfig(breaker=breaker)) as (gateways, sims, config):
         first, *others = gateways
         for i in range(60):
-            if deployment(first, "broken")["breaker"]["state"] == "open":
+            if is_open(first, "broken"):
                 break
             ask(first, f"trip {i}")  # a 500 fails over: the client still gets its answer
-        assert deployment(first, "broken")["breaker"]["state"] == "open"
+        assert is_open(first, "broken")
         for other in others:
-            poll(lambda o=other: deployment(o, "broken")["breaker"]["state"] == "open")
+            poll(partial(is_open, other, "broken"))
             assert fleet_state(other)["remote_trips"] == 1
         broken_before = num_requests(sims["broken"])
         for i in range(10):
@@ -163,7 +176,7 @@ def test_a_breaker_tripped_on_one_replica_is_skipped_by_the_others() -> None:
         # A replica starting now reads the trip from its key (PX = the remaining cooldown).
         with running_gateway(config) as late:
             poll(lambda: fleet_state(late)["syncs"] >= 1)
-            assert deployment(late, "broken")["breaker"]["state"] == "open"
+            assert is_open(late, "broken")
 
 
 def run_load(
@@ -188,9 +201,7 @@ def hedge_counts(gateways: Sequence[ServerThread]) -> list[tuple[int, int]]:
 
 # Every request outwaits the fixed 20 ms hedge delay (its TTFT is 150 ms).
 HEDGING = RoutingConfig(
-    hedge=HedgeConfig(
-        is_enabled=True, min_delay_ms=20, max_delay_ms=20, max_hedges=1, budget=0.05
-    ),
+    hedge=HedgeConfig(is_enabled=True, min_delay_ms=20, max_delay_ms=20, max_hedges=1, budget=0.05),
     is_affinity_enabled=False,
 )
 SLOW = SimConfig(ttft_base_ms=150, output_tokens=2)
