@@ -29,7 +29,7 @@ from hasten.config.fleet import FleetConfig
 from hasten.routing.settings import BreakerConfig, DeploymentConfig, HedgeConfig, RoutingConfig
 from hasten.simulator import SimConfig, build_app
 from tests.support.gateway import FAST_RETRY, chat_body, running_gateway, sim_stats
-from tests.support.servers import ServerThread, redis_server
+from tests.support.servers import ServerThread, free_port, redis_server
 
 ADMIN_KEY = "fleet-routing-admin"
 ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
@@ -232,3 +232,13 @@ def test_one_replica_may_spend_the_headroom_the_others_leave() -> None:
     # A budget of its own would stop at 5% of its own requests; the fleet's lets it have
     # much of what the others leave (ideally 15% here; 12% measured).
     assert own_hedges > 0.05 * own_requests + 1, counts
+
+
+def test_shared_routing_off_keeps_every_replica_to_itself() -> None:
+    with ServerThread(build_app(HEALTHY)) as sim:
+        config = fleet_config(f"redis://127.0.0.1:{free_port()}/0", {"a": sim}, RoutingConfig())
+        config = replace(config, fleet=replace(config.fleet, is_sharing_routing=False))
+        with running_gateway(config) as gateway:
+            ask(gateway, "alone")
+            assert "fleet" not in admin_routing(gateway)
+            assert pool_state(gateway)["hedge_budget"]["fleet"] is None
