@@ -4,11 +4,11 @@ Two gateways measured in front of the same two zero-latency simulators (one rout
 deployments): "off" has no ``[fleet]``; "on" shares its routing state through a throwaway
 redis-server on loopback, with two more sharing replicas under background load so that it
 folds in their news every tick, as in a fleet. Sequential non-stream cache misses, the two
-measured gateways alternated round by round so machine noise lands on both. Reports the
+measured gateways alternated request by request so machine noise lands on both. Reports the
 p50 of the client's round trip and of the gateway's own ``server-timing``, and what the
 "on" gateway's sync did meanwhile. Prints one summary line, then the figures as JSON.
 
-    .venv/bin/python bench/fleet_routing.py [--requests 300] [--rounds 4]
+    .venv/bin/python bench/fleet_routing.py [--requests 1500] [--peer-pause-s 0.02]
 """
 
 from __future__ import annotations
@@ -64,14 +64,14 @@ def _gateway_ms(response: httpx.Response) -> float:
     return float(response.headers["server-timing"].split("hasten;dur=")[1].split(",")[0])
 
 
-def _peer_load(urls: list[str], stop: threading.Event) -> None:
+def _peer_load(urls: list[str], stop: threading.Event, pause_s: float) -> None:
     """The two peers' traffic: their news is what the measured gateway merges."""
     with httpx.Client(timeout=30) as client:
         i = 0
         while not stop.is_set():
             client.post(f"{urls[i % len(urls)]}/v1/chat/completions", json=_body(i))
             i += 1
-            stop.wait(0.005)
+            stop.wait(pause_s)
 
 
 def _measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -84,7 +84,8 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
         on = stack.enter_context(running_gateway(_config(sim_urls, redis_url)))
         peers = [stack.enter_context(running_gateway(_config(sim_urls, redis_url))) for _ in "ab"]
         stop = threading.Event()
-        loader = threading.Thread(target=_peer_load, args=([p.url for p in peers], stop))
+        peer_urls = [p.url for p in peers]
+        loader = threading.Thread(target=_peer_load, args=(peer_urls, stop, args.peer_pause_s))
         loader.start()
         client = stack.enter_context(httpx.Client(timeout=30))
         urls = {"off": off.url, "on": on.url}
@@ -95,12 +96,12 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
             for url in urls.values():
                 for _ in range(NUM_WARMUP):
                     client.post(f"{url}/v1/chat/completions", json=_body(n := n + 1))
-            for _ in range(args.rounds):
+            # Request by request in turn: drift in the machine's load lands on both alike.
+            for _ in range(args.requests):
                 for name, url in urls.items():
-                    for _ in range(args.requests):
-                        response = client.post(f"{url}/v1/chat/completions", json=_body(n := n + 1))
-                        rtt[name].append(response.elapsed.total_seconds() * 1000.0)
-                        gateway[name].append(_gateway_ms(response))
+                    response = client.post(f"{url}/v1/chat/completions", json=_body(n := n + 1))
+                    rtt[name].append(response.elapsed.total_seconds() * 1000.0)
+                    gateway[name].append(_gateway_ms(response))
             fleet = client.get(
                 f"{on.url}/admin/routing", headers={"authorization": f"Bearer {ADMIN_KEY}"}
             ).json()["fleet"]
@@ -108,7 +109,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
             stop.set()
             loader.join(timeout=30)
     return {
-        "requests_per_gateway": args.requests * args.rounds,
+        "requests_per_gateway": args.requests,
         "client_p50_ms": {k: round(statistics.median(v), 4) for k, v in rtt.items()},
         "gateway_p50_ms": {k: round(statistics.median(v), 4) for k, v in gateway.items()},
         "on_sync": {
@@ -119,8 +120,8 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=300, help="per gateway per round")
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--requests", type=int, default=1500, help="per measured gateway")
+    parser.add_argument("--peer-pause-s", type=float, default=0.02, help="between peer requests")
     result = _measure(parser.parse_args())
     client, gateway = result["client_p50_ms"], result["gateway_p50_ms"]
     result["added_client_p50_ms"] = round(client["on"] - client["off"], 4)
