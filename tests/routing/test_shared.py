@@ -12,6 +12,7 @@ from hasten.routing.shared import (
     Outbox,
     Summary,
     Trip,
+    merge_remote,
 )
 from tests.support.routing import BREAKER, make_pool, teach
 
@@ -24,6 +25,11 @@ def sharing_pool(seed: int = 1) -> tuple[DeploymentPool, list[int]]:
     return pool, wakes
 
 
+def export(pool: DeploymentPool) -> Summary:
+    assert pool.outbox is not None
+    return pool.outbox.drain()
+
+
 def primaries(pool: DeploymentPool, now_s: float, num: int = 200) -> set[str]:
     return {pool.rank(now_s).order[0] for _ in range(num)}
 
@@ -34,20 +40,14 @@ def test_export_holds_the_pools_own_observations_once() -> None:
     pool.on_attempt_start("b", now_s)
     pool.on_cancelled("b", 400.0, now_s, is_probe=False)
     pool.on_stream_end("a", now_s, tpot_ms=5.0, error="")
-    summary = pool.export()
+    summary = export(pool)
     kinds = [(o.deployment, o.kind) for o in summary.observations]
     assert kinds == [("a", ObservationKind.TTFT)] * 3 + [
         ("b", ObservationKind.CENSORED),
         ("a", ObservationKind.TPOT),
     ]
     assert summary.observations[-1].value_ms == 5.0 and not summary.trips
-    assert pool.export().is_empty  # drained
-
-
-def test_a_pool_without_an_outbox_exports_nothing() -> None:
-    pool = make_pool()
-    teach(pool, "a", 20.0, 3, 0.0)
-    assert pool.export().is_empty
+    assert export(pool).is_empty  # drained
 
 
 def test_a_degraded_deployment_learnt_elsewhere_is_avoided_here() -> None:
@@ -57,7 +57,7 @@ def test_a_degraded_deployment_learnt_elsewhere_is_avoided_here() -> None:
     now_s = teach(teacher, "c", 400.0, 4, now_s)
     learner = make_pool(seed=2)
     assert primaries(learner, now_s) == {"a", "b", "c"}  # knows nothing yet: P2C over all
-    learner.merge_remote(teacher.export(), now_s)
+    merge_remote(learner, export(teacher), now_s)
     assert "c" not in primaries(learner, now_s)
     assert learner.num_remote_observations == 12
     slow = learner.deployments["c"].estimate
@@ -68,8 +68,8 @@ def test_what_was_merged_is_never_exported_again() -> None:
     teacher, _ = sharing_pool()
     now_s = teach(teacher, "c", 400.0, 4, 0.0)
     learner, _ = sharing_pool(seed=2)
-    learner.merge_remote(teacher.export(), now_s)
-    assert learner.export().is_empty
+    merge_remote(learner, export(teacher), now_s)
+    assert export(learner).is_empty
     assert learner.deployments["c"].num_wins == 0  # nor counted as this replica's own
 
 
@@ -78,7 +78,7 @@ def test_a_local_trip_is_exported_and_wakes_the_sync() -> None:
     for i in range(BREAKER.max_consecutive_failures):
         pool.on_failure("b", 1.0 + i * 0.01, is_probe=False, reason="500")
     assert wakes == [1]
-    (trip,) = pool.export().trips
+    (trip,) = export(pool).trips
     assert trip.deployment == "b" and trip.num_trips == 1
     assert trip.reopen_at_s == pool.deployments["b"].breaker.reopen_at_s
     assert trip.reason == "3 consecutive failures (500)"
@@ -87,7 +87,7 @@ def test_a_local_trip_is_exported_and_wakes_the_sync() -> None:
 def test_a_remote_trip_opens_the_local_breaker_until_its_reopen_time() -> None:
     pool = make_pool(routing=RoutingConfig(breaker=BREAKER))
     summary = Summary(trips=(Trip("b", 5.0, 2, "3 consecutive failures (500)"),))
-    assert pool.merge_remote(summary, 1.0) == 1
+    assert merge_remote(pool, summary, 1.0) == 1
     breaker = pool.deployments["b"].breaker
     assert breaker.state(4.9) is BreakerState.OPEN
     assert "b" not in primaries(pool, 2.0)
@@ -100,7 +100,7 @@ def test_a_remote_trip_opens_the_local_breaker_until_its_reopen_time() -> None:
 
 def test_a_failed_probe_after_a_remote_trip_backs_off_as_the_tripper_would() -> None:
     pool = make_pool(routing=RoutingConfig(breaker=BREAKER))
-    pool.merge_remote(Summary(trips=(Trip("b", 2.0, 2, "x"),)), 1.0)
+    merge_remote(pool, Summary(trips=(Trip("b", 2.0, 2, "x"),)), 1.0)
     pool.on_attempt_start("b", 2.5)
     pool.on_failure("b", 2.5, is_probe=True, reason="500")
     # Two trips in a row already: the third cools down for 4 x cooldown_s.
@@ -109,10 +109,10 @@ def test_a_failed_probe_after_a_remote_trip_backs_off_as_the_tripper_would() -> 
 
 def test_stale_or_shorter_remote_trips_change_nothing() -> None:
     pool = make_pool(routing=RoutingConfig(breaker=BREAKER))
-    assert pool.merge_remote(Summary(trips=(Trip("b", 1.0, 1, "old"),)), 2.0) == 0
+    assert merge_remote(pool, Summary(trips=(Trip("b", 1.0, 1, "old"),)), 2.0) == 0
     assert pool.deployments["b"].breaker.state(2.0) is BreakerState.CLOSED
-    pool.merge_remote(Summary(trips=(Trip("b", 9.0, 1, "long"),)), 2.0)
-    assert pool.merge_remote(Summary(trips=(Trip("b", 4.0, 1, "short"),)), 2.0) == 0
+    merge_remote(pool, Summary(trips=(Trip("b", 9.0, 1, "long"),)), 2.0)
+    assert merge_remote(pool, Summary(trips=(Trip("b", 4.0, 1, "short"),)), 2.0) == 0
     assert pool.deployments["b"].breaker.reopen_at_s == 9.0
 
 
@@ -125,7 +125,7 @@ def test_unknown_deployments_are_skipped_and_future_times_clamped() -> None:
         ),
         trips=(Trip("zz", 9.0, 1, "x"),),
     )
-    assert pool.merge_remote(summary, 2.0) == 0
+    assert merge_remote(pool, summary, 2.0) == 0
     assert pool.num_remote_observations == 1
     assert pool.deployments["a"].estimate.updated_s == 2.0
 
@@ -133,7 +133,7 @@ def test_unknown_deployments_are_skipped_and_future_times_clamped() -> None:
 def test_an_older_remote_sample_does_not_move_the_estimates_clock_back() -> None:
     pool = make_pool()
     teach(pool, "a", 20.0, 1, 9.95)  # at 10.0
-    pool.merge_remote(Summary((Observation("a", ObservationKind.TTFT, 30.0, 8.0),)), 10.0)
+    merge_remote(pool, Summary((Observation("a", ObservationKind.TTFT, 30.0, 8.0),)), 10.0)
     assert pool.deployments["a"].estimate.updated_s == 10.0
     assert pool.deployments["a"].estimate.num_samples == 2
 

@@ -2,12 +2,12 @@
 
 Every ``sync_interval_s``, and at once after a local breaker trip, one background task makes
 one pipelined round trip that:
-- publishes this replica's news since the last sync (``DeploymentPool.export``: its own
+- publishes this replica's news since the last sync (each pool's ``Outbox``: its own
   TTFT, censored and time-per-token observations and its breaker trips) as one entry of the
   fleet's news stream (XADD, trimmed, expiring), and each trip also as a key whose PX is the
   remaining cooldown, so a replica starting later still sees it (read once, at its start);
 - reads the other replicas' entries since the last one it read and folds them in
-  (``DeploymentPool.merge_remote``); its own entries are skipped and what was folded in is
+  (``hasten.routing.shared.merge_remote``); its own entries are skipped and what was folded in is
   never published again, so no replica's data is counted twice;
 - adds its hedge-budget counts to the fleet's per-bucket counters (HINCRBY, expiring with
   the window), reads the window's totals back and counts the live replicas (a sorted set of
@@ -38,7 +38,7 @@ from hasten.fleet.link import FleetLink
 from hasten.fleet.news import decode, encode
 from hasten.routing.budget import NUM_BUCKETS, FleetCounts
 from hasten.routing.pool import DeploymentPool
-from hasten.routing.shared import Outbox, Summary, Trip
+from hasten.routing.shared import Outbox, Summary, Trip, merge_remote
 
 _log = logging.getLogger("hasten.fleet")
 
@@ -67,8 +67,9 @@ class RoutingSync:
         self._interval_s = link.config.sync_interval_s
         self._replica_ttl_s = max(MIN_REPLICA_TTL_S, 10 * self._interval_s)
         self._wake = asyncio.Event()
-        for pool in self._pools.values():
-            pool.outbox = Outbox(self._wake.set)
+        self._outboxes = {route: Outbox(self._wake.set) for route in self._pools}
+        for route, pool in self._pools.items():
+            pool.outbox = self._outboxes[route]
         self._offset_s: float | None = None  # Redis's clock minus ours
         self._last_id = "0-0"  # the last news entry read
         self._task: asyncio.Task[None] | None = None
@@ -152,7 +153,7 @@ class RoutingSync:
             except (orjson.JSONDecodeError, TypeError, ValueError, KeyError):
                 self.num_malformed += 1
                 continue
-            self.num_remote_trips += self._pools[route].merge_remote(Summary(trips=(trip,)), now_s)
+            self.num_remote_trips += merge_remote(self._pools[route], Summary(trips=(trip,)), now_s)
 
     # --- one tick -------------------------------------------------------------------------
 
@@ -161,7 +162,7 @@ class RoutingSync:
         assert offset_s is not None
         now_s = self._clock()
         redis_s = now_s + offset_s  # Redis's clock now, as far as this replica can tell
-        exported = {route: pool.export() for route, pool in self._pools.items()}
+        exported = {route: outbox.drain() for route, outbox in self._outboxes.items()}
         news = {r: s.shifted(offset_s) for r, s in exported.items() if not s.is_empty}
         hedging = {r: p for r, p in self._pools.items() if p.routing.hedge.is_enabled}
         pipe = self._link.client.pipeline(transaction=False)
@@ -176,7 +177,7 @@ class RoutingSync:
             replies = await self._link.run("routing sync", lambda r: pipe.execute())
         except FleetUnavailable:
             for route, summary in exported.items():
-                self._pools[route].restore(summary)  # published at the next good tick
+                self._outboxes[route].restore(summary)  # published at the next good tick
             raise
         self._set_offset(replies[0], sent_s, self._clock())
         cursor = 1 + num_published
@@ -254,7 +255,7 @@ class RoutingSync:
                     pool = self._pools.get(route)
                     if pool is not None:
                         local = summary.shifted(-offset_s)
-                        self.num_remote_trips += pool.merge_remote(local, now_s)
+                        self.num_remote_trips += merge_remote(pool, local, now_s)
 
     # --- keys and the admin view ----------------------------------------------------------
 

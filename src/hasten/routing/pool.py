@@ -29,7 +29,7 @@ from hasten.routing.estimates import healthy_quantile_ms, nearest_rank
 from hasten.routing.exploration import fastest_typical_ms, is_avoided, may_explore
 from hasten.routing.homes import HomeTable
 from hasten.routing.settings import DeploymentConfig, RoutingConfig
-from hasten.routing.shared import ObservationKind, Outbox, Summary, Trip
+from hasten.routing.shared import ObservationKind, Outbox, Trip
 
 MAX_EXPECTED_TOKENS = 4096
 # Hedging at the TTFT quantile the budget can afford: with a 5% budget, p96, so that
@@ -331,7 +331,7 @@ class DeploymentPool:
         deployment.stop_waiting(started_s)
         deployment.num_failures += 1
         if elapsed_ms is not None:
-            self._observe_censored(deployment, elapsed_ms, now_s)
+            self.observe_censored(deployment, elapsed_ms, now_s)
             if self.outbox is not None:
                 self.outbox.observe(name, ObservationKind.CENSORED, elapsed_ms, now_s)
         self._record_failure(
@@ -369,12 +369,12 @@ class DeploymentPool:
         deployment = self.deployments[name]
         deployment.stop_waiting(started_s)
         deployment.num_cancelled += 1
-        self._observe_censored(deployment, elapsed_ms, now_s)
+        self.observe_censored(deployment, elapsed_ms, now_s)
         deployment.breaker.release_probe(is_probe)
         if self.outbox is not None:
             self.outbox.observe(name, ObservationKind.CENSORED, elapsed_ms, now_s)
 
-    def _observe_censored(self, deployment: Deployment, elapsed_ms: float, now_s: float) -> None:
+    def observe_censored(self, deployment: Deployment, elapsed_ms: float, now_s: float) -> None:
         # A primary abandoned after the hedge delay was a straggler: it must stay in the
         # quantile window as "at least this slow", or hedged stragglers would vanish from it
         # and the delay would creep down. A hedge cancelled early says nothing of the tail.
@@ -397,41 +397,6 @@ class DeploymentPool:
             deployment.estimate.observe_probe(rtt_ms)
         if error:
             self._record_failure(deployment, now_s, is_probe=False, reason=f"probe: {error}")
-
-    # --- sharing with the fleet (see ``shared``) ------------------------------------------
-
-    def export(self) -> Summary:
-        """This replica's own observations and trips since the last export."""
-        return Summary() if self.outbox is None else self.outbox.drain()
-
-    def restore(self, summary: Summary) -> None:
-        """Takes back an export that could not be sent (Redis failed mid-sync)."""
-        if self.outbox is not None:
-            self.outbox.restore(summary)
-
-    def merge_remote(self, summary: Summary, now_s: float) -> int:
-        """Folds another replica's news in, as if this replica had seen it (never exported
-        again); returns how many breakers it opened. Unknown deployments are skipped."""
-        for observation in summary.observations:
-            deployment = self.deployments.get(observation.deployment)
-            if deployment is None:
-                continue
-            at_s = min(now_s, observation.at_s)  # never in this replica's future
-            self.num_remote_observations += 1
-            if observation.kind is ObservationKind.TTFT:
-                deployment.estimate.observe_ttft(observation.value_ms, at_s)
-            elif observation.kind is ObservationKind.CENSORED:
-                self._observe_censored(deployment, observation.value_ms, at_s)
-            else:
-                deployment.estimate.observe_tpot(observation.value_ms)
-        num_opened = 0
-        for trip in summary.trips:
-            deployment = self.deployments.get(trip.deployment)
-            if deployment is not None and deployment.breaker.apply_remote_trip(
-                trip.reopen_at_s, trip.num_trips, trip.reason, now_s
-            ):
-                num_opened += 1
-        return num_opened
 
     def snapshot(self, now_s: float) -> dict[str, object]:
         hedge = self.routing.hedge

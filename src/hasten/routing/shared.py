@@ -1,9 +1,9 @@
 """What a replica shares of its routing state with the fleet, and in what form.
 
 A replica publishes only what it saw itself: TTFT samples, censored waits (attempts given up
-without a token), time-per-token samples and breaker trips, gathered in an ``Outbox`` as
-they happen and drained once per sync (``DeploymentPool.export``). Another replica folds
-them in through the same estimators its own requests feed (``DeploymentPool.merge_remote``),
+without a token), time-per-token samples and breaker trips, gathered in the pool's ``Outbox`` as
+they happen and drained once per sync. Another replica folds them in through the same
+estimators its own requests feed (``merge_remote``),
 so its view is as if it had served the fleet's requests itself. What was folded in is never
 published again, which is what keeps a replica's data from being counted twice.
 
@@ -24,6 +24,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    # Only a type: the pool imports this module for its outbox.
+    from hasten.routing.pool import DeploymentPool
 
 MAX_PENDING = 512  # observations kept between two syncs (the newest win)
 
@@ -116,3 +121,29 @@ class Outbox:
         self._observations.clear()
         self._trips.clear()
         return summary
+
+
+def merge_remote(pool: DeploymentPool, summary: Summary, now_s: float) -> int:
+    """Folds another replica's news into ``pool``, as if this replica had seen it (never
+    exported again: only the pool's own hooks fill its outbox); returns how many breakers it
+    opened. Deployments this pool does not have are skipped."""
+    for observation in summary.observations:
+        deployment = pool.deployments.get(observation.deployment)
+        if deployment is None:
+            continue
+        at_s = min(now_s, observation.at_s)  # never in this replica's future
+        pool.num_remote_observations += 1
+        if observation.kind is ObservationKind.TTFT:
+            deployment.estimate.observe_ttft(observation.value_ms, at_s)
+        elif observation.kind is ObservationKind.CENSORED:
+            pool.observe_censored(deployment, observation.value_ms, at_s)
+        else:
+            deployment.estimate.observe_tpot(observation.value_ms)
+    num_opened = 0
+    for trip in summary.trips:
+        deployment = pool.deployments.get(trip.deployment)
+        if deployment is not None and deployment.breaker.apply_remote_trip(
+            trip.reopen_at_s, trip.num_trips, trip.reason, now_s
+        ):
+            num_opened += 1
+    return num_opened
