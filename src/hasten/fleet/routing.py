@@ -93,11 +93,15 @@ class RoutingSync:
             pool.budget.apply_fleet(None)
 
     async def _run(self) -> None:
+        is_failing = False
         while True:
             try:
                 await self.sync_once()
+                is_failing = False
             except Exception:  # the task must outlive any surprise; the next tick retries
-                _log.exception("fleet routing sync failed")
+                if not is_failing:  # once per run of failures, not ten times a second
+                    _log.exception("fleet routing sync failed")
+                is_failing = True
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._interval_s)
             self._wake.clear()
@@ -180,6 +184,9 @@ class RoutingSync:
                 self._outboxes[route].restore(summary)  # published at the next good tick
             raise
         self._set_offset(replies[0], sent_s, self._clock())
+        if news:
+            self.num_published += 1
+            self.num_published_trips += sum(len(summary.trips) for summary in news.values())
         cursor = 1 + num_published
         self.num_replicas = max(1, int(replies[cursor + 2]))  # zadd, zremrangebyscore, zcard
         cursor += 4
@@ -199,14 +206,12 @@ class RoutingSync:
             approximate=True,
         )
         pipe.pexpire(stream, int(STREAM_TTL_S * 1000))
-        self.num_published += 1
         for route, summary in news.items():
             for trip in summary.trips:
                 # At least 1 ms: a key per trip keeps the reply layout fixed.
                 ttl_ms = max(1, int((trip.reopen_at_s - redis_s) * 1000))
                 value = orjson.dumps({"n": trip.num_trips, "r": trip.reason, "by": self.replica_id})
                 pipe.set(self._trip_key(route, trip.deployment), value, px=ttl_ms)
-                self.num_published_trips += 1
         return 2 + sum(len(summary.trips) for summary in news.values())
 
     def _heartbeat(self, pipe: Any, redis_s: float) -> None:
