@@ -66,7 +66,9 @@ def test_a_replica_spends_only_its_share_of_the_fleets_headroom() -> None:
     budget = HedgeBudget(0.05, window_s=30.0)
     budget.apply_fleet(FleetCounts(num_requests=1000, num_hedges=0, num_replicas=3, synced_s=0.0))
     # 50 hedges of headroom, three replicas: 16 each (a share is never rounded up).
+    assert round(budget.remaining(0.1), 3) == 16.667
     assert sum(budget.try_spend(0.1) for _ in range(30)) == 16
+    assert round(budget.remaining(0.1), 3) == 0.667
     for _ in range(20):
         budget.record_request(0.1)  # its own new requests earn 0.05 each
     assert sum(budget.try_spend(0.1) for _ in range(5)) == 1

@@ -103,12 +103,17 @@ class HedgeBudget:
         return True
 
     def _is_fleet_room(self, fleet: FleetCounts, max_fill: float) -> bool:
+        return self._fleet_allowance(fleet, max_fill) >= 1.0
+
+    def _fleet_allowance(self, fleet: FleetCounts, max_fill: float) -> float:
+        """What this replica may still spend: its share of the headroom at the last sync
+        plus what its own requests since have earned, less its own hedges since."""
         allowed = max_fill * self.ratio
         num_own_requests = self._num_unsynced[0] + self._num_pending[0]
         num_own_hedges = self._num_unsynced[1] + self._num_pending[1]
         headroom = allowed * fleet.num_requests - fleet.num_hedges  # negative: overspent
         share = headroom / max(1, fleet.num_replicas)
-        return num_own_hedges + 1 <= share + allowed * num_own_requests
+        return share + allowed * num_own_requests - num_own_hedges
 
     def _fresh_fleet(self, now_s: float) -> FleetCounts | None:
         fleet = self._fleet
@@ -141,7 +146,11 @@ class HedgeBudget:
             self._num_unsynced = [0, 0]  # the local window counts them already
 
     def remaining(self, now_s: float) -> float:
-        """How many more hedges the window allows now (fractional: the budget's headroom)."""
+        """How many more hedges the window allows now (fractional: the budget's headroom);
+        shared by a fleet, this replica's part of it (its share plus its own earnings)."""
+        fleet = self._fresh_fleet(now_s)
+        if fleet is not None and self.burst <= 0:
+            return max(0.0, self._fleet_allowance(fleet, 1.0))
         num_requests, num_hedges = self._totals(now_s)
         return max(0.0, self.ratio * num_requests - num_hedges)
 
