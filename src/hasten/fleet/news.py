@@ -18,7 +18,6 @@ from hasten.errors import MalformedNews
 from hasten.routing.shared import Observation, ObservationKind, Summary, Trip
 
 MAX_REASON_CHARS = 200
-_KINDS = {kind.value: kind for kind in ObservationKind}
 
 
 def encode(summaries: Mapping[str, Summary]) -> bytes:
@@ -52,7 +51,7 @@ def decode(raw: bytes) -> dict[str, Summary]:
 
 def _decode_summary(value: Any) -> Summary:
     observations = tuple(
-        Observation(str(name), _KINDS[kind], _number(value_ms), _number(at_ms) / 1000.0)
+        Observation(str(name), ObservationKind(kind), _number(value_ms), _number(at_ms) / 1000.0)
         for name, kind, value_ms, at_ms in value["o"]
     )
     trips = tuple(
