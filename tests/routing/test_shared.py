@@ -170,3 +170,18 @@ def test_restore_puts_unsent_news_back_before_newer_news() -> None:
     summary = outbox.drain()
     assert [o.value_ms for o in summary.observations] == [1.0, 2.0]
     assert summary.trips == (Trip("b", 2.0, 2, "new"),)
+
+
+def test_remote_censored_waits_past_the_hedge_delay_are_tail_samples() -> None:
+    pool = make_pool()
+    delay_ms = pool.hedge_delay_s("a") * 1000.0
+    summary = Summary(
+        (
+            Observation("b", ObservationKind.CENSORED, delay_ms + 1.0, 1.0),
+            Observation("c", ObservationKind.CENSORED, delay_ms / 2, 1.0),
+        )
+    )
+    merge_remote(pool, summary, 1.0)
+    assert pool.deployments["b"].estimate.recent_samples() == [delay_ms + 1.0]
+    assert pool.deployments["c"].estimate.recent_samples() == []  # evidence only
+    assert pool.deployments["c"].estimate.slowness_ms(1.0) == 0.0  # one sample: no second

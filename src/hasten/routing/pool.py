@@ -331,7 +331,7 @@ class DeploymentPool:
         deployment.stop_waiting(started_s)
         deployment.num_failures += 1
         if elapsed_ms is not None:
-            self.observe_censored(deployment, elapsed_ms, now_s)
+            self._observe_censored(deployment, elapsed_ms, now_s)
             if self.outbox is not None:
                 self.outbox.observe(name, ObservationKind.CENSORED, elapsed_ms, now_s)
         self._record_failure(
@@ -369,12 +369,12 @@ class DeploymentPool:
         deployment = self.deployments[name]
         deployment.stop_waiting(started_s)
         deployment.num_cancelled += 1
-        self.observe_censored(deployment, elapsed_ms, now_s)
+        self._observe_censored(deployment, elapsed_ms, now_s)
         deployment.breaker.release_probe(is_probe)
         if self.outbox is not None:
             self.outbox.observe(name, ObservationKind.CENSORED, elapsed_ms, now_s)
 
-    def observe_censored(self, deployment: Deployment, elapsed_ms: float, now_s: float) -> None:
+    def _observe_censored(self, deployment: Deployment, elapsed_ms: float, now_s: float) -> None:
         # A primary abandoned after the hedge delay was a straggler: it must stay in the
         # quantile window as "at least this slow", or hedged stragglers would vanish from it
         # and the delay would creep down. A hedge cancelled early says nothing of the tail.

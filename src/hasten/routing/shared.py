@@ -127,18 +127,22 @@ def merge_remote(pool: DeploymentPool, summary: Summary, now_s: float) -> int:
     """Folds another replica's news into ``pool``, as if this replica had seen it (never
     exported again: only the pool's own hooks fill its outbox); returns how many breakers it
     opened. Deployments this pool does not have are skipped."""
+    tail_ms: float | None = None
     for observation in summary.observations:
         deployment = pool.deployments.get(observation.deployment)
         if deployment is None:
             continue
         at_s = min(now_s, observation.at_s)  # never in this replica's future
         pool.num_remote_observations += 1
+        estimate, value_ms = deployment.estimate, observation.value_ms
         if observation.kind is ObservationKind.TTFT:
-            deployment.estimate.observe_ttft(observation.value_ms, at_s)
+            estimate.observe_ttft(value_ms, at_s)
         elif observation.kind is ObservationKind.CENSORED:
-            pool.observe_censored(deployment, observation.value_ms, at_s)
+            if tail_ms is None:  # once per batch: the delay sorts the pooled samples
+                tail_ms = pool.hedge_delay_s(deployment.name) * 1000.0
+            estimate.observe_censored(value_ms, at_s, is_tail=value_ms >= tail_ms)
         else:
-            deployment.estimate.observe_tpot(observation.value_ms)
+            estimate.observe_tpot(value_ms)
     num_opened = 0
     for trip in summary.trips:
         deployment = pool.deployments.get(trip.deployment)
