@@ -46,3 +46,13 @@ def test_a_long_reason_is_cut() -> None:
 def test_malformed_news_is_refused_whole(raw: bytes) -> None:
     with pytest.raises(MalformedNews):
         decode(raw)
+
+
+def test_times_move_onto_the_shared_clock_and_back() -> None:
+    summary = Summary(
+        (Observation("a", ObservationKind.TTFT, 12.5, 10.25),), (Trip("b", 40.5, 1, "r"),)
+    )
+    on_redis = decode(encode({"m": summary}, 1_700_000_000.0))["m"]
+    assert on_redis.observations[0].at_s == 1_700_000_010.25
+    assert on_redis.trips[0].reopen_at_s == 1_700_000_040.5
+    assert decode(encode({"m": summary}, 1_700_000_000.0), -1_700_000_000.0)["m"] == summary

@@ -20,45 +20,50 @@ from hasten.routing.shared import Observation, ObservationKind, Summary, Trip
 MAX_REASON_CHARS = 200
 
 
-def encode(summaries: Mapping[str, Summary]) -> bytes:
-    """Summaries by route name, their times already on Redis's clock (seconds)."""
-    return orjson.dumps({route: _encode_summary(s) for route, s in summaries.items()})
+def encode(summaries: Mapping[str, Summary], shift_s: float = 0.0) -> bytes:
+    """Summaries by route name, every time plus ``shift_s`` (onto Redis's clock)."""
+    return orjson.dumps({route: _encode_summary(s, shift_s) for route, s in summaries.items()})
 
 
-def _encode_summary(summary: Summary) -> dict[str, Any]:
+def _encode_summary(summary: Summary, shift_s: float) -> dict[str, Any]:
     return {
         "o": [
-            [o.deployment, o.kind.value, round(o.value_ms, 3), round(o.at_s * 1000.0, 3)]
+            [o.deployment, o.kind.value, round(o.value_ms, 3), round((o.at_s + shift_s) * 1e3, 3)]
             for o in summary.observations
         ],
         "t": [
-            [t.deployment, round(t.reopen_at_s * 1000.0, 3), t.num_trips, t.reason]
+            [t.deployment, round((t.reopen_at_s + shift_s) * 1e3, 3), t.num_trips, t.reason]
             for t in summary.trips
         ],
     }
 
 
-def decode(raw: bytes) -> dict[str, Summary]:
-    """The summaries of one entry (times in seconds on Redis's clock); ``MalformedNews``."""
+def decode(raw: bytes, shift_s: float = 0.0) -> dict[str, Summary]:
+    """The summaries of one entry, every time plus ``shift_s`` (off Redis's clock, onto the
+    reader's); ``MalformedNews`` when any part of it is unreadable."""
     try:
         data = orjson.loads(raw)
         if not isinstance(data, dict):
             raise MalformedNews("not an object")
-        return {str(route): _decode_summary(value) for route, value in data.items()}
+        return {str(route): _decode_summary(value, shift_s) for route, value in data.items()}
     except (orjson.JSONDecodeError, TypeError, ValueError, KeyError, IndexError) as exc:
         raise MalformedNews(str(exc)) from exc
 
 
-def _decode_summary(value: Any) -> Summary:
+def _decode_summary(value: Any, shift_s: float) -> Summary:
     observations = tuple(
-        Observation(str(name), ObservationKind(kind), _number(value_ms), _number(at_ms) / 1000.0)
+        Observation(str(name), ObservationKind(kind), _number(value_ms), _seconds(at_ms, shift_s))
         for name, kind, value_ms, at_ms in value["o"]
     )
     trips = tuple(
-        Trip(str(name), _number(reopen_ms) / 1000.0, int(num), str(reason)[:MAX_REASON_CHARS])
+        Trip(str(name), _seconds(reopen_ms, shift_s), int(num), str(reason)[:MAX_REASON_CHARS])
         for name, reopen_ms, num, reason in value["t"]
     )
     return Summary(observations, trips)
+
+
+def _seconds(ms: Any, shift_s: float) -> float:
+    return _number(ms) / 1e3 + shift_s
 
 
 def _number(value: Any) -> float:

@@ -167,11 +167,11 @@ class RoutingSync:
         now_s = self._clock()
         redis_s = now_s + offset_s  # Redis's clock now, as far as this replica can tell
         exported = {route: outbox.drain() for route, outbox in self._outboxes.items()}
-        news = {r: s.shifted(offset_s) for r, s in exported.items() if not s.is_empty}
+        news = {route: s for route, s in exported.items() if not s.is_empty}
         hedging = {r: p for r, p in self._pools.items() if p.routing.hedge.is_enabled}
         pipe = self._link.client.pipeline(transaction=False)
         pipe.time()
-        num_published = self._publish(pipe, news, redis_s) if news else 0
+        num_published = self._publish(pipe, news, offset_s) if news else 0
         self._heartbeat(pipe, redis_s)
         for route, pool in hedging.items():
             self._add_counts(pipe, route, pool, redis_s)
@@ -196,12 +196,12 @@ class RoutingSync:
             pool.budget.apply_fleet(self._fleet_counts(totals))
         self._merge(replies[cursor])
 
-    def _publish(self, pipe: Any, news: dict[str, Summary], redis_s: float) -> int:
+    def _publish(self, pipe: Any, news: dict[str, Summary], offset_s: float) -> int:
         """Queues the news entry and the trip keys; returns how many commands it queued."""
         stream = self._news_key()
         pipe.xadd(
             stream,
-            {"r": self.replica_id, "p": encode(news)},
+            {"r": self.replica_id, "p": encode(news, offset_s)},
             maxlen=STREAM_MAX_LEN,
             approximate=True,
         )
@@ -209,7 +209,7 @@ class RoutingSync:
         for route, summary in news.items():
             for trip in summary.trips:
                 # At least 1 ms: a key per trip keeps the reply layout fixed.
-                ttl_ms = max(1, int((trip.reopen_at_s - redis_s) * 1000))
+                ttl_ms = max(1, int((trip.reopen_at_s - self._clock()) * 1000))
                 value = orjson.dumps({"n": trip.num_trips, "r": trip.reason, "by": self.replica_id})
                 pipe.set(self._trip_key(route, trip.deployment), value, px=ttl_ms)
         return 2 + sum(len(summary.trips) for summary in news.values())
@@ -250,7 +250,7 @@ class RoutingSync:
                 if fields.get(b"r", b"").decode(errors="replace") == self.replica_id:
                     continue
                 try:
-                    summaries = decode(fields.get(b"p", b""))
+                    summaries = decode(fields.get(b"p", b""), -offset_s)
                 except MalformedNews:
                     self.num_malformed += 1
                     continue
@@ -259,8 +259,7 @@ class RoutingSync:
                 for route, summary in summaries.items():
                     pool = self._pools.get(route)
                     if pool is not None:
-                        local = summary.shifted(-offset_s)
-                        self.num_remote_trips += merge_remote(pool, local, now_s)
+                        self.num_remote_trips += merge_remote(pool, summary, now_s)
 
     # --- keys and the admin view ----------------------------------------------------------
 

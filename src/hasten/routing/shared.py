@@ -14,15 +14,15 @@ outbox keeps the newest ``MAX_PENDING`` observations per sync, which is still fa
 the ~16 samples a level shift takes to learn.
 
 Times are the local monotonic clock; the fleet module shifts them to and from a clock every
-replica shares (``Summary.shifted``). The hedge budget's counts are shared separately, as
-fleet totals (``HedgeBudget.take_counts`` / ``apply_fleet``).
+replica shares as it encodes and decodes them (``hasten.fleet.news``). The hedge budget's
+counts are shared separately, as fleet totals (``HedgeBudget.take_counts`` / ``apply_fleet``).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -71,8 +71,14 @@ class Summary:
     def shifted(self, delta_s: float) -> Summary:
         """The same news on another clock: every time plus ``delta_s``."""
         return Summary(
-            tuple(replace(o, at_s=o.at_s + delta_s) for o in self.observations),
-            tuple(replace(t, reopen_at_s=t.reopen_at_s + delta_s) for t in self.trips),
+            tuple(
+                Observation(o.deployment, o.kind, o.value_ms, o.at_s + delta_s)
+                for o in self.observations
+            ),
+            tuple(
+                Trip(t.deployment, t.reopen_at_s + delta_s, t.num_trips, t.reason)
+                for t in self.trips
+            ),
         )
 
 
