@@ -106,6 +106,9 @@ def test_without_a_fresh_fleet_view_the_replica_decides_from_its_own_window() ->
     assert sum(budget.try_spend(1.0) for _ in range(10)) == 10  # fleet headroom
     # A view older than a bucket is not trusted: the local window (5 hedges, 10 spent).
     assert not budget.try_spend(3.5)
+    # Unless the syncs are that far apart: the view says how long it holds.
+    budget.apply_fleet(FleetCounts(100_000, 10, 1, 0.0, max_age_s=5.0))
+    assert budget.try_spend(3.5)
     budget.apply_fleet(None)
     assert not budget.try_spend(1.0)
     assert budget.snapshot(1.0)["fleet"] is None

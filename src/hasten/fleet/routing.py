@@ -47,6 +47,7 @@ STREAM_TTL_S = 300.0  # the stream disappears once the whole fleet has stopped
 BOOTSTRAP_S = 30.0  # a replica starting reads this much of the fleet's past news
 MAX_READ_ENTRIES = 1000  # per tick; a replica catching up takes a few ticks
 MIN_REPLICA_TTL_S = 1.0  # a replica silent this long (or 10 ticks) no longer counts
+MAX_VIEW_AGE_TICKS = 5  # the fleet's budget totals are trusted this many ticks (or a bucket)
 
 
 class RoutingSync:
@@ -237,7 +238,8 @@ class RoutingSync:
     def _fleet_counts(self, totals: list[Any]) -> FleetCounts:
         num_requests = sum(int(r or 0) for r, _ in totals)
         num_hedges = sum(int(h or 0) for _, h in totals)
-        return FleetCounts(num_requests, num_hedges, self.num_replicas, self._clock())
+        max_age_s = MAX_VIEW_AGE_TICKS * self._interval_s
+        return FleetCounts(num_requests, num_hedges, self.num_replicas, self._clock(), max_age_s)
 
     def _merge(self, reply: Any) -> None:
         """Folds in the other replicas' entries from an XREAD reply (RESP2 or RESP3)."""

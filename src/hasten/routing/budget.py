@@ -35,7 +35,9 @@ class FleetCounts:
     num_requests: int
     num_hedges: int
     num_replicas: int
-    synced_s: float  # local time of the sync; a view older than one bucket is not used
+    synced_s: float  # local time of the sync
+    # A view older than this (or than one bucket, if longer) is not used: the syncs stopped.
+    max_age_s: float = 0.0
 
 
 class HedgeBudget:
@@ -117,7 +119,7 @@ class HedgeBudget:
 
     def _fresh_fleet(self, now_s: float) -> FleetCounts | None:
         fleet = self._fleet
-        if fleet is None or now_s - fleet.synced_s > self._bucket_s:
+        if fleet is None or now_s - fleet.synced_s > max(self._bucket_s, fleet.max_age_s):
             return None
         return fleet
 
