@@ -44,8 +44,8 @@ _log = logging.getLogger("hasten.fleet")
 
 STREAM_MAX_LEN = 10_000  # entries kept (approximately): ~30 s of a busy 30-replica fleet
 STREAM_TTL_S = 300.0  # the stream disappears once the whole fleet has stopped
-BOOTSTRAP_S = 30.0  # a replica starting reads this much of the fleet's past news
-MAX_READ_ENTRIES = 1000  # per tick; a replica catching up takes a few ticks
+BOOTSTRAP_S = 10.0  # a replica starting reads this much of the fleet's past news
+MAX_READ_ENTRIES = 100  # per tick; a replica catching up takes a few ticks
 MIN_REPLICA_TTL_S = 1.0  # a replica silent this long (or 10 ticks) no longer counts
 MAX_VIEW_AGE_TICKS = 5  # the fleet's budget totals are trusted this many ticks (or a bucket)
 
@@ -195,7 +195,7 @@ class RoutingSync:
             totals = replies[cursor + 3 : cursor + 3 + NUM_BUCKETS]  # after 2 hincrby, pexpire
             cursor += 3 + NUM_BUCKETS
             pool.budget.apply_fleet(self._fleet_counts(totals))
-        self._merge(replies[cursor])
+        await self._merge(replies[cursor])
 
     def _publish(self, pipe: Any, news: dict[str, Summary], offset_s: float) -> int:
         """Queues the news entry and the trip keys; returns how many commands it queued."""
@@ -241,8 +241,10 @@ class RoutingSync:
         max_age_s = MAX_VIEW_AGE_TICKS * self._interval_s
         return FleetCounts(num_requests, num_hedges, self.num_replicas, self._clock(), max_age_s)
 
-    def _merge(self, reply: Any) -> None:
-        """Folds in the other replicas' entries from an XREAD reply (RESP2 or RESP3)."""
+    async def _merge(self, reply: Any) -> None:
+        """Folds in the other replicas' entries from an XREAD reply (RESP2 or RESP3),
+        yielding to the event loop after each (at most ``MAX_PENDING`` observations), so a
+        replica catching up never holds requests back for long."""
         streams = reply.items() if isinstance(reply, dict) else (reply or [])
         offset_s = self._offset_s
         assert offset_s is not None
@@ -262,6 +264,7 @@ class RoutingSync:
                     pool = self._pools.get(route)
                     if pool is not None:
                         self.num_remote_trips += merge_remote(pool, summary, now_s)
+                await asyncio.sleep(0)
 
     # --- keys and the admin view ----------------------------------------------------------
 
