@@ -174,8 +174,7 @@ class RoutingSync:
         pipe.time()
         num_published = self._publish(pipe, news, offset_s) if news else 0
         self._heartbeat(pipe, redis_s)
-        for route, pool in hedging.items():
-            self._add_counts(pipe, route, pool, redis_s)
+        num_writes = [self._add_counts(pipe, r, p, redis_s) for r, p in hedging.items()]
         pipe.xread({self._news_key(): self._last_id}, count=MAX_READ_ENTRIES)
         sent_s = self._clock()
         try:
@@ -191,10 +190,10 @@ class RoutingSync:
         cursor = 1 + num_published
         self.num_replicas = max(1, int(replies[cursor + 2]))  # zadd, zremrangebyscore, zcard
         cursor += 4
-        for pool in hedging.values():
-            totals = replies[cursor + 3 : cursor + 3 + NUM_BUCKETS]  # after 2 hincrby, pexpire
-            cursor += 3 + NUM_BUCKETS
-            pool.budget.apply_fleet(self._fleet_counts(totals))
+        for pool, num_written in zip(hedging.values(), num_writes, strict=True):
+            cursor += num_written
+            pool.budget.apply_fleet(self._fleet_counts(replies[cursor : cursor + NUM_BUCKETS]))
+            cursor += NUM_BUCKETS
         await self._merge(replies[cursor])
 
     def _publish(self, pipe: Any, news: dict[str, Summary], offset_s: float) -> int:
@@ -223,17 +222,23 @@ class RoutingSync:
         pipe.zcard(key)
         pipe.pexpire(key, int(self._replica_ttl_s * 1000) * 10)
 
-    def _add_counts(self, pipe: Any, route: str, pool: DeploymentPool, redis_s: float) -> None:
+    def _add_counts(self, pipe: Any, route: str, pool: DeploymentPool, redis_s: float) -> int:
+        """Queues this replica's counts (when it has any) and the window's reads; returns
+        how many writes it queued before the reads."""
         num_requests, num_hedges = pool.budget.take_counts()
         window_s = pool.routing.hedge.budget_window_s
         bucket_s = window_s / NUM_BUCKETS
         epoch = math.floor(redis_s / bucket_s)
-        key = self._budget_key(route, epoch)
-        pipe.hincrby(key, "r", num_requests)
-        pipe.hincrby(key, "h", num_hedges)
-        pipe.pexpire(key, int((window_s + bucket_s) * 1000))
+        num_writes = 0
+        if num_requests or num_hedges:
+            key = self._budget_key(route, epoch)
+            pipe.hincrby(key, "r", num_requests)
+            pipe.hincrby(key, "h", num_hedges)
+            pipe.pexpire(key, int((window_s + bucket_s) * 1000))
+            num_writes = 3
         for past in range(epoch - NUM_BUCKETS + 1, epoch + 1):
             pipe.hmget(self._budget_key(route, past), "r", "h")
+        return num_writes
 
     def _fleet_counts(self, totals: list[Any]) -> FleetCounts:
         num_requests = sum(int(r or 0) for r, _ in totals)
