@@ -7,6 +7,7 @@ TTFT against ~0 ms), and every wait is a bounded poll for a state the replicas r
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -242,3 +243,25 @@ def test_shared_routing_off_keeps_every_replica_to_itself() -> None:
             ask(gateway, "alone")
             assert "fleet" not in admin_routing(gateway)
             assert pool_state(gateway)["hedge_budget"]["fleet"] is None
+
+
+@contextmanager
+def silent_redis() -> Iterator[str]:
+    """A TCP listener that accepts and never answers: a Redis that hangs."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        yield f"redis://127.0.0.1:{port}/0"
+
+
+def test_requests_never_wait_on_a_hung_redis() -> None:
+    with silent_redis() as url, ServerThread(build_app(HEALTHY)) as sim:
+        config = fleet_config(url, {"a": sim, "b": sim}, RoutingConfig())
+        # Every sync hangs for a minute; a request that waited on one would time out below.
+        config = replace(config, fleet=replace(config.fleet, op_timeout_s=60.0))
+        with running_gateway(config) as gateway:
+            for i in range(5):
+                response = httpx.post(
+                    f"{gateway.url}/v1/chat/completions", json=chat_body(f"hung {i}"), timeout=10
+                )
+                assert response.status_code == 200
+            assert fleet_state(gateway)["syncs"] == 0  # the first sync is still waiting
