@@ -47,7 +47,7 @@ async def handle(gateway: Gateway, scope: Scope, receive: Receive, send: Send) -
         if path == "/admin/cache/stats":
             await _json(send, await _stats(gateway, caller))
         else:
-            await _json(send, {"models": gateway.client.routing_state()})
+            await _json(send, _routing(gateway))
         return
     if scope["method"] != "POST":
         raise MethodNotAllowed(
@@ -256,3 +256,10 @@ def cache_stats(gateway: Gateway) -> dict[str, Any]:
 
 async def _json(send: Send, payload: dict[str, Any]) -> None:
     await send_json(send, 200, orjson.dumps(payload))
+
+
+def _routing(gateway: Gateway) -> dict[str, object]:
+    state: dict[str, object] = {"models": gateway.client.routing_state()}
+    if gateway.fleet_routing is not None:
+        state["fleet"] = gateway.fleet_routing.snapshot()
+    return state

@@ -22,6 +22,7 @@ from hasten.config.served import served_config
 from hasten.dashboard.window import RollingWindow
 from hasten.errors import ClientGone, HastenError, MethodNotAllowed, NotFound
 from hasten.fleet.link import FleetLink
+from hasten.fleet.routing import RoutingSync
 from hasten.gateway import EngineStatus, Gateway, Stats
 from hasten.keys import endpoints as key_endpoints
 from hasten.keys.access import visible_models
@@ -90,6 +91,7 @@ class HastenApp:
         async with self._startup_lock:
             if self.gateway is None:
                 self.gateway = self._build()
+                _share_routing(self.gateway)
                 if self._peers is not None and self.gateway.cache is not None:
                     self._peers.attach(self.gateway.cache)
         return self.gateway
@@ -151,6 +153,8 @@ class HastenApp:
         if gateway.cache is not None:
             await gateway.cache.drain()
             await gateway.cache.aclose()
+        if gateway.fleet_routing is not None:
+            await gateway.fleet_routing.aclose()
         await gateway.client.aclose()
         if gateway.keys is not None:
             await gateway.keys.aclose()
@@ -323,6 +327,15 @@ def _task_kinds() -> dict[str, int]:
 def _policy_book(config: GatewayConfig) -> PolicyBook:
     models = {name: route.policy for name, route in config.models.items()}
     return PolicyBook(models, config.tenant_policies)
+
+
+def _share_routing(gateway: Gateway) -> None:
+    """With ``[fleet] shared_routing``: every route's pool, synced with the fleet's."""
+    if gateway.fleet is None or not gateway.config.fleet.is_sharing_routing:
+        return
+    pools = {route.name: gateway.client.pool_for(route) for route in gateway.router.routes()}
+    gateway.fleet_routing = RoutingSync(gateway.fleet, pools)
+    gateway.fleet_routing.start()
 
 
 def _semantic_tier(config: GatewayConfig, cache: TieredCache | None) -> SemanticTier | None:

@@ -42,6 +42,8 @@ Our exception hierarchy::
     DamagedKeyRecord             (ValueError) a stored virtual key that fails its checksum
     InvalidKeyField              (ValueError) a virtual key's limit or model list is invalid
     OutdatedCacheEntry           (ValueError) a cache entry from before checksums
+    MalformedNews                (ValueError) a fleet routing-news entry this replica
+                                 cannot read (skipped)
     ReportDependencyMissing      (ImportError) `hasten bench --png` without matplotlib
     SpliceMismatch               (ValueError) a regenerated stream departs from what was sent
 """
@@ -292,3 +294,7 @@ class FleetUnavailable(Exception):
 
 class SpliceMismatch(ValueError):
     """A regenerated stream does not continue what the client got (``hasten.proxy.resume``)."""
+
+
+class MalformedNews(ValueError):
+    """An entry of the fleet's routing news that cannot be read; it is skipped whole."""

@@ -22,6 +22,7 @@ from hasten.upstream.client import UpstreamClient
 if TYPE_CHECKING:
     from hasten.dashboard import Dashboard
     from hasten.fleet.link import FleetLink
+    from hasten.fleet.routing import RoutingSync
     from hasten.keys.directory import KeyDirectory
     from hasten.metrics.registry import Metrics
     from hasten.semantic.tier import SemanticTier
@@ -83,3 +84,4 @@ class Gateway:
     fleet: FleetLink | None = None  # the replicas' shared Redis ([fleet] redis_url)
     keys: KeyDirectory | None = None  # virtual keys ([keys] enabled), also in ``auth``
     limiter: Limiter = field(default_factory=Limiter)  # gateway keys' limits
+    fleet_routing: RoutingSync | None = None  # shared routing state ([fleet] shared_routing)

@@ -10,6 +10,8 @@
 ``pool``       one model's deployments: ranking (P2C / affinity / tiers) and bookkeeping
 ``models``     model names to routes (aliases, the wildcard); each route's deployments, once
 ``hybrid``     local or cloud, per request, for the hybrid model name
+``shared``     what a replica shares with the fleet (its own observations and trips), and
+               folding another replica's in
 
 Every method takes ``now_s`` from its caller, so tests drive time by hand; the I/O that
 carries decisions out lives in ``hasten.upstream.client`` and ``hasten.upstream.dispatch``.

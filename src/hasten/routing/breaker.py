@@ -32,6 +32,7 @@ class CircuitBreaker:
         self._is_open = False
         self.num_probes_in_flight = 0
         self.last_trip_reason = ""
+        self.num_remote_trips = 0  # trips another replica saw, applied here
 
     def state(self, now_s: float) -> BreakerState:
         if not self._is_open:
@@ -107,6 +108,24 @@ class CircuitBreaker:
         self.num_trips_total += 1
         self.last_trip_reason = reason
 
+    def apply_remote_trip(
+        self, reopen_at_s: float, num_trips: int, reason: str, now_s: float
+    ) -> bool:
+        """Opens the breaker until ``reopen_at_s`` because another replica tripped it.
+
+        True when it changed anything: a trip already over, or one this breaker is already
+        open past, is ignored. The trips-in-a-row count is the larger of the two, so a
+        failed half-open probe here backs off as long as it would at the replica that tripped.
+        """
+        if reopen_at_s <= now_s or (self._is_open and self.reopen_at_s >= reopen_at_s):
+            return False
+        self._is_open = True
+        self.reopen_at_s = reopen_at_s
+        self.num_trips = max(self.num_trips, num_trips)
+        self.num_remote_trips += 1
+        self.last_trip_reason = f"fleet: {reason}"
+        return True
+
     def badness(self, now_s: float) -> tuple[float, int]:
         """Orders tripped deployments: the one closest to reopening, fewest failures, first."""
         return (max(0.0, self.reopen_at_s - now_s), self.num_consecutive_failures)
@@ -119,5 +138,6 @@ class CircuitBreaker:
             "window_error_rate": round(sum(self._outcomes) / num, 4) if num else 0.0,
             "reopens_in_s": round(max(0.0, self.reopen_at_s - now_s), 3) if self._is_open else 0,
             "trips": self.num_trips_total,
+            "remote_trips": self.num_remote_trips,
             "last_trip_reason": self.last_trip_reason,
         }

@@ -10,13 +10,34 @@ the window only reports. Why: a sliding window has no room when the fleet needs 
 at a cold start (no traffic in the window yet) and when a deployment degrades (every request
 on it wants a hedge at once); on the routing benchmark in virtual time those refusals, not
 the workload, set p99.9 (docs/benchmarks.md, "Two hedges: the p99.9 bound").
+
+Shared by a fleet of replicas (``apply_fleet``, fed by ``hasten.fleet.routing``), the window's
+counts are the fleet's, as of the last sync, plus this replica's own since. Every replica
+sees the same headroom between two syncs, so each may spend only its share of it (the
+headroom over the number of replicas) plus what its own new requests earn: together they
+cannot spend more than the fleet has. In token-bucket mode each replica keeps its own bucket,
+earning from its own requests, but saves at most ``burst`` over the number of replicas (and
+at least one hedge), so the fleet's burst is ``burst`` (or one hedge per replica).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 NUM_BUCKETS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class FleetCounts:
+    """The fleet's window totals as of one sync (this replica's synced counts included)."""
+
+    num_requests: int
+    num_hedges: int
+    num_replicas: int
+    synced_s: float  # local time of the sync
+    # A view older than this (or than one bucket, if longer) is not used: the syncs stopped.
+    max_age_s: float = 0.0
 
 
 class HedgeBudget:
@@ -29,6 +50,11 @@ class HedgeBudget:
         self._num_requests = [0] * NUM_BUCKETS
         self._num_hedges = [0] * NUM_BUCKETS
         self.num_denied = 0
+        self._fleet: FleetCounts | None = None
+        # Own counts not yet in the fleet's totals: since the last export (unsynced), and
+        # exported but not yet confirmed by the sync that sent them (pending).
+        self._num_unsynced = [0, 0]  # requests, hedges
+        self._num_pending = [0, 0]
 
     def _bucket(self, now_s: float) -> int:
         epoch = math.floor(now_s / self._bucket_s)
@@ -50,8 +76,9 @@ class HedgeBudget:
 
     def record_request(self, now_s: float) -> None:
         self._num_requests[self._bucket(now_s)] += 1
+        self._num_unsynced[0] += 1
         if self.burst > 0:
-            self._credit = min(self.burst, self._credit + self.ratio)
+            self._credit = min(self._burst_cap(now_s), self._credit + self.ratio)
 
     def try_spend(self, now_s: float, *, max_fill: float = 1.0) -> bool:
         """Takes one hedge from the budget if there is room; records a denial otherwise.
@@ -59,9 +86,12 @@ class HedgeBudget:
         With ``max_fill`` below 1 the hedge may only use that share of the budget, leaving
         the rest to hedges that matter more (a second hedge leaves room for first ones).
         """
+        fleet = self._fresh_fleet(now_s)
         if self.burst > 0:
             # A partial fill keeps a reserve of (1 - max_fill) x burst in the bucket.
-            is_room = self._credit - 1.0 >= (1.0 - max_fill) * self.burst
+            is_room = self._credit - 1.0 >= (1.0 - max_fill) * self._burst_cap(now_s)
+        elif fleet is not None:
+            is_room = self._is_fleet_room(fleet, max_fill)
         else:
             num_requests, num_hedges = self._totals(now_s)
             is_room = num_hedges + 1 <= max_fill * self.ratio * num_requests
@@ -71,10 +101,58 @@ class HedgeBudget:
         if self.burst > 0:
             self._credit -= 1.0
         self._num_hedges[self._bucket(now_s)] += 1
+        self._num_unsynced[1] += 1
         return True
 
+    def _is_fleet_room(self, fleet: FleetCounts, max_fill: float) -> bool:
+        return self._fleet_allowance(fleet, max_fill) >= 1.0
+
+    def _fleet_allowance(self, fleet: FleetCounts, max_fill: float) -> float:
+        """What this replica may still spend: its share of the headroom at the last sync
+        plus what its own requests since have earned, less its own hedges since."""
+        allowed = max_fill * self.ratio
+        num_own_requests = self._num_unsynced[0] + self._num_pending[0]
+        num_own_hedges = self._num_unsynced[1] + self._num_pending[1]
+        headroom = allowed * fleet.num_requests - fleet.num_hedges  # negative: overspent
+        share = headroom / max(1, fleet.num_replicas)
+        return share + allowed * num_own_requests - num_own_hedges
+
+    def _fresh_fleet(self, now_s: float) -> FleetCounts | None:
+        fleet = self._fleet
+        if fleet is None or now_s - fleet.synced_s > max(self._bucket_s, fleet.max_age_s):
+            return None
+        return fleet
+
+    def _burst_cap(self, now_s: float) -> float:
+        fleet = self._fresh_fleet(now_s)
+        if fleet is None:
+            return self.burst
+        return max(1.0, self.burst / max(1, fleet.num_replicas))
+
+    # --- sharing with the fleet (hasten.fleet.routing) ------------------------------------
+
+    def take_counts(self) -> tuple[int, int]:
+        """Own requests and hedges since the last call, to add to the fleet's totals; they
+        stay counted here as pending until ``apply_fleet``."""
+        self._num_pending[0] += self._num_unsynced[0]
+        self._num_pending[1] += self._num_unsynced[1]
+        self._num_unsynced = [0, 0]
+        return self._num_pending[0], self._num_pending[1]
+
+    def apply_fleet(self, counts: FleetCounts | None) -> None:
+        """The fleet's totals, which now include the pending counts; None: Redis is away (or
+        the sync failed), decide from this replica's own window, which has every count."""
+        self._fleet = counts
+        self._num_pending = [0, 0]
+        if counts is None:
+            self._num_unsynced = [0, 0]  # the local window counts them already
+
     def remaining(self, now_s: float) -> float:
-        """How many more hedges the window allows now (fractional: the budget's headroom)."""
+        """How many more hedges the window allows now (fractional: the budget's headroom);
+        shared by a fleet, this replica's part of it (its share plus its own earnings)."""
+        fleet = self._fresh_fleet(now_s)
+        if fleet is not None and self.burst <= 0:
+            return max(0.0, self._fleet_allowance(fleet, 1.0))
         num_requests, num_hedges = self._totals(now_s)
         return max(0.0, self.ratio * num_requests - num_hedges)
 
@@ -87,4 +165,14 @@ class HedgeBudget:
             "denied": self.num_denied,
             "burst": self.burst,
             "credit": round(self._credit, 3) if self.burst > 0 else None,
+            "fleet": None if self._fleet is None else self._fleet_snapshot(self._fleet),
+        }
+
+    def _fleet_snapshot(self, fleet: FleetCounts) -> dict[str, object]:
+        return {
+            "window_requests": fleet.num_requests,
+            "window_hedges": fleet.num_hedges,
+            "replicas": fleet.num_replicas,
+            "unsynced_requests": self._num_unsynced[0] + self._num_pending[0],
+            "unsynced_hedges": self._num_unsynced[1] + self._num_pending[1],
         }

@@ -109,7 +109,11 @@ class LatencyEstimate:
             if ttft_ms > ewma and recent_ms > SHIFT_MARGIN * ewma:
                 alpha = max(alpha, SHIFT_EWMA_ALPHA)
             self._ttft_ewma_ms = ewma + alpha * (ttft_ms - ewma)
-        self.updated_s = now_s
+        self._touch(now_s)
+
+    def _touch(self, now_s: float) -> None:
+        # A sample from another replica may be a little older than the newest local one.
+        self.updated_s = now_s if self.updated_s is None else max(self.updated_s, now_s)
 
     def observe_censored(self, elapsed_ms: float, now_s: float, *, is_tail: bool = False) -> None:
         """An attempt abandoned after ``elapsed_ms`` without a token: TTFT was at least that.
@@ -128,7 +132,7 @@ class LatencyEstimate:
             # delay as its TTFT and be tried again and again. It is fresh evidence that it is
             # still slow, though (no drift back yet), and a tail sample for the quantiles.
             self._evidence.append((now_s, elapsed_ms))
-            self.updated_s = now_s
+            self._touch(now_s)
             self.num_samples += 1
             self._recent.append(elapsed_ms)
             self._sorted = None

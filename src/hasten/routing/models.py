@@ -147,6 +147,10 @@ class ModelRouter:
         names = [n for n in self._routes if n != WILDCARD_MODEL]
         return names + [a for a in self._aliases if a not in self._routes]
 
+    def routes(self) -> tuple[Route, ...]:
+        """Every configured route, the wildcard included."""
+        return tuple(self._routes.values())
+
     @property
     def has_wildcard(self) -> bool:
         return WILDCARD_MODEL in self._routes

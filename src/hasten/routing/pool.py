@@ -29,6 +29,7 @@ from hasten.routing.estimates import healthy_quantile_ms, nearest_rank
 from hasten.routing.exploration import fastest_typical_ms, is_avoided, may_explore
 from hasten.routing.homes import HomeTable
 from hasten.routing.settings import DeploymentConfig, RoutingConfig
+from hasten.routing.shared import ObservationKind, Outbox, Trip
 
 MAX_EXPECTED_TOKENS = 4096
 # Hedging at the TTFT quantile the budget can afford: with a 5% budget, p96, so that
@@ -69,6 +70,8 @@ class DeploymentPool:
         self.num_requests = 0
         self.num_hedges = 0  # of every level
         self.num_second_hedges = 0
+        self.outbox: Outbox | None = None  # set while the fleet shares routing state
+        self.num_remote_observations = 0
 
     # --- deciding ---------------------------------------------------------------------
 
@@ -302,6 +305,8 @@ class DeploymentPool:
         deployment.num_wins += 1
         deployment.estimate.observe_ttft(ttft_ms, now_s)
         deployment.breaker.record_success(now_s, is_probe=is_probe)
+        if self.outbox is not None:
+            self.outbox.observe(name, ObservationKind.TTFT, ttft_ms, now_s)
 
     def on_final_status(
         self, name: str, now_s: float, *, is_probe: bool, started_s: float | None = None
@@ -327,9 +332,29 @@ class DeploymentPool:
         deployment.num_failures += 1
         if elapsed_ms is not None:
             self._observe_censored(deployment, elapsed_ms, now_s)
-        deployment.breaker.record_failure(
-            now_s, is_probe=is_probe, reason=reason, retry_after_s=retry_after_s
+            if self.outbox is not None:
+                self.outbox.observe(name, ObservationKind.CENSORED, elapsed_ms, now_s)
+        self._record_failure(
+            deployment, now_s, is_probe=is_probe, reason=reason, retry_after_s=retry_after_s
         )
+
+    def _record_failure(
+        self,
+        deployment: Deployment,
+        now_s: float,
+        *,
+        is_probe: bool,
+        reason: str,
+        retry_after_s: float | None = None,
+    ) -> None:
+        breaker = deployment.breaker
+        num_trips = breaker.num_trips_total
+        breaker.record_failure(now_s, is_probe=is_probe, reason=reason, retry_after_s=retry_after_s)
+        if self.outbox is not None and breaker.num_trips_total != num_trips:
+            trip = Trip(
+                deployment.name, breaker.reopen_at_s, breaker.num_trips, breaker.last_trip_reason
+            )
+            self.outbox.trip(trip)
 
     def on_cancelled(
         self,
@@ -346,6 +371,8 @@ class DeploymentPool:
         deployment.num_cancelled += 1
         self._observe_censored(deployment, elapsed_ms, now_s)
         deployment.breaker.release_probe(is_probe)
+        if self.outbox is not None:
+            self.outbox.observe(name, ObservationKind.CENSORED, elapsed_ms, now_s)
 
     def _observe_censored(self, deployment: Deployment, elapsed_ms: float, now_s: float) -> None:
         # A primary abandoned after the hedge delay was a straggler: it must stay in the
@@ -358,16 +385,18 @@ class DeploymentPool:
         deployment = self.deployments[name]
         if tpot_ms is not None:
             deployment.estimate.observe_tpot(tpot_ms)
+            if self.outbox is not None:
+                self.outbox.observe(name, ObservationKind.TPOT, tpot_ms, now_s)
         if error:
             deployment.num_failures += 1
-            deployment.breaker.record_failure(now_s, is_probe=False, reason=error)
+            self._record_failure(deployment, now_s, is_probe=False, reason=error)
 
     def on_probe(self, name: str, now_s: float, rtt_ms: float | None, error: str) -> None:
         deployment = self.deployments[name]
         if rtt_ms is not None:
             deployment.estimate.observe_probe(rtt_ms)
         if error:
-            deployment.breaker.record_failure(now_s, is_probe=False, reason=f"probe: {error}")
+            self._record_failure(deployment, now_s, is_probe=False, reason=f"probe: {error}")
 
     def snapshot(self, now_s: float) -> dict[str, object]:
         hedge = self.routing.hedge

@@ -247,6 +247,11 @@ class UpstreamClient:
             self._start_probes(pool, route.upstreams, route.routing)
         return pool
 
+    def pool_for(self, route: Route) -> DeploymentPool:
+        """Route ``route``'s pool, created now if no request has gone there yet (the fleet's
+        routing sync creates every pool at startup, so none misses a trip published before)."""
+        return self._pool(route)
+
     def existing_pool(self, name: str) -> DeploymentPool | None:
         """The pool of route ``name`` if a request has gone there yet; never creates one."""
         return self._pools.get(name)
