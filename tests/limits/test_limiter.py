@@ -48,7 +48,8 @@ def limited_config(
         TenantKey("t", KEY, key_id=key_id, limits=limits),
         TenantKey("free", FREE_KEY, key_id="free"),
     )
-    fleet = FleetConfig(redis_url=redis_url) if redis_url is not None else FleetConfig()
+    # Only the limits use Redis here: the fleet's other features would talk to it too.
+    fleet = FleetConfig(redis_url=redis_url, is_coalescing=False, is_sharing_routing=False)
     return replace(
         base, server=replace(base.server, api_keys=keys), fleet=fleet, prices=prices or {}
     )
