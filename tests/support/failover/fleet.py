@@ -34,7 +34,6 @@ SLOW_STREAM = SimConfig(ttft_base_ms=20.0, decode_ms_per_token=50.0, output_toke
 STREAM_S = 2.1
 BOUND_S = 15.0
 ON_TIME_S = STREAM_S + 1.5
-START_TIMEOUT_S = 60.0
 
 
 def replica_toml(sim_urls: Sequence[str], redis_url: str) -> str:
@@ -64,7 +63,8 @@ def _sims(num_sims: int) -> Iterator[list[ServerThread]]:
 
 
 def _replica(config_path: Path) -> GatewayProcess:
-    return GatewayProcess("--config", str(config_path)).start(timeout_s=START_TIMEOUT_S)
+    """Not started yet: entering its ``with`` starts it (and leaving stops it)."""
+    return GatewayProcess("--config", str(config_path))
 
 
 def _num_calls(sims: Sequence[ServerThread]) -> int:
@@ -83,17 +83,14 @@ async def redis_lost_mid_stream(run: Run) -> Verdict:
         with redis, _replica(config) as replica:
             body = chat(run.question("redis_lost_mid_stream"))
             expected = Expectation(answer_text(body, SLOW_STREAM.output_tokens))
-            streaming = asyncio.ensure_future(
-                ask(run.client, replica.url, body, bound_s=BOUND_S)
-            )
+            streaming = asyncio.ensure_future(ask(run.client, replica.url, body, bound_s=BOUND_S))
             await asyncio.sleep(0.7)
             await asyncio.to_thread(redis.close)
-            first = judge(await streaming, expected, ON_TIME_S)
+            first = judge(await streaming, expected, run.on_time(ON_TIME_S))
             after = chat(run.question("redis_lost_mid_stream", 1))
             seen = await ask(run.client, replica.url, after, bound_s=BOUND_S)
-            second = judge(
-                seen, Expectation(answer_text(after, SLOW_STREAM.output_tokens)), ON_TIME_S
-            )
+            expected_after = Expectation(answer_text(after, SLOW_STREAM.output_tokens))
+            second = judge(seen, expected_after, run.on_time(ON_TIME_S))
             replay = judge_replay(
                 await ask(run.client, replica.url, body, bound_s=BOUND_S), expected
             )
@@ -107,9 +104,11 @@ async def replica_killed_mid_stream(run: Run) -> Verdict:
     """Replica 1 streams an answer; replica 2's client asks the same 0.3 s later; replica 1
     is SIGKILLed 0.8 s in. Its own client loses the connection (nobody can help that);
     replica 2's client must get the whole answer."""
-    with _sims(2) as sims, redis_server() as redis_url, tempfile.TemporaryDirectory(
-        prefix="hasten-failover-"
-    ) as workdir:
+    with (
+        _sims(2) as sims,
+        redis_server() as redis_url,
+        tempfile.TemporaryDirectory(prefix="hasten-failover-") as workdir,
+    ):
         config = Path(workdir) / "replica.toml"
         config.write_text(replica_toml([s.url + "/v1" for s in sims], redis_url))
         with _replica(config) as first, _replica(config) as second:
@@ -118,16 +117,14 @@ async def replica_killed_mid_stream(run: Run) -> Verdict:
             calls_before = _num_calls(sims)
             doomed = asyncio.ensure_future(ask(run.client, first.url, body, bound_s=BOUND_S))
             await asyncio.sleep(0.3)
-            survivor = asyncio.ensure_future(
-                ask(run.client, second.url, body, bound_s=BOUND_S)
-            )
+            survivor = asyncio.ensure_future(ask(run.client, second.url, body, bound_s=BOUND_S))
             await asyncio.sleep(0.5)
             assert first.proc is not None
             first.proc.kill()
             seen = await survivor
             lost = await doomed
             num_calls = _num_calls(sims) - calls_before
-    verdict = judge(seen, expected, ON_TIME_S)
+    verdict = judge(seen, expected, run.on_time(ON_TIME_S))
     note = f"{num_calls} upstream calls; the killed replica's client: {lost.problem or 'done'}"
     if verdict.outcome is Outcome.PASS and num_calls > 2:
         return Verdict(Outcome.PARTIAL, f"{note} (> 2)", verdict.elapsed_s)

@@ -12,6 +12,7 @@ or partial answer left in the cache fails the scenario.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -55,9 +56,15 @@ class Run:
     client: httpx.AsyncClient
     tag: str
     num_repeats: int = 1
+    # False (the quick tests: no wall-clock thresholds on a noisy machine): an answer is
+    # never late, only a hang (no answer within ``BOUND_S``) counts against time.
+    is_timed: bool = True
 
     def question(self, scenario: str, index: int = 0) -> str:
         return f"failover {scenario} {self.tag} question {index}"
+
+    def on_time(self, seconds: float) -> float:
+        return seconds if self.is_timed else math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +81,8 @@ async def _ask_all(
     verdicts = []
     for body in bodies:
         seen = await ask(run.client, env.gateway_url, body, bound_s=BOUND_S)
-        verdicts.append(judge(seen, Expectation(answer_text(body, env.output_tokens)), on_time_s))
+        expected = Expectation(answer_text(body, env.output_tokens))
+        verdicts.append(judge(seen, expected, run.on_time(on_time_s)))
     return verdicts
 
 
@@ -146,7 +154,7 @@ def _cut_mid_answer(name: str, *, temperature: float) -> Callable[[Run], Awaitab
                 if temperature > 0:
                     expected = Expectation(None, prefix=sent_before_cut(body, env.output_tokens))
                 seen = await ask(run.client, env.gateway_url, body, bound_s=BOUND_S)
-                verdicts.append(judge(seen, expected, ON_TIME_S))
+                verdicts.append(judge(seen, expected, run.on_time(ON_TIME_S)))
             return summed(verdicts, await _replay_all(run, env, bodies))
 
     return scenario
@@ -197,7 +205,7 @@ async def _all_down_then_one_recovers(run: Run) -> Verdict:
         found = summed(verdicts)
         note = f"down: {down[0].note}; first answer {seconds:.2f} s after the recovery"
         outcome = found.outcome
-        if outcome is Outcome.PASS and seconds > RECOVERY_ON_TIME_S:
+        if outcome is Outcome.PASS and seconds > run.on_time(RECOVERY_ON_TIME_S):
             outcome = Outcome.PARTIAL
         return Verdict(outcome, f"{note}; {found.note}" if found.note else note, seconds)
 
@@ -213,7 +221,8 @@ async def _until_recovered(run: Run, env: Lab, name: str) -> tuple[float, list[V
         body = chat(run.question(name, index))
         index += 1
         seen = await ask(run.client, env.gateway_url, body, bound_s=BOUND_S)
-        verdict = judge(seen, Expectation(answer_text(body, env.output_tokens)), ON_TIME_S)
+        expected = Expectation(answer_text(body, env.output_tokens))
+        verdict = judge(seen, expected, run.on_time(ON_TIME_S))
         if verdict.outcome is Outcome.FAIL:
             return time.perf_counter() - started_s, [verdict]
         if verdict.outcome is Outcome.PASS:
@@ -252,16 +261,12 @@ CATALOGUE: tuple[Scenario, ...] = (
     Scenario(
         "silent_upstream",
         "a reads the request and never answers: the full answer within 2 s",
-        _fault_on_a(
-            "silent_upstream", SIMS, {"silent_rate": 1.0}, on_time_s=ON_TIME_AFTER_TTFT_S
-        ),
+        _fault_on_a("silent_upstream", SIMS, {"silent_rate": 1.0}, on_time_s=ON_TIME_AFTER_TTFT_S),
     ),
     Scenario(
         "hang_after_headers",
         "a sends 200 and SSE headers, then nothing: the full answer within 2 s",
-        _fault_on_a(
-            "hang_after_headers", SIMS, {"hang_rate": 1.0}, on_time_s=ON_TIME_AFTER_TTFT_S
-        ),
+        _fault_on_a("hang_after_headers", SIMS, {"hang_rate": 1.0}, on_time_s=ON_TIME_AFTER_TTFT_S),
     ),
     Scenario(
         "stream_cut_deterministic",
@@ -305,8 +310,7 @@ CATALOGUE: tuple[Scenario, ...] = (
     ),
     Scenario(
         "dns_connect_timeout",
-        "a's connects time out (SYNs dropped; connect timeout 0.5 s): the full answer "
-        "within 2.5 s",
+        "a's connects time out (SYNs dropped; connect timeout 0.5 s): the full answer within 2.5 s",
         _fault_on_a("dns_connect_timeout", ("blackhole", "sim", "sim"), {}, on_time_s=2.5),
     ),
     Scenario(

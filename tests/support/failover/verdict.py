@@ -51,16 +51,20 @@ class Expectation:
     prefix: str = ""
 
     def wrong_because(self, got: str, *, is_whole: bool) -> str:
-        """"" when ``got`` is right (or, not ``is_whole``, a right beginning)."""
+        """ "" when ``got`` is right (or, not ``is_whole``, a right beginning)."""
         if self.text is not None:
             is_right = got == self.text if is_whole else self.text.startswith(got)
             return "" if is_right else f"wrong text: {got[:60]!r}"
         if is_whole:
-            return "" if got.startswith(self.prefix) and len(got) > len(self.prefix) else (
-                f"text does not continue what was sent: {got[:60]!r}"
+            return (
+                ""
+                if got.startswith(self.prefix) and len(got) > len(self.prefix)
+                else (f"text does not continue what was sent: {got[:60]!r}")
             )
-        return "" if got.startswith(self.prefix) or self.prefix.startswith(got) else (
-            f"wrong text: {got[:60]!r}"
+        return (
+            ""
+            if got.startswith(self.prefix) or self.prefix.startswith(got)
+            else (f"wrong text: {got[:60]!r}")
         )
 
 
@@ -84,8 +88,10 @@ def judge(seen: Observation, expected: Expectation, on_time_s: float) -> Verdict
         if wrong:
             return Verdict(Outcome.FAIL, f"{wrong} before the error", elapsed_s)
         code = seen.error.get("code") or seen.error.get("type") or "error"
-        where = f"SSE error event after {len(seen.text)} chars" if seen.status == 200 else (
-            f"{seen.status}"
+        where = (
+            f"SSE error event after {len(seen.text)} chars"
+            if seen.status == 200
+            else (f"{seen.status}")
         )
         return Verdict(Outcome.SAFE_FAIL, f"{where} ({code})", elapsed_s)
     if seen.status != 200 or not seen.is_complete:
