@@ -68,10 +68,24 @@ class StreamGuard:
         else:
             self._tail = b""
         if data:
-            for payload in self._decoder.feed(data):
+            for payload in self._payloads(data):
                 if payload != DONE and not _is_json(payload):
                     raise malformed(f"an event that is not JSON: {payload[:40]!r}")
         return data
+
+    def _payloads(self, data: bytes) -> list[bytes]:
+        """The data of the whole events in ``data``: split here on the common ``\n\n``
+        ends, one-line ``data: `` events taken as they are (the decoder's fast path); the
+        decoder for anything else (CR line ends, multi-line data)."""
+        if b"\r" in data:
+            return self._decoder.feed(data)
+        payloads = []
+        for event in data.split(b"\n\n"):
+            if event.startswith(b"data: ") and b"\n" not in event:
+                payloads.append(event[6:])
+            elif event:
+                payloads.extend(self._decoder.feed(event + b"\n\n"))
+        return payloads
 
     def finish(self) -> bytes:
         """What is left at the end of the stream (comments, blank lines); raises when it is
