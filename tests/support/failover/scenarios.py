@@ -327,8 +327,9 @@ CATALOGUE: tuple[Scenario, ...] = (
     ),
     Scenario(
         "redis_lost_mid_stream",
-        "[fleet] and cache on Redis; redis-server stopped mid-stream: that stream and the "
-        "next request complete, right and on time",
+        "two replicas, cache and [fleet] on Redis, the same stream asked of both; "
+        "redis-server stopped mid-stream: both clients and the next request get the full "
+        "answer, on time",
         fleet.redis_lost_mid_stream,
         awaits="cross-replica coalescing (i13-coalesce)",
     ),
