@@ -61,3 +61,9 @@ def test_json_bodies_and_content_types() -> None:
     assert is_event_stream({"content-type": "text/event-stream; charset=utf-8"})
     assert is_event_stream({"Content-Type": "text/event-stream"})
     assert not is_event_stream({"content-type": "application/json"})
+
+
+def test_a_last_event_without_its_blank_line_passes_as_it_came() -> None:
+    guard = StreamGuard()
+    assert guard.feed(ONE + b"data: [DONE]\n") == ONE
+    assert guard.finish() == b"data: [DONE]\n"

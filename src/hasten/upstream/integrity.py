@@ -88,11 +88,13 @@ class StreamGuard:
         return payloads
 
     def finish(self) -> bytes:
-        """What is left at the end of the stream (comments, blank lines); raises when it is
-        an event cut off midway."""
+        """What is left at the end of the stream, as it came: comments, or a last event
+        whose blank line is missing (``data: [DONE]\n``); raises when it is an event cut
+        off midway."""
         tail, self._tail = self._tail, b""
-        if b"data:" in tail:
-            raise malformed("a stream that ends halfway through an event")
+        for payload in SSEDecoder().feed(tail + b"\n\n"):
+            if payload != DONE and not _is_json(payload):
+                raise malformed("a stream that ends halfway through an event")
         return tail
 
 
