@@ -61,40 +61,42 @@ class StreamGuard:
     def feed(self, chunk: bytes) -> bytes:
         """The complete events of what came so far; raises UpstreamError on a bad one."""
         data = self._tail + chunk if self._tail else chunk
-        end = _last_event_end(data)
-        if end < len(data):
-            self._tail = data[end:]
-            data = data[:end]
-        else:
+        if data.endswith(b"\n\n"):  # the common case: upstreams send whole events
             self._tail = b""
-        if data:
-            for payload in self._payloads(data):
-                if payload != DONE and not _is_json(payload):
-                    raise malformed(f"an event that is not JSON: {payload[:40]!r}")
+        else:
+            end = _last_event_end(data)
+            data, self._tail = data[:end], data[end:]
+            if not data:
+                return data
+        if b"\r" in data:  # CR line ends: the decoder knows them
+            self._check_all(self._decoder.feed(data))
+            return data
+        for event in data.split(b"\n\n"):
+            # One-line ``data: `` events are checked here (the decoder's own fast path);
+            # multi-line data and comments go through the decoder.
+            if event.startswith(b"data: ") and b"\n" not in event:
+                payload = event[6:]
+                if payload != DONE:
+                    try:
+                        orjson.loads(payload)
+                    except orjson.JSONDecodeError:
+                        raise malformed(f"an event that is not JSON: {payload[:40]!r}") from None
+            elif event:
+                self._check_all(self._decoder.feed(event + b"\n\n"))
         return data
 
-    def _payloads(self, data: bytes) -> list[bytes]:
-        """The data of the whole events in ``data``: split here on the common ``\n\n``
-        ends, one-line ``data: `` events taken as they are (the decoder's fast path); the
-        decoder for anything else (CR line ends, multi-line data)."""
-        if b"\r" in data:
-            return self._decoder.feed(data)
-        payloads = []
-        for event in data.split(b"\n\n"):
-            if event.startswith(b"data: ") and b"\n" not in event:
-                payloads.append(event[6:])
-            elif event:
-                payloads.extend(self._decoder.feed(event + b"\n\n"))
-        return payloads
+    def _check_all(self, payloads: list[bytes]) -> None:
+        for payload in payloads:
+            if payload != DONE and not _is_json(payload):
+                raise malformed(f"an event that is not JSON: {payload[:40]!r}")
 
     def finish(self) -> bytes:
         """What is left at the end of the stream, as it came: comments, or a last event
         whose blank line is missing (``data: [DONE]\n``); raises when it is an event cut
         off midway."""
         tail, self._tail = self._tail, b""
-        for payload in SSEDecoder().feed(tail + b"\n\n"):
-            if payload != DONE and not _is_json(payload):
-                raise malformed("a stream that ends halfway through an event")
+        if not all(p == DONE or _is_json(p) for p in SSEDecoder().feed(tail + b"\n\n")):
+            raise malformed("a stream that ends halfway through an event")
         return tail
 
 
