@@ -3,7 +3,7 @@ fail, as a scorecard (markdown table), its JSON and one summary line.
 
 The catalogue, the lab and the scoring rules live in ``tests/support/failover/`` (the quick
 test ``tests/test_failover.py`` runs the same scenarios once each); this runs each with
-``--repeat`` requests where a scenario asks several (the degrading one asks 16 x repeat).
+``--repeat`` requests each (the degrading one asks 8 + 16 x (repeat - 1) after it degrades).
 
     PYTHONPATH=src nice -n 19 .venv/bin/python bench/failover.py [--repeat 3] [--only NAME ...]
         [--json PATH]
