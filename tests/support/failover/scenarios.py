@@ -320,6 +320,22 @@ CATALOGUE: tuple[Scenario, ...] = (
         awaits="stream resume (i13-resume)",
     ),
     Scenario(
+        "whole_answer_cut_upstream",
+        "a non-stream client; a drops the (assembled) upstream stream mid-answer, before "
+        "any byte reached the client: the full answer from b within 1.5 s",
+        _fault_on_a("whole_answer_cut_upstream", SIMS, {"disconnect_rate": 1.0}, is_stream=False),
+        awaits="a failover of an assembled answer cut before any byte went out",
+    ),
+    Scenario(
+        "whole_answer_malformed_upstream",
+        "a non-stream client; a's (assembled) upstream stream carries an event that is not "
+        "JSON: the full answer from b within 1.5 s",
+        _fault_on_a(
+            "whole_answer_malformed_upstream", SIMS, {"malformed_rate": 1.0}, is_stream=False
+        ),
+        awaits="a failover of an assembled answer cut before any byte went out",
+    ),
+    Scenario(
         "truncated_json",
         "a (stream_upstream off) sends a complete 200 whose JSON is cut midway: the full "
         "answer from b within 1.5 s",
