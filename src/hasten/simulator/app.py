@@ -206,14 +206,11 @@ class SimulatorApp:
     async def _send_fault(
         self, send: Send, watcher: DisconnectWatcher, start_s: float, fault: Fault
     ) -> Outcome:
-        """An up-front 429 or 500, after one network round trip."""
-        if fault.kind is FaultKind.RATE_LIMIT:
-            error = rate_limit_error(fault.retry_after_s)
-            outcome = Outcome.RATE_LIMITED
-            await wait_until_due(watcher, start_s, self.state.config.rtt_ms)
-            await send_error(send, error)
-            return outcome
+        """An up-front 429 or 5xx (a burst's status), after one network round trip."""
         await wait_until_due(watcher, start_s, self.state.config.rtt_ms)
+        if fault.kind is FaultKind.RATE_LIMIT:
+            await send_error(send, rate_limit_error(fault.retry_after_s))
+            return Outcome.RATE_LIMITED
         await send_json(send, fault.status, HastenError(SIMULATED_500_MESSAGE).to_json())
         return Outcome.SERVER_ERROR
 
