@@ -9,6 +9,7 @@ demanding user picks: short connect and first-token timeouts, quick retries, fal
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -46,6 +47,8 @@ DEMANDING_ROUTING = RoutingConfig(
 # A healthy deployment: an answer of 24 tokens in about 0.26 s.
 HEALTHY = SimConfig(ttft_base_ms=20.0, decode_ms_per_token=10.0, output_tokens=24)
 CONTROL_TIMEOUT_S = 10.0
+# The route field of stream resume, as branch i13-resume names it (``resume_streams`` in TOML).
+RESUME_FIELD = "is_resuming_streams"
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,10 +150,14 @@ def with_stream_resume(route: ModelRoute) -> ModelRoute:
     """The route with stream resume on, as a demanding user would set it.
 
     Resume (issue 13, branch i13-resume) is a per-model setting, off by default; this is
-    the one place the suite turns it on: until that setting exists the route is unchanged,
-    and the cut-mid-answer scenarios score what the gateway does without it.
+    the one place the suite turns it on. Until that branch is merged the field does not
+    exist, the route is unchanged, and the cut-mid-answer scenarios score what the gateway
+    does without it.
     """
-    return route
+    if RESUME_FIELD not in {item.name for item in dataclasses.fields(ModelRoute)}:
+        return route
+    changes: dict[str, Any] = {RESUME_FIELD: True}
+    return replace(route, **changes)
 
 
 @contextlib.contextmanager
