@@ -17,6 +17,8 @@ def test_config_updates_are_validated() -> None:
         {"no_such_field": 1},
         {"error_rate": 1.5},
         {"error_rate": 0.6, "rate_limit_rate": 0.6},
+        {"silent_rate": 0.5, "hang_rate": 0.3, "truncate_rate": 0.3},  # every rate counts
+        {"malformed_rate": -0.1},
         {"rtt_ms": -1},
         {"rtt_ms": "fast"},
         {"seed": 1.5},
@@ -40,3 +42,8 @@ def test_toml_config_reads_the_simulator_table(tmp_path: Path) -> None:
         load_toml_config(path)
     with pytest.raises(ConfigError):
         load_toml_config(tmp_path / "missing.toml")
+
+
+def test_the_new_fault_rates_are_faults() -> None:
+    for name in ("silent_rate", "hang_rate", "malformed_rate", "truncate_rate"):
+        assert config_from_mapping({name: 0.5}).has_faults

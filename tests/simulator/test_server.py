@@ -93,3 +93,10 @@ def test_run_serves_until_terminated() -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_the_stall_and_corruption_rates_have_flags() -> None:
+    flags = ["--silent-rate", "0.1", "--hang-rate", "0.2", "--malformed-rate", "0.3"]
+    config = config_from_args(parse([*flags, "--truncate-rate", "0.4"]))
+    rates = (config.silent_rate, config.hang_rate, config.malformed_rate, config.truncate_rate)
+    assert rates == (0.1, 0.2, 0.3, 0.4)

@@ -142,3 +142,19 @@ def test_first_token_watch_across_chunk_boundaries() -> None:
     watch = FirstTokenWatch()
     assert not watch.feed(frame[:10])
     assert watch.feed(frame[10:])
+
+
+async def test_an_event_that_is_not_json_before_the_first_token_fails() -> None:
+    chunks = (*sse(ROLE_ONLY), b'data: {"choices": [\n\n', *sse(delta("late")))
+    transport = ScriptedTransport({"a": [Reply(chunks=chunks)]})
+    outcome = await run_attempt(transport, _spec(is_stream=True))
+    assert isinstance(outcome, Failed) and outcome.reason == "malformed"
+    assert transport.responses[0].is_closed
+
+
+async def test_a_whole_json_answer_cut_mid_json_fails_and_may_be_retried() -> None:
+    json_type = {"content-type": "application/json"}
+    transport = ScriptedTransport({"a": [Reply(chunks=(b'{"choices": [',), headers=json_type)]})
+    outcome = await run_attempt(transport, _spec(is_stream=False))
+    assert isinstance(outcome, Failed) and outcome.reason == "malformed"
+    assert outcome.is_retryable_here

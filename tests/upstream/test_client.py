@@ -143,3 +143,21 @@ async def test_aclose_closes_the_transport() -> None:
     transport = ScriptedTransport({"a": [Reply()]})
     await UpstreamClient(transport).aclose()
     assert transport.is_closed
+
+
+async def test_an_event_stream_is_forwarded_in_whole_events_and_a_bad_one_ends_it() -> None:
+    first, second = sse(delta("a"), delta("b"))
+    chunks = (first + second[:9], second[9:], b'data: {"choices": [\n\n', *sse("[DONE]"))
+    event_stream = {"content-type": "text/event-stream"}
+    transport = ScriptedTransport({"a": [Reply(chunks=chunks, headers=event_stream)]})
+    client = UpstreamClient(transport, rng=random.Random(1))
+    call = await _open(
+        client, _router(m=ModelRoute(name="m", upstream="a")).resolve("m"), is_stream=True
+    )
+    forwarded = []
+    with pytest.raises(HastenError) as caught:
+        async for chunk in call.iter_chunks():
+            forwarded.append(chunk)
+    call.close()
+    assert forwarded == [first, second]  # never half an event, never the bad one
+    assert caught.value.code == "upstream_malformed"

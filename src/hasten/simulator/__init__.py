@@ -20,6 +20,9 @@ Endpoints
                                 empties the prefix cache
     GET  /sim/config            the current config as JSON
     POST /sim/config            JSON object of SimConfig fields to change; returns the new config
+    POST /sim/burst             a 5xx burst: `{"num_requests": N, "status": 503}` (status 500 by
+                                default): the next N completion/embedding requests fail with
+                                it, then the simulator recovers; N = 0 ends it; /sim/reset too
 
 Length of a completion: `x-sim-tokens` if given, else max_tokens / max_completion_tokens (the
 model "runs to the limit", finish_reason "length"), else `SimConfig.output_tokens`; max_tokens
@@ -34,23 +37,35 @@ Per-request override headers (invalid values, or unknown `x-sim-*` names, give a
                                   jitter or straggler); for embeddings the whole delay
     x-sim-decode-ms: MS           exact delay between tokens
     x-sim-tokens: N               completion length in tokens (still capped by max_tokens)
-    x-sim-fail: 500|429|disconnect|none
+    x-sim-fail: 500|429|disconnect|silent|hang|malformed|truncate|none
                                   force a fault, or force none despite the configured rates
+                                  (each has a rate in SimConfig: error_rate, rate_limit_rate,
+                                  disconnect_rate, silent_rate, hang_rate, malformed_rate,
+                                  truncate_rate). silent: read the request, never answer; hang:
+                                  200 and its headers, then nothing (both until the client
+                                  leaves); malformed: an event that is not JSON mid-stream,
+                                  the rest intact, or a 200 body that is not JSON; truncate:
+                                  the body ends cleanly (no abort) halfway through an event, or
+                                  halfway through the JSON of a whole body
     x-sim-fail-after-chunks: N    disconnect: abort after N SSE events (default: the role chunk
                                   plus half the tokens); 500 on a stream: send N events, then an
-                                  OpenAI error event and end without `[DONE]`. Non-stream
-                                  requests get an up-front 500, or for disconnect half the body.
+                                  OpenAI error event and end without `[DONE]`; malformed: the
+                                  bad event comes before event N; truncate: N events, then half
+                                  of the next. Non-stream requests get an up-front 500, or for
+                                  disconnect half the body.
     x-sim-retry-after: S          seconds for a 429's `Retry-After` (and `retry-after-ms`)
 
 Counting (GET /sim/stats): num_requests, num_requests_by_endpoint, num_stream_requests,
 num_completed, num_cancelled (client went away before the response finished: noticed while the
 simulator waits out latency, or when a send fails; a zero-latency response never waits, so a
 client leaving during it is not seen), num_errors_injected (500s),
-num_rate_limited, num_disconnects (injected), num_bad_requests, num_in_flight,
+num_rate_limited, num_disconnects (injected), num_stalls (silent or hang, ended when the
+client left), num_corrupted (malformed or truncated), num_bad_requests, num_in_flight,
 num_prompt_tokens, num_prefix_cache_hit_tokens, prefix_cache_hit_ratio,
 num_completion_tokens (tokens actually sent), num_embedding_inputs, num_embedding_tokens,
 num_prefix_cache_blocks. Only /v1/* requests are counted; every counted request ends in exactly
-one of completed, cancelled, errors_injected, rate_limited, disconnects or bad_requests.
+one of completed, cancelled, errors_injected, rate_limited, disconnects, stalls, corrupted or
+bad_requests.
 """
 
 from __future__ import annotations

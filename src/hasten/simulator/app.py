@@ -30,11 +30,14 @@ from hasten.simulator.config import SimConfig
 from hasten.simulator.control import ControlEndpoints
 from hasten.simulator.execution import (
     SIMULATED_500_MESSAGE,
+    WHOLE_BODY_FAULTS,
     StreamRun,
+    send_faulty_whole,
     send_whole,
+    stall,
     wait_until_due,
 )
-from hasten.simulator.faults import Fault, FaultKind, decide_fault
+from hasten.simulator.faults import STALLS, Fault, FaultKind, burst_fault, decide_fault
 from hasten.simulator.generation import GeneratedChoice, generate_choices
 from hasten.simulator.inputs import (
     MAX_BODY_BYTES,
@@ -99,6 +102,7 @@ class SimulatorApp:
             "/v1/models": ("models", {"GET": self._models}),
             "/sim/stats": (None, {"GET": self.control.get_stats}),
             "/sim/reset": (None, {"POST": self.control.reset}),
+            "/sim/burst": (None, {"POST": self.control.burst}),
             "/sim/config": (
                 None,
                 {"GET": self.control.get_config, "POST": self.control.set_config},
@@ -170,6 +174,9 @@ class SimulatorApp:
             raise ModelNotFound(f"The model `{model}` does not exist", param="model")
 
     def _decide_fault(self, overrides: Overrides, num_tokens: int) -> Fault:
+        burst_status = self.state.take_burst()
+        if burst_status is not None:
+            return burst_fault(burst_status)
         return decide_fault(
             self.state.config,
             self.state.rng,
@@ -199,17 +206,13 @@ class SimulatorApp:
     async def _send_fault(
         self, send: Send, watcher: DisconnectWatcher, start_s: float, fault: Fault
     ) -> Outcome:
-        """An up-front 429 or 500, after one network round trip."""
-        error: HastenError
-        if fault.kind is FaultKind.RATE_LIMIT:
-            error = rate_limit_error(fault.retry_after_s)
-            outcome = Outcome.RATE_LIMITED
-        else:
-            error = HastenError(SIMULATED_500_MESSAGE)
-            outcome = Outcome.SERVER_ERROR
+        """An up-front 429 or 5xx (a burst's status), after one network round trip."""
         await wait_until_due(watcher, start_s, self.state.config.rtt_ms)
-        await send_error(send, error)
-        return outcome
+        if fault.kind is FaultKind.RATE_LIMIT:
+            await send_error(send, rate_limit_error(fault.retry_after_s))
+            return Outcome.RATE_LIMITED
+        await send_json(send, fault.status, HastenError(SIMULATED_500_MESSAGE).to_json())
+        return Outcome.SERVER_ERROR
 
     # --- chat and text completions -------------------------------------------------------
 
@@ -249,6 +252,8 @@ class SimulatorApp:
         if request.stream:
             self.state.stats.num_stream_requests += 1
         prepared = self._prepare(request, overrides, is_chat=parse is parse_chat_request)
+        if prepared.fault.kind in STALLS:
+            return await stall(send, receive, start_s, prepared.fault, request.stream)
         with DisconnectWatcher(receive, is_armed=False) as watcher:
             if _fails_up_front(prepared.fault, request.stream):
                 return await self._send_fault(send, watcher, start_s, prepared.fault)
@@ -299,11 +304,11 @@ class SimulatorApp:
             prepared.choices,
             prepared.usage,
         )
-        is_cut = prepared.fault.kind is FaultKind.DISCONNECT
         due_ms = prepared.plan.total_ms(prepared.num_steps)
-        await send_whole(send, watcher, start_s, due_ms, body, cut_midway=is_cut)
-        if is_cut:
-            return Outcome.DISCONNECTED
+        kind = prepared.fault.kind
+        if kind in WHOLE_BODY_FAULTS:
+            return await send_faulty_whole(send, watcher, start_s, due_ms, body, kind)
+        await send_whole(send, watcher, start_s, due_ms, body)
         state.stats.num_completion_tokens += sum(len(c.pieces) for c in prepared.choices)
         return Outcome.COMPLETED
 
@@ -320,6 +325,8 @@ class SimulatorApp:
         state = self.state
         num_tokens = sum(len(text_tokens(text)) for text in request.texts)
         fault = self._decide_fault(overrides, 0)
+        if fault.kind in STALLS:
+            return await stall(send, receive, start_s, fault, False)
         with DisconnectWatcher(receive, is_armed=False) as watcher:
             if _fails_up_front(fault, False):
                 return await self._send_fault(send, watcher, start_s, fault)
@@ -330,9 +337,10 @@ class SimulatorApp:
             state.stats.num_embedding_tokens += num_tokens
             # An embedding is a prefill with no decode: its latency is the time to first token.
             due_ms = self._plan(overrides, num_tokens, 0).first_token_ms
-            is_cut = fault.kind is FaultKind.DISCONNECT
-            await send_whole(send, watcher, start_s, due_ms, body, cut_midway=is_cut)
-            return Outcome.DISCONNECTED if is_cut else Outcome.COMPLETED
+            if fault.kind in WHOLE_BODY_FAULTS:
+                return await send_faulty_whole(send, watcher, start_s, due_ms, body, fault.kind)
+            await send_whole(send, watcher, start_s, due_ms, body)
+            return Outcome.COMPLETED
 
     async def _models(self, scope: Scope, receive: Receive, send: Send, start_s: float) -> Outcome:
         await self._network_delay(receive, start_s)

@@ -26,7 +26,16 @@ DEFAULT_PREFIX_CACHE_BLOCKS = 65_536
 DEFAULT_STRAGGLER_MULT = 10.0
 DEFAULT_RETRY_AFTER_S = 1.0
 
-_PROBABILITY_FIELDS = ("straggler_prob", "error_rate", "rate_limit_rate", "disconnect_rate")
+_FAULT_RATE_FIELDS = (
+    "error_rate",
+    "rate_limit_rate",
+    "disconnect_rate",
+    "silent_rate",
+    "hang_rate",
+    "malformed_rate",
+    "truncate_rate",
+)
+_PROBABILITY_FIELDS = ("straggler_prob", *_FAULT_RATE_FIELDS)
 _NON_NEGATIVE_FIELDS = (
     "rtt_ms",
     "ttft_base_ms",
@@ -64,6 +73,10 @@ class SimConfig:
     error_rate: float = 0.0
     rate_limit_rate: float = 0.0
     disconnect_rate: float = 0.0
+    silent_rate: float = 0.0  # reads the request and never answers
+    hang_rate: float = 0.0  # 200 and headers, then nothing
+    malformed_rate: float = 0.0  # a data line that is not JSON mid-stream
+    truncate_rate: float = 0.0  # the body ends cleanly, cut mid-event or mid-JSON
     retry_after_s: float = DEFAULT_RETRY_AFTER_S
 
     seed: int = 0
@@ -83,7 +96,7 @@ class SimConfig:
 
     @property
     def has_faults(self) -> bool:
-        return self.error_rate > 0 or self.rate_limit_rate > 0 or self.disconnect_rate > 0
+        return any(getattr(self, name) > 0 for name in _FAULT_RATE_FIELDS)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -117,8 +130,8 @@ def _validate(config: SimConfig) -> None:
         raise error(
             "straggler_mult", f"must be a finite number >= 1, got {config.straggler_mult!r}"
         )
-    if config.error_rate + config.rate_limit_rate + config.disconnect_rate > 1.0:
-        raise error("error_rate", "error_rate + rate_limit_rate + disconnect_rate must be <= 1")
+    if sum(getattr(config, name) for name in _FAULT_RATE_FIELDS) > 1.0:
+        raise error("error_rate", f"the fault rates ({', '.join(_FAULT_RATE_FIELDS)}) sum above 1")
     if config.prefill_cached_ms_per_token > config.prefill_ms_per_token:
         raise error("prefill_cached_ms_per_token", "must not exceed prefill_ms_per_token")
 
@@ -146,6 +159,10 @@ def read_simulator(table: TomlTable, base: SimConfig) -> SimConfig:
         error_rate=table.real("error_rate", b.error_rate),
         rate_limit_rate=table.real("rate_limit_rate", b.rate_limit_rate),
         disconnect_rate=table.real("disconnect_rate", b.disconnect_rate),
+        silent_rate=table.real("silent_rate", b.silent_rate),
+        hang_rate=table.real("hang_rate", b.hang_rate),
+        malformed_rate=table.real("malformed_rate", b.malformed_rate),
+        truncate_rate=table.real("truncate_rate", b.truncate_rate),
         retry_after_s=table.real("retry_after_s", b.retry_after_s),
         seed=int(table.get("seed", int, b.seed)),
     )

@@ -14,6 +14,7 @@ from hasten.simulator.state import SimState
 from hasten.simulator.stats import Outcome
 
 _TRUE_VALUES = ("1", "true", "yes")
+MAX_BURST_REQUESTS = 1_000_000
 
 
 class ControlEndpoints:
@@ -60,3 +61,28 @@ class ControlEndpoints:
         self._state.apply_config(config)
         await send_json(send, 200, orjson.dumps(config.to_dict()))
         return Outcome.COMPLETED
+
+    async def burst(self, scope: Scope, receive: Receive, send: Send, start_s: float) -> Outcome:
+        """Arms a 5xx burst: ``{"num_requests": N, "status": 503}`` (status default 500);
+        the next N completion or embedding requests fail with it, then the simulator
+        recovers. ``num_requests: 0`` ends a burst early."""
+        changes = parse_body(await read_body(receive, scope, MAX_BODY_BYTES))
+        unknown = sorted(set(changes) - {"num_requests", "status"})
+        if unknown:
+            raise InvalidRequest(f"unknown burst field {unknown[0]}", param=unknown[0])
+        num_requests = changes.get("num_requests")
+        if not _is_int_within(num_requests, 0, MAX_BURST_REQUESTS):
+            message = f"num_requests must be an integer in [0, {MAX_BURST_REQUESTS}]"
+            raise InvalidRequest(message, param="num_requests")
+        status = changes.get("status", 500)
+        if not _is_int_within(status, 500, 599):
+            raise InvalidRequest("status must be an integer in [500, 599]", param="status")
+        assert isinstance(num_requests, int) and isinstance(status, int)
+        self._state.arm_burst(num_requests, status)
+        body = {"num_requests": num_requests, "status": status}
+        await send_json(send, 200, orjson.dumps(body))
+        return Outcome.COMPLETED
+
+
+def _is_int_within(value: object, minimum: int, maximum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and minimum <= value <= maximum

@@ -4,7 +4,7 @@ Delays are measured from the request's arrival (`start_s`, loop time), so our ow
 time is absorbed instead of added. Events due at the same moment are coalesced into one send,
 which keeps zero-latency responses to a couple of writes. A client that goes away while we
 wait cuts the wait short (`DisconnectWatcher.sleep`): the watcher's block ends in
-`ClientGone`, counted as CANCELLED.
+`ClientGone`, counted as CANCELLED (STALLED when the wait was an injected silence).
 """
 
 from __future__ import annotations
@@ -16,19 +16,26 @@ from hasten.asgi import (
     JSON_CONTENT_TYPE,
     SSE_DONE,
     DisconnectWatcher,
+    Receive,
     Send,
     send_body,
     send_json,
     start_sse,
     start_stream,
 )
-from hasten.errors import HastenError
+from hasten.errors import ClientGone, HastenError
 from hasten.simulator.faults import Fault, FaultKind
 from hasten.simulator.payloads import error_event
 from hasten.simulator.stats import Outcome
 from hasten.simulator.streaming import ScheduledEvent
 
 SIMULATED_500_MESSAGE = "The server had an error while processing your request."
+# "Never answers": until the client gives up, or this long (nothing waits for ever).
+MAX_STALL_S = 3600.0
+# What a broken proxy in between might emit: an event whose JSON stops midway.
+MALFORMED_EVENT = b'data: {"object": "chat.completion.chunk", "choices": [{"delta": {"con\n\n'
+MALFORMED_BODY_INSERT = b"\x00<garbage>"
+WHOLE_BODY_FAULTS = frozenset({FaultKind.DISCONNECT, FaultKind.MALFORMED, FaultKind.TRUNCATE})
 
 
 async def wait_until_due(watcher: DisconnectWatcher, start_s: float, due_ms: float) -> None:
@@ -63,6 +70,45 @@ async def send_whole(
     await send_body(send, body[: len(body) // 2])
 
 
+async def send_faulty_whole(
+    send: Send,
+    watcher: DisconnectWatcher,
+    start_s: float,
+    due_ms: float,
+    body: bytes,
+    kind: FaultKind,
+) -> Outcome:
+    """A whole 200 body with a fault of ``WHOLE_BODY_FAULTS``: cut off with the connection
+    (DISCONNECT), complete by HTTP but cut mid-JSON (TRUNCATE), or not JSON (MALFORMED)."""
+    if kind is FaultKind.DISCONNECT:
+        await send_whole(send, watcher, start_s, due_ms, body, cut_midway=True)
+        return Outcome.DISCONNECTED
+    half = len(body) // 2
+    if kind is FaultKind.TRUNCATE:
+        await send_whole(send, watcher, start_s, due_ms, body[:half])
+    else:
+        await send_whole(send, watcher, start_s, due_ms, body[:half] + MALFORMED_BODY_INSERT)
+    return Outcome.CORRUPTED
+
+
+async def stall(
+    send: Send, receive: Receive, start_s: float, fault: Fault, is_stream: bool
+) -> Outcome:
+    """Answers nothing (SILENT), or a 200 and its headers and then nothing (HANG), until
+    the client goes away (or ``MAX_STALL_S``)."""
+    try:
+        with DisconnectWatcher(receive) as watcher:
+            if fault.kind is FaultKind.HANG:
+                if is_stream:
+                    await start_sse(send)
+                else:
+                    await start_stream(send, 200, [JSON_CONTENT_TYPE])
+            await watcher.sleep(MAX_STALL_S)
+    except ClientGone:
+        pass
+    return Outcome.STALLED
+
+
 class StreamRun:
     """One SSE response in progress; `run` returns the outcome and counts the tokens sent."""
 
@@ -84,32 +130,59 @@ class StreamRun:
 
     async def run(self, events: Iterable[ScheduledEvent], fault: Fault) -> Outcome:
         limit = fault.after_chunks if fault.kind is not FaultKind.NONE else None
+        if fault.kind is FaultKind.MALFORMED:
+            return await self._run_malformed(events, limit or 0)
         buffer = self._buffer
+        next_event = SSE_DONE  # the event a truncation cuts in half
         for num_events, (due_ms, data, num_tokens) in enumerate(events):
             if limit is not None and num_events >= limit:
+                next_event = data
                 break
-            if due_ms > 0:
-                delay_s = self._start_s + due_ms / 1000.0 - asyncio.get_running_loop().time()
-                if delay_s > 0:
-                    if buffer:
-                        await self._flush(more_body=True)
-                    await self._watcher.sleep(delay_s)
+            if due_ms > 0:  # checked here too: a zero-latency stream never leaves the loop
+                await self._wait_due(due_ms)
             buffer.append(data)
             self.num_tokens_sent += num_tokens
         else:
             if limit is None:
                 return await self._finish(SSE_DONE, Outcome.COMPLETED)
-        return await self._strike(fault)
+        return await self._strike(fault, next_event)
+
+    async def _run_malformed(self, events: Iterable[ScheduledEvent], limit: int) -> Outcome:
+        """The whole stream, with one event that is not JSON before event number ``limit``
+        (or before ``[DONE]``, when the stream has fewer)."""
+        is_inserted = False
+        for num_events, (due_ms, data, num_tokens) in enumerate(events):
+            await self._wait_due(due_ms)
+            if num_events == limit:
+                self._buffer.append(MALFORMED_EVENT)
+                is_inserted = True
+            self._buffer.append(data)
+            self.num_tokens_sent += num_tokens
+        if not is_inserted:
+            self._buffer.append(MALFORMED_EVENT)
+        return await self._finish(SSE_DONE, Outcome.CORRUPTED)
+
+    async def _wait_due(self, due_ms: float) -> None:
+        if due_ms <= 0:
+            return
+        delay_s = self._start_s + due_ms / 1000.0 - asyncio.get_running_loop().time()
+        if delay_s > 0:
+            if self._buffer:
+                await self._flush(more_body=True)
+            await self._watcher.sleep(delay_s)
 
     async def _finish(self, last_event: bytes, outcome: Outcome) -> Outcome:
         self._buffer.append(last_event)
         await self._flush(more_body=False)
         return outcome
 
-    async def _strike(self, fault: Fault) -> Outcome:
+    async def _strike(self, fault: Fault, next_event: bytes) -> Outcome:
         if fault.kind is FaultKind.SERVER_ERROR:
             error = HastenError(SIMULATED_500_MESSAGE)
             return await self._finish(error_event(error), Outcome.SERVER_ERROR)
+        if fault.kind is FaultKind.TRUNCATE:
+            # A clean end of the body (no abort) halfway through an event, without [DONE].
+            return await self._finish(next_event[: len(next_event) // 2], Outcome.CORRUPTED)
         # DISCONNECT: push what is buffered, then return with the body unfinished so the
         # server closes the connection without `[DONE]` or a final chunk.
         await self._flush(more_body=True)

@@ -17,6 +17,16 @@ class FaultKind(StrEnum):
     SERVER_ERROR = "500"
     RATE_LIMIT = "429"
     DISCONNECT = "disconnect"
+    SILENT = "silent"  # reads the request, never answers
+    HANG = "hang"  # sends 200 and its headers, then nothing
+    MALFORMED = "malformed"  # a data line that is not JSON mid-stream; a non-JSON 200 body
+    TRUNCATE = "truncate"  # ends the body cleanly, cut mid-event or mid-JSON
+
+
+# Faults that answer nothing more after a point, until the client gives up.
+STALLS = frozenset({FaultKind.SILENT, FaultKind.HANG})
+# Faults that strike after some SSE events (default: the role chunk and half the tokens).
+_MID_STREAM = frozenset({FaultKind.DISCONNECT, FaultKind.MALFORMED, FaultKind.TRUNCATE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,12 +34,15 @@ class Fault:
     """A decided failure. `after_chunks` is how many SSE events go out before it strikes.
 
     For SERVER_ERROR, None means an up-front 500; a number means a mid-stream error event.
-    For DISCONNECT it is always set; non-stream responses are cut halfway through the body.
+    For DISCONNECT, MALFORMED and TRUNCATE it is always set; non-stream responses are cut
+    halfway through the body (DISCONNECT, TRUNCATE) or are not JSON at all (MALFORMED).
+    ``status`` is the up-front error's (a burst may answer 502 or 503).
     """
 
     kind: FaultKind
     after_chunks: int | None = None
     retry_after_s: float = 0.0
+    status: int = 500
 
 
 NO_FAULT = Fault(FaultKind.NONE)
@@ -41,19 +54,28 @@ def default_disconnect_after_chunks(num_tokens: int) -> int:
 
 
 def draw_fault_kind(config: SimConfig, rng: random.Random) -> FaultKind:
-    """One uniform draw split across the three rates; no draw at all when every rate is 0."""
+    """One uniform draw split across the rates; no draw at all when every rate is 0."""
     if not config.has_faults:
         return FaultKind.NONE
     draw = rng.random()
-    if draw < config.error_rate:
-        return FaultKind.SERVER_ERROR
-    draw -= config.error_rate
-    if draw < config.rate_limit_rate:
-        return FaultKind.RATE_LIMIT
-    draw -= config.rate_limit_rate
-    if draw < config.disconnect_rate:
-        return FaultKind.DISCONNECT
+    for kind, rate in fault_rates(config):
+        if draw < rate:
+            return kind
+        draw -= rate
     return FaultKind.NONE
+
+
+def fault_rates(config: SimConfig) -> tuple[tuple[FaultKind, float], ...]:
+    """Each fault's configured share of requests, in the order one draw splits them."""
+    return (
+        (FaultKind.SERVER_ERROR, config.error_rate),
+        (FaultKind.RATE_LIMIT, config.rate_limit_rate),
+        (FaultKind.DISCONNECT, config.disconnect_rate),
+        (FaultKind.SILENT, config.silent_rate),
+        (FaultKind.HANG, config.hang_rate),
+        (FaultKind.MALFORMED, config.malformed_rate),
+        (FaultKind.TRUNCATE, config.truncate_rate),
+    )
 
 
 def decide_fault(
@@ -74,9 +96,14 @@ def decide_fault(
             forced_retry_after_s if forced_retry_after_s is not None else config.retry_after_s
         )
         return Fault(kind, retry_after_s=retry_after_s)
-    if kind is FaultKind.DISCONNECT:
+    if kind in _MID_STREAM:
         after = forced_after_chunks
         if after is None:
             after = default_disconnect_after_chunks(num_tokens)
         return Fault(kind, after_chunks=after)
     return Fault(kind, after_chunks=forced_after_chunks)
+
+
+def burst_fault(status: int) -> Fault:
+    """An up-front error of a burst armed through ``POST /sim/burst``."""
+    return Fault(FaultKind.SERVER_ERROR, status=status)

@@ -106,7 +106,7 @@ def _header_fault(raw: bytes) -> FaultKind:
         return FaultKind(raw.decode("latin-1").strip().lower())
     except ValueError:
         raise InvalidRequest(
-            "header x-sim-fail must be one of 500, 429, disconnect, none", param="x-sim-fail"
+            f"header x-sim-fail must be one of {', '.join(FaultKind)}", param="x-sim-fail"
         ) from None
 
 

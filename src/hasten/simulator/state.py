@@ -19,10 +19,24 @@ class SimState:
         self.prefix_cache = PrefixCache(config.prefix_block_tokens, config.prefix_cache_blocks)
         self.stats = SimStats()
         self._num_ids = 0
+        # A 5xx burst (POST /sim/burst): the next this many requests fail with burst_status.
+        self.num_burst_left = 0
+        self.burst_status = 500
 
     def next_id(self, prefix: str) -> str:
         self._num_ids += 1
         return f"{prefix}-sim{self._num_ids:012x}"
+
+    def arm_burst(self, num_requests: int, status: int) -> None:
+        self.num_burst_left = num_requests
+        self.burst_status = status
+
+    def take_burst(self) -> int | None:
+        """The status the next request fails with while a burst lasts, else None."""
+        if self.num_burst_left <= 0:
+            return None
+        self.num_burst_left -= 1
+        return self.burst_status
 
     def apply_config(self, config: SimConfig) -> None:
         """Swaps settings at runtime; requests already running keep their drawn plan."""
@@ -37,8 +51,9 @@ class SimState:
             self.prefix_cache.resize(config.prefix_cache_blocks)
 
     def reset(self, *, clear_prefix_cache: bool) -> None:
-        """Zeroes counters and reseeds the RNG so a benchmark run replays the same faults."""
+        """Zeroes counters, ends a burst and reseeds the RNG so a run replays the same faults."""
         self.stats.reset()
+        self.num_burst_left = 0
         self.rng.seed(self.config.seed)
         if clear_prefix_cache:
             self.prefix_cache.clear()

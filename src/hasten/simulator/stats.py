@@ -14,6 +14,8 @@ class Outcome(Enum):
     SERVER_ERROR = "server_error"  # injected 500, up front or as a mid-stream error event
     RATE_LIMITED = "rate_limited"  # injected 429
     DISCONNECTED = "disconnected"  # injected connection abort
+    STALLED = "stalled"  # injected silence (silent, hang) until the client gave up
+    CORRUPTED = "corrupted"  # injected malformed or truncated body
     BAD_REQUEST = "bad_request"  # 4xx for malformed input, unknown path or model
 
 
@@ -27,6 +29,8 @@ class SimStats:
     num_errors_injected: int = 0
     num_rate_limited: int = 0
     num_disconnects: int = 0
+    num_stalls: int = 0
+    num_corrupted: int = 0
     num_bad_requests: int = 0
     num_in_flight: int = 0
     num_prompt_tokens: int = 0
@@ -53,6 +57,10 @@ class SimStats:
             self.num_rate_limited += 1
         elif outcome is Outcome.DISCONNECTED:
             self.num_disconnects += 1
+        elif outcome is Outcome.STALLED:
+            self.num_stalls += 1
+        elif outcome is Outcome.CORRUPTED:
+            self.num_corrupted += 1
         else:
             self.num_bad_requests += 1
 

@@ -18,6 +18,7 @@ import orjson
 from hasten.config import UpstreamConfig
 from hasten.errors import HastenError, UpstreamConnectError, UpstreamError, UpstreamTimeout
 from hasten.proxy.sse import DONE, SSEDecoder
+from hasten.upstream.integrity import check_json_body, is_json_content, malformed
 from hasten.upstream.retry import is_retryable_status, parse_retry_after_s
 from hasten.upstream.transport import Transport, UpstreamRequest, UpstreamResponse
 
@@ -62,6 +63,7 @@ class FirstTokenWatch:
     def __init__(self) -> None:
         self._decoder = SSEDecoder()
         self.error_message: str | None = None
+        self.is_malformed = False  # an event that is not JSON: no client may see it
 
     def feed(self, chunk: bytes) -> bool:
         for payload in self._decoder.feed(chunk):
@@ -70,7 +72,8 @@ class FirstTokenWatch:
             try:
                 event = orjson.loads(payload)
             except orjson.JSONDecodeError:
-                continue
+                self.is_malformed = True
+                return False
             if isinstance(event, dict) and _event_has_output(event, self):
                 return True
         return False
@@ -179,6 +182,10 @@ async def _read_whole(
         return Failed("body_cut", exc, is_retryable_here=True)
     finally:
         response.close()
+    # Complete by HTTP yet cut mid-JSON (or not JSON at all): no client can use it, and
+    # none has seen a byte of it, so it fails over like a body cut off with its connection.
+    if is_json_content(response.headers) and (error := check_json_body(body)) is not None:
+        return Failed("malformed", error, is_retryable_here=True)
     return Ready(BufferedResponse(200, response.headers, body), ttft_ms, is_token=True)
 
 
@@ -201,6 +208,8 @@ async def _await_first_token(
                     f"upstream error before the first token: {watch.error_message}"
                 )
                 return Failed("stream_error_event", error)
+            if watch.is_malformed:
+                return Failed("malformed", malformed("an event that is not JSON"))
     except HastenError as exc:
         return Failed("stream_error", exc)
     finally:

@@ -25,6 +25,7 @@ from hasten.routing.pool import DeploymentPool
 from hasten.routing.settings import DeploymentConfig, RoutingConfig
 from hasten.telemetry.stage import NO_STAGE, Stage
 from hasten.upstream.dispatch import Dispatch, GaveUp, RequestTraits, Won
+from hasten.upstream.integrity import StreamGuard, is_event_stream
 from hasten.upstream.transport import Transport, UpstreamRequest, UpstreamResponse
 
 __all__ = ["TOTAL_TIMEOUT_CODE", "UpstreamCall", "UpstreamClient", "request_traits"]
@@ -99,17 +100,27 @@ class UpstreamCall:
         self._on_close, self._report = on_close, report
 
     async def iter_chunks(self) -> AsyncIterator[bytes]:
-        """Body chunks as they arrive, bounded by the idle gap and the total deadline."""
+        """Body chunks as they arrive, bounded by the idle gap and the total deadline; an
+        event stream's cut at event ends and checked (``hasten.upstream.integrity``)."""
         report = self._report
+        guard = StreamGuard() if self.status == 200 and is_event_stream(self.headers) else None
         try:
             async with asyncio.timeout_at(_loop_time(self._deadline_s)):
                 for chunk in self._head:
-                    yield chunk
+                    if guard is not None:
+                        chunk = guard.feed(chunk)
+                    if chunk:
+                        yield chunk
                 source = self._rest or self._response.iter_chunks(self.upstream.timeouts.idle_s)
                 async for chunk in source:
                     if report is not None:
                         report.feed(chunk)
-                    yield chunk
+                    if guard is not None:
+                        chunk = guard.feed(chunk)
+                    if chunk:
+                        yield chunk
+                if guard is not None and (tail := guard.finish()):
+                    yield tail
         except TimeoutError:
             error = UpstreamTimeout(
                 f"upstream response exceeded the total timeout of "

@@ -1,0 +1,121 @@
+"""Checking an upstream answer before it is forwarded: whole SSE events that are JSON, and
+whole JSON bodies.
+
+The gateway forwards upstream bytes as they come, but a client reads events: one broken
+event breaks its parser (the OpenAI SDKs raise on data that is not JSON), and a client
+cannot tell a body cut mid-JSON from a bad answer. So a stream chunk is forwarded up to its
+last complete event (the rest waits for the next chunk; upstreams send whole events, so
+usually nothing waits), each event's data must parse as JSON or be ``[DONE]``, and a stream
+that ends halfway through an event is an error. The proxy turns that error into a clean SSE
+error event and caches nothing, as for a connection cut mid-answer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+import orjson
+
+from hasten.errors import UpstreamError
+from hasten.proxy.sse import DONE, SSEDecoder
+
+MALFORMED_CODE = "upstream_malformed"
+_EVENT_END = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r|\n)")
+
+
+def _content_type(headers: Mapping[str, str]) -> str:
+    return headers.get("content-type") or headers.get("Content-Type") or ""
+
+
+def is_event_stream(headers: Mapping[str, str]) -> bool:
+    return "event-stream" in _content_type(headers)
+
+
+def is_json_content(headers: Mapping[str, str]) -> bool:
+    return "json" in _content_type(headers)
+
+
+def malformed(what: str) -> UpstreamError:
+    return UpstreamError(f"upstream sent {what}", code=MALFORMED_CODE)
+
+
+def check_json_body(body: bytes) -> UpstreamError | None:
+    """None when ``body`` parses as JSON, else the error to fail the attempt with."""
+    try:
+        orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return malformed(f"a body that is not JSON ({len(body)} bytes)")
+    return None
+
+
+class StreamGuard:
+    """Feeds raw stream bytes, returns the whole events among them (raw, as they came)."""
+
+    __slots__ = ("_decoder", "_tail")
+
+    def __init__(self) -> None:
+        self._decoder = SSEDecoder()
+        self._tail = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        """The complete events of what came so far; raises UpstreamError on a bad one."""
+        data = self._tail + chunk if self._tail else chunk
+        if data.endswith(b"\n\n"):  # the common case: upstreams send whole events
+            self._tail = b""
+        else:
+            end = _last_event_end(data)
+            data, self._tail = data[:end], data[end:]
+            if not data:
+                return data
+        if b"\r" in data:  # CR line ends: the decoder knows them
+            self._check_all(self._decoder.feed(data))
+            return data
+        for event in data.split(b"\n\n"):
+            # One-line ``data: `` events are checked here (the decoder's own fast path);
+            # multi-line data and comments go through the decoder.
+            if event.startswith(b"data: ") and b"\n" not in event:
+                payload = event[6:]
+                if payload != DONE:
+                    try:
+                        orjson.loads(payload)
+                    except orjson.JSONDecodeError:
+                        raise malformed(f"an event that is not JSON: {payload[:40]!r}") from None
+            elif event:
+                self._check_all(self._decoder.feed(event + b"\n\n"))
+        return data
+
+    def _check_all(self, payloads: list[bytes]) -> None:
+        for payload in payloads:
+            if payload != DONE and not _is_json(payload):
+                raise malformed(f"an event that is not JSON: {payload[:40]!r}")
+
+    def finish(self) -> bytes:
+        """What is left at the end of the stream, as it came: comments, or a last event
+        whose blank line is missing (``data: [DONE]\n``); raises when it is an event cut
+        off midway."""
+        tail, self._tail = self._tail, b""
+        if not all(p == DONE or _is_json(p) for p in SSEDecoder().feed(tail + b"\n\n")):
+            raise malformed("a stream that ends halfway through an event")
+        return tail
+
+
+def _is_json(payload: bytes) -> bool:
+    try:
+        orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+def _last_event_end(data: bytes) -> int:
+    """Where the last complete event of ``data`` ends (0: none is complete)."""
+    if data.endswith(b"\n\n"):
+        return len(data)  # the common case: upstreams send whole events
+    if b"\r" not in data:
+        index = data.rfind(b"\n\n")
+        return 0 if index < 0 else index + 2
+    end = 0
+    for match in _EVENT_END.finditer(data):
+        end = match.end()
+    return end

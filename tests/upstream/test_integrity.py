@@ -1,0 +1,69 @@
+"""Unit tests for hasten.upstream.integrity: whole, well-formed events and bodies only."""
+
+from __future__ import annotations
+
+import pytest
+
+from hasten.errors import UpstreamError
+from hasten.upstream.integrity import StreamGuard, check_json_body, is_event_stream
+from tests.support.scripted import delta, sse
+
+ONE, TWO = sse(delta("one"), delta("two"))
+DONE = b"data: [DONE]\n\n"
+
+
+def test_whole_events_pass_through_unchanged() -> None:
+    guard = StreamGuard()
+    assert guard.feed(ONE + TWO) == ONE + TWO
+    assert guard.feed(DONE) == DONE
+    assert guard.finish() == b""
+
+
+def test_an_event_split_across_chunks_is_held_back_until_whole() -> None:
+    guard = StreamGuard()
+    assert guard.feed(ONE + TWO[:7]) == ONE
+    assert guard.feed(TWO[7:-1]) == b""
+    assert guard.feed(TWO[-1:] + DONE) == TWO + DONE
+
+
+def test_crlf_event_ends_count_too() -> None:
+    guard = StreamGuard()
+    first = ONE.replace(b"\n\n", b"\r\n\r\n")
+    assert guard.feed(first + b"data: {") == first
+    assert guard.feed(b"}\r\n\r\n") == b"data: {}\r\n\r\n"
+
+
+def test_an_event_that_is_not_json_is_an_error() -> None:
+    guard = StreamGuard()
+    with pytest.raises(UpstreamError) as caught:
+        guard.feed(ONE + b'data: {"choices": [{"del\n\n')
+    assert caught.value.code == "upstream_malformed"
+
+
+def test_a_stream_ending_halfway_through_an_event_is_an_error() -> None:
+    guard = StreamGuard()
+    assert guard.feed(ONE + TWO[:10]) == ONE
+    with pytest.raises(UpstreamError):
+        guard.finish()
+
+
+def test_comments_and_keepalives_are_not_events() -> None:
+    guard = StreamGuard()
+    assert guard.feed(b": keep-alive\n\n" + ONE) == b": keep-alive\n\n" + ONE
+    assert guard.feed(b": trailing") == b""
+    assert guard.finish() == b": trailing"
+
+
+def test_json_bodies_and_content_types() -> None:
+    assert check_json_body(b'{"a": 1}') is None
+    error = check_json_body(b'{"a": ')
+    assert error is not None and error.code == "upstream_malformed"
+    assert is_event_stream({"content-type": "text/event-stream; charset=utf-8"})
+    assert is_event_stream({"Content-Type": "text/event-stream"})
+    assert not is_event_stream({"content-type": "application/json"})
+
+
+def test_a_last_event_without_its_blank_line_passes_as_it_came() -> None:
+    guard = StreamGuard()
+    assert guard.feed(ONE + b"data: [DONE]\n") == ONE
+    assert guard.finish() == b"data: [DONE]\n"
