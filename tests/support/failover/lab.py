@@ -9,7 +9,6 @@ demanding user picks: short connect and first-token timeouts, quick retries, fal
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -48,9 +47,6 @@ DEMANDING_ROUTING = RoutingConfig(
 HEALTHY = SimConfig(ttft_base_ms=20.0, decode_ms_per_token=10.0, output_tokens=24)
 CONTROL_TIMEOUT_S = 10.0
 # The route field of stream resume, as branch i13-resume names it (``resume_streams`` in TOML).
-RESUME_FIELD = "is_resuming_streams"
-
-
 @dataclass(frozen=True, slots=True)
 class Deployment:
     name: str
@@ -125,6 +121,9 @@ def gateway_config(
             timeouts=DEMANDING_TIMEOUTS,
             retry=DEMANDING_RETRY,
             is_stream_upstream=is_stream_upstream,
+            # The simulator continues an assistant prefix as vLLM does: a demanding user
+            # names the mechanism, so a cut non-deterministic stream can go on.
+            prefill="continue_final_message" if d.kind == "sim" else "none",
         )
         for d in deployments
     }
@@ -147,17 +146,8 @@ def gateway_config(
 
 
 def with_stream_resume(route: ModelRoute) -> ModelRoute:
-    """The route with stream resume on, as a demanding user would set it.
-
-    Resume (issue 13, branch i13-resume) is a per-model setting, off by default; this is
-    the one place the suite turns it on. Until that branch is merged the field does not
-    exist, the route is unchanged, and the cut-mid-answer scenarios score what the gateway
-    does without it.
-    """
-    if RESUME_FIELD not in {item.name for item in dataclasses.fields(ModelRoute)}:
-        return route
-    changes: dict[str, Any] = {RESUME_FIELD: True}
-    return replace(route, **changes)
+    """The route with stream resume on (off by default), as a demanding user would set it."""
+    return replace(route, is_resuming_streams=True)
 
 
 @contextlib.contextmanager
