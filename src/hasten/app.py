@@ -21,8 +21,9 @@ from hasten.config import GatewayConfig
 from hasten.config.served import served_config
 from hasten.dashboard.window import RollingWindow
 from hasten.errors import ClientGone, HastenError, MethodNotAllowed, NotFound
-from hasten.gateway import EngineStatus, Gateway, Stats
+from hasten.fleet.coalesce import FleetCoalescer
 from hasten.fleet.link import FleetLink
+from hasten.gateway import EngineStatus, Gateway, Stats
 from hasten.metrics.endpoint import OBSERVED_SCOPE_KEY, build_metrics, serve_metrics
 from hasten.openapi import openapi_json
 from hasten.policy import POLICY_HEADER, PolicyBook
@@ -119,6 +120,8 @@ class HastenApp:
         )
         if self.config.fleet.is_enabled:
             gateway.fleet = FleetLink(self.config.fleet)
+            if self.config.fleet.is_coalescing:
+                gateway.fleet_flights = FleetCoalescer(gateway.fleet)
         if self.config.metrics.is_enabled:
             gateway.metrics = build_metrics(gateway, transport, self._engine)
             gateway.observers.append(gateway.metrics)

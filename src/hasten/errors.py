@@ -25,6 +25,8 @@ Our exception hierarchy::
     +-- UpstreamError            502 upstream_error
     |   +-- UpstreamConnectError 502 upstream_unreachable: nothing was sent, safe to retry
     |   +-- UpstreamTimeout      504 timeout_error
+    |   +-- SpliceMismatch       502 resume_mismatch: a new answer does not continue the sent one
+    +-- RelayedError             another replica's call failed: its status, type and code
     +-- EngineFailed             500 engine_error: the local engine could not generate
     ClientGone                   the client disconnected: nobody left to answer
     ConfigError                  a configuration file or flag is invalid
@@ -172,6 +174,23 @@ class UpstreamError(HastenError):
     status_code = 502
     error_type = "upstream_error"
     default_code = "upstream_unavailable"
+
+
+class SpliceMismatch(UpstreamError):
+    """A regenerated answer does not start with what clients already got: end cleanly."""
+
+    default_code = "resume_mismatch"
+
+
+class RelayedError(HastenError):
+    """The error another replica's upstream call ended with, as its own clients saw it."""
+
+    def __init__(
+        self, message: str, *, status_code: int, error_type: str, code: str | None
+    ) -> None:
+        super().__init__(message, code=code)
+        self.status_code = status_code
+        self.error_type = error_type
 
 
 class UpstreamConnectError(UpstreamError):

@@ -20,6 +20,7 @@ from hasten.upstream.client import UpstreamClient
 
 if TYPE_CHECKING:
     from hasten.dashboard import Dashboard
+    from hasten.fleet.coalesce import FleetCoalescer
     from hasten.fleet.link import FleetLink
     from hasten.metrics.registry import Metrics
     from hasten.semantic.tier import SemanticTier
@@ -79,3 +80,4 @@ class Gateway:
     observers: list[Observer] = field(default_factory=list)
     dashboard: Dashboard | None = None  # GET /dashboard; built by the app at startup
     fleet: FleetLink | None = None  # the replicas' shared Redis ([fleet] redis_url)
+    fleet_flights: FleetCoalescer | None = None  # cross-replica coalescing ([fleet] coalescing)

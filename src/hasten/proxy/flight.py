@@ -86,6 +86,10 @@ class Flight:
         self.is_done = True
         self._notify()
 
+    async def wait_change(self) -> None:
+        """Returns after the next start, push or finish: for a reader that is no waiter."""
+        await self._changed.wait()
+
     async def wait_started(self) -> None:
         """Returns once the status is known, or raises the error that prevented it."""
         while not self.is_started:

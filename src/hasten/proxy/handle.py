@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +44,7 @@ from hasten.cache import (
 )
 from hasten.cache.replay import answer_body, answer_frames
 from hasten.errors import ClientGone, HastenError
+from hasten.fleet.coalesce import FleetJob
 from hasten.gateway import Gateway
 from hasten.local.gateway import route_name
 from hasten.metrics.outcome import BYPASS, COALESCED, HIT, MISS, OBSERVED_SCOPE_KEY, SEMANTIC
@@ -306,7 +307,8 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
     can_add_usage = ex.model.has_stream_options
     ex.is_usage_added = ex.is_stream and decision.is_store and not ex.wants_usage and can_add_usage
     flight_key = _flight_key(ex, key, decision, can_add_usage)
-    flight, is_new = gateway.coalescer.join(flight_key, lambda f: _pump(gateway, ex, f, stored))
+    run = _flight_run(gateway, ex, stored, flight_key, decision.is_lookup)
+    flight, is_new = gateway.coalescer.join(flight_key, run)
     if not is_new:
         gateway.stats.count("coalesced", tenant=ex.tenant)
         ex.cache_label = COALESCED
@@ -316,6 +318,29 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
         await _serve_flight(gateway, ex, flight, b"miss" if decision.is_lookup else b"bypass")
     finally:
         gateway.coalescer.leave(flight)
+
+
+def _flight_run(
+    gateway: Gateway, ex: Exchange, stored: _Stored | None, flight_key: str, is_shared: bool
+) -> Callable[[Flight], Awaitable[None]]:
+    """What fills a new flight: this replica's upstream call, or the fleet's (hasten.fleet)."""
+    fleet = gateway.fleet_flights
+
+    def pump(flight: Flight) -> Awaitable[None]:
+        return _pump(gateway, ex, flight, stored)
+
+    if fleet is None or not is_shared:
+        return pump
+
+    async def fleet_pump(flight: Flight) -> None:
+        recorder = None if stored is None else stored.recorder
+        commit = None if stored is None else stored.commit
+        job = FleetJob(
+            flight_key, pump, lambda: _open(gateway, ex), recorder, commit, ex.is_upstream_stream
+        )
+        await fleet.pump(flight, job)
+
+    return fleet_pump
 
 
 def _flight_key(ex: Exchange, key: str, decision: CacheDecision, can_add_usage: bool) -> str:

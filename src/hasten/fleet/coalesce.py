@@ -1,0 +1,388 @@
+"""Coalescing across replicas: one upstream call for the fleet, relayed through Redis.
+
+A replica whose local flight would call upstream first takes the flight's lease (SET NX
+PX, one round trip; its value a fresh token). The winner leads: it calls upstream as a
+single gateway does, while a background writer reads its flight like one more waiter and
+appends what is new to a Redis stream, one pipelined script call per batch (never a round
+trip per chunk on the clients' path), renewing the lease every ``lease_s / 3``. Each write
+is fenced: the script appends only while the lease still holds the writer's token, so a
+leader that lost its lease cannot corrupt what followers read.
+
+A replica that finds the lease held follows: it reads the stream from its first entry
+(XREAD BLOCK, bounded below the op timeout) into its own flight, so its local clients and
+late joiners get the answer from the start, then live. When the lease lapses without an
+end entry (the leader died, or all its clients left), one follower takes the lease and
+calls upstream itself; its answer is spliced after what its clients already got
+(``hasten.fleet.relay.Splice``), or ends in a clean error if the text differs. Redis away,
+before or during: the replica calls upstream itself, spliced the same way. No client waits
+longer than a lease on a dead leader.
+
+Stored: the leader stores as a single gateway does (every tier); a follower keeps a copy
+in its L1 only, since the leader's write already reached the shared tier and a second
+write would be the same bytes. A follower that took over stores like a leader: its answer
+came from its own upstream call and was checked against what was sent.
+
+Keys: ``<prefix>flight:<digest>`` is the lease; the stream is ``<lease>:<token>``, one per
+lease holder, so a stale answer from an earlier flight is never read as this one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import hashlib
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hasten.errors import FleetUnavailable, HastenError, SpliceMismatch
+from hasten.fleet import relay
+from hasten.fleet.link import FAILURES, FleetLink
+from hasten.proxy.flight import Flight
+from hasten.proxy.recorder import Recorder
+from hasten.upstream.client import UpstreamCall
+
+_log = logging.getLogger("hasten.fleet")
+
+# Returns the lease's holder: the caller's token when it took the lease.
+_ACQUIRE = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return ARGV[1] end
+return redis.call('GET', KEYS[1])
+"""
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+# ARGV: token, max chunks, stream ttl ms, final ('' | 'done' | 'drop'), lease ms, then
+# (kind, seq, data, usage) per entry. 'done' leaves a marker for a lease, so a request that
+# arrives before the leader's cache write lands still reads the finished stream.
+_APPEND = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+for i = 6, #ARGV, 4 do
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*',
+             'k', ARGV[i], 'n', ARGV[i + 1], 'd', ARGV[i + 2], 'u', ARGV[i + 3])
+end
+if #ARGV >= 6 then redis.call('PEXPIRE', KEYS[2], ARGV[3]) end
+if ARGV[4] == 'done' then
+  redis.call('SET', KEYS[1], 'done:' .. ARGV[1], 'PX', ARGV[5])
+elseif ARGV[4] == 'drop' then
+  redis.call('DEL', KEYS[1])
+end
+return 1
+"""
+_DONE_PREFIX = "done:"
+_READ_COUNT = 512
+# A follower switches leaders at most this often before it calls upstream itself.
+_MAX_HANDOVERS = 3
+
+
+class _Outcome(enum.Enum):
+    FINISHED = "finished"  # the flight got its end
+    LOST = "lost"  # the lease lapsed or moved without an end entry
+    AWAY = "away"  # Redis failed
+    GAP = "gap"  # the stream lost entries (trimmed, expired): it cannot be followed
+
+
+@dataclass(frozen=True, slots=True)
+class FleetJob:
+    """What the fleet needs of one cacheable request's flight."""
+
+    flight_key: str
+    pump: Callable[[Flight], Awaitable[None]]  # the local leader: upstream into the flight
+    open: Callable[[], Awaitable[UpstreamCall]]
+    recorder: Recorder | None
+    commit: Callable[[], None] | None  # the leader's store (every tier)
+    is_sse: bool  # the upstream answers as an event stream
+
+
+class FleetCoalescer:
+    """Runs flights fleet-wide; one per gateway, holding its scripts and writer tasks."""
+
+    def __init__(self, link: FleetLink) -> None:
+        self._link = link
+        config = link.config
+        self._lease_ms = max(1, round(config.lease_s * 1000))
+        self._renew_s = config.lease_s / 3
+        # Below the socket timeout, or a quiet wait would read as Redis failing.
+        self._block_ms = max(1, round(min(config.lease_s / 3, config.op_timeout_s / 2) * 1000))
+        self._ttl_ms = max(1, round(config.stream_ttl_s * 1000))
+        self._max_chunks = config.stream_max_chunks
+        self._acquire = link.client.register_script(_ACQUIRE)
+        self._renew = link.client.register_script(_RENEW)
+        self._append = link.client.register_script(_APPEND)
+        self._writers: set[asyncio.Task[None]] = set()
+
+    async def pump(self, flight: Flight, job: FleetJob) -> None:
+        """Fills ``flight``: leading the fleet's call, following it, or locally."""
+        lease = self._link.key("flight", hashlib.sha256(job.flight_key.encode()).hexdigest()[:32])
+        taken = await self._take(lease)
+        if taken is None:
+            await job.pump(flight)
+            return
+        token, holder = taken
+        if holder == token:
+            await self._lead(flight, job.pump, lease, token)
+            return
+        await self._follow(flight, job, lease, holder)
+
+    async def _take(self, lease: str) -> tuple[str, str] | None:
+        """(our token, the lease's holder); None when Redis is away."""
+        token = secrets.token_hex(8)
+        try:
+            holder = await self._link.run(
+                "flight lease",
+                lambda r: self._acquire(keys=[lease], args=[token, self._lease_ms], client=r),
+            )
+        except FleetUnavailable:
+            return None
+        return token, holder.decode() if isinstance(holder, bytes) else str(holder)
+
+    async def _lead(
+        self, flight: Flight, run: Callable[[Flight], Awaitable[None]], lease: str, token: str
+    ) -> None:
+        writer = asyncio.get_running_loop().create_task(self._publish(flight, lease, token))
+        self._writers.add(writer)  # held, so the loop cannot drop it half way
+        writer.add_done_callback(self._writers.discard)
+        await run(flight)
+
+    async def _publish(self, flight: Flight, lease: str, token: str) -> None:
+        renewer = asyncio.get_running_loop().create_task(self._keep(lease, token))
+        try:
+            await self._relay(flight, lease, token)
+        except FleetUnavailable:
+            pass  # the link logged it; the leader's own clients are not affected
+        except Exception:
+            # A bug here must not reach the leader's clients; followers will take over.
+            _log.exception("fleet flight writer failed")
+        finally:
+            renewer.cancel()
+
+    async def _keep(self, lease: str, token: str) -> None:
+        while True:
+            await asyncio.sleep(self._renew_s)
+            try:
+                kept = await self._link.run(
+                    "flight renew",
+                    lambda r: self._renew(keys=[lease], args=[token, self._lease_ms], client=r),
+                )
+            except FleetUnavailable:
+                return
+            if not kept:
+                return
+
+    async def _relay(self, flight: Flight, lease: str, token: str) -> None:
+        """Appends what the flight gained since the last write, until it ends."""
+        stream = f"{lease}:{token}"
+        seq = index = 0
+        is_started = False
+        while True:
+            fields: list[Any] = []
+            if not is_started and flight.is_started:
+                fields += relay.start_fields(
+                    seq, flight.status, flight.headers, flight.upstream_name, flight.ttfb_ms
+                )
+                seq, is_started = seq + 1, True
+            chunks = flight.chunks
+            while is_started and index < len(chunks):
+                fields += relay.chunk_fields(seq, chunks[index], flight.usage_at.get(index, 0))
+                seq, index = seq + 1, index + 1
+            if flight.is_done:
+                await self._write_end(flight, lease, stream, token, seq, fields)
+                return
+            if fields:
+                if not await self._write(lease, stream, token, fields, ""):
+                    return  # fenced out: another replica leads now
+                continue
+            await flight.wait_change()
+
+    async def _write_end(
+        self, flight: Flight, lease: str, stream: str, token: str, seq: int, fields: list[Any]
+    ) -> None:
+        error = flight.error
+        if error is not None and error.code == "cancelled":
+            # Every local client left: no end entry, so a follower takes over at once.
+            await self._write(lease, stream, token, [], "drop")
+            return
+        fields += relay.end_fields(seq, error)
+        is_whole = error is None and flight.status == 200
+        await self._write(lease, stream, token, fields, "done" if is_whole else "drop")
+
+    async def _write(
+        self, lease: str, stream: str, token: str, fields: list[Any], final: str
+    ) -> bool:
+        args = [token, self._max_chunks, self._ttl_ms, final, self._lease_ms, *fields]
+        written = await self._link.run(
+            "flight publish",
+            lambda r: self._append(keys=[lease, stream], args=args, client=r),
+        )
+        return bool(written)
+
+    async def _follow(self, flight: Flight, job: FleetJob, lease: str, holder: str) -> None:
+        for _ in range(_MAX_HANDOVERS):
+            outcome = await self._read(flight, job, lease, holder.removeprefix(_DONE_PREFIX))
+            if outcome is _Outcome.FINISHED:
+                return
+            if outcome is not _Outcome.LOST:
+                break
+            taken = await self._take(lease)
+            if taken is None:
+                break
+            token, holder = taken
+            if holder == token:
+                _log.info("fleet flight %s: leader gone, this replica takes over", lease)
+                await self._lead(flight, lambda f: self._regenerate(f, job), lease, token)
+                return
+        await self._regenerate(flight, job)
+
+    async def _read(self, flight: Flight, job: FleetJob, lease: str, token: str) -> _Outcome:
+        """Feeds one leader's stream into the flight until it ends or cannot go on."""
+        stream = f"{lease}:{token}"
+        feed = _Feed(flight, job)
+        last_id: bytes | str = b"0-0"
+        seq = 0
+        while True:
+            try:
+                reply: Any = await self._link.client.xread(
+                    {stream: last_id}, count=_READ_COUNT, block=self._block_ms
+                )
+            except FAILURES as exc:
+                self._link.mark_down("flight follow", exc)
+                return _Outcome.AWAY
+            if not reply:
+                outcome = await self._check_leader(lease, token)
+                if outcome is not None:
+                    return outcome
+                continue
+            for entry_id, fields in reply[0][1]:
+                last_id = entry_id
+                entry = relay.decode_entry(fields)
+                if entry.seq != seq:
+                    return _Outcome.GAP
+                seq += 1
+                if feed.take(entry):
+                    return _Outcome.FINISHED
+
+    async def _check_leader(self, lease: str, token: str) -> _Outcome | None:
+        """None while the leader still holds the lease (or finished: the end is on its way)."""
+        try:
+            holder = await self._link.run("flight lease", lambda r: r.get(lease))
+        except FleetUnavailable:
+            return _Outcome.AWAY
+        if holder in (token.encode(), f"{_DONE_PREFIX}{token}".encode()):
+            return None
+        return _Outcome.LOST
+
+    async def _regenerate(self, flight: Flight, job: FleetJob) -> None:
+        """Calls upstream from here, continuing what this replica's clients already got."""
+        if not flight.is_started:
+            await job.pump(flight)  # nothing reached a client: a plain local call
+            return
+        if relay.is_whole_stream(flight.chunks):
+            _finish(flight, job.commit)  # only the end entry was lost
+            return
+        try:
+            call = await job.open()
+        except HastenError as exc:
+            flight.finish(exc)
+            return
+        feed = _Feed(flight, job)
+        try:
+            feed.start(
+                relay.Head(call.status, dict(call.headers), call.upstream.name, call.ttfb_ms)
+            )
+            async for chunk in call.iter_chunks():
+                feed.push(chunk)
+            feed.finish()
+        except HastenError as exc:
+            flight.finish(exc)
+            return
+        finally:
+            call.close()
+        _finish(flight, job.commit)
+
+
+def _finish(flight: Flight, commit: Callable[[], None] | None) -> None:
+    flight.finish()
+    if commit is not None and flight.status == 200:
+        commit()
+
+
+class _Feed:
+    """One answer's entries into a follower's flight, spliced after what it already has."""
+
+    __slots__ = ("_flight", "_framer", "_head", "_held", "_job", "_splice")
+
+    def __init__(self, flight: Flight, job: FleetJob) -> None:
+        self._flight, self._job = flight, job
+        self._framer = relay.Framer() if job.is_sse else None
+        has_sent = job.is_sse and bool(flight.chunks)
+        self._splice = relay.Splice(b"".join(flight.chunks)) if has_sent else None
+        self._head: relay.Head | None = None
+        self._held: list[bytes] = []  # a JSON body is pushed only once it is whole
+
+    def take(self, entry: relay.Entry) -> bool:
+        """Applies one entry; True once the flight is finished."""
+        try:
+            if entry.kind == relay.START:
+                self.start(relay.decode_head(entry.data))
+            elif entry.kind == relay.CHUNK:
+                self.push(entry.data)
+            else:
+                error = relay.decode_error(entry.data)
+                if error is not None:
+                    self._flight.finish(error)
+                    return True
+                self.finish()
+        except HastenError as exc:
+            self._flight.finish(exc)
+            return True
+        if entry.kind != relay.END:
+            return False
+        self._flight.finish()
+        if self._flight.status == 200 and self._job.recorder is not None:
+            self._job.recorder.commit_local()
+        return True
+
+    def start(self, head: relay.Head) -> None:
+        flight = self._flight
+        if flight.is_started:
+            if head.status != flight.status:
+                raise SpliceMismatch(f"the new answer has status {head.status}")
+        elif self._framer is not None:
+            flight.start(head.status, head.headers, head.upstream_name, head.ttfb_ms)
+        self._head = head
+
+    def push(self, data: bytes) -> None:
+        if self._framer is None:
+            self._held.append(data)
+            return
+        whole = self._framer.feed(data)
+        if not whole:
+            return
+        if self._splice is None:
+            self._emit(whole)
+            return
+        for frame in self._splice.feed(whole):
+            self._emit(frame)
+
+    def finish(self) -> None:
+        if self._framer is None:
+            head = self._head
+            if head is not None and not self._flight.is_started:
+                self._flight.start(head.status, head.headers, head.upstream_name, head.ttfb_ms)
+            for part in self._held:
+                self._emit(part)
+            return
+        rest = self._framer.rest
+        if rest and self._splice is None:
+            self._emit(rest)
+        if self._splice is not None:
+            for frame in self._splice.feed(rest + b"\n\n" if rest.strip() else b""):
+                self._emit(frame)
+            self._splice.finish()
+
+    def _emit(self, data: bytes) -> None:
+        recorder = self._job.recorder
+        self._flight.push(data, 0 if recorder is None else recorder.feed(data))
