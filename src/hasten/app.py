@@ -148,6 +148,8 @@ class HastenApp:
             await gateway.cache.drain()
             await gateway.cache.aclose()
         await gateway.client.aclose()
+        if gateway.fleet_flights is not None:
+            await gateway.fleet_flights.drain()
         if gateway.fleet is not None:
             await gateway.fleet.aclose()
         await gateway.tracing.shutdown()

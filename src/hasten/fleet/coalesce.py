@@ -78,6 +78,11 @@ _READ_COUNT = 512
 _MAX_HANDOVERS = 3
 
 
+def lease_key(link: FleetLink, flight_key: str) -> str:
+    """The lease of one flight; a digest, so no request text reaches a Redis key name."""
+    return link.key("flight", hashlib.sha256(flight_key.encode()).hexdigest()[:32])
+
+
 class _Outcome(enum.Enum):
     FINISHED = "finished"  # the flight got its end
     LOST = "lost"  # the lease lapsed or moved without an end entry
@@ -116,7 +121,7 @@ class FleetCoalescer:
 
     async def pump(self, flight: Flight, job: FleetJob) -> None:
         """Fills ``flight``: leading the fleet's call, following it, or locally."""
-        lease = self._link.key("flight", hashlib.sha256(job.flight_key.encode()).hexdigest()[:32])
+        lease = lease_key(self._link, job.flight_key)
         taken = await self._take(lease)
         if taken is None:
             await job.pump(flight)
@@ -126,6 +131,13 @@ class FleetCoalescer:
             await self._lead(flight, job.pump, lease, token)
             return
         await self._follow(flight, job, lease, holder)
+
+    async def drain(self, timeout_s: float = 5.0) -> None:
+        """Waits for the writers to publish their flights' ends (shutdown, tests); bounded."""
+        if self._writers:
+            await asyncio.wait(set(self._writers), timeout=timeout_s)
+        for writer in list(self._writers):
+            writer.cancel()
 
     async def _take(self, lease: str) -> tuple[str, str] | None:
         """(our token, the lease's holder); None when Redis is away."""
