@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from hasten import __version__
-from hasten.config import GatewayConfig, load_config, redact_url
+from hasten.config import GatewayConfig, ModelRoute, load_config, redact_url
 from hasten.errors import ConfigError
 from hasten.metrics.settings import describe_metrics
 
@@ -46,6 +46,17 @@ def _check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _describe_resume(config: GatewayConfig, route: ModelRoute) -> str:
+    """What a broken stream of ``route`` can be continued with."""
+    names = (route.upstream, *route.fallbacks)
+    prefill = [n for n in names if config.upstreams[n].prefill != "none"]
+    again = "another deployment" if len(names) > 1 else "the same deployment again"
+    how = (
+        f"prefill via {', '.join(prefill)}" if prefill else "no prefill (no upstream declares one)"
+    )
+    return f"deterministic requests regenerated on {again}; otherwise {how}"
+
+
 def _describe(path: str, config: GatewayConfig) -> str:
     lines = [f"{path}: OK"]
     for upstream in config.upstreams.values():
@@ -56,11 +67,14 @@ def _describe(path: str, config: GatewayConfig) -> str:
             f"{upstream.timeouts.connect_s:g}s, first byte "
             f"{upstream.timeouts.first_byte_s:g}s, idle {upstream.timeouts.idle_s:g}s, "
             f"total {upstream.timeouts.total_s:g}s; non-stream requests asked "
-            f"{'as streams' if upstream.is_stream_upstream else 'whole'})"
+            f"{'as streams' if upstream.is_stream_upstream else 'whole'}"
+            f"{'' if upstream.prefill == 'none' else '; prefill ' + upstream.prefill})"
         )
     for route in config.models.values():
         chain = " -> ".join((route.upstream, *route.fallbacks))
         lines.append(f"  model {route.name}: {chain}")
+        if route.is_resuming_streams:
+            lines.append(f"    resume streams: {_describe_resume(config, route)}")
         if route.policy is not None:
             lines.append(f"    policy: {route.policy.describe()}")
         hedge = route.routing.hedge

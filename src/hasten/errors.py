@@ -40,6 +40,7 @@ Our exception hierarchy::
     DamagedCacheEntry            (ValueError) a cache entry that fails its checksum
     OutdatedCacheEntry           (ValueError) a cache entry from before checksums
     ReportDependencyMissing      (ImportError) `hasten bench --png` without matplotlib
+    SpliceMismatch               (ValueError) a regenerated stream departs from what was sent
 """
 
 from __future__ import annotations
@@ -268,3 +269,7 @@ class DoctorError(Exception):
 
 class FleetUnavailable(Exception):
     """The fleet's Redis failed or is backing off; callers fall back to local state."""
+
+
+class SpliceMismatch(ValueError):
+    """A regenerated stream does not continue what the client got (``hasten.proxy.resume``)."""

@@ -73,6 +73,11 @@ class RetryConfig:
     max_retry_after_s: float = 30.0
 
 
+# vLLM/SGLang: ``continue_final_message`` with ``add_generation_prompt: false``; DeepSeek:
+# ``prefix: true`` on the last assistant message. "none": the upstream cannot continue one.
+PREFILL_MECHANISMS = ("none", "continue_final_message", "assistant_prefix")
+
+
 @dataclass(frozen=True)
 class UpstreamConfig:
     name: str
@@ -88,6 +93,9 @@ class UpstreamConfig:
     # assembled (so TTFT timeouts, failover and hedging see its first token); False for
     # servers whose streamed answer differs from their whole one. Needs ``stream_options``.
     is_stream_upstream: bool = True
+    # How this upstream continues an assistant message it is given (a stream resumed by
+    # prefill, hasten.proxy.continuation): one of PREFILL_MECHANISMS.
+    prefill: str = "none"
 
 
 @dataclass(frozen=True)
@@ -105,6 +113,8 @@ class ModelRoute:
     cache: ModelCachePolicy | None = None
     routing: RoutingConfig = field(default_factory=RoutingConfig)
     policy: ParamPolicy | None = None  # [models.<name>.policy]: hasten.policy
+    # A stream that breaks after bytes reached the client is continued (hasten.proxy.resumer).
+    is_resuming_streams: bool = False
 
 
 @dataclass(frozen=True)
@@ -249,6 +259,7 @@ def _upstream(name: str, table: TomlTable, env: Mapping[str, str]) -> UpstreamCo
         max_connections=table.integer("max_connections", 256, minimum=1),
         has_stream_options=table.get("stream_options", bool, True),
         is_stream_upstream=table.get("stream_upstream", bool, True),
+        prefill=table.choice("prefill", "none", PREFILL_MECHANISMS),
     )
     table.finish()
     return config
@@ -281,6 +292,7 @@ def _route(
         cache=_model_cache(cache_table, cache) if has_cache else None,
         routing=parse_routing(table.table("routing"), deployments),
         policy=parse_policy(table.table("policy")) if "policy" in table.data else None,
+        is_resuming_streams=table.get("resume_streams", bool, False),
     )
     table.finish()
     return route

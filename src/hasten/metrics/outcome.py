@@ -56,6 +56,8 @@ class RequestOutcome:
     failovers: tuple[str, ...] = ()  # "deployment=reason" per failed attempt, in order
     semantic_s: float | None = None  # the semantic lookup (embedding and search)
     ended_at: float = 0.0  # wall clock (``time.time()``) when it was reported, for display
+    resume: str = ""  # how a broken stream was continued: "" (it was not), or one of
+    # hasten.proxy.continuation.RESUME_OUTCOMES; set on the request that made the call
 
 
 Observer = Callable[[RequestOutcome], None]

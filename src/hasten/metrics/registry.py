@@ -83,11 +83,12 @@ class Metrics:
             self.saved_total,
             self.failovers,
             self.retries,
+            self.resumes,
         ) = _counters(base, tenant)
         self.families: tuple[HistogramFamily | CounterFamily, ...] = (
             self.ttft, self.e2e, self.gateway, self.gaps, self.ttfb, self.semantic,
             self.token_usage, self.tokens, self.requests, self.errors, self.saved_total,
-            self.failovers, self.retries,
+            self.failovers, self.retries, self.resumes,
         )  # fmt: skip
 
     # --- the per-request observation -------------------------------------------------
@@ -135,6 +136,8 @@ class Metrics:
             self.hedges[(outcome.model, outcome.hedge)] += 1
         if outcome.failovers:
             _count_failovers(self, outcome)
+        if outcome.resume:
+            self.resumes.child(outcome.model, outcome.resume).inc()
 
     def count_error(self, status: int, code: str | None) -> None:
         """One error answer; also called by the app for errors before the proxy."""
@@ -234,6 +237,11 @@ def _counters(base: tuple[str, ...], tenant: tuple[str, ...]) -> tuple[CounterFa
             "hasten_retries",
             "Attempts that retried the deployment that had just failed",
             ("model", "deployment"),
+        ),
+        CounterFamily(
+            "hasten_stream_resumes",
+            "Broken upstream streams continued, by outcome (regenerated, prefilled, failed)",
+            ("model", "outcome"),
         ),
     )
 

@@ -38,7 +38,7 @@ def build_outcome(ex: Exchange, status: int, error_code: str | None) -> RequestO
     headers = ex.call_headers or {}
     failovers = headers.get("x-hasten-failover")
     is_call = ex.is_upstream_call
-    # Positional, in field order: with 26 fields, keyword matching costs several times the
+    # Positional, in field order: with 27 fields, keyword matching costs several times the
     # construction itself (tests/test_gateway_metrics.py checks the fields by name).
     return RequestOutcome(
         ex.request_id,
@@ -67,6 +67,7 @@ def build_outcome(ex: Exchange, status: int, error_code: str | None) -> RequestO
         tuple(failovers.split(", ")) if failovers and is_call else (),
         ex.semantic_s,
         time.time(),  # ended_at
+        ex.resume if is_call else "",
     )
 
 

@@ -54,8 +54,8 @@ def assemble(stream: bytes | Iterable[bytes], endpoint: str) -> bytes:
     for data in (stream,) if isinstance(stream, bytes) else stream:
         payloads.extend(decoder.feed(data))
     for payload in payloads:
-        if b'"error"' in payload:
-            _raise_if_error(payload)  # its own words first: an error event ends the stream
+        if b'"error"' in payload and (error := stream_error(payload)) is not None:
+            raise error  # its own words first: an error event ends the stream
     if decoder.has_pending or not payloads or payloads[-1] != DONE:
         raise UpstreamError("upstream stream ended before it was complete", code=STREAM_ERROR_CODE)
     del payloads[-1]
@@ -67,17 +67,18 @@ def assemble(stream: bytes | Iterable[bytes], endpoint: str) -> bytes:
         ) from exc
 
 
-def _raise_if_error(payload: bytes) -> None:
+def stream_error(payload: bytes) -> UpstreamError | None:
+    """The error an upstream's ``{"error": ...}`` event stands for; None for any other event."""
     try:
         event = orjson.loads(payload)
     except orjson.JSONDecodeError:
-        return  # chunks_to_body refuses it with the shape error
+        return None  # chunks_to_body refuses it with the shape error
     error = event.get("error") if isinstance(event, dict) else None
     if error is None:
-        return
+        return None
     message, code = str(error), STREAM_ERROR_CODE
     if isinstance(error, Mapping):
         message = str(error.get("message") or "upstream error")
         if isinstance(error.get("code"), str) and error["code"]:
             code = error["code"]
-    raise UpstreamError(f"upstream error mid-stream: {message}", code=code)
+    return UpstreamError(f"upstream error mid-stream: {message}", code=code)

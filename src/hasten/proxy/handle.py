@@ -55,6 +55,7 @@ from hasten.proxy.assemble import as_stream_request, assemble, is_assembled
 from hasten.proxy.flight import Flight
 from hasten.proxy.headers import assembled_headers, response_headers, upstream_headers
 from hasten.proxy.recorder import Recorder
+from hasten.proxy.resumer import StreamResume, resume_header
 from hasten.proxy.validation import CHAT, EMBEDDINGS, Endpoint, parse_body
 from hasten.routing.hybrid import decide_hybrid
 from hasten.routing.models import ResolvedModel
@@ -114,6 +115,7 @@ class Exchange:
     # Asked upstream as a stream, answered as one assembled body (hasten.proxy.assemble).
     is_assembled: bool = False
     caller: Caller | None = None  # the key's limits and allowed models (hasten.limits)
+    resume: str = ""  # how a broken stream was continued (hasten.proxy.resumer)
 
     @property
     def is_upstream_stream(self) -> bool:
@@ -403,20 +405,37 @@ def _header_str(scope: Scope, name: bytes) -> str | None:
     return value.decode("latin-1") if value is not None else None
 
 
-async def _open(gateway: Gateway, ex: Exchange) -> UpstreamCall:
+async def _open(
+    gateway: Gateway,
+    ex: Exchange,
+    body: bytes | None = None,
+    excluded: frozenset[str] = frozenset(),
+) -> UpstreamCall:
     gateway.stats.count("upstream_calls", tenant=ex.tenant)
     # A client marks a request that must not run twice (so is never hedged) this way.
     is_idempotent = header(ex.scope, b"x-hasten-idempotent") not in (b"false", b"0", b"no")
     return await gateway.client.open(
         ex.model,
         ex.endpoint.path,
-        _upstream_body(ex),
+        _upstream_body(ex) if body is None else body,
         ex.forwarded_headers,
         parsed=ex.body,
         is_stream=ex.is_upstream_stream,
         is_idempotent=is_idempotent,
         trace=ex.trace,
+        excluded=excluded,
     )
+
+
+def _resumable(gateway: Gateway, ex: Exchange, call: UpstreamCall) -> StreamResume | None:
+    """The resume of this call's stream, when its route continues broken streams."""
+    if not (ex.model.route.is_resuming_streams and ex.is_upstream_stream and call.status == 200):
+        return None
+
+    def reopen(body: bytes, excluded: frozenset[str]) -> Awaitable[UpstreamCall]:
+        return _open(gateway, ex, body, excluded)
+
+    return StreamResume(reopen, ex.model.route, ex.endpoint.name, lambda: _upstream_body(ex))
 
 
 async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
@@ -426,8 +445,10 @@ async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
     try:
         status = call.status
         saved = hedge_saved(gateway, ex)
+        resume = _resumable(gateway, ex, call)
+        chunks = call.iter_chunks() if resume is None else resume.chunks(call)
         if ex.is_assembled and status == 200:
-            await _send_assembled(ex, call, saved)
+            await _send_assembled(ex, call, chunks, saved)
             return
         headers = response_headers(call.headers, status, ex.is_stream)
         headers.extend(ex.base_headers(b"bypass", call.ttfb_ms))
@@ -440,27 +461,36 @@ async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
             return
         await start_stream(ex.send, status, headers)
         if not ex.trace.is_recording:
-            await _stream_body(ex.send, call.iter_chunks())
+            await _stream_body(ex.send, chunks)
             return
         tail: list[bytes] = []
-        await _stream_body(ex.send, keep_tail(call.iter_chunks(), tail))
+        await _stream_body(ex.send, keep_tail(chunks, tail))
         describe_answer(ex.trace, status, tail, is_stream=True)
     finally:
         call.close()
+        if resume is not None:
+            ex.resume = resume.outcome
 
 
 async def _send_assembled(
-    ex: Exchange, call: UpstreamCall, saved: tuple[bytes, bytes] | None
+    ex: Exchange,
+    call: UpstreamCall,
+    stream: AsyncIterator[bytes],
+    saved: tuple[bytes, bytes] | None,
 ) -> None:
     """A bypassed non-stream request asked as a stream: collected whole, then assembled."""
     started_s = time.perf_counter()
-    chunks = [chunk async for chunk in call.iter_chunks()]
+    chunks = [chunk async for chunk in stream]
     upstream_ms = call.ttfb_ms + (time.perf_counter() - started_s) * 1000.0
     body = assemble(chunks, ex.endpoint.name)
     headers = assembled_headers(call.headers)
     headers.extend(ex.base_headers(b"bypass", upstream_ms))
     if saved is not None:
         headers.append(saved)
+    if ex.model.route.is_resuming_streams:
+        resumed = resume_header(b"".join(chunks[-2:]))
+        if resumed is not None:
+            headers.append(resumed)
     describe_answer(ex.trace, 200, body, is_stream=False)
     await send_response(ex.send, 200, body, headers)
 
@@ -489,13 +519,15 @@ async def _pump(gateway: Gateway, ex: Exchange, flight: Flight, stored: _Stored 
     except HastenError as exc:
         flight.finish(exc)
         return
+    resume = _resumable(gateway, ex, call)
     try:
         flight.start(call.status, call.headers, call.upstream.name, call.ttfb_ms)
         if call.status != 200:
             stored = None  # only a successful answer is recorded
         recorder = None if stored is None else stored.recorder
+        chunks = call.iter_chunks() if resume is None else resume.chunks(call)
         try:
-            async for chunk in call.iter_chunks():
+            async for chunk in chunks:
                 # Recorded first: a chunk completing a usage event is marked before it is read.
                 flight.push(chunk, 0 if recorder is None else recorder.feed(chunk))
         except HastenError as exc:
@@ -503,8 +535,10 @@ async def _pump(gateway: Gateway, ex: Exchange, flight: Flight, stored: _Stored 
             return
     finally:
         call.close()
+        if resume is not None:
+            ex.resume = resume.outcome
     flight.finish()
-    if stored is not None:
+    if stored is not None and (resume is None or resume.is_cacheable):
         stored.commit()
 
 
@@ -526,9 +560,12 @@ async def _serve_flight(gateway: Gateway, ex: Exchange, flight: Flight, label: b
         if flight.error is not None:
             raise flight.error
         if ex.is_assembled and flight.status == 200:
+            resumed = resume_header(body) if ex.model.route.is_resuming_streams else None
             body = assemble(body, ex.endpoint.name)
             headers = assembled_headers(flight.headers)
             headers.extend(ex.base_headers(label, flight.upstream_ms))
+            if resumed is not None:
+                headers.append(resumed)
         else:
             headers = response_headers(flight.headers, flight.status, ex.is_stream)
             headers.extend(ex.base_headers(label, flight.ttfb_ms))

@@ -19,7 +19,7 @@ _DATA_PREFIX = b"data: "
 # is half of a CRLF must not count as a line end of its own, hence the lookahead.
 _EVENT_END = re.compile(rb"((?:\r\n|\r(?!\n)|\n)(?:\r\n|\r|\n))")
 # Endings that certainly close an event; anything else takes the regex path.
-_EVENT_END_SUFFIXES = (b"\n\n", b"\r\r", b"\r\n\r\n")
+EVENT_END_SUFFIXES = (b"\n\n", b"\r\r", b"\r\n\r\n")
 
 
 class SSEDecoder:
@@ -99,11 +99,11 @@ class UsageStripper:
                 chunk = chunk[1:]
         held = self._held
         data = held + chunk if held else chunk
-        if not num_usage_events and data.endswith(_EVENT_END_SUFFIXES):
+        if not num_usage_events and data.endswith(EVENT_END_SUFFIXES):
             if held:
                 self._held = b""
             return data
-        end = _last_event_end(data)
+        end = last_event_end(data)
         self._held = data[end:]
         if not num_usage_events:
             return data[:end]
@@ -142,7 +142,7 @@ class UsageStripper:
         return held
 
 
-def _last_event_end(data: bytes) -> int:
+def last_event_end(data: bytes) -> int:
     """Where the last complete event in ``data`` ends (0: none does)."""
     if b"\r" not in data:
         index = data.rfind(b"\n\n")

@@ -41,6 +41,7 @@ class Route:
     # Every upstream takes streams for non-stream requests (``UpstreamConfig.is_stream_upstream``)
     # and ``stream_options``, so the assembled body has its usage.
     is_stream_upstream: bool = True
+    is_resuming_streams: bool = False  # ``ModelRoute.is_resuming_streams``
 
     @property
     def targets(self) -> tuple[UpstreamConfig, ...]:
@@ -72,6 +73,7 @@ def build_route(
         is_stream_upstream=all(
             u.is_stream_upstream and u.has_stream_options for u in used.values()
         ),
+        is_resuming_streams=route.is_resuming_streams,
     )
 
 

@@ -8,7 +8,9 @@ measures the caller's own overhead.
 Endpoints
     POST /v1/chat/completions   stream (SSE, `chat.completion.chunk`) and non-stream; honours
                                 max_tokens / max_completion_tokens, n, stop, seed,
-                                stream_options.include_usage
+                                stream_options.include_usage; continues a last assistant
+                                message given with `continue_final_message: true` (vLLM) or
+                                `prefix: true` on it (DeepSeek): the answer is what follows it
     POST /v1/completions        the same for legacy `text_completion`
     POST /v1/embeddings         unit vectors from a hash of (model, input); string or list input,
                                 `dimensions`, encoding_format float or base64

@@ -81,11 +81,26 @@ def generate_choices(
             choices.append(_tool_choice(material, request.tool_names, num_tokens, reason))
             continue
         pieces, stopped = truncate_at_stop(generate_pieces(material, num_tokens), request.stops)
+        if request.prefix:
+            pieces = _after_prefix(pieces, request.prefix, material, num_tokens)
         logprobs = None
         if request.has_logprobs:
             logprobs = token_logprobs(material, pieces, request.num_top_logprobs)
         choices.append(GeneratedChoice(pieces, "stop" if stopped else length_reason, (), logprobs))
     return choices
+
+
+def _after_prefix(pieces: list[str], prefix: str, material: bytes, num_tokens: int) -> list[str]:
+    """What follows ``prefix``: the rest of this answer if it began so, else a fresh one."""
+    if not "".join(pieces).startswith(prefix):
+        return generate_pieces(material + b"\x00" + prefix.encode(), num_tokens)
+    consumed = 0
+    for position, piece in enumerate(pieces):
+        if consumed + len(piece) > len(prefix):
+            rest = piece[len(prefix) - consumed :]
+            return [rest, *pieces[position + 1 :]]
+        consumed += len(piece)
+    return []
 
 
 def _tool_choice(

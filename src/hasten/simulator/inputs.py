@@ -66,6 +66,9 @@ class GenerationRequest:
     num_top_logprobs: int = 0
     # The functions each choice calls (chat ``tools``): then it answers with tool calls.
     tool_names: tuple[str, ...] = ()
+    # An assistant message to continue (vLLM's ``continue_final_message``, DeepSeek's
+    # ``prefix: true``): the answer is what follows it.
+    prefix: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +202,12 @@ def parse_chat_request(data: dict[str, Any]) -> GenerationRequest:
         raise InvalidRequest("messages must be a non-empty array", param="messages")
     if not all(isinstance(message, dict) for message in messages):
         raise InvalidRequest("every message must be an object", param="messages")
-    request = _generation(data, chat_prompt_tokens(messages), orjson.dumps(messages))
+    prefix = _continued_prefix(data, messages)
+    # A continuation is seeded by the question alone, so it goes on with the answer it began.
+    seeded = messages[:-1] if prefix is not None else messages
+    request = _generation(data, chat_prompt_tokens(messages), orjson.dumps(seeded))
+    if prefix:
+        request = replace(request, prefix=prefix)
     has_logprobs = data.get("logprobs") is True
     num_top = _optional_int(data, "top_logprobs", 0, MAX_CHAT_TOP_LOGPROBS) or 0
     tool_names = _tool_names(data)
@@ -208,6 +216,19 @@ def parse_chat_request(data: dict[str, Any]) -> GenerationRequest:
     return replace(
         request, has_logprobs=has_logprobs, num_top_logprobs=num_top, tool_names=tool_names
     )
+
+
+def _continued_prefix(data: dict[str, Any], messages: list[dict[str, Any]]) -> str | None:
+    """The last message's text when the request asks to continue it, else None."""
+    last = messages[-1]
+    if last.get("role") != "assistant":
+        return None
+    if data.get("continue_final_message") is not True and last.get("prefix") is not True:
+        return None
+    content = last.get("content")
+    if not isinstance(content, str):
+        raise InvalidRequest("a continued assistant message needs text content", param="messages")
+    return content
 
 
 def _tool_names(data: dict[str, Any]) -> tuple[str, ...]:

@@ -186,12 +186,14 @@ class UpstreamClient:
         is_stream: bool,
         is_idempotent: bool = True,
         trace: Stage = NO_STAGE,
+        excluded: frozenset[str] = frozenset(),
     ) -> UpstreamCall:
         """The first usable answer from ``model``'s route; raises when there is none.
 
         ``body`` is sent as is; ``parsed`` (the client's request) gives the router its
         prefix-affinity key and length hint; ``trace`` is the request's span, under which
-        every attempt gets its own (and its own ``traceparent`` upstream). A non-retryable
+        every attempt gets its own (and its own ``traceparent`` upstream); ``excluded``
+        deployments are left out of the ranking (a resumed stream). A non-retryable
         response (2xx, or a 4xx such as 400) is returned at once. When every deployment
         keeps failing with retryable statuses, the last one is returned, so the client sees
         the upstream's own error.
@@ -211,6 +213,7 @@ class UpstreamClient:
             headers=headers,
             rng=self._rng,
             trace=trace,
+            excluded=excluded,
         )
         return _call(await dispatch.run(), pool, route.upstreams, is_stream, is_routed=True)
 

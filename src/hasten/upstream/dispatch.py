@@ -124,8 +124,10 @@ class Dispatch:
         headers: Mapping[str, str],
         rng: random.Random,
         trace: Stage = NO_STAGE,
+        excluded: frozenset[str] = frozenset(),
     ) -> None:
         self._transport, self._pool, self._upstreams = transport, pool, upstreams
+        self._excluded = excluded  # deployments this request must not go to (a resumed stream)
         self._trace = trace  # the request's span: each attempt is a child
         self._request = request
         self._path, self._body, self._headers = path, body, headers
@@ -153,7 +155,9 @@ class Dispatch:
         ranking = pool.rank(
             now_s, affinity_key=request.affinity_key, expected_tokens=request.expected_tokens
         )
-        self._order = list(ranking.order)
+        self._order = [name for name in ranking.order if name not in self._excluded]
+        if not self._order:
+            raise UpstreamError("no deployment is left to send the request to")
         self._decision.ranking = ranking.reason
         self._decision.primary = self._order[0]
         self._deadline_s = now_s + self._upstreams[self._order[0]].timeouts.total_s
