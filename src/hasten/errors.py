@@ -25,7 +25,6 @@ Our exception hierarchy::
     +-- UpstreamError            502 upstream_error
     |   +-- UpstreamConnectError 502 upstream_unreachable: nothing was sent, safe to retry
     |   +-- UpstreamTimeout      504 timeout_error
-    |   +-- SpliceMismatch       502 resume_mismatch: a new answer does not continue the sent one
     +-- RelayedError             another replica's call failed: its status, type and code
     +-- EngineFailed             500 engine_error: the local engine could not generate
     ClientGone                   the client disconnected: nobody left to answer
@@ -175,12 +174,6 @@ class UpstreamError(HastenError):
     status_code = 502
     error_type = "upstream_error"
     default_code = "upstream_unavailable"
-
-
-class SpliceMismatch(UpstreamError):
-    """A regenerated answer does not start with what clients already got: end cleanly."""
-
-    default_code = "resume_mismatch"
 
 
 class RelayedError(HastenError):

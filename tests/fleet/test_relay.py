@@ -1,53 +1,9 @@
-"""The pure half of fleet coalescing: stream entries, whole-event framing, the splice."""
+"""The pure half of fleet coalescing: stream entries and whole-event framing."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import orjson
-import pytest
-
-from hasten.errors import RelayedError, SpliceMismatch, UpstreamTimeout
+from hasten.errors import RelayedError, UpstreamTimeout
 from hasten.fleet import relay
-from hasten.proxy.sse import SSEDecoder
-
-
-def _frame(event: dict[str, Any] | str) -> bytes:
-    data = event.encode() if isinstance(event, str) else orjson.dumps(event)
-    return b"data: " + data + b"\n\n"
-
-
-def _chunk(
-    content: str | None, *, ident: str = "a", role: bool = False, finish: str | None = None
-) -> bytes:
-    delta: dict[str, Any] = {}
-    if role:
-        delta["role"] = "assistant"
-    if content is not None:
-        delta["content"] = content
-    choice = {"index": 0, "delta": delta, "finish_reason": finish}
-    return _frame({"id": ident, "created": 1 if ident == "a" else 2, "choices": [choice]})
-
-
-def _answer(words: list[str], ident: str) -> list[bytes]:
-    usage = {"id": ident, "created": 0, "choices": [], "usage": {"total_tokens": len(words)}}
-    return [
-        _chunk("", ident=ident, role=True),
-        *(_chunk(w, ident=ident) for w in words),
-        _chunk(None, ident=ident, finish="stop"),
-        _frame(usage),
-        _frame("[DONE]"),
-    ]
-
-
-def _text(stream: bytes) -> str:
-    text = ""
-    for payload in SSEDecoder().feed(stream):
-        if payload == b"[DONE]":
-            continue
-        for choice in orjson.loads(payload)["choices"]:
-            text += choice["delta"].get("content") or ""
-    return text
 
 
 def test_entries_round_trip() -> None:
@@ -95,62 +51,3 @@ def test_framer_holds_back_a_partial_event() -> None:
 def test_is_whole_stream() -> None:
     assert relay.is_whole_stream([b"data: {}\n\n", b"data: [DONE]\n\n"])
     assert not relay.is_whole_stream([b"data: {}\n\n"])
-
-
-def test_splice_continues_after_what_was_sent() -> None:
-    words = ["One", " two", " three", " four", " five"]
-    first, second = _answer(words, "a"), _answer(words, "b")
-    for cut in range(len(first) - 1):
-        sent = b"".join(first[:cut])
-        splice = relay.Splice(sent)
-        out = b"".join(frame for data in second for frame in splice.feed(data))
-        splice.finish()
-        whole = sent + out
-        assert _text(whole) == "".join(words), cut
-        payloads = [p for p in SSEDecoder().feed(whole) if p != b"[DONE]"]
-        # One answer: the first answer's id throughout, one role, one usage chunk.
-        if cut:
-            assert {orjson.loads(p)["id"] for p in payloads} == {"a"}
-        assert sum(b'"role"' in p for p in payloads) == 1
-        assert sum(b'"usage"' in p for p in payloads) == 1
-        assert whole.endswith(b"data: [DONE]\n\n")
-
-
-def test_splice_cuts_inside_an_event_when_chunking_differs() -> None:
-    sent = b"".join(_answer(["Hello wor"], "a")[:2])
-    splice = relay.Splice(sent)
-    out = b"".join(
-        frame for data in _answer(["Hel", "lo world", "!"], "b") for frame in splice.feed(data)
-    )
-    assert _text(sent + out) == "Hello world!"
-
-
-def test_splice_refuses_a_different_text() -> None:
-    sent = b"".join(_answer(["One", " two"], "a")[:3])
-    splice = relay.Splice(sent)
-    with pytest.raises(SpliceMismatch):
-        for data in _answer(["One", " three"], "b"):
-            splice.feed(data)
-
-
-def test_splice_refuses_a_shorter_answer() -> None:
-    sent = b"".join(_answer(["One", " two", " three"], "a")[:4])
-    splice = relay.Splice(sent)
-    with pytest.raises(SpliceMismatch):
-        for data in _answer(["One"], "b"):
-            splice.feed(data)
-        splice.finish()
-
-
-def test_splice_refuses_several_choices() -> None:
-    two = {
-        "id": "a",
-        "choices": [{"index": 0, "delta": {"content": "x"}}, {"index": 1, "delta": {}}],
-    }
-    with pytest.raises(SpliceMismatch):
-        relay.Splice(_frame(two))
-
-
-def test_splice_with_the_whole_answer_sent_knows_it() -> None:
-    assert relay.Splice(b"".join(_answer(["x"], "a"))).is_complete
-    assert not relay.Splice(b"".join(_answer(["x"], "a")[:-1])).is_complete

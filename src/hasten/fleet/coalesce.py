@@ -13,7 +13,7 @@ A replica that finds the lease held follows: it reads the stream from its first 
 late joiners get the answer from the start, then live. When the lease lapses without an
 end entry (the leader died, or all its clients left), one follower takes the lease and
 calls upstream itself; its answer is spliced after what its clients already got
-(``hasten.fleet.relay.Splice``), or ends in a clean error if the text differs. Redis away,
+(``hasten.proxy.resume.Splice``), or ends in a clean error if the text differs. Redis away,
 before or during: the replica calls upstream itself, spliced the same way. No client waits
 longer than a lease on a dead leader.
 
@@ -37,11 +37,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hasten.errors import FleetUnavailable, HastenError, SpliceMismatch
+from hasten.errors import FleetUnavailable, HastenError, UpstreamError
 from hasten.fleet import relay
 from hasten.fleet.link import FAILURES, FleetLink
 from hasten.proxy.flight import Flight
 from hasten.proxy.recorder import Recorder
+from hasten.proxy.resume import Splice
 from hasten.upstream.client import UpstreamCall
 
 _log = logging.getLogger("hasten.fleet")
@@ -100,6 +101,7 @@ class FleetJob:
     recorder: Recorder | None
     commit: Callable[[], None] | None  # the leader's store (every tier)
     is_sse: bool  # the upstream answers as an event stream
+    endpoint: str  # "chat" or "completions": how a splice reads the answer's text
 
 
 class FleetCoalescer:
@@ -330,7 +332,7 @@ class _Feed:
         self._flight, self._job = flight, job
         self._framer = relay.Framer() if job.is_sse else None
         has_sent = job.is_sse and bool(flight.chunks)
-        self._splice = relay.Splice(b"".join(flight.chunks)) if has_sent else None
+        self._splice = Splice(b"".join(flight.chunks), job.endpoint) if has_sent else None
         self._head: relay.Head | None = None
         self._held: list[bytes] = []  # a JSON body is pushed only once it is whole
 
@@ -361,7 +363,7 @@ class _Feed:
         flight = self._flight
         if flight.is_started:
             if head.status != flight.status:
-                raise SpliceMismatch(f"the new answer has status {head.status}")
+                raise _not_continued(f"the new answer has status {head.status}")
         elif self._framer is not None:
             flight.start(head.status, head.headers, head.upstream_name, head.ttfb_ms)
         self._head = head
@@ -376,8 +378,7 @@ class _Feed:
         if self._splice is None:
             self._emit(whole)
             return
-        for frame in self._splice.feed(whole):
-            self._emit(frame)
+        self._emit_spliced(self._splice, whole)
 
     def finish(self) -> None:
         if self._framer is None:
@@ -387,14 +388,32 @@ class _Feed:
             for part in self._held:
                 self._emit(part)
             return
-        rest = self._framer.rest
-        if rest and self._splice is None:
-            self._emit(rest)
-        if self._splice is not None:
-            for frame in self._splice.feed(rest + b"\n\n" if rest.strip() else b""):
-                self._emit(frame)
-            self._splice.finish()
+        rest, splice = self._framer.rest, self._splice
+        if splice is None:
+            if rest:
+                self._emit(rest)  # an answer whose last event lacks its blank line
+            return
+        if rest.strip():
+            self._emit_spliced(splice, rest + b"\n\n")
+        splice.finish()
+        if splice.mismatch is not None:
+            raise _not_continued(splice.mismatch)
+
+    def _emit_spliced(self, splice: Splice, data: bytes) -> None:
+        out = splice.feed(data)
+        if splice.mismatch is not None:
+            raise _not_continued(splice.mismatch)
+        if out:
+            self._emit(out)
 
     def _emit(self, data: bytes) -> None:
         recorder = self._job.recorder
         self._flight.push(data, 0 if recorder is None else recorder.feed(data))
+
+
+def _not_continued(reason: str) -> UpstreamError:
+    """Ends a follower's answer cleanly when a new one does not continue what was sent."""
+    return UpstreamError(
+        f"the answer could not be continued after its leader stopped: {reason}",
+        code="resume_mismatch",
+    )

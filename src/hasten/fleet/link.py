@@ -32,9 +32,7 @@ FAILURES = (RedisError, OSError, TimeoutError)
 class FleetLink:
     """One Redis client for the fleet, with a shared view of whether Redis is reachable."""
 
-    def __init__(
-        self, config: FleetConfig, *, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, config: FleetConfig, *, clock: Callable[[], float] = time.monotonic) -> None:
         assert config.redis_url is not None
         self.config = config
         self.prefix = config.key_prefix

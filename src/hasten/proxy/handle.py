@@ -338,7 +338,13 @@ def _flight_run(
         recorder = None if stored is None else stored.recorder
         commit = None if stored is None else stored.commit
         job = FleetJob(
-            flight_key, pump, lambda: _open(gateway, ex), recorder, commit, ex.is_upstream_stream
+            flight_key,
+            pump,
+            lambda: _open(gateway, ex),
+            recorder,
+            commit,
+            ex.is_upstream_stream,
+            ex.endpoint.name,
         )
         await fleet.pump(flight, job)
 
