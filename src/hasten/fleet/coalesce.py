@@ -47,11 +47,6 @@ from hasten.upstream.client import UpstreamCall
 
 _log = logging.getLogger("hasten.fleet")
 
-# Returns the lease's holder: the caller's token when it took the lease.
-_ACQUIRE = """
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return ARGV[1] end
-return redis.call('GET', KEYS[1])
-"""
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
@@ -116,7 +111,6 @@ class FleetCoalescer:
         self._block_ms = max(1, round(min(config.lease_s / 3, config.op_timeout_s / 2) * 1000))
         self._ttl_ms = max(1, round(config.stream_ttl_s * 1000))
         self._max_chunks = config.stream_max_chunks
-        self._acquire = link.client.register_script(_ACQUIRE)
         self._renew = link.client.register_script(_RENEW)
         self._append = link.client.register_script(_APPEND)
         self._writers: set[asyncio.Task[None]] = set()
@@ -142,16 +136,25 @@ class FleetCoalescer:
             writer.cancel()
 
     async def _take(self, lease: str) -> tuple[str, str] | None:
-        """(our token, the lease's holder); None when Redis is away."""
+        """(our token, the lease's holder); None when Redis is away.
+
+        A plain SET NX PX: the leader's one round trip before its upstream call. Only a
+        replica that lost the race pays a second one, to learn whom it follows.
+        """
         token = secrets.token_hex(8)
-        try:
-            holder = await self._link.run(
-                "flight lease",
-                lambda r: self._acquire(keys=[lease], args=[token, self._lease_ms], client=r),
-            )
-        except FleetUnavailable:
-            return None
-        return token, holder.decode() if isinstance(holder, bytes) else str(holder)
+        for _ in range(_MAX_HANDOVERS):
+            try:
+                is_taken = await self._link.run(
+                    "flight lease", lambda r: r.set(lease, token, nx=True, px=self._lease_ms)
+                )
+                if is_taken:
+                    return token, token
+                holder = await self._link.run("flight lease", lambda r: r.get(lease))
+            except FleetUnavailable:
+                return None
+            if holder is not None:  # else it lapsed between the two: try again
+                return token, holder.decode() if isinstance(holder, bytes) else str(holder)
+        return None
 
     async def _lead(
         self, flight: Flight, run: Callable[[Flight], Awaitable[None]], lease: str, token: str
@@ -210,6 +213,8 @@ class FleetCoalescer:
                     return  # fenced out: another replica leads now
                 continue
             await flight.wait_change()
+            # The flight's own waiters woke too: they send to their clients first.
+            await asyncio.sleep(0)
 
     async def _write_end(
         self, flight: Flight, lease: str, stream: str, token: str, seq: int, fields: list[Any]
