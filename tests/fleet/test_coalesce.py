@@ -69,7 +69,13 @@ async def test_identical_requests_over_replicas_make_one_upstream_call() -> None
                     for i in range(24)
                 ]
                 texts = await asyncio.gather(*asks)
-            assert len(set(texts)) == 1 and texts[0]
+                assert len(set(texts)) == 1 and texts[0]
+                assert sim_stats(sim.url)["num_requests"] == 1
+                # Every replica kept the answer: the followers in their own L1.
+                body = chat_body("fleet coalesce", max_tokens=30)
+                again = [await http.post(g.url + URL, json=body) for g in gateways]
+            assert [r.headers["x-hasten-cache"] for r in again] == ["hit"] * 3
+            assert {r.json()["choices"][0]["message"]["content"] for r in again} == set(texts)
             assert sim_stats(sim.url)["num_requests"] == 1
 
 
