@@ -149,7 +149,7 @@ class HastenApp:
             await gateway.cache.aclose()
         await gateway.client.aclose()
         if gateway.fleet_flights is not None:
-            await gateway.fleet_flights.drain()
+            await gateway.fleet_flights.aclose()
         if gateway.fleet is not None:
             await gateway.fleet.aclose()
         await gateway.tracing.shutdown()

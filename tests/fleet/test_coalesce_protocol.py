@@ -107,17 +107,26 @@ def redis_url() -> Iterator[str]:
 
 @pytest.fixture
 async def links(redis_url: str) -> AsyncIterator[list[FleetLink]]:
-    config = FleetConfig(redis_url=redis_url, lease_s=0.3)
+    config = FleetConfig(redis_url=redis_url, lease_s=1.0)
     made = [FleetLink(config) for _ in range(3)]
     yield made
     for link in made:
         await link.aclose()
 
 
-async def test_one_leader_and_followers_get_the_same_bytes(links: list[FleetLink]) -> None:
-    ups = [Upstream(answer(WORDS, "x")) for _ in links]
-    coalescers = [FleetCoalescer(link) for link in links]
-    flights = [Flight() for _ in links]
+@pytest.fixture
+async def fleet(links: list[FleetLink]) -> AsyncIterator[list[FleetCoalescer]]:
+    """One coalescer per replica."""
+    made = [FleetCoalescer(link) for link in links]
+    yield made
+    for coalescer in made:
+        await coalescer.aclose()
+
+
+async def test_one_leader_and_followers_get_the_same_bytes(fleet: list[FleetCoalescer]) -> None:
+    ups = [Upstream(answer(WORDS, "x")) for _ in fleet]
+    coalescers = fleet
+    flights = [Flight() for _ in fleet]
     await asyncio.gather(
         *(c.pump(f, u.job()) for c, f, u in zip(coalescers, flights, ups, strict=True))
     )
@@ -126,13 +135,13 @@ async def test_one_leader_and_followers_get_the_same_bytes(links: list[FleetLink
     assert all(f.error is None and f.status == 200 for f in flights)
 
 
-async def test_a_late_follower_reads_the_finished_stream(links: list[FleetLink]) -> None:
+async def test_a_late_follower_reads_the_finished_stream(fleet: list[FleetCoalescer]) -> None:
     first, late = Upstream(answer(WORDS, "x")), Upstream(answer(WORDS, "y"))
-    leader = FleetCoalescer(links[0])
+    leader = fleet[0]
     await leader.pump(Flight(), first.job())
     await leader.drain()
     flight = Flight()
-    await FleetCoalescer(links[1]).pump(flight, late.job())
+    await fleet[1].pump(flight, late.job())
     assert late.num_pumps == late.num_opens == 0
     assert b"".join(flight.chunks) == b"".join(answer(WORDS, "x"))
 
@@ -149,13 +158,14 @@ async def dead_leader(link: FleetLink, frames: tuple[bytes, ...], lease_s: float
     await client.aclose()
 
 
-async def test_a_lapsed_lease_is_taken_over_and_spliced(links: list[FleetLink]) -> None:
+async def test_a_lapsed_lease_is_taken_over_and_spliced(
+    links: list[FleetLink], fleet: list[FleetCoalescer]
+) -> None:
     await dead_leader(links[0], answer(WORDS, "x")[:4], lease_s=1.5)
     ups = [Upstream(answer(WORDS, "fresh")) for _ in links[1:]]
     flights = [Flight(), Flight()]
     pumps = [
-        FleetCoalescer(link).pump(f, u.job())
-        for link, f, u in zip(links[1:], flights, ups, strict=True)
+        coalescer.pump(f, u.job()) for coalescer, f, u in zip(fleet[1:], flights, ups, strict=True)
     ]
     await asyncio.wait_for(asyncio.gather(*pumps), 20)
     assert sum(u.num_opens for u in ups) == 1 and sum(u.num_pumps for u in ups) == 0
@@ -166,19 +176,23 @@ async def test_a_lapsed_lease_is_taken_over_and_spliced(links: list[FleetLink]) 
         assert whole.count(b"[DONE]") == 1 and whole.count(b'"role"') == 1
 
 
-async def test_a_different_regenerated_text_ends_in_a_clean_error(links: list[FleetLink]) -> None:
+async def test_a_different_regenerated_text_ends_in_a_clean_error(
+    links: list[FleetLink], fleet: list[FleetCoalescer]
+) -> None:
     await dead_leader(links[0], answer(["A", " cat"], "x")[:3], lease_s=1.5)
     up = Upstream(answer(WORDS, "fresh"))
     flight = Flight()
-    await asyncio.wait_for(FleetCoalescer(links[1]).pump(flight, up.job()), 20)
+    await asyncio.wait_for(fleet[1].pump(flight, up.job()), 20)
     assert up.num_opens == 1 and up.num_pumps == 0  # it took over, then checked the text
     assert flight.error is not None and flight.error.code == "resume_mismatch"
     assert text_of(flight) == "A cat"  # what was sent, and nothing of the other answer
 
 
-async def test_a_leader_that_lost_its_lease_cannot_write(links: list[FleetLink]) -> None:
+async def test_a_leader_that_lost_its_lease_cannot_write(
+    links: list[FleetLink], fleet: list[FleetCoalescer]
+) -> None:
     up = Upstream(answer(WORDS, "x"), gate_at=3)
-    leader = FleetCoalescer(links[0])
+    leader = fleet[0]
     flight = Flight()
     pump = asyncio.create_task(leader.pump(flight, up.job()))
     client = redis.asyncio.Redis.from_url(links[0].config.redis_url or "")
@@ -196,11 +210,13 @@ async def test_a_leader_that_lost_its_lease_cannot_write(links: list[FleetLink])
     await client.aclose()
 
 
-async def test_a_cancelled_leader_drops_its_lease_at_once(links: list[FleetLink]) -> None:
+async def test_a_cancelled_leader_drops_its_lease_at_once(
+    links: list[FleetLink], fleet: list[FleetCoalescer]
+) -> None:
     async def cancelled(flight: Flight) -> None:
         flight.finish(HastenError("request cancelled", code="cancelled"))
 
-    leader = FleetCoalescer(links[0])
+    leader = fleet[0]
     await leader.pump(
         Flight(), FleetJob(KEY, cancelled, Upstream(()).open, None, None, True, "chat")
     )

@@ -5,8 +5,9 @@ PX, one round trip; its value a fresh token). The winner leads: it calls upstrea
 single gateway does, while a background writer reads its flight like one more waiter and
 appends what is new to a Redis stream, one pipelined script call per batch (never a round
 trip per chunk on the clients' path), renewing the lease every ``lease_s / 3``. Each write
-is fenced: the script appends only while the lease still holds the writer's token, so a
-leader that lost its lease cannot corrupt what followers read.
+is fenced: the script appends only while the lease holds the writer's token (or lapsed with
+nobody taking it: then the writer takes it back), so a leader that lost its lease to another
+replica cannot corrupt what followers read.
 
 A replica that finds the lease held follows: it reads the stream from its first entry
 (XREAD BLOCK, bounded below the op timeout) into its own flight, so its local clients and
@@ -29,6 +30,7 @@ lease holder, so a stale answer from an earlier flight is never read as this one
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import hashlib
 import logging
@@ -37,25 +39,36 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hasten.errors import FleetUnavailable, HastenError, UpstreamError
+from redis.asyncio import Redis
+
+from hasten.errors import FleetUnavailable, HastenError
 from hasten.fleet import relay
 from hasten.fleet.link import FAILURES, FleetLink
 from hasten.proxy.flight import Flight
 from hasten.proxy.recorder import Recorder
-from hasten.proxy.resume import Splice
 from hasten.upstream.client import UpstreamCall
 
 _log = logging.getLogger("hasten.fleet")
 
+# A lease that lapsed while nobody took it (a stalled loop missed a renewal) is taken back;
+# one another replica holds is not touched.
 _RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 0
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+if holder then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
 """
 # ARGV: token, max chunks, stream ttl ms, final ('' | 'done' | 'drop'), lease ms, then
 # (kind, seq, data, usage) per entry. 'done' leaves a marker for a lease, so a request that
 # arrives before the leader's cache write lands still reads the finished stream.
 _APPEND = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local holder = redis.call('GET', KEYS[1])
+if not holder then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[5])
+elseif holder ~= ARGV[1] then
+  return 0
+end
 for i = 6, #ARGV, 4 do
   redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*',
              'k', ARGV[i], 'n', ARGV[i + 1], 'd', ARGV[i + 2], 'u', ARGV[i + 3])
@@ -107,8 +120,16 @@ class FleetCoalescer:
         config = link.config
         self._lease_ms = max(1, round(config.lease_s * 1000))
         self._renew_s = config.lease_s / 3
-        # Below the socket timeout, or a quiet wait would read as Redis failing.
-        self._block_ms = max(1, round(min(config.lease_s / 3, config.op_timeout_s / 2) * 1000))
+        block_s = config.lease_s / 3
+        self._block_ms = max(1, round(block_s * 1000))
+        # Blocking reads get their own connections, with a socket timeout past the block:
+        # on the shared client's op timeout a quiet wait would read as Redis failing.
+        assert config.redis_url is not None
+        self._reader: Redis = Redis.from_url(
+            config.redis_url,
+            socket_connect_timeout=config.connect_timeout_s,
+            socket_timeout=block_s + config.op_timeout_s,
+        )
         self._ttl_ms = max(1, round(config.stream_ttl_s * 1000))
         self._max_chunks = config.stream_max_chunks
         self._renew = link.client.register_script(_RENEW)
@@ -134,6 +155,12 @@ class FleetCoalescer:
             await asyncio.wait(set(self._writers), timeout=timeout_s)
         for writer in list(self._writers):
             writer.cancel()
+
+    async def aclose(self) -> None:
+        """Drains the writers, then closes the blocking readers' connections."""
+        await self.drain()
+        with contextlib.suppress(*FAILURES):
+            await self._reader.aclose()
 
     async def _take(self, lease: str) -> tuple[str, str] | None:
         """(our token, the lease's holder); None when Redis is away.
@@ -258,12 +285,12 @@ class FleetCoalescer:
     async def _read(self, flight: Flight, job: FleetJob, lease: str, token: str) -> _Outcome:
         """Feeds one leader's stream into the flight until it ends or cannot go on."""
         stream = f"{lease}:{token}"
-        feed = _Feed(flight, job)
+        feed = _feed(flight, job)
         last_id: bytes | str = b"0-0"
         seq = 0
         while True:
             try:
-                reply: Any = await self._link.client.xread(
+                reply: Any = await self._reader.xread(
                     {stream: last_id}, count=_READ_COUNT, block=self._block_ms
                 )
             except FAILURES as exc:
@@ -306,7 +333,7 @@ class FleetCoalescer:
         except HastenError as exc:
             flight.finish(exc)
             return
-        feed = _Feed(flight, job)
+        feed = _feed(flight, job)
         try:
             feed.start(
                 relay.Head(call.status, dict(call.headers), call.upstream.name, call.ttfb_ms)
@@ -328,97 +355,5 @@ def _finish(flight: Flight, commit: Callable[[], None] | None) -> None:
         commit()
 
 
-class _Feed:
-    """One answer's entries into a follower's flight, spliced after what it already has."""
-
-    __slots__ = ("_flight", "_framer", "_head", "_held", "_job", "_splice")
-
-    def __init__(self, flight: Flight, job: FleetJob) -> None:
-        self._flight, self._job = flight, job
-        self._framer = relay.Framer() if job.is_sse else None
-        has_sent = job.is_sse and bool(flight.chunks)
-        self._splice = Splice(b"".join(flight.chunks), job.endpoint) if has_sent else None
-        self._head: relay.Head | None = None
-        self._held: list[bytes] = []  # a JSON body is pushed only once it is whole
-
-    def take(self, entry: relay.Entry) -> bool:
-        """Applies one entry; True once the flight is finished."""
-        try:
-            if entry.kind == relay.START:
-                self.start(relay.decode_head(entry.data))
-            elif entry.kind == relay.CHUNK:
-                self.push(entry.data)
-            else:
-                error = relay.decode_error(entry.data)
-                if error is not None:
-                    self._flight.finish(error)
-                    return True
-                self.finish()
-        except HastenError as exc:
-            self._flight.finish(exc)
-            return True
-        if entry.kind != relay.END:
-            return False
-        self._flight.finish()
-        if self._flight.status == 200 and self._job.recorder is not None:
-            self._job.recorder.commit_local()
-        return True
-
-    def start(self, head: relay.Head) -> None:
-        flight = self._flight
-        if flight.is_started:
-            if head.status != flight.status:
-                raise _not_continued(f"the new answer has status {head.status}")
-        elif self._framer is not None:
-            flight.start(head.status, head.headers, head.upstream_name, head.ttfb_ms)
-        self._head = head
-
-    def push(self, data: bytes) -> None:
-        if self._framer is None:
-            self._held.append(data)
-            return
-        whole = self._framer.feed(data)
-        if not whole:
-            return
-        if self._splice is None:
-            self._emit(whole)
-            return
-        self._emit_spliced(self._splice, whole)
-
-    def finish(self) -> None:
-        if self._framer is None:
-            head = self._head
-            if head is not None and not self._flight.is_started:
-                self._flight.start(head.status, head.headers, head.upstream_name, head.ttfb_ms)
-            for part in self._held:
-                self._emit(part)
-            return
-        rest, splice = self._framer.rest, self._splice
-        if splice is None:
-            if rest:
-                self._emit(rest)  # an answer whose last event lacks its blank line
-            return
-        if rest.strip():
-            self._emit_spliced(splice, rest + b"\n\n")
-        splice.finish()
-        if splice.mismatch is not None:
-            raise _not_continued(splice.mismatch)
-
-    def _emit_spliced(self, splice: Splice, data: bytes) -> None:
-        out = splice.feed(data)
-        if splice.mismatch is not None:
-            raise _not_continued(splice.mismatch)
-        if out:
-            self._emit(out)
-
-    def _emit(self, data: bytes) -> None:
-        recorder = self._job.recorder
-        self._flight.push(data, 0 if recorder is None else recorder.feed(data))
-
-
-def _not_continued(reason: str) -> UpstreamError:
-    """Ends a follower's answer cleanly when a new one does not continue what was sent."""
-    return UpstreamError(
-        f"the answer could not be continued after its leader stopped: {reason}",
-        code="resume_mismatch",
-    )
+def _feed(flight: Flight, job: FleetJob) -> relay.Feed:
+    return relay.Feed(flight, job.recorder, is_sse=job.is_sse, endpoint=job.endpoint)

@@ -1,4 +1,4 @@
-"""What a flight looks like on a Redis stream, and how a follower re-reads it (pure).
+"""What a flight looks like on a Redis stream, and how a follower re-reads it (no I/O).
 
 The leading replica publishes its flight as entries: one ``start`` (status, headers,
 upstream name, TTFB), ``chunk`` entries (raw bytes and the usage-event count
@@ -6,9 +6,10 @@ upstream name, TTFB), ``chunk`` entries (raw bytes and the usage-event count
 JSON). Every entry carries its sequence number, so a reader notices a trimmed gap instead
 of splicing around it.
 
-A follower pushes only whole SSE events into its own flight (``Framer``): if the leader
-dies mid-event, what its clients got so far still ends at an event boundary, so a new
-answer can be spliced after it (``hasten.proxy.resume.Splice``).
+A follower's ``Feed`` applies one answer's entries to its own flight. It pushes only whole
+SSE events (``Framer``): if the leader dies mid-event, what its clients got so far still
+ends at an event boundary, so the next answer's ``Feed`` can splice after it
+(``hasten.proxy.resume.Splice``), or end the flight with a clean error when it cannot.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from dataclasses import dataclass
 
 import orjson
 
-from hasten.errors import HastenError, RelayedError
+from hasten.errors import HastenError, RelayedError, UpstreamError
+from hasten.proxy.flight import Flight
+from hasten.proxy.recorder import Recorder
+from hasten.proxy.resume import Splice
 from hasten.proxy.sse import last_event_end
 
 START = b"s"
@@ -81,7 +85,12 @@ def decode_error(data: bytes) -> HastenError | None:
     """The error an ``end`` entry carries, as the leader's clients saw it; None for success."""
     if not data:
         return None
-    parsed = orjson.loads(data)
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        parsed = {}
+    if not isinstance(parsed, dict):
+        parsed = {}
     error = parsed.get("error") or {}
     return RelayedError(
         str(error.get("message") or "upstream call failed on another replica"),
@@ -113,3 +122,101 @@ class Framer:
     @property
     def rest(self) -> bytes:
         return self._buffer
+
+
+class Feed:
+    """One answer's entries into a follower's flight, spliced after what it already has."""
+
+    __slots__ = ("_flight", "_framer", "_head", "_held", "_recorder", "_splice")
+
+    def __init__(
+        self, flight: Flight, recorder: Recorder | None, *, is_sse: bool, endpoint: str
+    ) -> None:
+        self._flight, self._recorder = flight, recorder
+        self._framer = Framer() if is_sse else None
+        has_sent = is_sse and bool(flight.chunks)
+        self._splice = Splice(b"".join(flight.chunks), endpoint) if has_sent else None
+        self._head: Head | None = None
+        self._held: list[bytes] = []  # a JSON body is pushed only once it is whole
+
+    def take(self, entry: Entry) -> bool:
+        """Applies one entry; True once the flight is finished."""
+        try:
+            if entry.kind == START:
+                self.start(decode_head(entry.data))
+            elif entry.kind == CHUNK:
+                self.push(entry.data)
+            else:
+                error = decode_error(entry.data)
+                if error is not None:
+                    self._flight.finish(error)
+                    return True
+                self.finish()
+        except HastenError as exc:
+            self._flight.finish(exc)
+            return True
+        if entry.kind != END:
+            return False
+        self._flight.finish()
+        if self._flight.status == 200 and self._recorder is not None:
+            self._recorder.commit_local()  # L1 only: see hasten.fleet.coalesce
+        return True
+
+    def start(self, head: Head) -> None:
+        flight = self._flight
+        if flight.is_started:
+            if head.status != flight.status:
+                raise _not_continued(f"the new answer has status {head.status}")
+        elif self._framer is not None:
+            flight.start(head.status, head.headers, head.upstream_name, head.ttfb_ms)
+        self._head = head
+
+    def push(self, data: bytes) -> None:
+        if self._framer is None:
+            self._held.append(data)
+            return
+        whole = self._framer.feed(data)
+        if not whole:
+            return
+        if self._splice is None:
+            self._emit(whole)
+            return
+        self._emit_spliced(self._splice, whole)
+
+    def finish(self) -> None:
+        if self._framer is None:
+            head = self._head
+            if head is not None and not self._flight.is_started:
+                self._flight.start(head.status, head.headers, head.upstream_name, head.ttfb_ms)
+            for part in self._held:
+                self._emit(part)
+            return
+        rest, splice = self._framer.rest, self._splice
+        if splice is None:
+            if rest:
+                self._emit(rest)  # an answer whose last event lacks its blank line
+            return
+        if rest.strip():
+            self._emit_spliced(splice, rest + b"\n\n")
+        splice.finish()
+        if splice.mismatch is not None:
+            raise _not_continued(splice.mismatch)
+
+    def _emit_spliced(self, splice: Splice, data: bytes) -> None:
+        out = splice.feed(data)
+        if splice.mismatch is not None:
+            raise _not_continued(splice.mismatch)
+        if out:
+            self._emit(out)
+
+    def _emit(self, data: bytes) -> None:
+        recorder = self._recorder
+        self._flight.push(data, 0 if recorder is None else recorder.feed(data))
+
+
+def _not_continued(reason: str) -> UpstreamError:
+    """Ends a follower's answer cleanly when a new one does not continue what was sent."""
+    return UpstreamError(
+        f"the answer could not be continued after its leader stopped: {reason}",
+        code="resume_mismatch",
+    )
