@@ -82,6 +82,7 @@ end
 return 1
 """
 _DONE_PREFIX = "done:"
+_FLUSH_DELAY_S = 0.002
 _READ_COUNT = 512
 # A follower switches leaders at most this often before it calls upstream itself.
 _MAX_HANDOVERS = 3
@@ -240,8 +241,9 @@ class FleetCoalescer:
                     return  # fenced out: another replica leads now
                 continue
             await flight.wait_change()
-            # The flight's own waiters woke too: they send to their clients first.
-            await asyncio.sleep(0)
+            # The flight's own waiters send to their clients first, and what arrives
+            # meanwhile joins this batch: followers wait this much longer, a client none.
+            await asyncio.sleep(_FLUSH_DELAY_S)
 
     async def _write_end(
         self, flight: Flight, lease: str, stream: str, token: str, seq: int, fields: list[Any]
