@@ -3,20 +3,21 @@
 A replica whose local flight would call upstream first takes the flight's lease (SET NX
 PX, one round trip; its value a fresh token). The winner leads: it calls upstream as a
 single gateway does, while a background writer reads its flight like one more waiter and
-appends what is new to a Redis stream, one pipelined script call per batch (never a round
-trip per chunk on the clients' path), renewing the lease every ``lease_s / 3``. Each write
+appends what is new to a Redis stream, one script call per batch (never a round trip per
+chunk on the clients' path; it waits a moment after each change, so the flight's own
+clients go first), renewing the lease every ``lease_s / 3``. Each write
 is fenced: the script appends only while the lease holds the writer's token (or lapsed with
 nobody taking it: then the writer takes it back), so a leader that lost its lease to another
 replica cannot corrupt what followers read.
 
 A replica that finds the lease held follows: it reads the stream from its first entry
-(XREAD BLOCK, bounded below the op timeout) into its own flight, so its local clients and
+(XREAD BLOCK for at most ``lease_s / 3``, on connections of its own) into its own flight, so its local clients and
 late joiners get the answer from the start, then live. When the lease lapses without an
 end entry (the leader died, or all its clients left), one follower takes the lease and
 calls upstream itself; its answer is spliced after what its clients already got
 (``hasten.proxy.resume.Splice``), or ends in a clean error if the text differs. Redis away,
 before or during: the replica calls upstream itself, spliced the same way. No client waits
-longer than a lease on a dead leader.
+much longer than a lease on a dead leader.
 
 Stored: the leader stores as a single gateway does (every tier); a follower keeps a copy
 in its L1 only, since the leader's write already reached the shared tier and a second
