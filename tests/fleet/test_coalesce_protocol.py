@@ -146,12 +146,15 @@ async def test_a_late_follower_reads_the_finished_stream(fleet: list[FleetCoales
     assert b"".join(flight.chunks) == b"".join(answer(WORDS, "x"))
 
 
-async def dead_leader(link: FleetLink, frames: tuple[bytes, ...], lease_s: float) -> None:
+async def dead_leader(
+    link: FleetLink, frames: tuple[bytes, ...], lease_s: float, *, is_started: bool = True
+) -> None:
     """A leader that published ``frames`` and died: its lease runs out, no end entry."""
     client = redis.asyncio.Redis.from_url(link.config.redis_url or "")
     lease = lease_key(link, KEY)
     await client.set(lease, "dead", px=round(lease_s * 1000))
-    entries = [relay.start_fields(0, 200, {"content-type": "text/event-stream"}, "up", 1.0)]
+    head = relay.start_fields(0, 200, {"content-type": "text/event-stream"}, "up", 1.0)
+    entries = [head] if is_started else []
     entries += [relay.chunk_fields(i + 1, frame, 0) for i, frame in enumerate(frames)]
     for kind, seq, data, usage in entries:
         await client.xadd(f"{lease}:dead", {"k": kind, "n": seq, "d": data, "u": usage})
@@ -224,3 +227,16 @@ async def test_a_cancelled_leader_drops_its_lease_at_once(
     client = redis.asyncio.Redis.from_url(links[0].config.redis_url or "")
     assert await client.get(lease_key(links[0], KEY)) is None
     await client.aclose()
+
+
+async def test_a_leader_dead_before_its_first_byte_is_replaced_by_one_call(
+    links: list[FleetLink], fleet: list[FleetCoalescer]
+) -> None:
+    await dead_leader(links[0], (), lease_s=1.0, is_started=False)
+    ups = [Upstream(answer(WORDS, "fresh")) for _ in fleet[1:]]
+    flights = [Flight(), Flight()]
+    pumps = [c.pump(f, u.job()) for c, f, u in zip(fleet[1:], flights, ups, strict=True)]
+    await asyncio.wait_for(asyncio.gather(*pumps), 20)
+    # Nothing had reached a client: the new leader calls as usual, the other follows it.
+    assert sum(u.num_pumps for u in ups) == 1 and sum(u.num_opens for u in ups) == 0
+    assert {b"".join(f.chunks) for f in flights} == {b"".join(answer(WORDS, "fresh"))}
