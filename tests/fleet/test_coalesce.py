@@ -100,6 +100,13 @@ async def first_events(
     return asyncio.create_task(run()), seen
 
 
+def coalesced_waiters(base: str) -> float:
+    for line in httpx.get(base + "/metrics", timeout=30).text.splitlines():
+        if line.startswith("hasten_coalesced_waiters_total "):
+            return float(line.split()[1])
+    raise AssertionError("no hasten_coalesced_waiters_total")
+
+
 def reference_text(sim_url: str, body: dict[str, Any]) -> str:
     """The uncut answer, asked of the simulator directly (it is deterministic)."""
     response = httpx.post(sim_url + URL, json={**body, "stream": False}, timeout=30)
@@ -120,6 +127,8 @@ async def test_late_joiner_on_another_replica_gets_the_whole_answer() -> None:
             assert stream_text(late.text) == stream_text(early)
             assert late.headers["x-hasten-cache"] == "miss"
             assert sim_stats(sim.url)["num_requests"] == 1
+            # B's request waited on A's call: counted as coalesced there, not as a call.
+            assert [coalesced_waiters(r.url) for r in (a, b)] == [0.0, 1.0]
 
 
 def serve_config(tmp_path: Path, sim_url: str, redis_url: str, lease_s: float) -> Path:
@@ -191,20 +200,22 @@ async def test_redis_away_from_the_start_each_replica_answers_alone() -> None:
 
 async def test_stream_entries_expire() -> None:
     with redis_server() as redis_url, ServerThread(build_app(SimConfig())) as sim:
-        config = fleet_config(sim.url, redis_url, stream_ttl_s=0.5, lease_s=0.3)
+        config = fleet_config(sim.url, redis_url, stream_ttl_s=2.0, lease_s=0.3)
         with replicas(config, 1) as (gateway,):
             async with httpx.AsyncClient(timeout=30) as http:
                 await ask(http, gateway.url, chat_body("expiring", stream=True, max_tokens=5))
             client = redis.Redis.from_url(redis_url)
-            streams = [
-                k for k in client.keys("hasten:fleet:flight:*") if client.type(k) == b"stream"
-            ]
-            assert len(streams) == 1
-            assert 0 < client.pttl(streams[0]) <= 500
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 10
+            while not (streams := client.keys("hasten:fleet:flight:*:*")):
+                assert loop.time() < deadline, "the writer never published"  # it runs after
+                await asyncio.sleep(0.01)
+            assert len(streams) == 1 and client.type(streams[0]) == b"stream"
+            assert 0 < client.pttl(streams[0]) <= 2000
             entries: list[tuple[bytes, dict[bytes, bytes]]] = client.xrange(streams[0])  # type: ignore[assignment]
             kinds = [fields[b"k"] for _, fields in entries]
             assert kinds[0] == b"s" and kinds[-1] == b"e" and set(kinds[1:-1]) == {b"c"}
-            deadline = asyncio.get_running_loop().time() + 10
-            while client.exists(streams[0]) or client.keys("hasten:fleet:flight:*"):
-                assert asyncio.get_running_loop().time() < deadline, "fleet keys never expired"
+            deadline = loop.time() + 20
+            while client.keys("hasten:fleet:flight:*"):  # the stream, and the lease's marker
+                assert loop.time() < deadline, "fleet keys never expired"
                 await asyncio.sleep(0.05)

@@ -11,13 +11,13 @@ nobody taking it: then the writer takes it back), so a leader that lost its leas
 replica cannot corrupt what followers read.
 
 A replica that finds the lease held follows: it reads the stream from its first entry
-(XREAD BLOCK for at most ``lease_s / 3``, on connections of its own) into its own flight, so its local clients and
-late joiners get the answer from the start, then live. When the lease lapses without an
-end entry (the leader died, or all its clients left), one follower takes the lease and
-calls upstream itself; its answer is spliced after what its clients already got
-(``hasten.proxy.resume.Splice``), or ends in a clean error if the text differs. Redis away,
-before or during: the replica calls upstream itself, spliced the same way. No client waits
-much longer than a lease on a dead leader.
+(XREAD BLOCK for at most ``lease_s / 3``, on connections of its own) into its own flight,
+so its local clients and late joiners get the answer from the start, then live. When the
+lease lapses without an end entry (the leader died, or all its clients left), one follower
+takes the lease and calls upstream itself; its answer is spliced after what its clients
+already got (``hasten.proxy.resume.Splice``), or ends in a clean error if the text differs.
+Redis away, before or during: the replica calls upstream itself, spliced the same way. No
+client waits much longer than a lease on a dead leader.
 
 Stored: the leader stores as a single gateway does (every tier); a follower keeps a copy
 in its L1 only, since the leader's write already reached the shared tier and a second
@@ -269,6 +269,7 @@ class FleetCoalescer:
         return bool(written)
 
     async def _follow(self, flight: Flight, job: FleetJob, lease: str, holder: str) -> None:
+        flight.is_relayed = True
         for _ in range(_MAX_HANDOVERS):
             outcome = await self._read(flight, job, lease, holder.removeprefix(_DONE_PREFIX))
             if outcome is _Outcome.FINISHED:

@@ -30,6 +30,7 @@ class Flight:
         "error",
         "headers",
         "is_done",
+        "is_relayed",
         "is_started",
         "num_waiters",
         "status",
@@ -52,6 +53,7 @@ class Flight:
         self.error: HastenError | None = None
         self.is_started = False
         self.is_done = False
+        self.is_relayed = False  # filled from another replica's call (hasten.fleet)
         self.num_waiters = 0
         self.task: asyncio.Task[None] | None = None
         # Chunk index -> how many usage-only events that chunk completes (one, at the end).

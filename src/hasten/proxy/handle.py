@@ -559,6 +559,9 @@ async def _serve_flight(gateway: Gateway, ex: Exchange, flight: Flight, label: b
             await flight.wait_started()
     else:
         await flight.wait_started()
+    if flight.is_relayed and ex.is_upstream_call:  # another replica's call answers it
+        ex.is_upstream_call, ex.cache_label = False, COALESCED
+        gateway.stats.count("coalesced", tenant=ex.tenant)
     _note_call(ex, flight.headers, flight.upstream_name, flight.ttfb_ms)
     saved = hedge_saved(gateway, ex) if ex.is_upstream_call else None
     if not ex.is_stream or flight.status != 200:
