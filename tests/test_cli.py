@@ -499,3 +499,24 @@ def test_doctor_help_names_its_flags(capsys: pytest.CaptureFixture[str]) -> None
     out = capsys.readouterr().out
     for flag in ("--model", "--key-env", "--tries", "--max-tokens", "--timeout-s", "--json"):
         assert flag in out
+
+
+def test_check_config_describes_stream_resume(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HASTEN_TEST_OPENAI_KEY", SECRET)
+    text = VALID.replace(
+        'fallbacks = ["backup"]', 'fallbacks = ["backup"]\nresume_streams = true'
+    ).replace("stream_upstream = false", 'stream_upstream = false\nprefill = "assistant_prefix"')
+    assert _cli_main(["check-config", str(_write(tmp_path, text))]) == 0
+    out = capsys.readouterr().out
+    assert "upstream backup: http://backup.local/v1 (no key" in out
+    assert "asked whole; prefill assistant_prefix)" in out
+    assert (
+        "    resume streams: deterministic requests regenerated on another deployment; "
+        "otherwise prefill via backup"
+    ) in out
+    assert out.count("resume streams:") == 1  # model * keeps it off
+    bad = text.replace('prefill = "assistant_prefix"', 'prefill = "magic"')
+    assert _cli_main(["check-config", str(_write(tmp_path, bad))]) == 2
+    assert "prefill: expected one of" in capsys.readouterr().err

@@ -4,6 +4,7 @@ gateway with ``resume_streams`` on, checked with raw SSE bytes and with the open
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -14,6 +15,7 @@ import orjson
 import pytest
 
 from hasten.config import GatewayConfig
+from hasten.proxy.assemble import assemble
 from hasten.proxy.sse import SSEDecoder
 from hasten.simulator import SimConfig, build_app
 from tests.support.gateway import chat_body, make_config, running_gateway, sim_stats
@@ -176,3 +178,99 @@ def test_resume_is_off_by_default(cutting: ServerThread, healthy: ServerThread) 
     assert b"hasten-resume" not in stream and b"[DONE]" not in stream
     assert "error" in orjson.loads(SSEDecoder().feed(stream)[-1])
     assert whole.status_code == 502  # a non-stream client's cut, as before
+
+
+def test_a_non_stream_bypassed_request_is_continued_by_prefill(
+    cutting: ServerThread, healthy: ServerThread
+) -> None:
+    # Not deterministic, so not cacheable: asked as a stream outside any flight, assembled.
+    body = chat_body("assemble my prefilled body", temperature=0.7)
+    uncut = _uncut(healthy, body)
+    with running_gateway(_config(cutting, healthy, prefill="assistant_prefix")) as gateway:
+        response = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, timeout=30)
+    assert response.status_code == 200
+    assert response.headers["x-hasten-cache"] == "bypass"
+    assert response.headers["x-hasten-resume"] == "prefilled"
+    assert response.json()["choices"][0]["message"]["content"] == uncut
+
+
+def test_a_cut_completions_stream_is_regenerated(
+    cutting: ServerThread, healthy: ServerThread
+) -> None:
+    body = {"model": "sim-model", "prompt": "once upon a cut", "temperature": 0, "stream": True}
+
+    def text(url: str) -> bytes:
+        with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=30) as response:
+            return response.read()
+
+    uncut = text(healthy.url)
+    with running_gateway(_config(cutting, healthy)) as gateway:
+        stream = text(gateway.url)
+    assert _trailer(stream)["outcome"] == "regenerated"
+
+    def joined(data: bytes) -> str:
+        payloads = [p for p in SSEDecoder().feed(data) if p != b"[DONE]"]
+        return "".join(c["text"] for p in payloads for c in orjson.loads(p)["choices"])
+
+    assert joined(stream) == joined(uncut) and joined(uncut)
+
+
+def test_coalesced_waiters_all_get_the_resumed_answer(healthy: ServerThread) -> None:
+    slow = SimConfig(disconnect_rate=1.0, output_tokens=NUM_TOKENS, decode_ms_per_token=20)
+    with ServerThread(build_app(slow)) as cutting_slowly:
+        body = chat_body("resume us all", stream=True)
+        uncut = _uncut(healthy, body)
+        before = sim_stats(healthy.url)["num_requests"]
+        with running_gateway(_config(cutting_slowly, healthy)) as gateway:
+
+            async def both() -> list[bytes]:
+                async with httpx.AsyncClient(timeout=30) as client:
+
+                    async def one() -> bytes:
+                        url = f"{gateway.url}/v1/chat/completions"
+                        async with client.stream("POST", url, json=body) as response:
+                            return await response.aread()
+
+                    return list(await asyncio.gather(one(), one()))
+
+            streams = asyncio.run(both())
+        assert sim_stats(cutting_slowly.url)["num_requests"] == 1  # one flight
+    assert [_text(s) for s in streams] == [uncut, uncut]
+    assert sim_stats(healthy.url)["num_requests"] == before + 1  # one regeneration
+
+
+def test_a_request_that_must_not_run_twice_is_not_resumed(
+    cutting: ServerThread, healthy: ServerThread
+) -> None:
+    body = chat_body("run me once", stream=True)
+    before = sim_stats(healthy.url)["num_requests"]
+    with running_gateway(_config(cutting, healthy)) as gateway:
+        url = f"{gateway.url}/v1/chat/completions"
+        headers = {"x-hasten-idempotent": "false"}
+        with httpx.stream("POST", url, json=body, headers=headers, timeout=30) as response:
+            stream = response.read()
+    assert sim_stats(healthy.url)["num_requests"] == before
+    assert b"hasten-resume" not in stream and b"[DONE]" not in stream
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"n": 2},
+        {"tools": [{"type": "function", "function": {"name": "lookup"}}]},
+    ],
+    ids=["two-choices", "tool-call"],
+)
+def test_several_choices_and_tool_calls_resume_to_the_uncut_answer(
+    cutting: ServerThread, healthy: ServerThread, extra: dict[str, Any]
+) -> None:
+    body = chat_body(f"resume {sorted(extra)}", stream=True, **extra)
+
+    def answer(stream: bytes) -> Any:
+        return orjson.loads(assemble(stream, "chat"))["choices"]
+
+    uncut = answer(_stream(healthy.url, body))
+    with running_gateway(_config(cutting, healthy)) as gateway:
+        stream = _stream(gateway.url, body)
+    assert _trailer(stream)["outcome"] == "regenerated"
+    assert answer(stream) == uncut

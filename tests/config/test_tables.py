@@ -597,3 +597,22 @@ def test_log_format_is_text_or_json(tmp_path: Path) -> None:
     assert _error(tmp_path, '[server]\nlog_format = "xml"\n', {}) == (
         "server.log_format: expected one of text, json, got 'xml'"
     )
+
+
+def test_stream_resume_is_off_by_default_and_prefill_is_none(tmp_path: Path) -> None:
+    config = _load(tmp_path, MINIMAL)
+    assert all(not route.is_resuming_streams for route in config.models.values())
+    assert config.upstreams["a"].prefill == "none"
+
+
+def test_resume_streams_and_prefill_are_read_and_checked(tmp_path: Path) -> None:
+    text = MINIMAL.replace(
+        'api_key_env = "A_KEY"', 'api_key_env = "A_KEY"\nprefill = "assistant_prefix"'
+    ).replace('upstream = "a"', 'upstream = "a"\nresume_streams = true', 1)
+    config = _load(tmp_path, text)
+    assert config.upstreams["a"].prefill == "assistant_prefix"
+    assert any(route.is_resuming_streams for route in config.models.values())
+    with pytest.raises(ConfigError, match=r"prefill: expected one of none, continue_final"):
+        _load(tmp_path, text.replace('"assistant_prefix"', '"vllm"'))
+    with pytest.raises(ConfigError, match="resume_streams"):
+        _load(tmp_path, text.replace("resume_streams = true", 'resume_streams = "yes"'))

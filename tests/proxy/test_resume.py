@@ -262,3 +262,55 @@ def test_a_finished_choice_is_caught_up_only_by_its_regenerated_finish() -> None
     splice, out = _splice(delivered, chat_events(["a"], "b"))
     assert splice.mismatch is None
     assert out == b"".join(chat_events(["a"], "b")[3:])
+
+
+@settings(max_examples=80, deadline=None)
+@given(pieces=st.lists(_WORDS, min_size=1, max_size=6), data=st.data())
+def test_n_choices_splice_for_any_cut_of_the_interleaved_stream(
+    pieces: list[str], data: st.DataObject
+) -> None:
+    uncut = chat_events(pieces, n=2)
+    cut = data.draw(st.integers(min_value=2, max_value=2 + 2 * len(pieces) + 1), label="cut")
+    delivered = b"".join(uncut[:cut])
+    regenerated = b"".join(chat_events(pieces, "b", n=2))
+    byte_cuts = data.draw(st.lists(st.integers(0, len(regenerated)), max_size=6), label="bytes")
+    splice, out = _splice(delivered, _split(regenerated, byte_cuts))
+    assert splice.mismatch is None
+    assert _choices(delivered + out) == _choices(b"".join(uncut))
+
+
+@settings(max_examples=80, deadline=None)
+@given(arguments=st.lists(_WORDS, min_size=1, max_size=6), data=st.data())
+def test_tool_call_arguments_splice_for_any_cut(arguments: list[str], data: st.DataObject) -> None:
+    uncut = _tool_stream(arguments, "call_1", "a")
+    cut = data.draw(st.integers(min_value=1, max_value=len(uncut) - 1), label="cut")
+    text = "".join(arguments)
+    cuts = data.draw(st.lists(st.integers(0, len(text)), max_size=5), label="tokens")
+    regenerated = _tool_stream(_resplit(text, cuts) or [text], "call_2", "b")
+    delivered = b"".join(uncut[:cut])
+    splice, out = _splice(delivered, regenerated)
+    assert splice.mismatch is None
+    got, expected = _choices(delivered + out)[0], _choices(b"".join(uncut))[0]
+    # The client keeps the id it saw; a call it never saw comes with the regenerated id.
+    call_id = got[0]["message"]["tool_calls"][0].pop("id")
+    assert call_id == ("call_1" if cut >= 2 else "call_2")
+    expected[0]["message"]["tool_calls"][0].pop("id")
+    assert got == expected
+
+
+def test_every_string_delta_field_is_matched_as_text() -> None:
+    def event(delta: dict[str, Any], completion_id: str = "a") -> bytes:
+        return _chat([_delta(0, delta)], completion_id)
+
+    delivered = event({"role": "assistant", "content": ""}) + event({"reasoning_content": "Thi"})
+    regenerated = [
+        event({"role": "assistant", "content": ""}, "b"),
+        event({"reasoning_content": "Think"}, "b"),
+        event({"content": "42"}, "b"),
+        event({}, "b").replace(b'"finish_reason":null', b'"finish_reason":"stop"'),
+        b"data: [DONE]\n\n",
+    ]
+    splice, out = _splice(delivered, regenerated)
+    assert splice.mismatch is None
+    message = _choices(delivered + out)[0][0]["message"]
+    assert message["reasoning_content"] == "Think" and message["content"] == "42"

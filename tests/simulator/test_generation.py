@@ -86,3 +86,39 @@ def test_logprobs_cover_every_token_with_the_asked_alternatives() -> None:
     completion = parse_completion_request({"model": "m", "prompt": "hi", "logprobs": 0})
     assert completion.has_logprobs and completion.num_top_logprobs == 0
     assert generate_choices(parse_chat_request(_chat()), 16, None)[0].logprobs is None
+
+
+@pytest.mark.parametrize(
+    "continued",
+    [
+        {"continue_final_message": True, "add_generation_prompt": False},
+        {"prefix": True},
+    ],
+)
+def test_a_continued_assistant_message_gets_the_rest_of_its_answer(
+    continued: dict[str, object],
+) -> None:
+    whole = generate_choices(parse_chat_request(_chat()), 16, None)[0]
+    cut = len(whole.pieces[0]) + 2  # inside the second word
+    prefix: dict[str, object] = {"role": "assistant", "content": whole.text[:cut]}
+    extra = {k: v for k, v in continued.items() if k != "prefix"}
+    if "prefix" in continued:
+        prefix["prefix"] = True
+    messages = [{"role": "user", "content": "hi"}, prefix]
+    request = parse_chat_request({"model": "m", "messages": messages, **extra})
+    rest = generate_choices(request, 16, None)[0]
+    assert whole.text[:cut] + rest.text == whole.text
+    assert rest.finish_reason == whole.finish_reason
+
+
+def test_a_prefix_the_answer_does_not_begin_with_gets_a_fresh_continuation() -> None:
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "Zebra", "prefix": True},
+    ]
+    rest = generate_choices(parse_chat_request({"model": "m", "messages": messages}), 16, None)
+    whole = generate_choices(parse_chat_request(_chat()), 16, None)
+    assert rest[0].text and rest[0].text != whole[0].text
+    # Without a continuation flag, the assistant message is just history.
+    history = {"role": "assistant", "content": "Zebra"}
+    assert parse_chat_request({"model": "m", "messages": [*messages[:1], history]}).prefix == ""

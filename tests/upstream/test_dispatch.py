@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from hasten.config import UpstreamConfig
-from hasten.errors import UpstreamConnectError, UpstreamTimeout
+from hasten.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
 from hasten.routing.pool import DeploymentPool
 from hasten.routing.settings import DeploymentConfig, HedgeConfig, RoutingConfig
 from hasten.upstream.attempt import BufferedResponse
@@ -333,3 +333,33 @@ async def test_with_two_deployments_the_second_hedge_is_a_fresh_try_on_the_prima
     assert len(transport.sent_to("a")) == 2
     assert [pool.deployments[n].num_cancelled for n in "ab"] == [1, 1]
     assert _in_flight(pool) == {"a": 1, "b": 0}
+
+
+async def test_excluded_deployments_are_left_out_of_the_ranking() -> None:
+    transport = ScriptedTransport({"a": [Reply()], "b": [Reply()]})
+    upstreams = {"a": upstream("a"), "b": upstream("b")}
+    pool = DeploymentPool(
+        tuple(DeploymentConfig(upstream=n, priority=i) for i, n in enumerate(upstreams)),
+        RoutingConfig(),
+        random.Random(1),
+    )
+
+    def dispatch(excluded: frozenset[str]) -> Dispatch:
+        return Dispatch(
+            transport,
+            pool,
+            upstreams,
+            RequestTraits(),
+            path="/chat/completions",
+            body=orjson.dumps(BODY),
+            headers={},
+            rng=random.Random(1),
+            excluded=excluded,
+        )
+
+    outcome = await dispatch(frozenset({"a"})).run()
+    assert isinstance(outcome, Won) and outcome.name == "b"  # a is first by priority
+    outcome.ready.response.close()
+    pool.on_attempt_end("b")
+    with pytest.raises(UpstreamError, match="no deployment is left"):
+        await dispatch(frozenset({"a", "b"})).run()

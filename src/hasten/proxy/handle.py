@@ -418,8 +418,6 @@ async def _open(
     excluded: frozenset[str] = frozenset(),
 ) -> UpstreamCall:
     gateway.stats.count("upstream_calls", tenant=ex.tenant)
-    # A client marks a request that must not run twice (so is never hedged) this way.
-    is_idempotent = header(ex.scope, b"x-hasten-idempotent") not in (b"false", b"0", b"no")
     return await gateway.client.open(
         ex.model,
         ex.endpoint.path,
@@ -427,16 +425,23 @@ async def _open(
         ex.forwarded_headers,
         parsed=ex.body,
         is_stream=ex.is_upstream_stream,
-        is_idempotent=is_idempotent,
+        is_idempotent=_is_idempotent(ex),
         trace=ex.trace,
         excluded=excluded,
     )
+
+
+def _is_idempotent(ex: Exchange) -> bool:
+    # A client marks a request that must not run twice (never hedged, never resumed) this way.
+    return header(ex.scope, b"x-hasten-idempotent") not in (b"false", b"0", b"no")
 
 
 def _resumable(gateway: Gateway, ex: Exchange, call: UpstreamCall) -> StreamResume | None:
     """The resume of this call's stream, when its route continues broken streams."""
     if not (ex.model.route.is_resuming_streams and ex.is_upstream_stream and call.status == 200):
         return None
+    if not _is_idempotent(ex):
+        return None  # a continuation is a second request
 
     def reopen(body: bytes, excluded: frozenset[str]) -> Awaitable[UpstreamCall]:
         return _open(gateway, ex, body, excluded)
@@ -448,10 +453,10 @@ async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
     call = await _open(gateway, ex)
     ex.is_upstream_call = True
     _note_call(ex, call.headers, call.upstream.name, call.ttfb_ms)
+    resume = _resumable(gateway, ex, call)
     try:
         status = call.status
         saved = hedge_saved(gateway, ex)
-        resume = _resumable(gateway, ex, call)
         chunks = call.iter_chunks() if resume is None else resume.chunks(call)
         if ex.is_assembled and status == 200:
             await _send_assembled(ex, call, chunks, saved)
@@ -474,8 +479,7 @@ async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
         describe_answer(ex.trace, status, tail, is_stream=True)
     finally:
         call.close()
-        if resume is not None:
-            ex.resume = resume.outcome
+        _note_resume(ex, resume)
 
 
 async def _send_assembled(
@@ -541,11 +545,17 @@ async def _pump(gateway: Gateway, ex: Exchange, flight: Flight, stored: _Stored 
             return
     finally:
         call.close()
-        if resume is not None:
-            ex.resume = resume.outcome
+        _note_resume(ex, resume)
     flight.finish()
     if stored is not None and (resume is None or resume.is_cacheable):
         stored.commit()
+
+
+def _note_resume(ex: Exchange, resume: StreamResume | None) -> None:
+    """What the metrics and the trace learn of a continued stream (hasten.proxy.resumer)."""
+    if resume is not None and resume.outcome:
+        ex.resume = resume.outcome
+        ex.trace.set("hasten.resume", resume.outcome)
 
 
 def _note_call(ex: Exchange, headers: Mapping[str, str], name: str, ttfb_ms: float) -> None:

@@ -39,7 +39,7 @@ from hasten.proxy.continuation import (
 from hasten.proxy.resume import Splice
 from hasten.proxy.sse import EVENT_END_SUFFIXES, SSEDecoder, last_event_end
 from hasten.routing.models import Route
-from hasten.upstream.client import UpstreamCall
+from hasten.upstream.client import TOTAL_TIMEOUT_CODE, UpstreamCall
 
 __all__ = ["RESUME_HEADER", "StreamResume", "resume_header"]
 
@@ -47,7 +47,7 @@ _log = logging.getLogger("hasten.proxy")
 
 RESUME_HEADER = b"x-hasten-resume"
 TRAILER_PREFIX = b": hasten-resume "
-_DONE_FRAME = b"data: [DONE]\n\n"
+_DONE_LINE = b"data: [DONE]"
 # Continuations one broken stream may get (each may break again): bounded, like retries.
 MAX_CONTINUATIONS = 3
 
@@ -57,15 +57,23 @@ Opener = Callable[[bytes, frozenset[str]], Awaitable[UpstreamCall]]
 class _Forwarded:
     """What went to the client, in whole events; notices the ways a stream can break."""
 
-    __slots__ = ("error", "is_done", "parts", "tail")
+    __slots__ = ("error", "parts", "tail")
 
     def __init__(self, parts: list[bytes]) -> None:
         self.parts = parts  # shared by every stream of one answer: the client's bytes
         self.tail = b""  # an unfinished event, held until it ends
         self.error: HastenError | None = None
-        self.is_done = False
 
     def take(self, chunk: bytes) -> bytes:
+        """What of ``chunk`` may go to the client now (whole events, no error event)."""
+        # The hot path of every chunk of every resumable stream: one event, whole, no error.
+        if self.tail or not chunk.endswith(b"\n\n") or b'"error"' in chunk:
+            return self.take_slowly(chunk)
+        self.parts.append(chunk)
+        return chunk
+
+    def take_slowly(self, chunk: bytes) -> bytes:
+        """``take`` for a chunk that may hold part of an event or an error event."""
         data = self.tail + chunk if self.tail else chunk
         if data.endswith(EVENT_END_SUFFIXES):
             self.tail = b""
@@ -76,8 +84,12 @@ class _Forwarded:
             data = self._cut_at_error(data)
         if data:
             self.parts.append(data)
-            self.is_done = data.endswith(_DONE_FRAME)
         return data
+
+    @property
+    def is_done(self) -> bool:
+        """True once the client has the stream's ``[DONE]`` (with any line ends)."""
+        return bool(self.parts) and self.parts[-1].rstrip(b"\r\n").endswith(_DONE_LINE)
 
     def _cut_at_error(self, data: bytes) -> bytes:
         """``data`` up to an upstream error event, which ends the stream (and is not sent)."""
@@ -112,18 +124,29 @@ class StreamResume:
     async def chunks(self, call: UpstreamCall) -> AsyncIterator[bytes]:
         """``call``'s stream in whole events, continued if it breaks; raises when it cannot be."""
         forwarded = _Forwarded(self._parts)
+        keep = self._parts.append
         failure: HastenError | None = None
         try:
             async for chunk in call.iter_chunks():
-                data = forwarded.take(chunk)
-                if data:
-                    yield data
-                if forwarded.error is not None:
-                    break
+                # Forwarded.take's fast path, inlined: this runs for every chunk of every
+                # resumable stream, and almost every chunk is one whole event.
+                if forwarded.tail or not chunk.endswith(b"\n\n") or b'"error"' in chunk:
+                    chunk = forwarded.take_slowly(chunk)
+                    if forwarded.error is not None:
+                        if chunk:
+                            yield chunk
+                        break
+                    if not chunk:
+                        continue
+                else:
+                    keep(chunk)
+                yield chunk
         except HastenError as exc:
             failure = exc
         if forwarded.is_done:
             return  # whatever broke after [DONE] broke nothing the client needed
+        if failure is not None and failure.code == TOTAL_TIMEOUT_CODE:
+            raise failure  # the answer had all the time it may take: no second go
         failure = failure or forwarded.error or _incomplete()
         async for data in self._continue(frozenset((call.upstream.name,)), failure):
             yield data
@@ -197,7 +220,8 @@ class StreamResume:
             if forwarded.is_done:
                 self.outcome, self.deployment = mode, call.upstream.name
                 _log.info("stream resumed: %s on %s", mode, call.upstream.name)
-                data = data[: -len(_DONE_FRAME)] + self._trailer(num_sent) + _DONE_FRAME
+                at = data.rfind(_DONE_LINE)
+                data = data[:at] + self._trailer(num_sent) + data[at:]
             if data:
                 yield data
             if forwarded.error is not None or forwarded.is_done:

@@ -27,11 +27,12 @@ from hasten.telemetry.stage import NO_STAGE, Stage
 from hasten.upstream.dispatch import Dispatch, GaveUp, RequestTraits, Won
 from hasten.upstream.transport import Transport, UpstreamRequest, UpstreamResponse
 
-__all__ = ["UpstreamCall", "UpstreamClient", "request_traits"]
+__all__ = ["TOTAL_TIMEOUT_CODE", "UpstreamCall", "UpstreamClient", "request_traits"]
 
 _log = logging.getLogger("hasten.upstream")
 PROBE_PATH = "/models"
 PROBE_TIMEOUT_S = 5.0
+TOTAL_TIMEOUT_CODE = "upstream_total_timeout"  # a response that ran out of its total time
 
 
 class _StreamReport:
@@ -113,7 +114,7 @@ class UpstreamCall:
             error = UpstreamTimeout(
                 f"upstream response exceeded the total timeout of "
                 f"{self.upstream.timeouts.total_s:g} s",
-                code="upstream_total_timeout",
+                code=TOTAL_TIMEOUT_CODE,
             )
             if report is not None:
                 report.finish(error.code or "timeout")
