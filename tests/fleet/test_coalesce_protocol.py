@@ -80,8 +80,8 @@ class Upstream:
             ScriptedResponse(reply), upstream("b"), headers={}, ttfb_ms=1.0, deadline_s=deadline_s
         )
 
-    def job(self) -> FleetJob:
-        return FleetJob(KEY, self.pump, self.open, None, None, True, "chat")
+    def job(self, *, is_idempotent: bool = True) -> FleetJob:
+        return FleetJob(KEY, self.pump, self.open, None, None, True, "chat", is_idempotent)
 
 
 async def until(probe: Callable[[], Awaitable[T | None]], timeout_s: float = 20.0) -> T:
@@ -240,3 +240,14 @@ async def test_a_leader_dead_before_its_first_byte_is_replaced_by_one_call(
     # Nothing had reached a client: the new leader calls as usual, the other follows it.
     assert sum(u.num_pumps for u in ups) == 1 and sum(u.num_opens for u in ups) == 0
     assert {b"".join(f.chunks) for f in flights} == {b"".join(answer(WORDS, "fresh"))}
+
+
+async def test_a_request_that_must_not_run_twice_is_not_taken_over(
+    links: list[FleetLink], fleet: list[FleetCoalescer]
+) -> None:
+    await dead_leader(links[0], answer(WORDS, "x")[:3], lease_s=1.0)
+    up = Upstream(answer(WORDS, "fresh"))
+    flight = Flight()
+    await asyncio.wait_for(fleet[1].pump(flight, up.job(is_idempotent=False)), 20)
+    assert up.num_opens == up.num_pumps == 0
+    assert flight.error is not None and flight.error.code == "fleet_leader_lost"

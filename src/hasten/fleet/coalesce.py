@@ -42,7 +42,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from hasten.errors import FleetUnavailable, HastenError
+from hasten.errors import FleetUnavailable, HastenError, UpstreamError
 from hasten.fleet import relay
 from hasten.fleet.link import FAILURES, FleetLink
 from hasten.proxy.flight import Flight
@@ -87,6 +87,7 @@ _FLUSH_DELAY_S = 0.002
 _READ_COUNT = 512
 # A follower switches leaders at most this often before it calls upstream itself.
 _MAX_HANDOVERS = 3
+_MAX_LEASE_TRIES = 3  # SET NX lost, then the lease lapsed before the GET: race again
 
 
 def lease_key(link: FleetLink, flight_key: str) -> str:
@@ -112,6 +113,9 @@ class FleetJob:
     commit: Callable[[], None] | None  # the leader's store (every tier)
     is_sse: bool  # the upstream answers as an event stream
     endpoint: str  # "chat" or "completions": how a splice reads the answer's text
+    # False (``x-hasten-idempotent: false``): a lost leader's call may have run, so a
+    # follower ends with an error rather than run the request a second time.
+    is_idempotent: bool = True
 
 
 class FleetCoalescer:
@@ -171,7 +175,7 @@ class FleetCoalescer:
         replica that lost the race pays a second one, to learn whom it follows.
         """
         token = secrets.token_hex(8)
-        for _ in range(_MAX_HANDOVERS):
+        for _ in range(_MAX_LEASE_TRIES):
             try:
                 is_taken = await self._link.run(
                     "flight lease", lambda r: r.set(lease, token, nx=True, px=self._lease_ms)
@@ -326,6 +330,9 @@ class FleetCoalescer:
 
     async def _regenerate(self, flight: Flight, job: FleetJob) -> None:
         """Calls upstream from here, continuing what this replica's clients already got."""
+        if flight.is_relayed and not job.is_idempotent:
+            flight.finish(_not_repeated())
+            return
         if not flight.is_started:
             await job.pump(flight)  # nothing reached a client: a plain local call
             return
@@ -351,6 +358,14 @@ class FleetCoalescer:
         finally:
             call.close()
         _finish(flight, job.commit)
+
+
+def _not_repeated() -> UpstreamError:
+    return UpstreamError(
+        "the replica calling upstream for this request stopped, and a request marked "
+        "x-hasten-idempotent: false is not sent again",
+        code="fleet_leader_lost",
+    )
 
 
 def _finish(flight: Flight, commit: Callable[[], None] | None) -> None:

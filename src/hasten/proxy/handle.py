@@ -345,6 +345,7 @@ def _flight_run(
             commit,
             ex.is_upstream_stream,
             ex.endpoint.name,
+            _is_idempotent(ex),
         )
         await fleet.pump(flight, job)
 
