@@ -251,3 +251,29 @@ async def test_a_request_that_must_not_run_twice_is_not_taken_over(
     await asyncio.wait_for(fleet[1].pump(flight, up.job(is_idempotent=False)), 20)
     assert up.num_opens == up.num_pumps == 0
     assert flight.error is not None and flight.error.code == "fleet_leader_lost"
+
+
+async def test_a_leader_keeps_what_a_failed_write_held_and_sends_it_later(
+    redis_url: str, fleet: list[FleetCoalescer]
+) -> None:
+    config = FleetConfig(redis_url=redis_url, lease_s=1.0, retry_backoff_s=0.2)
+    link = FleetLink(config)
+    leader = FleetCoalescer(link)
+    up, other = Upstream(answer(WORDS, "x"), gate_at=3), Upstream(answer(WORDS, "y"))
+    lead = asyncio.create_task(leader.pump(Flight(), up.job()))
+    client = redis.asyncio.Redis.from_url(redis_url)
+    lease = lease_key(link, KEY)
+    token = await until(lambda: client.get(lease))
+    stream = f"{lease}:{token.decode() if isinstance(token, bytes) else token}"
+    await until(lambda: _at_least(client.xlen(stream), 4))
+    link.mark_down("test", ConnectionError("a blip"))  # the next write fails at once
+    follower = Flight()
+    follow = asyncio.create_task(fleet[1].pump(follower, other.job()))
+    up.gate.set()
+    await asyncio.wait_for(asyncio.gather(lead, follow), 20)
+    await leader.aclose()
+    await link.aclose()
+    await client.aclose()
+    assert other.num_pumps == other.num_opens == 0
+    assert follower.error is None
+    assert b"".join(follower.chunks) == b"".join(answer(WORDS, "x"))

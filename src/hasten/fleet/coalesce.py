@@ -218,7 +218,7 @@ class FleetCoalescer:
                     lambda r: self._renew(keys=[lease], args=[token, self._lease_ms], client=r),
                 )
             except FleetUnavailable:
-                return
+                continue  # perhaps another feature's failure: try again next time
             if not kept:
                 return
 
@@ -227,23 +227,27 @@ class FleetCoalescer:
         stream = f"{lease}:{token}"
         seq = index = 0
         is_started = False
+        pending: list[Any] = []  # kept across a failed write: a follower must see no gap
         while True:
-            fields: list[Any] = []
             if not is_started and flight.is_started:
-                fields += relay.start_fields(
+                pending += relay.start_fields(
                     seq, flight.status, flight.headers, flight.upstream_name, flight.ttfb_ms
                 )
                 seq, is_started = seq + 1, True
             chunks = flight.chunks
             while is_started and index < len(chunks):
-                fields += relay.chunk_fields(seq, chunks[index], flight.usage_at.get(index, 0))
+                pending += relay.chunk_fields(seq, chunks[index], flight.usage_at.get(index, 0))
                 seq, index = seq + 1, index + 1
             if flight.is_done:
-                await self._write_end(flight, lease, stream, token, seq, fields)
+                await self._write_end(flight, lease, stream, token, seq, pending)
                 return
-            if fields:
-                if not await self._write(lease, stream, token, fields, ""):
-                    return  # fenced out: another replica leads now
+            if pending:
+                try:
+                    if not await self._write(lease, stream, token, pending, ""):
+                        return  # fenced out: another replica leads now
+                    pending = []
+                except FleetUnavailable:
+                    await asyncio.sleep(self._renew_s)  # the lease outlives a short outage
                 continue
             await flight.wait_change()
             # The flight's own waiters send to their clients first, and what arrives
