@@ -219,3 +219,19 @@ async def test_stream_entries_expire() -> None:
             while client.keys("hasten:fleet:flight:*"):  # the stream, and the lease's marker
                 assert loop.time() < deadline, "fleet keys never expired"
                 await asyncio.sleep(0.05)
+
+
+async def test_a_whole_json_answer_is_shared_too() -> None:
+    """Embeddings come back as one JSON body: a follower passes it on once it is whole."""
+    with redis_server() as redis_url, ServerThread(build_app(SimConfig(ttft_base_ms=300))) as sim:
+        with replicas(fleet_config(sim.url, redis_url), 2) as gateways:
+            body = {"model": "sim-model", "input": "shared embedding"}
+            async with httpx.AsyncClient(timeout=30) as http:
+                replies = await asyncio.gather(
+                    *(http.post(g.url + "/v1/embeddings", json=body) for g in gateways * 4)
+                )
+            assert {r.status_code for r in replies} == {200}
+            assert len({r.content for r in replies}) == 1
+            assert orjson.loads(replies[0].content)["data"][0]["embedding"]
+            stats = sim_stats(sim.url)
+            assert stats["num_requests"] == 1 and stats["num_embedding_inputs"] == 1
