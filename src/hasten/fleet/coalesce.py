@@ -325,8 +325,10 @@ class FleetCoalescer:
     async def _check_leader(self, lease: str, token: str) -> _Outcome | None:
         """None while the leader still holds the lease (or finished: the end is on its way)."""
         try:
-            holder = await self._link.run("flight lease", lambda r: r.get(lease))
-        except FleetUnavailable:
+            # On the reader, as the XREAD was: another feature's failure is not this one's.
+            holder = await self._reader.get(lease)
+        except FAILURES as exc:
+            self._link.mark_down("flight follow", exc)
             return _Outcome.AWAY
         if holder in (token.encode(), f"{_DONE_PREFIX}{token}".encode()):
             return None
