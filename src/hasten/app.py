@@ -21,6 +21,7 @@ from hasten.config import GatewayConfig
 from hasten.config.served import served_config
 from hasten.dashboard.window import RollingWindow
 from hasten.errors import ClientGone, HastenError, MethodNotAllowed, NotFound
+from hasten.fleet.coalesce import FleetCoalescer
 from hasten.fleet.link import FleetLink
 from hasten.fleet.routing import RoutingSync
 from hasten.gateway import EngineStatus, Gateway, Stats
@@ -128,6 +129,8 @@ class HastenApp:
             keys=keys,
         )
         gateway.limiter = Limiter(gateway.fleet, self.config.prices)
+        if gateway.fleet is not None and self.config.fleet.is_coalescing:
+            gateway.fleet_flights = FleetCoalescer(gateway.fleet)
         if self.config.metrics.is_enabled:
             gateway.metrics = build_metrics(gateway, transport, self._engine)
             gateway.observers.append(gateway.metrics)
@@ -159,6 +162,8 @@ class HastenApp:
         if gateway.keys is not None:
             await gateway.keys.aclose()
         await gateway.limiter.aclose()
+        if gateway.fleet_flights is not None:
+            await gateway.fleet_flights.aclose()
         if gateway.fleet is not None:
             await gateway.fleet.aclose()
         await gateway.tracing.shutdown()

@@ -27,6 +27,7 @@ Our exception hierarchy::
     +-- UpstreamError            502 upstream_error
     |   +-- UpstreamConnectError 502 upstream_unreachable: nothing was sent, safe to retry
     |   +-- UpstreamTimeout      504 timeout_error
+    +-- RelayedError             another replica's call failed: its status, type and code
     +-- EngineFailed             500 engine_error: the local engine could not generate
     +-- KeyStoreUnavailable      503 key_store_unavailable: virtual keys cannot be read now
     ClientGone                   the client disconnected: nobody left to answer
@@ -192,6 +193,17 @@ class UpstreamError(HastenError):
     status_code = 502
     error_type = "upstream_error"
     default_code = "upstream_unavailable"
+
+
+class RelayedError(HastenError):
+    """The error another replica's upstream call ended with, as its own clients saw it."""
+
+    def __init__(
+        self, message: str, *, status_code: int, error_type: str, code: str | None
+    ) -> None:
+        super().__init__(message, code=code)
+        self.status_code = status_code
+        self.error_type = error_type
 
 
 class UpstreamConnectError(UpstreamError):

@@ -21,6 +21,7 @@ from hasten.upstream.client import UpstreamClient
 
 if TYPE_CHECKING:
     from hasten.dashboard import Dashboard
+    from hasten.fleet.coalesce import FleetCoalescer
     from hasten.fleet.link import FleetLink
     from hasten.fleet.routing import RoutingSync
     from hasten.keys.directory import KeyDirectory
@@ -85,3 +86,4 @@ class Gateway:
     keys: KeyDirectory | None = None  # virtual keys ([keys] enabled), also in ``auth``
     limiter: Limiter = field(default_factory=Limiter)  # gateway keys' limits
     fleet_routing: RoutingSync | None = None  # shared routing state ([fleet] shared_routing)
+    fleet_flights: FleetCoalescer | None = None  # cross-replica coalescing ([fleet] coalescing)

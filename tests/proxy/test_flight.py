@@ -117,6 +117,16 @@ async def test_iterators_follow_live_pushes() -> None:
     assert await asyncio.gather(*readers) == [expected] * 3
 
 
+async def test_wait_change_wakes_a_reader_that_is_no_waiter() -> None:
+    flight = Flight()
+    woken = asyncio.create_task(flight.wait_change())
+    await asyncio.sleep(0)
+    assert not woken.done()
+    flight.push(b"x")
+    await asyncio.wait_for(woken, 5)
+    assert flight.num_waiters == 0
+
+
 async def test_pushes_in_one_tick_are_not_lost() -> None:
     flight = Flight()
     flight.start(200, {}, "up", 0.0)

@@ -30,6 +30,7 @@ class Flight:
         "error",
         "headers",
         "is_done",
+        "is_relayed",
         "is_started",
         "num_waiters",
         "status",
@@ -52,6 +53,7 @@ class Flight:
         self.error: HastenError | None = None
         self.is_started = False
         self.is_done = False
+        self.is_relayed = False  # filled from another replica's call (hasten.fleet)
         self.num_waiters = 0
         self.task: asyncio.Task[None] | None = None
         # Chunk index -> how many usage-only events that chunk completes (one, at the end).
@@ -85,6 +87,10 @@ class Flight:
             self.upstream_ms = self.ttfb_ms + (time.perf_counter() - self._started_s) * 1000.0
         self.is_done = True
         self._notify()
+
+    async def wait_change(self) -> None:
+        """Returns after the next start, push or finish: for a reader that is no waiter."""
+        await self._changed.wait()
 
     async def wait_started(self) -> None:
         """Returns once the status is known, or raises the error that prevented it."""

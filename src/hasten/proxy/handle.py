@@ -44,6 +44,7 @@ from hasten.cache import (
 )
 from hasten.cache.replay import answer_body, answer_frames
 from hasten.errors import ClientGone, HastenError
+from hasten.fleet.coalesce import FleetJob
 from hasten.gateway import Gateway
 from hasten.keys.access import check_model
 from hasten.local.gateway import route_name
@@ -312,7 +313,8 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
     can_add_usage = ex.model.has_stream_options
     ex.is_usage_added = ex.is_stream and decision.is_store and not ex.wants_usage and can_add_usage
     flight_key = _flight_key(ex, key, decision, can_add_usage)
-    flight, is_new = gateway.coalescer.join(flight_key, lambda f: _pump(gateway, ex, f, stored))
+    run = _flight_run(gateway, ex, stored, flight_key, decision.is_lookup)
+    flight, is_new = gateway.coalescer.join(flight_key, run)
     if not is_new:
         gateway.stats.count("coalesced", tenant=ex.tenant)
         ex.cache_label = COALESCED
@@ -322,6 +324,36 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
         await _serve_flight(gateway, ex, flight, b"miss" if decision.is_lookup else b"bypass")
     finally:
         gateway.coalescer.leave(flight)
+
+
+def _flight_run(
+    gateway: Gateway, ex: Exchange, stored: _Stored | None, flight_key: str, is_shared: bool
+) -> Callable[[Flight], Awaitable[None]]:
+    """What fills a new flight: this replica's upstream call, or the fleet's (hasten.fleet)."""
+    fleet = gateway.fleet_flights
+
+    def pump(flight: Flight) -> Awaitable[None]:
+        return _pump(gateway, ex, flight, stored)
+
+    if fleet is None or not is_shared:
+        return pump
+
+    async def fleet_pump(flight: Flight) -> None:
+        recorder = None if stored is None else stored.recorder
+        commit = None if stored is None else stored.commit
+        job = FleetJob(
+            flight_key,
+            pump,
+            lambda: _open(gateway, ex),
+            recorder,
+            commit,
+            ex.is_upstream_stream,
+            ex.endpoint.name,
+            _is_idempotent(ex),
+        )
+        await fleet.pump(flight, job)
+
+    return fleet_pump
 
 
 def _flight_key(ex: Exchange, key: str, decision: CacheDecision, can_add_usage: bool) -> str:
@@ -542,6 +574,9 @@ async def _serve_flight(gateway: Gateway, ex: Exchange, flight: Flight, label: b
             await flight.wait_started()
     else:
         await flight.wait_started()
+    if flight.is_relayed and ex.is_upstream_call:  # another replica's call answers it
+        ex.is_upstream_call, ex.cache_label = False, COALESCED
+        gateway.stats.count("coalesced", tenant=ex.tenant)
     _note_call(ex, flight.headers, flight.upstream_name, flight.ttfb_ms)
     saved = hedge_saved(gateway, ex) if ex.is_upstream_call else None
     if not ex.is_stream or flight.status != 200:

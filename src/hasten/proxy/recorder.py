@@ -75,6 +75,14 @@ class Recorder:
         self._cache.put(self._key, answer)
         return True
 
+    def commit_local(self) -> bool:
+        """Stores a whole answer in L1 only: for a copy whose leader stored it everywhere."""
+        answer = self.answer()
+        if answer is None:
+            return False
+        self._cache.l1.put(self._key, answer)
+        return True
+
 
 def _is_error_event(event: bytes) -> bool:
     try:

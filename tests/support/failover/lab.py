@@ -46,6 +46,8 @@ DEMANDING_ROUTING = RoutingConfig(
 # A healthy deployment: an answer of 24 tokens in about 0.26 s.
 HEALTHY = SimConfig(ttft_base_ms=20.0, decode_ms_per_token=10.0, output_tokens=24)
 CONTROL_TIMEOUT_S = 10.0
+
+
 # The route field of stream resume, as branch i13-resume names it (``resume_streams`` in TOML).
 @dataclass(frozen=True, slots=True)
 class Deployment:
