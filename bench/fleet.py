@@ -47,7 +47,9 @@ class Row:
 
 
 def _raw(result: object) -> dict[str, Any]:
-    raw: dict[str, Any] = orjson.loads(orjson.dumps(result, default=str))
+    raw: dict[str, Any] = orjson.loads(
+        orjson.dumps(result, default=str, option=orjson.OPT_NON_STR_KEYS)
+    )
     return raw
 
 
@@ -69,8 +71,8 @@ def coalesce_row(fleet: Fleet, row: Row) -> Row:
 
 def routing_row(fleet: Fleet, row: Row) -> Row:
     r = checks.degraded_routing(fleet)
-    measured = f"{r.num_after_to_degraded}/{r.num_after} to b (replica 1's last: "
-    measured += f"{','.join(r.learned_by_first[-3:])})"
+    measured = f"{r.num_after_to_degraded}/{r.num_after} to b (replica 1 tried b "
+    measured += f"{sum(r.first_tried_degraded)} of 10)"
     is_pass = r.num_after_to_degraded == 0
     return dataclasses.replace(row, measured=measured, is_pass=is_pass, raw=_raw(r))
 

@@ -38,8 +38,8 @@ class CostPlan:
     num_requests: int  # per target, per kind, per round
 
 
-FULL_COST = CostPlan(num_rounds=5, num_requests=300)
-QUICK_COST = CostPlan(num_rounds=2, num_requests=60)
+FULL_COST = CostPlan(num_rounds=20, num_requests=100)
+QUICK_COST = CostPlan(num_rounds=4, num_requests=50)
 
 
 def replica_config(sim_url: str, redis_url: str | None) -> str:
