@@ -102,6 +102,13 @@ def limit_row(fleet: Fleet, row: Row) -> Row:
     return dataclasses.replace(row, measured=measured, is_pass=is_pass, raw=_raw(r))
 
 
+def redis_loss_row(fleet: Fleet, row: Row) -> Row:
+    r = checks.redis_loss(fleet, num_requests=6)
+    is_pass = r.statuses == [200] * 6 and r.replicas_used == [0, 1, 2]
+    measured = f"statuses {r.statuses}; replicas {r.replicas_used}"
+    return dataclasses.replace(row, measured=measured, is_pass=is_pass, raw=_raw(r))
+
+
 Measure = Callable[[Fleet, Row], Row]
 SHARED: tuple[tuple[Row, Measure], ...] = (
     (Row("round robin + shared cache", "cycles 3 replicas; repeat hits Redis"), spread_row),
@@ -111,9 +118,11 @@ SHARED: tuple[tuple[Row, Measure], ...] = (
 )
 KILL = Row("leader killed mid-stream", "live clients answered; <= 2 calls")
 LIMIT = Row("100 requests/minute key", "admits 100 +- 1 of 300")
+REDIS_LOSS = Row("Redis lost", "6 of 6 answered, all 3 replicas")
 OWN_FLEET: tuple[tuple[Row, Callable[[Path], Fleet], Measure], ...] = (
-    (KILL, checks.streaming_fleet, kill_row),
+    (KILL, checks.single_sim_fleet, kill_row),
     (LIMIT, checks.limited_fleet, limit_row),
+    (REDIS_LOSS, checks.single_sim_fleet, redis_loss_row),
 )
 
 

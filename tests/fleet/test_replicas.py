@@ -71,7 +71,7 @@ def test_killing_the_leading_replica_mid_stream_still_answers_every_other_client
     tmp_path: Path,
 ) -> None:
     """Needs i13-coalesce: without it replicas 2 and 3 call upstream themselves (3 calls)."""
-    with checks.streaming_fleet(tmp_path) as fleet:
+    with checks.single_sim_fleet(tmp_path) as fleet:
         result = checks.kill_leader(fleet)
     assert not result.is_leader_complete, "the leader finished before it was killed"
     assert result.num_on_live_replicas >= 10, result
@@ -82,6 +82,14 @@ def test_killing_the_leading_replica_mid_stream_still_answers_every_other_client
     assert result.num_calls <= 2, (
         f"{result.num_calls} upstream calls, expected the leader's and at most one takeover"
     )
+
+
+def test_with_redis_gone_every_replica_still_answers(tmp_path: Path) -> None:
+    with checks.single_sim_fleet(tmp_path) as fleet:
+        result = checks.redis_loss(fleet, num_requests=6)
+    assert result.statuses == [200] * 6
+    assert result.replicas_used == [0, 1, 2]
+    assert set(result.cache_states) == {"miss"}
 
 
 def test_a_key_limited_to_100_requests_a_minute_gets_100_across_3_replicas(

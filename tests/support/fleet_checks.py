@@ -94,8 +94,8 @@ def shared_fleet(workdir: Path) -> Fleet:
     return Fleet(workdir, config=two_sim_config, simulators=sims, fleet_options=FLEET_OPTIONS)
 
 
-def streaming_fleet(workdir: Path) -> Fleet:
-    """One simulator (kill_leader slows its answers down)."""
+def single_sim_fleet(workdir: Path) -> Fleet:
+    """One simulator: kill_leader slows its answers down, redis_loss leaves them as they are."""
     sims: dict[str, tuple[str, ...]] = {"a": ()}
     return Fleet(workdir, config=one_sim_config, simulators=sims, fleet_options=FLEET_OPTIONS)
 
@@ -371,4 +371,25 @@ def rate_limit(fleet: Fleet, num_requests: int = 300) -> LimitResult:
         num_limited_without_retry_after=sum(
             r.status_code == 429 and "retry-after" not in r.headers for r in responses
         ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RedisLossResult:
+    statuses: list[int]
+    replicas_used: list[int]
+    cache_states: list[str]  # x-hasten-cache of each answer
+
+
+def redis_loss(fleet: Fleet, num_requests: int = 6) -> RedisLossResult:
+    """Redis stops; then ``num_requests`` cacheable questions go through nginx."""
+    reset(fleet)
+    fleet.stop_redis()
+    responses = [
+        post(fleet.url, chat_body(f"fleet without Redis {i}")) for i in range(num_requests)
+    ]
+    return RedisLossResult(
+        statuses=[r.status_code for r in responses],
+        replicas_used=sorted({fleet.replica_index(r.headers[REPLICA_HEADER]) for r in responses}),
+        cache_states=[r.headers.get("x-hasten-cache", "") for r in responses],
     )
