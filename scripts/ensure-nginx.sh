@@ -13,5 +13,5 @@ $SUDO apt-get update -qq
 # Debian 12's nginx-light is only a transitional package for nginx (plus the echo module).
 $SUDO apt-get install -y -qq -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
   nginx >/dev/null
-# Debian's package starts a system-wide nginx on port 80; the tests do not use it.
-($SUDO service nginx stop || true) >/dev/null 2>&1
+# The system-wide nginx service (if the package started one) is left alone: the tests run
+# their own on free loopback ports and never use or change it.
