@@ -27,7 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import orjson
-from fleet_cost import FLEET, FULL_COST, QUICK_COST, SINGLE, measure_cost
+from fleet_cost import FLEET, FULL_COST, LIMITED, QUICK_COST, SINGLE, measure_cost
 from server_process import invocation
 
 from tests.support import fleet_checks as checks
@@ -166,11 +166,17 @@ def cost_table(cost: dict[str, Any]) -> str:
         miss, hit = kinds.get("miss", {}), kinds.get("hit", {})
         cells = [miss.get("p50"), miss.get("p99"), hit.get("p50"), hit.get("p99")]
         lines.append(f"{name:<8} " + " ".join(f"{'-' if c is None else c:>9}" for c in cells))
-    delta = cost["fleet_minus_single_ms"]
-    lines.append(
-        f"[fleet] adds: miss p50 {delta['miss']['p50']} p99 {delta['miss']['p99']}, "
-        f"hit p50 {delta['hit']['p50']} p99 {delta['hit']['p99']}"
-    )
+    for label, key in (
+        ("[fleet] adds", "fleet_minus_single_ms"),
+        ("limits add", "limits_minus_fleet_ms"),
+    ):
+        delta = cost[key]
+        if delta is not None:
+            lines.append(
+                f"{label}: miss p50 {delta['miss']['p50']} p99 {delta['miss']['p99']}, "
+                f"hit p50 {delta['hit']['p50']} p99 {delta['hit']['p99']}"
+            )
+    lines += [f"{name} not started: {why}" for name, why in cost["not_started"].items()]
     return "\n".join(lines)
 
 
@@ -190,6 +196,9 @@ def summary_line(result: dict[str, Any]) -> str:
             f"[fleet] adds {miss_p50:+.3f} ms p50 to a miss (goal <= {GOAL_MISS_MS}: {goal}), "
             f"{hit_p50:+.3f} ms to an L1 hit"
         )
+        limits = cost["limits_minus_fleet_ms"]
+        if limits is not None:
+            parts.append(f"key limits add {limits['miss']['p50']:+.3f} ms p50 to a miss")
     return "fleet: " + "; ".join(parts)
 
 
@@ -217,6 +226,7 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
                 SINGLE: "one replica without [fleet]",
                 FLEET: "one replica with [fleet] redis_url (Redis on loopback)",
                 "direct": "the zero-latency simulator itself",
+                LIMITED: "[fleet] and a gateway key whose limits the run never reaches",
             }
             if not args.json:
                 print(cost_table(result["cost"]))

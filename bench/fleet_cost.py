@@ -23,13 +23,18 @@ from overhead_figures import percentiles
 from hasten.loadgen import LoadSettings, WorkloadSpec, run_load
 from hasten.loadgen.cli import run_coroutine
 from tests.support.fleet import fleet_table
-from tests.support.servers import GatewayProcess, SimulatorProcess, redis_server
+from tests.support.servers import GatewayProcess, ProcessDied, SimulatorProcess, redis_server
 
 MODEL = "sim-model"
 DIRECT = "direct"
 SINGLE = "single"  # one replica, no [fleet]
 FLEET = "fleet"  # one replica with [fleet] redis_url
+LIMITED = "fleet+limits"  # and a gateway key with limits far above the load (never a 429)
 READY_TIMEOUT_S = 120.0
+KEY = "sk-fleet-cost"
+KEY_ENV = "FLEET_COST_KEY"
+# Limits the run never reaches: what counting costs, not what refusing does.
+KEY_LIMITS = "requests_per_minute = 10000000\ntokens_per_minute = 1000000000\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,38 +47,46 @@ FULL_COST = CostPlan(num_rounds=20, num_requests=100)
 QUICK_COST = CostPlan(num_rounds=4, num_requests=50)
 
 
-def replica_config(sim_url: str, redis_url: str | None) -> str:
-    text = f'[upstreams.sim]\nurl = "{sim_url}"\n[models."*"]\nupstream = "sim"\n'
+def replica_config(sim_url: str, redis_url: str | None, *, is_limited: bool = False) -> str:
+    text = ""
+    if is_limited:
+        text += f'[[server.api_keys]]\ntenant = "cost"\napi_key_env = "{KEY_ENV}"\n{KEY_LIMITS}'
+    text += f'[upstreams.sim]\nurl = "{sim_url}"\n[models."*"]\nupstream = "sim"\n'
     text += '[cache]\nbackend = "memory"\n'
     return text if redis_url is None else text + fleet_table(redis_url)
 
 
 @contextmanager
-def cost_targets(workdir: Path) -> Iterator[dict[str, str]]:
-    """Base URLs (with /v1): the simulator, a plain replica and a fleet replica."""
+def cost_targets(workdir: Path) -> Iterator[tuple[dict[str, str], dict[str, str]]]:
+    """Base URLs (with /v1) of the simulator and the replicas that started, and why any
+    did not (a replica refusing config it does not know yet)."""
     with ExitStack() as stack:
         redis_url = stack.enter_context(redis_server())
         sim = stack.enter_context(SimulatorProcess())
+        plans = {SINGLE: (None, False), FLEET: (redis_url, False), LIMITED: (redis_url, True)}
         replicas: dict[str, GatewayProcess] = {}
-        for name, url in ((SINGLE, None), (FLEET, redis_url)):
+        for name, (url, is_limited) in plans.items():
             path = workdir / f"{name}.toml"
-            path.write_text(replica_config(sim.url, url))
-            replicas[name] = GatewayProcess(
-                "--host", "127.0.0.1", "--config", str(path), "--log-level", "warning"
-            )
+            path.write_text(replica_config(sim.url, url, is_limited=is_limited))
+            args = ("--host", "127.0.0.1", "--config", str(path), "--log-level", "warning")
+            replicas[name] = GatewayProcess(*args, env={KEY_ENV: KEY})
             stack.callback(replicas[name].stop)
+        targets, failures = {DIRECT: sim.url}, {}
         with ThreadPoolExecutor(max_workers=len(replicas)) as pool:
-            for future in [pool.submit(r.start, READY_TIMEOUT_S) for r in replicas.values()]:
-                future.result()
-        targets = {DIRECT: sim.url}
-        targets.update({name: f"{r.url}/v1" for name, r in replicas.items()})
-        yield targets
+            started = {name: pool.submit(r.start, READY_TIMEOUT_S) for name, r in replicas.items()}
+            for name, future in started.items():
+                try:
+                    targets[name] = f"{future.result().url}/v1"
+                except ProcessDied as exc:
+                    failures[name] = str(exc).strip().splitlines()[-1]
+        yield targets, failures
 
 
 def _settings(base_url: str, workload: WorkloadSpec, num_requests: int) -> LoadSettings:
     return LoadSettings(
         base_url=base_url,
         model=MODEL,
+        api_key=KEY,  # every target gets it; only fleet+limits checks it
         temperature=0.0,  # cacheable: a miss takes the path coalescing adds to
         workload=workload,
         num_requests=num_requests,
@@ -120,7 +133,7 @@ def _delta(a: dict[str, Any], b: dict[str, Any]) -> dict[str, float | None]:
 
 def measure_cost(plan: CostPlan) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="hasten-fleet-cost-"))
-    with cost_targets(workdir) as targets:
+    with cost_targets(workdir) as (targets, failures):
         samples = run_coroutine(_measure(targets, plan))
     latency = {
         name: {kind: percentiles(values) for kind, values in kinds.items() if values}
@@ -130,9 +143,17 @@ def measure_cost(plan: CostPlan) -> dict[str, Any]:
         "plan": {"num_rounds": plan.num_rounds, "num_requests": plan.num_requests},
         "latency_ms": latency,
         "added_to_miss_ms": {
-            name: _delta(latency[name]["miss"], latency[DIRECT]["miss"]) for name in (SINGLE, FLEET)
+            name: _delta(latency[name]["miss"], latency[DIRECT]["miss"])
+            for name in (SINGLE, FLEET, LIMITED)
+            if name in latency
         },
         "fleet_minus_single_ms": {
             kind: _delta(latency[FLEET][kind], latency[SINGLE][kind]) for kind in ("miss", "hit")
         },
+        "limits_minus_fleet_ms": {
+            kind: _delta(latency[LIMITED][kind], latency[FLEET][kind]) for kind in ("miss", "hit")
+        }
+        if LIMITED in latency
+        else None,
+        "not_started": failures,
     }
