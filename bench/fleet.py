@@ -221,7 +221,9 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
             if not args.json:
                 print(table(rows))
         if not args.no_cost:
+            load_at_cost_start = os.getloadavg()[0]
             result["cost"] = measure_cost(QUICK_COST if args.quick else FULL_COST)
+            result["cost"]["load_average_1m_at_start"] = load_at_cost_start
             result["cost"]["targets"] = {
                 SINGLE: "one replica without [fleet]",
                 FLEET: "one replica with [fleet] redis_url (Redis on loopback)",
