@@ -106,8 +106,10 @@ class Fleet:
 
     def replica_index(self, replica_header: str) -> int:
         """Which replica (0-based) a response came from, by the balancer's header value."""
+        # After a failed try nginx lists every replica it tried ("a, b"): the last answered.
+        answered = replica_header.split(",")[-1].strip()
         for index, replica in enumerate(self.replicas):
-            if replica_header == f"127.0.0.1:{replica.port}":
+            if answered == f"127.0.0.1:{replica.port}":
                 return index
         raise AssertionError(f"{REPLICA_HEADER}: {replica_header!r} is no replica of this fleet")
 
