@@ -10,6 +10,7 @@ replicas keep the exact cache in memory (L1 only): the difference between them i
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fleet_paired import measure_paired, paired_figures
 from overhead_figures import percentiles
 
 from hasten.loadgen import LoadSettings, WorkloadSpec, run_load
@@ -41,10 +43,11 @@ KEY_LIMITS = "requests_per_minute = 10000000\ntokens_per_minute = 1000000000\n"
 class CostPlan:
     num_rounds: int
     num_requests: int  # per target, per kind, per round
+    num_pairs: int  # paired requests per kind (bench/fleet_paired.py)
 
 
-FULL_COST = CostPlan(num_rounds=20, num_requests=100)
-QUICK_COST = CostPlan(num_rounds=4, num_requests=50)
+FULL_COST = CostPlan(num_rounds=20, num_requests=100, num_pairs=1000)
+QUICK_COST = CostPlan(num_rounds=4, num_requests=50, num_pairs=200)
 
 
 def replica_config(sim_url: str, redis_url: str | None, *, is_limited: bool = False) -> str:
@@ -135,12 +138,13 @@ def measure_cost(plan: CostPlan) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="hasten-fleet-cost-"))
     with cost_targets(workdir) as (targets, failures):
         samples = run_coroutine(_measure(targets, plan))
+        paired = _measure_paired(targets, plan)
     latency = {
         name: {kind: percentiles(values) for kind, values in kinds.items() if values}
         for name, kinds in samples.items()
     }
     return {
-        "plan": {"num_rounds": plan.num_rounds, "num_requests": plan.num_requests},
+        "plan": dataclasses.asdict(plan),
         "latency_ms": latency,
         "added_to_miss_ms": {
             name: _delta(latency[name]["miss"], latency[DIRECT]["miss"])
@@ -156,4 +160,22 @@ def measure_cost(plan: CostPlan) -> dict[str, Any]:
         if LIMITED in latency
         else None,
         "not_started": failures,
+        "paired": paired,
+    }
+
+
+def _measure_paired(targets: dict[str, str], plan: CostPlan) -> dict[str, Any]:
+    """Median per-pair differences, for a miss (every target) and an L1 hit (replicas)."""
+    auth = {"authorization": f"Bearer {KEY}"}
+    replicas = {name: url for name, url in targets.items() if name != DIRECT}
+    misses = run_coroutine(
+        measure_paired(targets, kind="miss", num_pairs=plan.num_pairs, headers=auth)
+    )
+    hits = run_coroutine(
+        measure_paired(replicas, kind="hit", num_pairs=plan.num_pairs, headers=auth)
+    )
+    pairs = [(SINGLE, DIRECT), (FLEET, SINGLE), (LIMITED, FLEET)]
+    return {
+        "miss": paired_figures(misses, pairs),
+        "hit": paired_figures(hits, pairs[1:]),
     }

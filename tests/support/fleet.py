@@ -1,10 +1,13 @@
 """A gateway fleet on loopback: one redis-server, simulators, N ``hasten serve`` replicas
 sharing that Redis through ``[fleet]``, and nginx balancing them round robin.
 
-    with Fleet(tmp_path, config=lambda ends: f'[upstreams.sim]\\nurl = "{ends.sims["sim"]}"\\n...',
-               simulators={"sim": ("--ttft-base-ms", "200")}) as fleet:
-        httpx.post(fleet.url + "/v1/chat/completions", json=...)
-        fleet.sim_stats("sim")["num_requests"]
+    def config(ends: Endpoints) -> str:  # every replica's TOML; [fleet] is appended
+        return f'[upstreams.sim]\\nurl = "{ends.sims["sim"]}"\\n[models."*"]\\nupstream = "sim"\\n'
+
+    with Fleet(tmp_path, config=config, simulators={"sim": ("--ttft-ms", "200")}) as fleet:
+        response = httpx.post(fleet.url + "/v1/chat/completions", json=...)
+        fleet.replica_index(response.headers[REPLICA_HEADER])  # which replica answered
+        fleet.chat_calls("sim")  # upstream calls the simulator received
 
 Every start-up wait is bounded, and everything started is stopped on exit, in reverse order,
 whatever failed (a replica killed by the test is simply gone already).
@@ -78,13 +81,11 @@ class Fleet:
         simulators: Mapping[str, Sequence[str]],
         num_replicas: int = 3,
         fleet_options: Mapping[str, object] | None = None,
-        is_fleet: bool = True,
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.workdir = workdir
         self._config = config
         self._fleet_options = dict(fleet_options or {})
-        self.is_fleet = is_fleet
         self._env = dict(env or {})
         self.sims = {name: SimulatorProcess(*flags) for name, flags in simulators.items()}
         self.num_replicas = num_replicas
@@ -129,16 +130,11 @@ class Fleet:
             self._stack.callback(sim.stop)
             sim.start()
         endpoints = Endpoints(self.redis_url, {name: sim.url for name, sim in self.sims.items()})
-        text = self._config(endpoints)
-        if self.is_fleet:
-            text += "\n" + fleet_table(self.redis_url, self._fleet_options)
+        text = self._config(endpoints) + "\n" + fleet_table(self.redis_url, self._fleet_options)
         config_path = self.workdir / "hasten.toml"
         config_path.write_text(text)
         args = ("--host", "127.0.0.1", "--config", str(config_path), "--log-level", "warning")
-        env = {key: value for key, value in os.environ.items() if not key.startswith("HASTEN_")}
-        self.replicas = [
-            GatewayProcess(*args, env={**env, **self._env}) for _ in range(self.num_replicas)
-        ]
+        self.replicas = [GatewayProcess(*args, env=self._env) for _ in range(self.num_replicas)]
         for replica in self.replicas:
             self._stack.callback(replica.stop)
         # Started side by side: each replica spends a few seconds importing.
