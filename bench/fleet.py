@@ -26,6 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import httpx
 import orjson
 from fleet_cost import FLEET, FULL_COST, LIMITED, QUICK_COST, SINGLE, measure_cost
 from server_process import invocation
@@ -34,6 +35,8 @@ from tests.support import fleet_checks as checks
 from tests.support.fleet import Fleet
 
 REPO = Path(__file__).resolve().parents[1]
+# What a scenario that cannot run raises (ProcessDied is an AssertionError): reported, not fatal.
+SCENARIO_FAILURES = (AssertionError, RuntimeError, OSError, httpx.HTTPError)
 GOAL_MISS_MS = 0.3  # the bound on what [fleet] may add to a miss (p50)
 
 
@@ -153,9 +156,9 @@ def run_scenarios(workdir: Path) -> list[Row]:
                 for row, measure in scenarios:
                     try:
                         rows.append(measure(fleet, row))
-                    except (AssertionError, RuntimeError, OSError) as exc:
+                    except SCENARIO_FAILURES as exc:
                         rows.append(_could_not_run(row, exc))
-        except (AssertionError, RuntimeError, OSError) as exc:  # the fleet did not start
+        except SCENARIO_FAILURES as exc:  # the fleet did not start
             rows += [_could_not_run(row, exc) for row, _ in scenarios[len(rows) - num_before :]]
     return rows
 
