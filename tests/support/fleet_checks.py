@@ -141,8 +141,14 @@ def reference_text(fleet: Fleet, sim: str, body: dict[str, Any]) -> str:
     return answer.text
 
 
-def post(url: str, body: dict[str, Any]) -> httpx.Response:
-    return httpx.post(url + "/v1/chat/completions", json=body, timeout=REQUEST_TIMEOUT_S)
+def new_sync_client() -> httpx.Client:
+    # One per scenario: a client per request would spend more time building itself than
+    # the request takes.
+    return httpx.Client(timeout=REQUEST_TIMEOUT_S)
+
+
+def post(client: httpx.Client, url: str, body: dict[str, Any]) -> httpx.Response:
+    return client.post(url + "/v1/chat/completions", json=body)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,21 +163,22 @@ class SpreadResult:
 def spread_and_shared_hit(fleet: Fleet) -> SpreadResult:
     """Six GETs through nginx, then one question on replica 1 and again on replica 2."""
     reset(fleet)
-    sequence = [
-        fleet.replica_index(httpx.get(fleet.url + "/healthz").headers[REPLICA_HEADER])
-        for _ in range(6)
-    ]
     body = chat_body("fleet: asked on replica 1, answered again by replica 2")
-    client = redis.Redis.from_url(fleet.redis_url)
-    try:
-        before = _cache_keys(client)
-        first = post(fleet.replica_urls[0], body)
-        first.raise_for_status()
-        _wait_for_new_cache_key(client, before)
-    finally:
-        client.close()
-    again = post(fleet.replica_urls[1], body)
-    again.raise_for_status()
+    cache = redis.Redis.from_url(fleet.redis_url)
+    with new_sync_client() as client:
+        sequence = [
+            fleet.replica_index(client.get(fleet.url + "/healthz").headers[REPLICA_HEADER])
+            for _ in range(6)
+        ]
+        try:
+            before = _cache_keys(cache)
+            first = post(client, fleet.replica_urls[0], body)
+            first.raise_for_status()
+            _wait_for_new_cache_key(cache, before)
+        finally:
+            cache.close()
+        again = post(client, fleet.replica_urls[1], body)
+        again.raise_for_status()
     return SpreadResult(
         replica_sequence=sequence,
         first_cache=first.headers["x-hasten-cache"],
@@ -293,23 +300,25 @@ def degraded_routing(fleet: Fleet) -> RoutingResult:
     # A gap the machine's noise cannot close: 150 ms against none.
     reset(fleet, a={"ttft_base_ms": 150}, b={"ttft_base_ms": 0})
     preferred: dict[int, str] = {}
-    for i in range(15):
-        response = post(fleet.url, chat_body(f"fleet routed warm-up {i}", model="routed"))
-        response.raise_for_status()
-        preferred[fleet.replica_index(response.headers[REPLICA_HEADER])] = response.headers[
-            "x-hasten-upstream"
-        ]
-    fleet.set_sim("b", ttft_base_ms=DEGRADED_TTFT_MS)
     tried = []
-    for i in range(10):
+    with new_sync_client() as client:
+        for i in range(15):
+            body = chat_body(f"fleet routed warm-up {i}", model="routed")
+            response = post(client, fleet.url, body)
+            response.raise_for_status()
+            index = fleet.replica_index(response.headers[REPLICA_HEADER])
+            preferred[index] = response.headers["x-hasten-upstream"]
+        fleet.set_sim("b", ttft_base_ms=DEGRADED_TTFT_MS)
+        for i in range(10):
+            b_before = fleet.chat_calls("b")
+            body = chat_body(f"fleet routed learn {i}", model="routed")
+            post(client, fleet.replica_urls[0], body).raise_for_status()
+            tried.append(fleet.chat_calls("b") > b_before)  # b timed out, a answered
+        time.sleep(SYNC_WAIT_S)
         b_before = fleet.chat_calls("b")
-        response = post(fleet.replica_urls[0], chat_body(f"fleet routed learn {i}", model="routed"))
-        response.raise_for_status()
-        tried.append(fleet.chat_calls("b") > b_before)  # b timed out, a answered
-    time.sleep(SYNC_WAIT_S)
-    b_before = fleet.chat_calls("b")
-    for i, url in zip(range(10), itertools.cycle(fleet.replica_urls[1:]), strict=False):
-        post(url, chat_body(f"fleet routed elsewhere {i}", model="routed")).raise_for_status()
+        for i, url in zip(range(10), itertools.cycle(fleet.replica_urls[1:]), strict=False):
+            body = chat_body(f"fleet routed elsewhere {i}", model="routed")
+            post(client, url, body).raise_for_status()
     return RoutingResult(
         preferred_before=dict(sorted(preferred.items())),
         first_tried_degraded=tried,
@@ -387,9 +396,11 @@ def redis_loss(fleet: Fleet, num_requests: int = 6) -> RedisLossResult:
     a replica that is down)."""
     reset(fleet)
     fleet.stop_redis()
-    responses = [
-        post(fleet.url, chat_body(f"fleet without Redis {i}")) for i in range(num_requests)
-    ]
+    with new_sync_client() as client:
+        responses = [
+            post(client, fleet.url, chat_body(f"fleet without Redis {i}"))
+            for i in range(num_requests)
+        ]
     return RedisLossResult(
         statuses=[r.status_code for r in responses],
         replicas_used=sorted({fleet.replica_index(r.headers[REPLICA_HEADER]) for r in responses}),
