@@ -9,6 +9,7 @@ foreground and is stopped by the test that started it.
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import socket
 import subprocess
@@ -39,7 +40,10 @@ def nginx_conf(workdir: Path, listen_port: int, upstream_ports: Sequence[int]) -
         f"    server 127.0.0.1:{port} max_fails=1 fail_timeout=5s;\n" for port in upstream_ports
     )
     temp = {name: workdir / name for name in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")}
-    return f"""worker_processes 1;
+    # Started as root, nginx would run its workers as nobody, who cannot reach temp paths
+    # under a private test directory; unprivileged, nginx ignores `user` (with a warning).
+    user = f"user {pwd.getpwuid(os.geteuid()).pw_name};\n" if os.geteuid() == 0 else ""
+    return f"""{user}worker_processes 1;
 pid {workdir / "nginx.pid"};
 error_log {workdir / "error.log"} warn;
 events {{
@@ -89,8 +93,6 @@ class Nginx:
 
     def start(self) -> Nginx:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        # Started as root, nginx's workers run as nobody and must reach their temp paths.
-        self.workdir.chmod(0o755)
         conf = self.workdir / "nginx.conf"
         conf.write_text(nginx_conf(self.workdir, self.port, self.upstream_ports))
         command = [nginx_binary(), "-p", str(self.workdir), "-c", str(conf)]
