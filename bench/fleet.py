@@ -32,6 +32,7 @@ from fleet_cost import FLEET, FULL_COST, LIMITED, QUICK_COST, SINGLE, measure_co
 from server_process import invocation
 
 from tests.support import fleet_checks as checks
+from tests.support import fleet_configs as configs
 from tests.support.fleet import Fleet
 
 REPO = Path(__file__).resolve().parents[1]
@@ -99,7 +100,7 @@ def kill_row(fleet: Fleet, row: Row) -> Row:
 
 def limit_row(fleet: Fleet, row: Row) -> Row:
     r = checks.rate_limit(fleet, num_requests=300)
-    is_pass = abs(r.num_admitted - checks.REQUESTS_PER_MINUTE) <= 1
+    is_pass = abs(r.num_admitted - configs.REQUESTS_PER_MINUTE) <= 1
     is_pass = is_pass and set(r.statuses) <= {200, 429} and not r.num_limited_without_retry_after
     measured = f"admitted {r.num_admitted} of {r.num_requests} {r.statuses}"
     return dataclasses.replace(row, measured=measured, is_pass=is_pass, raw=_raw(r))
@@ -118,7 +119,7 @@ Group = tuple[Callable[[Path], Fleet], tuple[tuple[Row, Measure], ...]]
 # then lose Redis; the limited key needs its own config).
 GROUPS: tuple[Group, ...] = (
     (
-        checks.shared_fleet,
+        configs.shared_fleet,
         (
             (Row("round robin + shared cache", "cycles 3 replicas; repeat hits Redis"), spread_row),
             (Row("100 identical streams", "1 upstream call, 100 full answers"), coalesce_row),
@@ -127,14 +128,14 @@ GROUPS: tuple[Group, ...] = (
         ),
     ),
     (
-        checks.single_sim_fleet,
+        configs.single_sim_fleet,
         (
             (Row("leader killed mid-stream", "live clients answered; <= 2 calls"), kill_row),
             (Row("then Redis lost", "6 of 6 answered by replicas 2-3"), redis_loss_row),
         ),
     ),
     (
-        checks.limited_fleet,
+        configs.limited_fleet,
         ((Row("100 requests/minute key", "admits 100 +- 1 of 300"), limit_row),),
     ),
 )

@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 
 from tests.support import fleet_checks as checks
+from tests.support import fleet_configs as configs
 from tests.support.fleet import Fleet
 
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    with checks.shared_fleet(tmp_path_factory.mktemp("fleet")) as running:
+    with configs.shared_fleet(tmp_path_factory.mktemp("fleet")) as running:
         yield running
 
 
@@ -72,7 +73,7 @@ def test_a_killed_leader_and_then_a_lost_redis_leave_no_client_of_a_live_replica
 ) -> None:
     """The kill needs i13-coalesce: without it replicas 2 and 3 call upstream themselves
     (3 calls). Redis lost after it holds today: each replica carries on alone."""
-    with checks.single_sim_fleet(tmp_path) as fleet:
+    with configs.single_sim_fleet(tmp_path) as fleet:
         killed = checks.kill_leader(fleet)
         without_redis = checks.redis_loss(fleet, num_requests=6)
     assert without_redis.statuses == [200] * 6
@@ -94,10 +95,10 @@ def test_a_key_limited_to_100_requests_a_minute_gets_100_across_3_replicas(
 ) -> None:
     """Needs i13-keys (``requests_per_minute`` on a static key: until then the replicas
     refuse the config) and i13-limits (exact counts through Redis: until then 300 pass)."""
-    with checks.limited_fleet(tmp_path) as fleet:
+    with configs.limited_fleet(tmp_path) as fleet:
         result = checks.rate_limit(fleet, num_requests=300)
     assert set(result.statuses) <= {200, 429}, result.statuses
-    assert abs(result.num_admitted - checks.REQUESTS_PER_MINUTE) <= 1, (
+    assert abs(result.num_admitted - configs.REQUESTS_PER_MINUTE) <= 1, (
         f"admitted {result.num_admitted} of {result.num_requests}"
     )
     assert result.num_limited_without_retry_after == 0
