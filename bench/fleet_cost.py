@@ -135,8 +135,10 @@ def _delta(a: dict[str, Any], b: dict[str, Any]) -> dict[str, float | None]:
 
 
 def measure_cost(plan: CostPlan) -> dict[str, Any]:
-    workdir = Path(tempfile.mkdtemp(prefix="hasten-fleet-cost-"))
-    with cost_targets(workdir) as (targets, failures):
+    with (
+        tempfile.TemporaryDirectory(prefix="hasten-fleet-cost-") as workdir,
+        cost_targets(Path(workdir)) as (targets, failures),
+    ):
         samples = run_coroutine(_measure(targets, plan))
         paired = _measure_paired(targets, plan)
     latency = {
