@@ -59,6 +59,7 @@ typecheck: dev
 
 pytest: dev
 	bash scripts/ensure-redis.sh
+	bash scripts/ensure-nginx.sh
 	bash scripts/ensure-chromium.sh
 	$(BIN)/pytest $(PYTEST_ARGS)
 

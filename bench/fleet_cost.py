@@ -1,0 +1,183 @@
+"""What ``[fleet]`` costs one replica on the hot path: a miss and an exact L1 hit, a replica
+without ``[fleet]`` and one with it (Redis on loopback), side by side in one run.
+
+One zero-latency simulator behind both (and measured directly, for the added latency of a
+miss); the same in-process load generator as bench/overhead.py, sequential requests, the
+targets taking turns round by round so machine noise lands on all of them alike. Both
+replicas keep the exact cache in memory (L1 only): the difference between them is
+``[fleet]`` and nothing else. Used by bench/fleet.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fleet_paired import measure_paired, paired_figures
+from overhead_figures import percentiles
+
+from hasten.loadgen import LoadSettings, WorkloadSpec, run_load
+from hasten.loadgen.cli import run_coroutine
+from tests.support.fleet import fleet_table
+from tests.support.servers import GatewayProcess, ProcessDied, SimulatorProcess, redis_server
+
+MODEL = "sim-model"
+DIRECT = "direct"
+SINGLE = "single"  # one replica, no [fleet]
+FLEET = "fleet"  # one replica with [fleet] redis_url
+LIMITED = "fleet+limits"  # and a gateway key with limits far above the load (never a 429)
+READY_TIMEOUT_S = 120.0
+KEY = "sk-fleet-cost"
+KEY_ENV = "FLEET_COST_KEY"
+# Limits the run never reaches: what counting costs, not what refusing does.
+KEY_LIMITS = "requests_per_minute = 10000000\ntokens_per_minute = 1000000000\n"
+
+
+@dataclass(frozen=True, slots=True)
+class CostPlan:
+    num_rounds: int
+    num_requests: int  # per target, per kind, per round
+    num_pairs: int  # paired requests per kind (bench/fleet_paired.py)
+
+
+FULL_COST = CostPlan(num_rounds=20, num_requests=100, num_pairs=1000)
+QUICK_COST = CostPlan(num_rounds=4, num_requests=50, num_pairs=200)
+
+
+def replica_config(sim_url: str, redis_url: str | None, *, is_limited: bool = False) -> str:
+    text = ""
+    if is_limited:
+        text += f'[[server.api_keys]]\ntenant = "cost"\napi_key_env = "{KEY_ENV}"\n{KEY_LIMITS}'
+    text += f'[upstreams.sim]\nurl = "{sim_url}"\n[models."*"]\nupstream = "sim"\n'
+    text += '[cache]\nbackend = "memory"\n'
+    return text if redis_url is None else text + fleet_table(redis_url)
+
+
+@contextmanager
+def cost_targets(workdir: Path) -> Iterator[tuple[dict[str, str], dict[str, str]]]:
+    """Base URLs (with /v1) of the simulator and the replicas that started, and why any
+    did not (a replica refusing config it does not know yet)."""
+    with ExitStack() as stack:
+        redis_url = stack.enter_context(redis_server())
+        sim = stack.enter_context(SimulatorProcess())
+        plans = {SINGLE: (None, False), FLEET: (redis_url, False), LIMITED: (redis_url, True)}
+        replicas: dict[str, GatewayProcess] = {}
+        for name, (url, is_limited) in plans.items():
+            path = workdir / f"{name}.toml"
+            path.write_text(replica_config(sim.url, url, is_limited=is_limited))
+            args = ("--host", "127.0.0.1", "--config", str(path), "--log-level", "warning")
+            replicas[name] = GatewayProcess(*args, env={KEY_ENV: KEY})
+            stack.callback(replicas[name].stop)
+        targets, failures = {DIRECT: sim.url}, {}
+        with ThreadPoolExecutor(max_workers=len(replicas)) as pool:
+            started = {name: pool.submit(r.start, READY_TIMEOUT_S) for name, r in replicas.items()}
+            for name, future in started.items():
+                try:
+                    targets[name] = f"{future.result().url}/v1"
+                except ProcessDied as exc:
+                    failures[name] = str(exc).strip().splitlines()[-1]
+        yield targets, failures
+
+
+def _settings(base_url: str, workload: WorkloadSpec, num_requests: int) -> LoadSettings:
+    return LoadSettings(
+        base_url=base_url,
+        model=MODEL,
+        api_key=KEY,  # every target gets it; only fleet+limits checks it
+        temperature=0.0,  # cacheable: a miss takes the path coalescing adds to
+        workload=workload,
+        num_requests=num_requests,
+        num_warmup=2,
+        keep_samples=True,
+        timeout_s=30.0,
+    )
+
+
+async def _measure(targets: dict[str, str], plan: CostPlan) -> dict[str, dict[str, list[float]]]:
+    samples: dict[str, dict[str, list[float]]] = {name: {"miss": [], "hit": []} for name in targets}
+    names = list(targets)
+    for name in names:  # warm imports, pools and each replica's first-request paths once
+        await run_load(_settings(targets[name], WorkloadSpec(seed=1), plan.num_requests // 2))
+    for index in range(plan.num_rounds):
+        order = names[index % len(names) :] + names[: index % len(names)]
+        for name in order:
+            # A fresh prompt every request (a new seed each round): every one a cache miss.
+            misses = await run_load(
+                _settings(targets[name], WorkloadSpec(seed=100 + index), plan.num_requests)
+            )
+            _keep(samples[name]["miss"], misses.samples)
+            if name == DIRECT:
+                continue
+            hits = await run_load(
+                _settings(targets[name], WorkloadSpec(seed=7, num_unique=1), plan.num_requests)
+            )
+            _keep(samples[name]["hit"], hits.samples)
+    return samples
+
+
+def _keep(into: list[float], samples: Any) -> None:
+    if samples is None:
+        raise RuntimeError("the load generator kept no samples")
+    into.extend(samples.latency_ms)
+
+
+def _delta(a: dict[str, Any], b: dict[str, Any]) -> dict[str, float | None]:
+    return {
+        key: None if a[key] is None or b[key] is None else round(a[key] - b[key], 3)
+        for key in ("p50", "p99")
+    }
+
+
+def measure_cost(plan: CostPlan) -> dict[str, Any]:
+    with (
+        tempfile.TemporaryDirectory(prefix="hasten-fleet-cost-") as workdir,
+        cost_targets(Path(workdir)) as (targets, failures),
+    ):
+        samples = run_coroutine(_measure(targets, plan))
+        paired = _measure_paired(targets, plan)
+    latency = {
+        name: {kind: percentiles(values) for kind, values in kinds.items() if values}
+        for name, kinds in samples.items()
+    }
+    return {
+        "plan": dataclasses.asdict(plan),
+        "latency_ms": latency,
+        "added_to_miss_ms": {
+            name: _delta(latency[name]["miss"], latency[DIRECT]["miss"])
+            for name in (SINGLE, FLEET, LIMITED)
+            if name in latency
+        },
+        "fleet_minus_single_ms": {
+            kind: _delta(latency[FLEET][kind], latency[SINGLE][kind]) for kind in ("miss", "hit")
+        },
+        "limits_minus_fleet_ms": {
+            kind: _delta(latency[LIMITED][kind], latency[FLEET][kind]) for kind in ("miss", "hit")
+        }
+        if LIMITED in latency
+        else None,
+        "not_started": failures,
+        "paired": paired,
+    }
+
+
+def _measure_paired(targets: dict[str, str], plan: CostPlan) -> dict[str, Any]:
+    """Median per-pair differences, for a miss (every target) and an L1 hit (replicas)."""
+    auth = {"authorization": f"Bearer {KEY}"}
+    replicas = {name: url for name, url in targets.items() if name != DIRECT}
+    misses = run_coroutine(
+        measure_paired(targets, kind="miss", num_pairs=plan.num_pairs, headers=auth)
+    )
+    hits = run_coroutine(
+        measure_paired(replicas, kind="hit", num_pairs=plan.num_pairs, headers=auth)
+    )
+    pairs = [(SINGLE, DIRECT), (FLEET, SINGLE), (LIMITED, FLEET)]
+    return {
+        "miss": paired_figures(misses, pairs),
+        "hit": paired_figures(hits, pairs[1:]),
+    }
