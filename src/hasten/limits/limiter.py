@@ -35,6 +35,7 @@ from hasten.limits.headers import denial, rate_headers
 from hasten.limits.prices import ModelPrice, price_of
 from hasten.limits.shared import SharedLedger
 from hasten.limits.spec import KeyLimits
+from hasten.limits.tickets import TicketBook, is_pre_admissible
 from hasten.metrics.usage import usage_tokens
 
 if TYPE_CHECKING:
@@ -60,6 +61,8 @@ class Limiter:
         clock_s: Callable[[], float] = time.time,
     ) -> None:
         self.shared = None if fleet is None else SharedLedger(fleet)
+        # Requests-only keys are admitted from a pre-admitted ticket (hasten.limits.tickets).
+        self.tickets = None if self.shared is None else TicketBook(self.shared)
         self.prices: Mapping[str, ModelPrice] = prices or {}
         self.slot_lease_ms = slot_lease_s * 1000.0
         self._clock_s = clock_s
@@ -88,6 +91,12 @@ class Limiter:
         """The verdict, and whether it was taken in Redis (True) or on this replica."""
         shared = self.shared
         if shared is not None and shared.link.is_up:
+            is_ticketed = self.tickets is not None and is_pre_admissible(limits)
+            if is_ticketed:
+                assert self.tickets is not None
+                taken = self.tickets.take(key_id, limits)
+                if taken is not None:
+                    return taken, True
             try:
                 verdict = await shared.admit(
                     key_id, limits, request_id, num_tokens, self.slot_lease_ms
@@ -97,6 +106,9 @@ class Limiter:
             else:
                 if verdict.is_allowed and limits.max_concurrent is not None:
                     self._hold(key_id, request_id)
+                if verdict.is_allowed and is_ticketed:
+                    assert self.tickets is not None
+                    self.tickets.refill(key_id, limits)
                 return verdict, True
         self.num_local_admissions += 1
         book = self._ledgers.get(key_id)
@@ -131,6 +143,8 @@ class Limiter:
         settling.add_done_callback(self._settling.discard)
 
     async def aclose(self) -> None:
+        if self.tickets is not None:
+            await self.tickets.aclose()
         if self._renewer is not None:
             self._renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -160,3 +160,12 @@ end
 return #KEYS
 """
 )
+
+# KEYS: requests (zset id -> time); ARGV: now_ms, request id. A pre-admitted request
+# (hasten.limits.tickets) counted from when it was used, not when it was granted.
+REDATE = (
+    _PRELUDE
+    + """
+return redis.call('ZADD', KEYS[1], 'XX', 'CH', num(now), ARGV[2])
+"""
+)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from hasten.fleet.link import FleetLink
 from hasten.limits.ledger import Verdict
-from hasten.limits.scripts import ADMIT, RENEW, SETTLE
+from hasten.limits.scripts import ADMIT, REDATE, RENEW, SETTLE
 from hasten.limits.spec import KeyLimits
 
 REDIS_CLOCK = -1.0  # ``now_ms`` for "Redis's own TIME"
@@ -26,6 +26,7 @@ class SharedLedger:
         self._admit = link.client.register_script(ADMIT)
         self._settle = link.client.register_script(SETTLE)
         self._renew = link.client.register_script(RENEW)
+        self._redate = link.client.register_script(REDATE)
 
     def keys(self, key_id: str) -> tuple[str, str, str, str]:
         """(requests, tokens, slots, budget); the hash tag keeps one key's on one shard."""
@@ -107,6 +108,17 @@ class SharedLedger:
         keys = [self.keys(key_id)[2] for key_id, _ in held]
         args = [repr(now_ms), repr(slot_lease_ms), *(request for _, request in held)]
         await self.link.run("limits.renew", lambda r: self._renew(keys=keys, args=args, client=r))
+
+    async def redate(self, key_id: str, request_id: str, now_ms: float = REDIS_CLOCK) -> None:
+        """Moves an admitted request's time in the request window to now (if still there)."""
+        keys = [self.keys(key_id)[0]]
+        args = [repr(now_ms), request_id]
+        await self.link.run("limits.redate", lambda r: self._redate(keys=keys, args=args, client=r))
+
+    async def forget(self, key_id: str, request_id: str) -> None:
+        """Takes an admitted request that never ran out of the request window."""
+        key = self.keys(key_id)[0]
+        await self.link.run("limits.forget", lambda r: r.zrem(key, request_id))
 
 
 def _limit(value: int | None) -> str:

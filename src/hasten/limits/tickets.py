@@ -1,0 +1,134 @@
+"""Pre-admitted requests: a key limited only in requests per minute is admitted with no
+Redis round trip on the request path.
+
+A replica keeps at most one *ticket* per such key: a request already admitted in Redis (a
+member of the key's request window, granted by the same atomic script as any request)
+that no request has used yet. The next request of that key on this replica takes it at
+once; off the request path the ticket is then re-dated to the time it was used, so the
+window counts the request when it happened, and the next ticket is asked for. The fleet
+therefore never admits more than the limit: every ticket is a request Redis counted. A
+ticket nobody takes within ``TICKET_TTL_S`` is given back (removed from the window), so
+an idle replica holds back at most one request of its key, for at most that long.
+
+Keys with a token, concurrency or spend limit are not pre-admitted: those need the
+request's own estimate, slot or price, so they keep their one round trip per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from hasten.errors import FleetUnavailable
+from hasten.limits.ledger import Verdict
+from hasten.limits.shared import SharedLedger
+from hasten.limits.spec import KeyLimits
+
+TICKET_TTL_S = 1.0
+_CLOSE_TIMEOUT_S = 1.0
+
+
+def is_pre_admissible(limits: KeyLimits) -> bool:
+    """True for a key whose only limit is a request rate."""
+    return (
+        limits.requests_per_minute is not None
+        and limits.tokens_per_minute is None
+        and limits.max_concurrent is None
+        and limits.budget_usd is None
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    ticket_id: str
+    verdict: Verdict  # what Redis said when it admitted the ticket
+    granted_s: float
+
+
+class TicketBook:
+    """This replica's one unused ticket per pre-admissible key."""
+
+    def __init__(
+        self,
+        shared: SharedLedger,
+        *,
+        ttl_s: float = TICKET_TTL_S,
+        clock_s: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._shared = shared
+        self._ttl_s = ttl_s
+        self._clock_s = clock_s
+        self._tickets: dict[str, Ticket] = {}
+        self._refilling: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.num_taken = 0
+
+    def __len__(self) -> int:
+        return len(self._tickets)
+
+    def take(self, key_id: str, limits: KeyLimits) -> Verdict | None:
+        """The verdict of this key's ticket, used by the caller's request; None if there is
+        no fresh one (then the request is admitted in Redis as usual)."""
+        ticket = self._tickets.pop(key_id, None)
+        if ticket is None:
+            return None
+        if self._clock_s() - ticket.granted_s > self._ttl_s:
+            self._spawn(self._give_back(key_id, ticket))
+            return None
+        self.num_taken += 1
+        self._spawn(self._redate_then_refill(key_id, limits, ticket))
+        return ticket.verdict
+
+    def refill(self, key_id: str, limits: KeyLimits) -> None:
+        """Asks Redis for this key's next ticket, in the background (once at a time)."""
+        if key_id not in self._tickets and key_id not in self._refilling:
+            self._refilling.add(key_id)
+            self._spawn(self._refill(key_id, limits))
+
+    async def aclose(self) -> None:
+        """Gives back every unused ticket, so a replica that stops holds back nothing."""
+        for key_id, ticket in list(self._tickets.items()):
+            self._spawn(self._give_back(key_id, ticket))
+        self._tickets.clear()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=_CLOSE_TIMEOUT_S)
+        for task in self._tasks:
+            task.cancel()
+
+    async def _refill(self, key_id: str, limits: KeyLimits) -> None:
+        ticket_id = "ticket-" + uuid.uuid4().hex
+        try:
+            verdict = await self._shared.admit(key_id, limits, ticket_id, 0, 0.0)
+        except FleetUnavailable:
+            return
+        finally:
+            self._refilling.discard(key_id)
+        if not verdict.is_allowed:
+            return  # at the limit: the next request asks Redis itself and learns when
+        ticket = Ticket(ticket_id, verdict, self._clock_s())
+        self._tickets[key_id] = ticket
+        asyncio.get_running_loop().call_later(self._ttl_s, self._expire, key_id, ticket)
+
+    def _expire(self, key_id: str, ticket: Ticket) -> None:
+        if self._tickets.get(key_id) is ticket:
+            del self._tickets[key_id]
+            self._spawn(self._give_back(key_id, ticket))
+
+    async def _redate_then_refill(self, key_id: str, limits: KeyLimits, ticket: Ticket) -> None:
+        with contextlib.suppress(FleetUnavailable):
+            await self._shared.redate(key_id, ticket.ticket_id)
+        self.refill(key_id, limits)
+
+    async def _give_back(self, key_id: str, ticket: Ticket) -> None:
+        with contextlib.suppress(FleetUnavailable):
+            await self._shared.forget(key_id, ticket.ticket_id)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

@@ -1,0 +1,161 @@
+"""Pre-admitted requests for requests-only keys, against a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import cast
+
+import pytest
+import redis.asyncio as aioredis
+
+from hasten.config.fleet import FleetConfig
+from hasten.fleet.link import FleetLink
+from hasten.limits.limiter import Limiter
+from hasten.limits.spec import KeyLimits
+from hasten.limits.tickets import TicketBook, is_pre_admissible
+from tests.support.servers import redis_server
+
+RPM = KeyLimits(requests_per_minute=20)
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    with redis_server() as url:
+        yield url
+
+
+@pytest.fixture
+async def limiters(redis_url: str) -> AsyncIterator[list[Limiter]]:
+    links = [FleetLink(FleetConfig(redis_url=redis_url)) for _ in range(3)]
+    made = [Limiter(link) for link in links]
+    yield made
+    for limiter, link in zip(made, links, strict=True):
+        await limiter.aclose()
+        await link.aclose()
+
+
+async def _window(limiter: Limiter, key_id: str) -> dict[str, float]:
+    assert limiter.shared is not None
+    key = limiter.shared.keys(key_id)[0]
+    probe = limiter.shared.link.client
+    entries = cast(list[tuple[bytes, float]], await probe.zrange(key, 0, -1, withscores=True))
+    return {member.decode(): float(score) for member, score in entries}
+
+
+async def _settled(book: TicketBook, size: int) -> None:
+    for _ in range(200):
+        if len(book) == size:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{len(book)} tickets held, expected {size}")
+
+
+def test_only_a_requests_only_key_is_pre_admitted() -> None:
+    assert is_pre_admissible(RPM)
+    assert not is_pre_admissible(KeyLimits(requests_per_minute=5, tokens_per_minute=100))
+    assert not is_pre_admissible(KeyLimits(requests_per_minute=5, max_concurrent=1))
+    assert not is_pre_admissible(KeyLimits(requests_per_minute=5, budget_usd=1.0))
+    assert not is_pre_admissible(KeyLimits(tokens_per_minute=100))
+
+
+async def test_the_next_request_takes_the_ticket_with_no_redis_call(
+    limiters: list[Limiter],
+) -> None:
+    limiter, key_id = limiters[0], uuid.uuid4().hex
+    assert limiter.shared is not None and limiter.tickets is not None
+    calls: list[str] = []
+    admit = limiter.shared.admit
+
+    async def counted(*args: object, **kwargs: object) -> object:
+        calls.append(str(args[2]))
+        return await admit(*args, **kwargs)  # type: ignore[arg-type]
+
+    limiter.shared.admit = counted  # type: ignore[assignment,method-assign]
+    first, _ = await limiter.admit(key_id, RPM, "r1", 0)
+    assert first.is_allowed and calls == ["r1"]
+    await _settled(limiter.tickets, 1)
+    assert len(calls) == 2 and calls[1].startswith("ticket-")
+    second, is_shared = await limiter.admit(key_id, RPM, "r2", 0)
+    # Nothing ran between the call and here: the answer came from the ticket.
+    assert second.is_allowed and is_shared and len(calls) == 2
+    assert limiter.tickets.num_taken == 1
+    await _settled(limiter.tickets, 1)  # the next ticket, asked off the request path
+    assert len(calls) == 3
+
+
+async def test_three_replicas_admit_exactly_the_limit(limiters: list[Limiter]) -> None:
+    key_id = uuid.uuid4().hex
+    verdicts = []
+    for i in range(3 * 2 * RPM.requests_per_minute):  # type: ignore[operator]
+        verdict, _ = await limiters[i % 3].admit(key_id, RPM, f"r{i}", 0)
+        verdicts.append(verdict.is_allowed)
+        await asyncio.sleep(0.005)  # lets the replicas' refills land, as real traffic does
+    assert sum(verdicts) == RPM.requests_per_minute
+    assert sum(limiter.tickets.num_taken for limiter in limiters if limiter.tickets is not None) > 0
+    window = await _window(limiters[0], key_id)
+    assert len(window) == RPM.requests_per_minute  # every ticket Redis granted was used
+
+
+async def test_a_used_ticket_is_counted_from_when_it_was_used(limiters: list[Limiter]) -> None:
+    limiter, key_id = limiters[0], uuid.uuid4().hex
+    assert limiter.tickets is not None
+    await limiter.admit(key_id, RPM, "r1", 0)
+    await _settled(limiter.tickets, 1)
+    granted = {k: v for k, v in (await _window(limiter, key_id)).items() if k != "r1"}
+    ((ticket_id, granted_ms),) = granted.items()
+    await asyncio.sleep(0.05)
+    await limiter.admit(key_id, RPM, "r2", 0)
+    for _ in range(200):
+        used_ms = (await _window(limiter, key_id))[ticket_id]
+        if used_ms > granted_ms:
+            break
+        await asyncio.sleep(0.01)
+    assert used_ms - granted_ms >= 40.0
+
+
+async def test_an_unused_ticket_is_given_back(redis_url: str) -> None:
+    link = FleetLink(FleetConfig(redis_url=redis_url))
+    limiter = Limiter(link)
+    assert limiter.shared is not None
+    limiter.tickets = TicketBook(limiter.shared, ttl_s=0.1)
+    key_id = uuid.uuid4().hex
+    try:
+        await limiter.admit(key_id, RPM, "r1", 0)
+        await _settled(limiter.tickets, 1)
+        assert len(await _window(limiter, key_id)) == 2
+        await _settled(limiter.tickets, 0)
+        for _ in range(200):
+            if list(await _window(limiter, key_id)) == ["r1"]:
+                break
+            await asyncio.sleep(0.01)
+        assert list(await _window(limiter, key_id)) == ["r1"]
+    finally:
+        await limiter.aclose()
+        await link.aclose()
+
+
+async def test_a_stopping_replica_gives_its_tickets_back(redis_url: str) -> None:
+    link = FleetLink(FleetConfig(redis_url=redis_url))
+    limiter = Limiter(link)
+    assert limiter.tickets is not None
+    key_id = uuid.uuid4().hex
+    await limiter.admit(key_id, RPM, "r1", 0)
+    await _settled(limiter.tickets, 1)
+    await limiter.aclose()
+    probe = aioredis.Redis.from_url(redis_url)
+    assert limiter.shared is not None
+    members = await probe.zrange(limiter.shared.keys(key_id)[0], 0, -1)
+    assert members == [b"r1"]
+    await probe.aclose()
+    await link.aclose()
+
+
+async def test_a_key_with_a_token_limit_keeps_its_round_trip(limiters: list[Limiter]) -> None:
+    limiter, key_id = limiters[0], uuid.uuid4().hex
+    assert limiter.tickets is not None
+    limits = KeyLimits(requests_per_minute=20, tokens_per_minute=1000)
+    await limiter.admit(key_id, limits, "r1", 10)
+    await asyncio.sleep(0.05)
+    assert len(limiter.tickets) == 0
