@@ -140,12 +140,14 @@ def test_tokens_are_counted_from_usage_and_hits_spend_none(sim: ServerThread) ->
         # The first's reservation was replaced by its usage; the second reserves the same.
         assert int(second.headers["x-ratelimit-remaining-tokens"]) == 10_000 - used - reserved
         used += _usage(second)
-        hit = _post(gateway.url, body)
-        assert hit.headers["x-hasten-cache"] == "hit"
-        after_hit = _post(gateway.url, body)
-        assert after_hit.headers["x-hasten-cache"] == "hit"
-        # The hit's reservation was refunded: the next one sees only the two misses' usage.
-        assert int(after_hit.headers["x-ratelimit-remaining-tokens"]) == 10_000 - used - reserved
+        for _ in range(2):
+            hit = _post(gateway.url, body)
+            assert hit.headers["x-hasten-cache"] == "hit"
+            # A hit reserves no tokens, so it says nothing about them.
+            assert "x-ratelimit-remaining-tokens" not in hit.headers
+        probe = _post(gateway.url, body, **{"cache-control": "no-cache"})
+        # The hits spent nothing: the probe sees the two misses' usage and its own estimate.
+        assert int(probe.headers["x-ratelimit-remaining-tokens"]) == 10_000 - used - reserved
 
 
 def test_a_stream_without_usage_asked_is_still_counted_from_usage(sim: ServerThread) -> None:
@@ -288,3 +290,33 @@ def test_a_failed_request_carries_the_headers_and_frees_its_slot() -> None:
             assert failed.status_code == 502
             assert failed.headers["x-ratelimit-remaining-requests"] == str(9 - i)
             assert int(failed.headers["x-ratelimit-remaining-tokens"]) < 1000
+
+
+async def _hit_behind_a_stream(url: str, cached: dict[str, object]) -> list[httpx.Response]:
+    """One slow stream holds the key's only slot; then a cached question, then a new one."""
+    headers = {"authorization": f"Bearer {KEY}"}
+    async with httpx.AsyncClient(timeout=30) as http:
+        request = http.build_request(
+            "POST",
+            url + "/v1/chat/completions",
+            json=chat_body("holder", stream=True, max_tokens=500),
+            headers={**headers, "cache-control": "no-store"},
+        )
+        holder = await http.send(request, stream=True)
+        body = holder.aiter_raw()  # kept: a dropped iterator closes the stream
+        await anext(body)
+        hit = await http.post(url + "/v1/chat/completions", json=cached, headers=headers)
+        miss = await http.post(url + "/v1/chat/completions", json=chat_body("new"), headers=headers)
+        await holder.aclose()
+        return [holder, hit, miss]
+
+
+def test_a_cache_hit_takes_no_concurrency_slot(slow_sim: ServerThread) -> None:
+    config = limited_config(slow_sim.url, KeyLimits(max_concurrent=1))
+    with gateway_of(config) as (gateway, _):
+        cached = chat_body("short", max_tokens=2)
+        assert _post(gateway.url, cached).status_code == 200
+        holder, hit, miss = asyncio.run(_hit_behind_a_stream(gateway.url, cached))
+        assert holder.status_code == 200
+        assert (hit.status_code, hit.headers["x-hasten-cache"]) == (200, "hit")
+        assert miss.status_code == 429  # the slot is the stream's

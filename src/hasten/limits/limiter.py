@@ -1,21 +1,27 @@
-"""Enforcing a key's limits around one request: admit before, settle after, on every path.
+"""Enforcing a key's limits around one request: admit before answering, settle after.
 
-``Limiter.enforce(exchange)`` is the request path's one call (``hasten.proxy.handle``):
-an async context around the answer. A key without limits gets a shared no-op context
-(no Redis call, no allocation). A limited key is admitted on entry (a denial is the 429
-of ``hasten.limits.headers``), its response carries the x-ratelimit-* headers, and on
-exit, however the request ended (answered, failed, client gone, cancelled), its slot is
-freed, its token reservation corrected from the answer's usage and its cost charged.
+``Limiter.enforce(exchange)`` is the request path's one context (``hasten.proxy.handle``)
+around the answer. A key without limits gets a shared no-op context (no Redis call, no
+allocation). For a limited key the path calls ``Enforcement.admit`` once it knows whether
+the exact cache has the answer, before any byte is sent (a denial is the 429 of
+``hasten.limits.headers``); its response carries the x-ratelimit-* headers, and on exit,
+however the request ended (answered, failed, client gone, cancelled), its slot is freed,
+its token reservation corrected from the answer's usage and its cost charged.
 
 Where the counts live: with ``[fleet]``, in Redis, exact across replicas
 (``hasten.limits.shared``); without it, or while Redis is away, in this process
-(``hasten.limits.ledger`` itself), exact for one gateway and per replica in a fleet.
+(``hasten.limits.ledger`` itself), exact for one gateway and per replica in a fleet. A
+request counted only against a request rate is admitted from a ticket Redis granted ahead
+(``hasten.limits.tickets``), with no round trip on the request path.
 
-What counts: every admitted request counts against requests per minute, a cache hit
-too (it is a request). Tokens and spend count only for a request that made the upstream
-call: a cache hit or a coalesced follower spends nothing upstream, so its reservation is
-refunded. Without usage in the answer (a stream whose client did not ask for it and that
-the cache did not store), the prompt estimate stands and no completion tokens are known.
+What counts: every admitted request counts against requests per minute. An exact-cache hit
+counts against that only: it holds no upstream capacity and spends nothing, so it takes no
+concurrency slot and reserves no tokens. Any other request is admitted against every limit
+before the semantic lookup and the upstream call; tokens and spend count only for a request
+that made the upstream call: a semantic hit or a coalesced follower spends nothing
+upstream, so its reservation is refunded. Without usage in the answer (a stream whose
+client did not ask for it and that the cache did not store), the prompt estimate stands and
+no completion tokens are known.
 """
 
 from __future__ import annotations
@@ -171,10 +177,12 @@ class Limiter:
 
 
 class Enforcement:
-    """One limited request: admitted on entry, settled on exit."""
+    """One limited request: admitted once the path knows hit from miss, settled on exit."""
 
     __slots__ = (
         "_headers",
+        "_is_admitted",
+        "_is_hit",
         "_is_shared",
         "_key_id",
         "_limiter",
@@ -188,22 +196,39 @@ class Enforcement:
         self._limiter, self._request, self._key_id, self._limits = limiter, request, key_id, limits
         self._num_tokens = 0
         self._is_shared = False
+        self._is_admitted = self._is_hit = False
         self._headers: dict[str, str] = {}
         self._tap: _Tap | None = None
 
     async def __aenter__(self) -> Enforcement:
+        # Admitted by the request path once it knows a hit from a miss (``admit``).
+        self._request.limit = self
+        return self
+
+    async def admit(self, *, is_hit: bool) -> None:
+        """Admits the request (a 429 when a limit says no) before any byte is answered.
+
+        A cache hit counts against the request rate only: it holds no upstream capacity and
+        spends no tokens or money, so it takes no slot, reserves no tokens and is admitted
+        from a pre-admitted ticket when one is at hand (``hasten.limits.tickets``).
+        """
         limits, request = self._limits, self._request
-        if limits.tokens_per_minute is not None or limits.budget_usd is not None:
+        if is_hit:
+            if limits.requests_per_minute is None:
+                self._is_hit = True
+                return  # nothing a hit spends is limited for this key
+            limits = KeyLimits(requests_per_minute=limits.requests_per_minute)
+        elif limits.tokens_per_minute is not None or limits.budget_usd is not None:
             self._num_tokens = estimate_prompt_tokens(request.raw_body)
         verdict, self._is_shared = await self._limiter.admit(
             self._key_id, limits, request.request_id, self._num_tokens
         )
         if not verdict.is_allowed:
             raise denial(limits, verdict, self._num_tokens)
+        self._is_hit, self._is_admitted = is_hit, True
         self._headers = rate_headers(limits, verdict)
         tap = self._tap = _Tap(request.send, self._headers)
         request.send = tap.send
-        return self
 
     async def __aexit__(
         self,
@@ -213,6 +238,8 @@ class Enforcement:
     ) -> None:
         if isinstance(exc, HastenError):
             exc.headers.update(self._headers)  # the app renders it: the same rate headers
+        if not self._is_admitted or self._is_hit:
+            return  # never counted, or a hit: no slot held, no tokens reserved
         token_delta, cost_usd = self._spent()
         limits = self._limits
         if (

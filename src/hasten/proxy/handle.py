@@ -70,6 +70,7 @@ from hasten.telemetry.stage import NO_STAGE, Stage
 from hasten.upstream.client import UpstreamCall
 
 if TYPE_CHECKING:
+    from hasten.limits.limiter import Enforcement
     from hasten.semantic.tier import Found
 
 _log = logging.getLogger("hasten.proxy")
@@ -116,6 +117,7 @@ class Exchange:
     # Asked upstream as a stream, answered as one assembled body (hasten.proxy.assemble).
     is_assembled: bool = False
     caller: Caller | None = None  # the key's limits and allowed models (hasten.limits)
+    limit: Enforcement | None = None  # set for a limited key: admit() before answering
     resume: str = ""  # how a broken stream was continued (hasten.proxy.resumer)
 
     @property
@@ -267,6 +269,7 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
     if gateway.cache is None or not (decision.is_lookup or decision.is_store):
         gateway.stats.count("bypass", tenant=ex.tenant)
         ex.trace.set("hasten.cache", "bypass")
+        await _admit(ex, is_hit=False)
         await _forward_direct(gateway, ex)
         return
     namespace = "*" if gateway.config.cache.is_shared_across_tenants else ex.tenant
@@ -283,9 +286,13 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
             gateway.stats.count("hit", tenant=ex.tenant)
             ex.cache_label = HIT
             ex.trace.set("hasten.cache", "hit")
+            await _admit(ex, is_hit=True)
             with ex.trace.child("cache.replay"):
                 await _serve_hit(gateway, ex, entry, b"hit")
             return
+        # Admitted as a miss before the semantic lookup: a key over its limit must not
+        # make the gateway embed its questions (a semantic hit is refunded at the end).
+        await _admit(ex, is_hit=False)
         if gateway.semantic is not None and ex.endpoint is CHAT:
             looked_s = time.perf_counter()
             with ex.trace.child("semantic.lookup") as lookup:
@@ -306,6 +313,8 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
                     hit = found.hit
                     await _serve_hit(gateway, ex, hit.entry, b"semantic", hit.headers())
                 return
+    if not decision.is_lookup:
+        await _admit(ex, is_hit=False)
     gateway.stats.count("miss" if decision.is_lookup else "bypass", tenant=ex.tenant)
     ex.cache_label = MISS if decision.is_lookup else BYPASS
     ex.trace.set("hasten.cache", "miss" if decision.is_lookup else "bypass")
@@ -324,6 +333,12 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
         await _serve_flight(gateway, ex, flight, b"miss" if decision.is_lookup else b"bypass")
     finally:
         gateway.coalescer.leave(flight)
+
+
+async def _admit(ex: Exchange, *, is_hit: bool) -> None:
+    """A limited key's admission (hasten.limits), once hit or miss is known."""
+    if ex.limit is not None:
+        await ex.limit.admit(is_hit=is_hit)
 
 
 def _flight_run(
