@@ -134,9 +134,10 @@ async def _astream(client: openai.AsyncOpenAI, text: str, delay_s: float, **extr
 
 @pytest.mark.parametrize("first_asks", [True, False])
 async def test_coalesced_streams_each_get_what_they_asked(first_asks: bool) -> None:
-    # 300 ms to the first token, 16 tokens 30 ms apart: the second client joins before
-    # any byte came, the third mid-stream (it is sent what was already received first).
-    with ServerThread(build_app(SimConfig(ttft_base_ms=300, decode_ms_per_token=30))) as sim:
+    # 300 ms to the first token, 16 tokens 60 ms apart: the second client joins before
+    # any byte came, the third mid-stream (it is sent what was already received first),
+    # with most of a second to spare on a loaded machine.
+    with ServerThread(build_app(SimConfig(ttft_base_ms=300, decode_ms_per_token=60))) as sim:
         with running_gateway(make_config({"sim": sim.url + "/v1"})) as gateway:
             client = openai.AsyncOpenAI(base_url=gateway.url + "/v1", api_key="k")
             text = f"coalesced usage {first_asks}"
