@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 import orjson
-from fleet_cost import FLEET, FULL_COST, LIMITED, QUICK_COST, SINGLE, measure_cost
+from fleet_cost import FLEET, FULL_COST, LIMITED, QUICK_COST, RATE, RESUME, SINGLE, measure_cost
 from server_process import invocation
 
 from tests.support import fleet_checks as checks
@@ -215,9 +215,14 @@ def summary_line(result: dict[str, Any]) -> str:
             f"[fleet] adds {miss:+.3f} ms to a miss (paired median; goal <= {GOAL_MISS_MS}:"
             f" {goal}), {hit:+.3f} ms to an L1 hit"
         )
-        limits = cost["paired"]["miss"].get(f"{LIMITED} - {FLEET}")
-        if limits is not None:
-            parts.append(f"key limits add {limits['client_ms']:+.3f} ms to a miss")
+        for name, what in ((LIMITED, "key limits"), (RATE, "a request rate"), (RESUME, "resume")):
+            miss_pair = cost["paired"]["miss"].get(f"{name} - {FLEET}")
+            hit_pair = cost["paired"]["hit"].get(f"{name} - {FLEET}")
+            if miss_pair is not None and hit_pair is not None:
+                parts.append(
+                    f"{what} add {miss_pair['client_ms']:+.3f} ms to a miss,"
+                    f" {hit_pair['client_ms']:+.3f} ms to a hit"
+                )
     return "fleet: " + "; ".join(parts)
 
 
@@ -248,6 +253,8 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
                 FLEET: "one replica with [fleet] redis_url (Redis on loopback)",
                 "direct": "the zero-latency simulator itself",
                 LIMITED: "[fleet] and a gateway key whose limits the run never reaches",
+                RATE: "[fleet] and a key limited in requests per minute only (never reached)",
+                RESUME: "[fleet] and resume_streams = true on the model",
             }
             if not args.json:
                 print(cost_table(result["cost"]))

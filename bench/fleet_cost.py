@@ -32,11 +32,14 @@ DIRECT = "direct"
 SINGLE = "single"  # one replica, no [fleet]
 FLEET = "fleet"  # one replica with [fleet] redis_url
 LIMITED = "fleet+limits"  # and a gateway key with limits far above the load (never a 429)
+RATE = "fleet+rate"  # a key limited in requests per minute only (far above the load)
+RESUME = "fleet+resume"  # [fleet] and stream resume on for the model
 READY_TIMEOUT_S = 120.0
 KEY = "sk-fleet-cost"
 KEY_ENV = "FLEET_COST_KEY"
 # Limits the run never reaches: what counting costs, not what refusing does.
 KEY_LIMITS = "requests_per_minute = 10000000\ntokens_per_minute = 1000000000\n"
+RATE_LIMITS = "requests_per_minute = 10000000\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,11 +53,15 @@ FULL_COST = CostPlan(num_rounds=20, num_requests=100, num_pairs=1000)
 QUICK_COST = CostPlan(num_rounds=4, num_requests=50, num_pairs=200)
 
 
-def replica_config(sim_url: str, redis_url: str | None, *, is_limited: bool = False) -> str:
+def replica_config(
+    sim_url: str, redis_url: str | None, *, key_limits: str | None = None, is_resuming: bool = False
+) -> str:
     text = ""
-    if is_limited:
-        text += f'[[server.api_keys]]\ntenant = "cost"\napi_key_env = "{KEY_ENV}"\n{KEY_LIMITS}'
+    if key_limits is not None:
+        text += f'[[server.api_keys]]\ntenant = "cost"\napi_key_env = "{KEY_ENV}"\n{key_limits}'
     text += f'[upstreams.sim]\nurl = "{sim_url}"\n[models."*"]\nupstream = "sim"\n'
+    if is_resuming:
+        text += "resume_streams = true\n"
     text += '[cache]\nbackend = "memory"\n'
     return text if redis_url is None else text + fleet_table(redis_url)
 
@@ -66,11 +73,19 @@ def cost_targets(workdir: Path) -> Iterator[tuple[dict[str, str], dict[str, str]
     with ExitStack() as stack:
         redis_url = stack.enter_context(redis_server())
         sim = stack.enter_context(SimulatorProcess())
-        plans = {SINGLE: (None, False), FLEET: (redis_url, False), LIMITED: (redis_url, True)}
+        plans: dict[str, tuple[str | None, str | None, bool]] = {
+            SINGLE: (None, None, False),
+            FLEET: (redis_url, None, False),
+            LIMITED: (redis_url, KEY_LIMITS, False),
+            RATE: (redis_url, RATE_LIMITS, False),
+            RESUME: (redis_url, None, True),
+        }
         replicas: dict[str, GatewayProcess] = {}
-        for name, (url, is_limited) in plans.items():
+        for name, (url, limits, is_resuming) in plans.items():
             path = workdir / f"{name}.toml"
-            path.write_text(replica_config(sim.url, url, is_limited=is_limited))
+            path.write_text(
+                replica_config(sim.url, url, key_limits=limits, is_resuming=is_resuming)
+            )
             args = ("--host", "127.0.0.1", "--config", str(path), "--log-level", "warning")
             replicas[name] = GatewayProcess(*args, env={KEY_ENV: KEY})
             stack.callback(replicas[name].stop)
@@ -150,7 +165,7 @@ def measure_cost(plan: CostPlan) -> dict[str, Any]:
         "latency_ms": latency,
         "added_to_miss_ms": {
             name: _delta(latency[name]["miss"], latency[DIRECT]["miss"])
-            for name in (SINGLE, FLEET, LIMITED)
+            for name in (SINGLE, FLEET, LIMITED, RATE, RESUME)
             if name in latency
         },
         "fleet_minus_single_ms": {
@@ -176,7 +191,7 @@ def _measure_paired(targets: dict[str, str], plan: CostPlan) -> dict[str, Any]:
     hits = run_coroutine(
         measure_paired(replicas, kind="hit", num_pairs=plan.num_pairs, headers=auth)
     )
-    pairs = [(SINGLE, DIRECT), (FLEET, SINGLE), (LIMITED, FLEET)]
+    pairs = [(SINGLE, DIRECT), (FLEET, SINGLE), (LIMITED, FLEET), (RATE, FLEET), (RESUME, FLEET)]
     return {
         "miss": paired_figures(misses, pairs),
         "hit": paired_figures(hits, pairs[1:]),
