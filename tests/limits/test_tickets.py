@@ -75,12 +75,16 @@ async def test_the_next_request_takes_the_ticket_with_no_redis_call(
     limiter.shared.admit = counted  # type: ignore[assignment,method-assign]
     first, _ = await limiter.admit(key_id, RPM, "r1", 0)
     assert first.is_allowed and calls == ["r1"]
+    await asyncio.sleep(0.05)
+    assert len(calls) == 1  # nothing is asked while the request is being answered
+    limiter.follow_up(key_id, RPM)  # it was answered
     await _settled(limiter.tickets, 1)
     assert len(calls) == 2 and calls[1].startswith("ticket-")
     second, is_shared = await limiter.admit(key_id, RPM, "r2", 0)
     # Nothing ran between the call and here: the answer came from the ticket.
     assert second.is_allowed and is_shared and len(calls) == 2
     assert limiter.tickets.num_taken == 1
+    limiter.follow_up(key_id, RPM)
     await _settled(limiter.tickets, 1)  # the next ticket, asked off the request path
     assert len(calls) == 3
 
@@ -89,8 +93,11 @@ async def test_three_replicas_admit_exactly_the_limit(limiters: list[Limiter]) -
     key_id = uuid.uuid4().hex
     verdicts = []
     for i in range(3 * 2 * RPM.requests_per_minute):  # type: ignore[operator]
-        verdict, _ = await limiters[i % 3].admit(key_id, RPM, f"r{i}", 0)
+        limiter = limiters[i % 3]
+        verdict, _ = await limiter.admit(key_id, RPM, f"r{i}", 0)
         verdicts.append(verdict.is_allowed)
+        if verdict.is_allowed:
+            limiter.follow_up(key_id, RPM)
         await asyncio.sleep(0.005)  # lets the replicas' refills land, as real traffic does
     assert sum(verdicts) == RPM.requests_per_minute
     assert sum(limiter.tickets.num_taken for limiter in limiters if limiter.tickets is not None) > 0
@@ -98,21 +105,31 @@ async def test_three_replicas_admit_exactly_the_limit(limiters: list[Limiter]) -
     assert len(window) == RPM.requests_per_minute  # every ticket Redis granted was used
 
 
-async def test_a_used_ticket_is_counted_from_when_it_was_used(limiters: list[Limiter]) -> None:
-    limiter, key_id = limiters[0], uuid.uuid4().hex
-    assert limiter.tickets is not None
-    await limiter.admit(key_id, RPM, "r1", 0)
-    await _settled(limiter.tickets, 1)
-    granted = {k: v for k, v in (await _window(limiter, key_id)).items() if k != "r1"}
-    ((ticket_id, granted_ms),) = granted.items()
-    await asyncio.sleep(0.05)
-    await limiter.admit(key_id, RPM, "r2", 0)
-    for _ in range(200):
-        used_ms = (await _window(limiter, key_id))[ticket_id]
-        if used_ms > granted_ms:
-            break
-        await asyncio.sleep(0.01)
-    assert used_ms - granted_ms >= 40.0
+async def test_a_used_ticket_is_counted_from_when_it_was_used(redis_url: str) -> None:
+    link = FleetLink(FleetConfig(redis_url=redis_url))
+    limiter = Limiter(link)
+    assert limiter.shared is not None
+    clock = [1000.0]
+    limiter.tickets = TicketBook(limiter.shared, ttl_s=10.0, clock_s=lambda: clock[0])
+    key_id = uuid.uuid4().hex
+    try:
+        await limiter.admit(key_id, RPM, "r1", 0)
+        limiter.follow_up(key_id, RPM)
+        await _settled(limiter.tickets, 1)
+        granted = {k: v for k, v in (await _window(limiter, key_id)).items() if k != "r1"}
+        ((ticket_id, granted_ms),) = granted.items()
+        await limiter.admit(key_id, RPM, "r2", 0)  # takes the ticket at clock 1000
+        clock[0] += 5.0  # answered 5 s later (a long stream): counted from when it began
+        limiter.follow_up(key_id, RPM)
+        for _ in range(200):
+            used_ms = (await _window(limiter, key_id))[ticket_id]
+            if used_ms != granted_ms:
+                break
+            await asyncio.sleep(0.01)
+        assert used_ms < granted_ms - 4000.0  # 5 s before the follow-up ran, not at it
+    finally:
+        await limiter.aclose()
+        await link.aclose()
 
 
 async def test_an_unused_ticket_is_given_back(redis_url: str) -> None:
@@ -123,6 +140,7 @@ async def test_an_unused_ticket_is_given_back(redis_url: str) -> None:
     key_id = uuid.uuid4().hex
     try:
         await limiter.admit(key_id, RPM, "r1", 0)
+        limiter.follow_up(key_id, RPM)
         await _settled(limiter.tickets, 1)
         assert len(await _window(limiter, key_id)) == 2
         await _settled(limiter.tickets, 0)
@@ -142,6 +160,7 @@ async def test_a_stopping_replica_gives_its_tickets_back(redis_url: str) -> None
     assert limiter.tickets is not None
     key_id = uuid.uuid4().hex
     await limiter.admit(key_id, RPM, "r1", 0)
+    limiter.follow_up(key_id, RPM)
     await _settled(limiter.tickets, 1)
     await limiter.aclose()
     probe = aioredis.Redis.from_url(redis_url)
@@ -157,5 +176,6 @@ async def test_a_key_with_a_token_limit_keeps_its_round_trip(limiters: list[Limi
     assert limiter.tickets is not None
     limits = KeyLimits(requests_per_minute=20, tokens_per_minute=1000)
     await limiter.admit(key_id, limits, "r1", 10)
+    limiter.follow_up(key_id, limits)
     await asyncio.sleep(0.05)
     assert len(limiter.tickets) == 0

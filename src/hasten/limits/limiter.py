@@ -112,9 +112,6 @@ class Limiter:
             else:
                 if verdict.is_allowed and limits.max_concurrent is not None:
                     self._hold(key_id, request_id)
-                if verdict.is_allowed and is_ticketed:
-                    assert self.tickets is not None
-                    self.tickets.refill(key_id, limits)
                 return verdict, True
         self.num_local_admissions += 1
         book = self._ledgers.get(key_id)
@@ -142,6 +139,11 @@ class Limiter:
         # Redis away: the slot lapses with its lease; this request's correction is lost.
         with contextlib.suppress(FleetUnavailable):
             await self.shared.settle(key_id, limits, request_id, token_delta, cost_usd)
+
+    def follow_up(self, key_id: str, limits: KeyLimits) -> None:
+        """After a request was answered: its ticket's bookkeeping and the next ticket."""
+        if self.tickets is not None and is_pre_admissible(limits):
+            self.tickets.follow_up(key_id, limits)
 
     def settle_soon(self, settling: asyncio.Task[None]) -> None:
         """Keeps a settling task alive until it is done (a cancelled request's too)."""
@@ -180,6 +182,7 @@ class Enforcement:
     """One limited request: admitted once the path knows hit from miss, settled on exit."""
 
     __slots__ = (
+        "_admitted_limits",
         "_headers",
         "_is_admitted",
         "_is_hit",
@@ -197,6 +200,7 @@ class Enforcement:
         self._num_tokens = 0
         self._is_shared = False
         self._is_admitted = self._is_hit = False
+        self._admitted_limits = limits  # what admit() counted: a hit, its request rate only
         self._headers: dict[str, str] = {}
         self._tap: _Tap | None = None
 
@@ -226,6 +230,7 @@ class Enforcement:
         if not verdict.is_allowed:
             raise denial(limits, verdict, self._num_tokens)
         self._is_hit, self._is_admitted = is_hit, True
+        self._admitted_limits = limits
         self._headers = rate_headers(limits, verdict)
         tap = self._tap = _Tap(request.send, self._headers)
         request.send = tap.send
@@ -238,6 +243,8 @@ class Enforcement:
     ) -> None:
         if isinstance(exc, HastenError):
             exc.headers.update(self._headers)  # the app renders it: the same rate headers
+        if self._is_admitted and self._is_shared:
+            self._limiter.follow_up(self._key_id, self._admitted_limits)  # now it is answered
         if not self._is_admitted or self._is_hit:
             return  # never counted, or a hit: no slot held, no tokens reserved
         token_delta, cost_usd = self._spent()

@@ -161,11 +161,12 @@ return #KEYS
 """
 )
 
-# KEYS: requests (zset id -> time); ARGV: now_ms, request id. A pre-admitted request
-# (hasten.limits.tickets) counted from when it was used, not when it was granted.
+# KEYS: requests (zset id -> time); ARGV: now_ms, request id, ago_ms. A pre-admitted
+# request (hasten.limits.tickets) counted from when it was used (ago_ms before now), not
+# from when it was granted.
 REDATE = (
     _PRELUDE
     + """
-return redis.call('ZADD', KEYS[1], 'XX', 'CH', num(now), ARGV[2])
+return redis.call('ZADD', KEYS[1], 'XX', 'CH', num(now - tonumber(ARGV[3])), ARGV[2])
 """
 )

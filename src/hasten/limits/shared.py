@@ -109,10 +109,13 @@ class SharedLedger:
         args = [repr(now_ms), repr(slot_lease_ms), *(request for _, request in held)]
         await self.link.run("limits.renew", lambda r: self._renew(keys=keys, args=args, client=r))
 
-    async def redate(self, key_id: str, request_id: str, now_ms: float = REDIS_CLOCK) -> None:
-        """Moves an admitted request's time in the request window to now (if still there)."""
+    async def redate(
+        self, key_id: str, request_id: str, ago_ms: float, now_ms: float = REDIS_CLOCK
+    ) -> None:
+        """Moves an admitted request's time in the request window to ``ago_ms`` before now
+        (if it is still there)."""
         keys = [self.keys(key_id)[0]]
-        args = [repr(now_ms), request_id]
+        args = [repr(now_ms), request_id, repr(max(0.0, ago_ms))]
         await self.link.run("limits.redate", lambda r: self._redate(keys=keys, args=args, client=r))
 
     async def forget(self, key_id: str, request_id: str) -> None:

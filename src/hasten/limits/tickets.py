@@ -4,8 +4,9 @@ Redis round trip on the request path.
 A replica keeps at most one *ticket* per such key: a request already admitted in Redis (a
 member of the key's request window, granted by the same atomic script as any request)
 that no request has used yet. The next request of that key on this replica takes it at
-once; off the request path the ticket is then re-dated to the time it was used, so the
-window counts the request when it happened, and the next ticket is asked for. The fleet
+once; once that request is answered (so the work never competes with it), the ticket is
+re-dated to the time it was used, so the window counts the request when it happened, and
+the next ticket is asked for. The fleet
 therefore never admits more than the limit: every ticket is a request Redis counted. A
 ticket nobody takes within ``TICKET_TTL_S`` is given back (removed from the window), so
 an idle replica holds back at most one request of its key, for at most that long.
@@ -64,6 +65,7 @@ class TicketBook:
         self._ttl_s = ttl_s
         self._clock_s = clock_s
         self._tickets: dict[str, Ticket] = {}
+        self._used: dict[str, list[tuple[str, float]]] = {}  # key -> (ticket id, used at)
         self._refilling: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.num_taken = 0
@@ -77,18 +79,23 @@ class TicketBook:
         ticket = self._tickets.pop(key_id, None)
         if ticket is None:
             return None
-        if self._clock_s() - ticket.granted_s > self._ttl_s:
+        now_s = self._clock_s()
+        if now_s - ticket.granted_s > self._ttl_s:
             self._spawn(self._give_back(key_id, ticket))
             return None
         self.num_taken += 1
-        self._spawn(self._redate_then_refill(key_id, limits, ticket))
+        self._used.setdefault(key_id, []).append((ticket.ticket_id, now_s))
         return ticket.verdict
 
-    def refill(self, key_id: str, limits: KeyLimits) -> None:
-        """Asks Redis for this key's next ticket, in the background (once at a time)."""
-        if key_id not in self._tickets and key_id not in self._refilling:
+    def follow_up(self, key_id: str, limits: KeyLimits) -> None:
+        """After a request of this key was answered: re-dates the tickets it used and asks
+        Redis for the next one, in the background (one refill at a time)."""
+        used = self._used.pop(key_id, [])
+        is_refill = key_id not in self._tickets and key_id not in self._refilling
+        if is_refill:
             self._refilling.add(key_id)
-            self._spawn(self._refill(key_id, limits))
+        if used or is_refill:
+            self._spawn(self._follow_up(key_id, limits, used, is_refill))
 
     async def aclose(self) -> None:
         """Gives back every unused ticket, so a replica that stops holds back nothing."""
@@ -100,14 +107,22 @@ class TicketBook:
         for task in self._tasks:
             task.cancel()
 
-    async def _refill(self, key_id: str, limits: KeyLimits) -> None:
-        ticket_id = "ticket-" + uuid.uuid4().hex
+    async def _follow_up(
+        self, key_id: str, limits: KeyLimits, used: list[tuple[str, float]], is_refill: bool
+    ) -> None:
         try:
+            for ticket_id, used_s in used:
+                ago_ms = (self._clock_s() - used_s) * 1000.0
+                await self._shared.redate(key_id, ticket_id, ago_ms)
+            if not is_refill:
+                return  # another follow-up is asking for this key's next ticket
+            ticket_id = "ticket-" + uuid.uuid4().hex
             verdict = await self._shared.admit(key_id, limits, ticket_id, 0, 0.0)
         except FleetUnavailable:
             return
         finally:
-            self._refilling.discard(key_id)
+            if is_refill:
+                self._refilling.discard(key_id)
         if not verdict.is_allowed:
             return  # at the limit: the next request asks Redis itself and learns when
         ticket = Ticket(ticket_id, verdict, self._clock_s())
@@ -118,11 +133,6 @@ class TicketBook:
         if self._tickets.get(key_id) is ticket:
             del self._tickets[key_id]
             self._spawn(self._give_back(key_id, ticket))
-
-    async def _redate_then_refill(self, key_id: str, limits: KeyLimits, ticket: Ticket) -> None:
-        with contextlib.suppress(FleetUnavailable):
-            await self._shared.redate(key_id, ticket.ticket_id)
-        self.refill(key_id, limits)
 
     async def _give_back(self, key_id: str, ticket: Ticket) -> None:
         with contextlib.suppress(FleetUnavailable):
