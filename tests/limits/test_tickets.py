@@ -14,7 +14,7 @@ from hasten.config.fleet import FleetConfig
 from hasten.fleet.link import FleetLink
 from hasten.limits.limiter import Limiter
 from hasten.limits.spec import KeyLimits
-from hasten.limits.tickets import TicketBook, is_pre_admissible
+from hasten.limits.tickets import MAX_TICKETS, TicketBook, is_pre_admissible
 from tests.support.servers import redis_server
 
 RPM = KeyLimits(requests_per_minute=20)
@@ -78,15 +78,16 @@ async def test_the_next_request_takes_the_ticket_with_no_redis_call(
     await asyncio.sleep(0.05)
     assert len(calls) == 1  # nothing is asked while the request is being answered
     limiter.follow_up(key_id, RPM)  # it was answered
-    await _settled(limiter.tickets, 1)
-    assert len(calls) == 2 and calls[1].startswith("ticket-")
+    await _settled(limiter.tickets, MAX_TICKETS)
+    assert len(calls) == 1 + MAX_TICKETS
+    assert all(call.startswith("ticket-") for call in calls[1:])
     second, is_shared = await limiter.admit(key_id, RPM, "r2", 0)
-    # Nothing ran between the call and here: the answer came from the ticket.
-    assert second.is_allowed and is_shared and len(calls) == 2
+    # Nothing ran between the call and here: the answer came from a ticket.
+    assert second.is_allowed and is_shared and len(calls) == 1 + MAX_TICKETS
     assert limiter.tickets.num_taken == 1
     limiter.follow_up(key_id, RPM)
-    await _settled(limiter.tickets, 1)  # the next ticket, asked off the request path
-    assert len(calls) == 3
+    await _settled(limiter.tickets, MAX_TICKETS)  # topped up, off the request path
+    assert len(calls) == 2 + MAX_TICKETS
 
 
 async def test_three_replicas_admit_exactly_the_limit(limiters: list[Limiter]) -> None:
@@ -110,7 +111,9 @@ async def test_a_used_ticket_is_counted_from_when_it_was_used(redis_url: str) ->
     limiter = Limiter(link)
     assert limiter.shared is not None
     clock = [1000.0]
-    limiter.tickets = TicketBook(limiter.shared, ttl_s=10.0, clock_s=lambda: clock[0])
+    limiter.tickets = TicketBook(
+        limiter.shared, ttl_s=10.0, max_tickets=1, clock_s=lambda: clock[0]
+    )
     key_id = uuid.uuid4().hex
     try:
         await limiter.admit(key_id, RPM, "r1", 0)
@@ -136,7 +139,7 @@ async def test_an_unused_ticket_is_given_back(redis_url: str) -> None:
     link = FleetLink(FleetConfig(redis_url=redis_url))
     limiter = Limiter(link)
     assert limiter.shared is not None
-    limiter.tickets = TicketBook(limiter.shared, ttl_s=0.1)
+    limiter.tickets = TicketBook(limiter.shared, ttl_s=0.1, max_tickets=1)
     key_id = uuid.uuid4().hex
     try:
         await limiter.admit(key_id, RPM, "r1", 0)
@@ -161,7 +164,7 @@ async def test_a_stopping_replica_gives_its_tickets_back(redis_url: str) -> None
     key_id = uuid.uuid4().hex
     await limiter.admit(key_id, RPM, "r1", 0)
     limiter.follow_up(key_id, RPM)
-    await _settled(limiter.tickets, 1)
+    await _settled(limiter.tickets, MAX_TICKETS)
     await limiter.aclose()
     probe = aioredis.Redis.from_url(redis_url)
     assert limiter.shared is not None

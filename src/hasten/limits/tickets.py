@@ -1,15 +1,16 @@
 """Pre-admitted requests: a key limited only in requests per minute is admitted with no
 Redis round trip on the request path.
 
-A replica keeps at most one *ticket* per such key: a request already admitted in Redis (a
-member of the key's request window, granted by the same atomic script as any request)
-that no request has used yet. The next request of that key on this replica takes it at
-once; once that request is answered (so the work never competes with it), the ticket is
-re-dated to the time it was used, so the window counts the request when it happened, and
-the next ticket is asked for. The fleet
+A replica keeps up to ``MAX_TICKETS`` *tickets* per such key: requests already admitted
+in Redis (members of the key's request window, granted by the same atomic script as any
+request) that no request has used yet; more than one, so that a client sending requests
+back to back (faster than a Redis round trip refills one) still finds one. The next
+request of that key on this replica takes one at once; once that request is answered (so
+the work never competes with it), the ticket is re-dated to the time it was used, so the
+window counts the request when it happened, and the key's tickets are topped up. The fleet
 therefore never admits more than the limit: every ticket is a request Redis counted. A
-ticket nobody takes within ``TICKET_TTL_S`` is given back (removed from the window), so
-an idle replica holds back at most one request of its key, for at most that long.
+ticket nobody takes within ``TICKET_TTL_S`` is given back (removed from the window), so an
+idle replica holds back at most ``MAX_TICKETS`` requests of its key, for at most that long.
 
 Keys with a token, concurrency or spend limit are not pre-admitted: those need the
 request's own estimate, slot or price, so they keep their one round trip per request.
@@ -31,6 +32,7 @@ from hasten.limits.shared import SharedLedger
 from hasten.limits.spec import KeyLimits
 
 TICKET_TTL_S = 1.0
+MAX_TICKETS = 2
 _CLOSE_TIMEOUT_S = 1.0
 
 
@@ -52,46 +54,52 @@ class Ticket:
 
 
 class TicketBook:
-    """This replica's one unused ticket per pre-admissible key."""
+    """This replica's unused tickets per pre-admissible key (oldest first)."""
 
     def __init__(
         self,
         shared: SharedLedger,
         *,
         ttl_s: float = TICKET_TTL_S,
+        max_tickets: int = MAX_TICKETS,
         clock_s: Callable[[], float] = time.monotonic,
     ) -> None:
         self._shared = shared
         self._ttl_s = ttl_s
+        self._max_tickets = max_tickets
         self._clock_s = clock_s
-        self._tickets: dict[str, Ticket] = {}
+        self._tickets: dict[str, list[Ticket]] = {}
         self._used: dict[str, list[tuple[str, float]]] = {}  # key -> (ticket id, used at)
         self._refilling: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.num_taken = 0
 
     def __len__(self) -> int:
-        return len(self._tickets)
+        return sum(len(tickets) for tickets in self._tickets.values())
 
     def take(self, key_id: str, limits: KeyLimits) -> Verdict | None:
         """The verdict of this key's ticket, used by the caller's request; None if there is
         no fresh one (then the request is admitted in Redis as usual)."""
-        ticket = self._tickets.pop(key_id, None)
-        if ticket is None:
+        tickets = self._tickets.get(key_id)
+        if not tickets:
             return None
+        ticket = tickets.pop(0)
         now_s = self._clock_s()
         if now_s - ticket.granted_s > self._ttl_s:
-            self._spawn(self._give_back(key_id, ticket))
+            for stale in (ticket, *tickets):  # the later ones were granted later, but idle too
+                self._spawn(self._give_back(key_id, stale))
+            tickets.clear()
             return None
         self.num_taken += 1
         self._used.setdefault(key_id, []).append((ticket.ticket_id, now_s))
         return ticket.verdict
 
     def follow_up(self, key_id: str, limits: KeyLimits) -> None:
-        """After a request of this key was answered: re-dates the tickets it used and asks
-        Redis for the next one, in the background (one refill at a time)."""
+        """After a request of this key was answered: re-dates the tickets it used and tops
+        the key's tickets up, in the background (one refill at a time per key)."""
         used = self._used.pop(key_id, [])
-        is_refill = key_id not in self._tickets and key_id not in self._refilling
+        num_held = len(self._tickets.get(key_id, ()))
+        is_refill = num_held < self._max_tickets and key_id not in self._refilling
         if is_refill:
             self._refilling.add(key_id)
         if used or is_refill:
@@ -99,8 +107,9 @@ class TicketBook:
 
     async def aclose(self) -> None:
         """Gives back every unused ticket, so a replica that stops holds back nothing."""
-        for key_id, ticket in list(self._tickets.items()):
-            self._spawn(self._give_back(key_id, ticket))
+        for key_id, tickets in self._tickets.items():
+            for ticket in tickets:
+                self._spawn(self._give_back(key_id, ticket))
         self._tickets.clear()
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=_CLOSE_TIMEOUT_S)
@@ -115,23 +124,26 @@ class TicketBook:
                 ago_ms = (self._clock_s() - used_s) * 1000.0
                 await self._shared.redate(key_id, ticket_id, ago_ms)
             if not is_refill:
-                return  # another follow-up is asking for this key's next ticket
-            ticket_id = "ticket-" + uuid.uuid4().hex
-            verdict = await self._shared.admit(key_id, limits, ticket_id, 0, 0.0)
+                return  # another follow-up is asking for this key's next tickets
+            while len(self._tickets.get(key_id, ())) < self._max_tickets:
+                ticket_id = "ticket-" + uuid.uuid4().hex
+                verdict = await self._shared.admit(key_id, limits, ticket_id, 0, 0.0)
+                if not verdict.is_allowed:
+                    return  # at the limit: the next request asks Redis itself, learns when
+                ticket = Ticket(ticket_id, verdict, self._clock_s())
+                self._tickets.setdefault(key_id, []).append(ticket)
+                loop = asyncio.get_running_loop()
+                loop.call_later(self._ttl_s, self._expire, key_id, ticket)
         except FleetUnavailable:
             return
         finally:
             if is_refill:
                 self._refilling.discard(key_id)
-        if not verdict.is_allowed:
-            return  # at the limit: the next request asks Redis itself and learns when
-        ticket = Ticket(ticket_id, verdict, self._clock_s())
-        self._tickets[key_id] = ticket
-        asyncio.get_running_loop().call_later(self._ttl_s, self._expire, key_id, ticket)
 
     def _expire(self, key_id: str, ticket: Ticket) -> None:
-        if self._tickets.get(key_id) is ticket:
-            del self._tickets[key_id]
+        tickets = self._tickets.get(key_id, [])
+        if ticket in tickets:
+            tickets.remove(ticket)
             self._spawn(self._give_back(key_id, ticket))
 
     async def _give_back(self, key_id: str, ticket: Ticket) -> None:
