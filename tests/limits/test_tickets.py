@@ -121,7 +121,8 @@ async def test_a_used_ticket_is_counted_from_when_it_was_used(redis_url: str) ->
         await _settled(limiter.tickets, 1)
         granted = {k: v for k, v in (await _window(limiter, key_id)).items() if k != "r1"}
         ((ticket_id, granted_ms),) = granted.items()
-        await limiter.admit(key_id, RPM, "r2", 0)  # takes the ticket at clock 1000
+        clock[0] += 1.0  # the ticket waited a second for its request
+        await limiter.admit(key_id, RPM, "r2", 0)  # takes the ticket at clock 1001
         clock[0] += 5.0  # answered 5 s later (a long stream): counted from when it began
         limiter.follow_up(key_id, RPM)
         for _ in range(200):
@@ -130,6 +131,35 @@ async def test_a_used_ticket_is_counted_from_when_it_was_used(redis_url: str) ->
                 break
             await asyncio.sleep(0.01)
         assert used_ms < granted_ms - 4000.0  # 5 s before the follow-up ran, not at it
+
+    finally:
+        await limiter.aclose()
+        await link.aclose()
+
+
+async def test_a_ticket_used_at_once_is_not_re_dated(redis_url: str) -> None:
+    link = FleetLink(FleetConfig(redis_url=redis_url))
+    limiter = Limiter(link)
+    assert limiter.shared is not None
+    clock = [1000.0]
+    limiter.tickets = TicketBook(limiter.shared, max_tickets=1, clock_s=lambda: clock[0])
+    redated: list[str] = []
+    redate = limiter.shared.redate
+
+    async def counted(key: str, ticket_id: str, ago_ms: float) -> None:
+        redated.append(ticket_id)
+        await redate(key, ticket_id, ago_ms)
+
+    limiter.shared.redate = counted  # type: ignore[method-assign,assignment]
+    key_id = uuid.uuid4().hex
+    try:
+        await limiter.admit(key_id, RPM, "r1", 0)
+        limiter.follow_up(key_id, RPM)
+        await _settled(limiter.tickets, 1)
+        await limiter.admit(key_id, RPM, "r2", 0)  # the same instant as its grant
+        limiter.follow_up(key_id, RPM)
+        await _settled(limiter.tickets, 1)
+        assert redated == []  # a Redis call saved: counted at most 50 ms early
     finally:
         await limiter.aclose()
         await link.aclose()
