@@ -12,16 +12,14 @@ error event and caches nothing, as for a connection cut mid-answer.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 import orjson
 
 from hasten.errors import UpstreamError
-from hasten.proxy.sse import DONE, SSEDecoder
+from hasten.proxy.sse import DONE, SSEDecoder, last_event_end
 
 MALFORMED_CODE = "upstream_malformed"
-_EVENT_END = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r|\n)")
 
 
 def _content_type(headers: Mapping[str, str]) -> str:
@@ -64,7 +62,7 @@ class StreamGuard:
         if data.endswith(b"\n\n"):  # the common case: upstreams send whole events
             self._tail = b""
         else:
-            end = _last_event_end(data)
+            end = last_event_end(data)
             data, self._tail = data[:end], data[end:]
             if not data:
                 return data
@@ -106,16 +104,3 @@ def _is_json(payload: bytes) -> bool:
     except orjson.JSONDecodeError:
         return False
     return True
-
-
-def _last_event_end(data: bytes) -> int:
-    """Where the last complete event of ``data`` ends (0: none is complete)."""
-    if data.endswith(b"\n\n"):
-        return len(data)  # the common case: upstreams send whole events
-    if b"\r" not in data:
-        index = data.rfind(b"\n\n")
-        return 0 if index < 0 else index + 2
-    end = 0
-    for match in _EVENT_END.finditer(data):
-        end = match.end()
-    return end
