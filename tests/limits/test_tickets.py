@@ -52,12 +52,13 @@ async def _settled(book: TicketBook, size: int) -> None:
     raise AssertionError(f"{len(book)} tickets held, expected {size}")
 
 
-def test_only_a_requests_only_key_is_pre_admitted() -> None:
+def test_request_and_token_rates_are_pre_admitted_other_limits_not() -> None:
     assert is_pre_admissible(RPM)
-    assert not is_pre_admissible(KeyLimits(requests_per_minute=5, tokens_per_minute=100))
+    assert is_pre_admissible(KeyLimits(requests_per_minute=5, tokens_per_minute=100))
+    assert is_pre_admissible(KeyLimits(tokens_per_minute=100))
     assert not is_pre_admissible(KeyLimits(requests_per_minute=5, max_concurrent=1))
     assert not is_pre_admissible(KeyLimits(requests_per_minute=5, budget_usd=1.0))
-    assert not is_pre_admissible(KeyLimits(tokens_per_minute=100))
+    assert not is_pre_admissible(KeyLimits())
 
 
 async def test_the_next_request_takes_the_ticket_with_no_redis_call(
@@ -204,11 +205,40 @@ async def test_a_stopping_replica_gives_its_tickets_back(redis_url: str) -> None
     await link.aclose()
 
 
-async def test_a_key_with_a_token_limit_keeps_its_round_trip(limiters: list[Limiter]) -> None:
-    limiter, key_id = limiters[0], uuid.uuid4().hex
-    assert limiter.tickets is not None
-    limits = KeyLimits(requests_per_minute=20, tokens_per_minute=1000)
-    await limiter.admit(key_id, limits, "r1", 10)
-    limiter.follow_up(key_id, limits)
-    await asyncio.sleep(0.05)
-    assert len(limiter.tickets) == 0
+async def test_token_tickets_never_admit_more_tokens_than_the_limit(
+    limiters: list[Limiter],
+) -> None:
+    key_id = uuid.uuid4().hex
+    limits = KeyLimits(requests_per_minute=1000, tokens_per_minute=4000)
+    admitted = 0
+    for i in range(90):
+        limiter = limiters[i % 3]
+        verdict, _ = await limiter.admit(key_id, limits, f"r{i}", 100)
+        if verdict.is_allowed:
+            admitted += 1
+            limiter.follow_up(key_id, limits, 100)
+        await asyncio.sleep(0.005)
+    # Each admitted request reserved at least its 100 (a ticket reserves 200): never over.
+    assert 0 < admitted <= 40
+    assert sum(limiter.tickets.num_taken for limiter in limiters if limiter.tickets is not None)
+
+
+async def test_an_unused_token_ticket_gives_its_tokens_back(redis_url: str) -> None:
+    link = FleetLink(FleetConfig(redis_url=redis_url))
+    limiter = Limiter(link)
+    assert limiter.shared is not None
+    limiter.tickets = TicketBook(limiter.shared, ttl_s=0.1, max_tickets=1)
+    key_id = uuid.uuid4().hex
+    limits = KeyLimits(tokens_per_minute=10_000)
+    try:
+        await limiter.admit(key_id, limits, "r1", 100)
+        limiter.follow_up(key_id, limits, 100)
+        await _settled(limiter.tickets, 1)  # a ticket holding 200 tokens
+        await _settled(limiter.tickets, 0)  # expired, given back
+        await asyncio.sleep(0.1)
+        probe = await limiter.shared.admit(key_id, limits, "r2", 50, 0.0)
+        # 100 + 50 spent; with the ticket's 200 still reserved it would be under 9650.
+        assert 9850 <= probe.tokens_remaining <= 9900
+    finally:
+        await limiter.aclose()
+        await link.aclose()

@@ -95,14 +95,20 @@ class Limiter:
         self, key_id: str, limits: KeyLimits, request_id: str, num_tokens: int
     ) -> tuple[ledger.Verdict, bool]:
         """The verdict, and whether it was taken in Redis (True) or on this replica."""
+        verdict, is_shared, _ = await self.reserve(key_id, limits, request_id, num_tokens)
+        return verdict, is_shared
+
+    async def reserve(
+        self, key_id: str, limits: KeyLimits, request_id: str, num_tokens: int
+    ) -> tuple[ledger.Verdict, bool, int]:
+        """``admit``, and the tokens reserved for the request: its estimate, or the tokens
+        of the pre-admitted ticket it took (what its usage is corrected against)."""
         shared = self.shared
         if shared is not None and shared.link.is_up:
-            is_ticketed = self.tickets is not None and is_pre_admissible(limits)
-            if is_ticketed:
-                assert self.tickets is not None
-                taken = self.tickets.take(key_id, limits)
-                if taken is not None:
-                    return taken, True
+            if self.tickets is not None and is_pre_admissible(limits):
+                ticket = self.tickets.take(key_id, limits, num_tokens)
+                if ticket is not None:
+                    return ticket.verdict, True, ticket.num_tokens
             try:
                 verdict = await shared.admit(
                     key_id, limits, request_id, num_tokens, self.slot_lease_ms
@@ -112,14 +118,14 @@ class Limiter:
             else:
                 if verdict.is_allowed and limits.max_concurrent is not None:
                     self._hold(key_id, request_id)
-                return verdict, True
+                return verdict, True, num_tokens
         self.num_local_admissions += 1
         book = self._ledgers.get(key_id)
         if book is None:
             book = self._ledgers[key_id] = ledger.KeyLedger()
         # A local slot needs no lease: it cannot outlive this process.
         verdict = ledger.admit(book, limits, self._now_ms(), request_id, num_tokens, math.inf)
-        return verdict, False
+        return verdict, False, num_tokens
 
     async def settle(
         self,
@@ -140,10 +146,11 @@ class Limiter:
         with contextlib.suppress(FleetUnavailable):
             await self.shared.settle(key_id, limits, request_id, token_delta, cost_usd)
 
-    def follow_up(self, key_id: str, limits: KeyLimits) -> None:
-        """After a request was answered: its ticket's bookkeeping and the next ticket."""
+    def follow_up(self, key_id: str, limits: KeyLimits, num_tokens: int = 0) -> None:
+        """After a request was answered (its prompt estimate ``num_tokens``): its ticket's
+        bookkeeping and the next tickets."""
         if self.tickets is not None and is_pre_admissible(limits):
-            self.tickets.follow_up(key_id, limits)
+            self.tickets.follow_up(key_id, limits, num_tokens)
 
     def settle_soon(self, settling: asyncio.Task[None]) -> None:
         """Keeps a settling task alive until it is done (a cancelled request's too)."""
@@ -183,6 +190,7 @@ class Enforcement:
 
     __slots__ = (
         "_admitted_limits",
+        "_estimate",
         "_headers",
         "_is_admitted",
         "_is_hit",
@@ -197,7 +205,8 @@ class Enforcement:
 
     def __init__(self, limiter: Limiter, request: Exchange, key_id: str, limits: KeyLimits) -> None:
         self._limiter, self._request, self._key_id, self._limits = limiter, request, key_id, limits
-        self._num_tokens = 0
+        self._num_tokens = 0  # reserved: the estimate, or a ticket's tokens
+        self._estimate = 0
         self._is_shared = False
         self._is_admitted = self._is_hit = False
         self._admitted_limits = limits  # what admit() counted: a hit, its request rate only
@@ -224,7 +233,8 @@ class Enforcement:
             limits = KeyLimits(requests_per_minute=limits.requests_per_minute)
         elif limits.tokens_per_minute is not None or limits.budget_usd is not None:
             self._num_tokens = estimate_prompt_tokens(request.raw_body)
-        verdict, self._is_shared = await self._limiter.admit(
+        self._estimate = self._num_tokens
+        verdict, self._is_shared, self._num_tokens = await self._limiter.reserve(
             self._key_id, limits, request.request_id, self._num_tokens
         )
         if not verdict.is_allowed:
@@ -244,7 +254,8 @@ class Enforcement:
         if isinstance(exc, HastenError):
             exc.headers.update(self._headers)  # the app renders it: the same rate headers
         if self._is_admitted and self._is_shared:
-            self._limiter.follow_up(self._key_id, self._admitted_limits)  # now it is answered
+            # Now that it is answered: its ticket's bookkeeping, the next tickets.
+            self._limiter.follow_up(self._key_id, self._admitted_limits, self._estimate)
         if not self._is_admitted or self._is_hit:
             return  # never counted, or a hit: no slot held, no tokens reserved
         token_delta, cost_usd = self._spent()
@@ -280,7 +291,7 @@ class Enforcement:
             tail = b"" if self._tap is None else self._tap.prev + self._tap.tail
         tokens_in, tokens_out = usage_tokens(tail)
         if tokens_in is None and tokens_out is None:
-            tokens_in, tokens_out = self._num_tokens, 0  # no usage: the estimate stands
+            tokens_in, tokens_out = self._estimate, 0  # no usage: the estimate stands
         num_in, num_out = tokens_in or 0, tokens_out or 0
         cost_usd = 0.0
         if self._limits.budget_usd is not None:
