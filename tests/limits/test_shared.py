@@ -207,11 +207,11 @@ def test_redis_lost_between_admit_and_settle_loses_only_the_correction() -> None
         limiter = Limiter(link)
         limits = KeyLimits(max_concurrent=1, tokens_per_minute=100)
         try:
-            verdict, is_shared = await limiter.admit("lost", limits, "r1", 10)
+            verdict, is_shared, _ = await limiter.reserve("lost", limits, "r1", 10)
             assert limiter.num_held_slots == 1
             server.__exit__(None, None, None)  # Redis goes away mid-request
             await limiter.settle("lost", limits, "r1", is_shared, 5, 0.0)
-            after, is_after_shared = await limiter.admit("lost", limits, "r2", 10)
+            after, is_after_shared, _ = await limiter.reserve("lost", limits, "r2", 10)
             assert limiter.num_held_slots == 0  # nothing left to renew
             return [verdict.is_allowed, is_shared, after.is_allowed, is_after_shared]
         finally:

@@ -74,7 +74,7 @@ async def test_the_next_request_takes_the_ticket_with_no_redis_call(
         return await admit(*args, **kwargs)  # type: ignore[arg-type]
 
     limiter.shared.admit = counted  # type: ignore[assignment,method-assign]
-    first, _ = await limiter.admit(key_id, RPM, "r1", 0)
+    first, _, _ = await limiter.reserve(key_id, RPM, "r1", 0)
     assert first.is_allowed and calls == ["r1"]
     await asyncio.sleep(0.05)
     assert len(calls) == 1  # nothing is asked while the request is being answered
@@ -82,7 +82,7 @@ async def test_the_next_request_takes_the_ticket_with_no_redis_call(
     await _settled(limiter.tickets, MAX_TICKETS)
     assert len(calls) == 1 + MAX_TICKETS
     assert all(call.startswith("ticket-") for call in calls[1:])
-    second, is_shared = await limiter.admit(key_id, RPM, "r2", 0)
+    second, is_shared, _ = await limiter.reserve(key_id, RPM, "r2", 0)
     # Nothing ran between the call and here: the answer came from a ticket.
     assert second.is_allowed and is_shared and len(calls) == 1 + MAX_TICKETS
     assert limiter.tickets.num_taken == 1
@@ -96,7 +96,7 @@ async def test_three_replicas_admit_exactly_the_limit(limiters: list[Limiter]) -
     verdicts = []
     for i in range(3 * 2 * RPM.requests_per_minute):  # type: ignore[operator]
         limiter = limiters[i % 3]
-        verdict, _ = await limiter.admit(key_id, RPM, f"r{i}", 0)
+        verdict, _, _ = await limiter.reserve(key_id, RPM, f"r{i}", 0)
         verdicts.append(verdict.is_allowed)
         if verdict.is_allowed:
             limiter.follow_up(key_id, RPM)
@@ -117,13 +117,13 @@ async def test_a_used_ticket_is_counted_from_when_it_was_used(redis_url: str) ->
     )
     key_id = uuid.uuid4().hex
     try:
-        await limiter.admit(key_id, RPM, "r1", 0)
+        await limiter.reserve(key_id, RPM, "r1", 0)
         limiter.follow_up(key_id, RPM)
         await _settled(limiter.tickets, 1)
         granted = {k: v for k, v in (await _window(limiter, key_id)).items() if k != "r1"}
         ((ticket_id, granted_ms),) = granted.items()
         clock[0] += 1.0  # the ticket waited a second for its request
-        await limiter.admit(key_id, RPM, "r2", 0)  # takes the ticket at clock 1001
+        await limiter.reserve(key_id, RPM, "r2", 0)  # takes the ticket at clock 1001
         clock[0] += 5.0  # answered 5 s later (a long stream): counted from when it began
         limiter.follow_up(key_id, RPM)
         for _ in range(200):
@@ -154,10 +154,10 @@ async def test_a_ticket_used_at_once_is_not_re_dated(redis_url: str) -> None:
     limiter.shared.redate = counted  # type: ignore[method-assign,assignment]
     key_id = uuid.uuid4().hex
     try:
-        await limiter.admit(key_id, RPM, "r1", 0)
+        await limiter.reserve(key_id, RPM, "r1", 0)
         limiter.follow_up(key_id, RPM)
         await _settled(limiter.tickets, 1)
-        await limiter.admit(key_id, RPM, "r2", 0)  # the same instant as its grant
+        await limiter.reserve(key_id, RPM, "r2", 0)  # the same instant as its grant
         limiter.follow_up(key_id, RPM)
         await _settled(limiter.tickets, 1)
         assert redated == []  # a Redis call saved: counted at most 50 ms early
@@ -173,7 +173,7 @@ async def test_an_unused_ticket_is_given_back(redis_url: str) -> None:
     limiter.tickets = TicketBook(limiter.shared, ttl_s=0.1, max_tickets=1)
     key_id = uuid.uuid4().hex
     try:
-        await limiter.admit(key_id, RPM, "r1", 0)
+        await limiter.reserve(key_id, RPM, "r1", 0)
         limiter.follow_up(key_id, RPM)
         await _settled(limiter.tickets, 1)
         assert len(await _window(limiter, key_id)) == 2
@@ -193,7 +193,7 @@ async def test_a_stopping_replica_gives_its_tickets_back(redis_url: str) -> None
     limiter = Limiter(link)
     assert limiter.tickets is not None
     key_id = uuid.uuid4().hex
-    await limiter.admit(key_id, RPM, "r1", 0)
+    await limiter.reserve(key_id, RPM, "r1", 0)
     limiter.follow_up(key_id, RPM)
     await _settled(limiter.tickets, MAX_TICKETS)
     await limiter.aclose()
@@ -213,7 +213,7 @@ async def test_token_tickets_never_admit_more_tokens_than_the_limit(
     admitted = 0
     for i in range(90):
         limiter = limiters[i % 3]
-        verdict, _ = await limiter.admit(key_id, limits, f"r{i}", 100)
+        verdict, _, _ = await limiter.reserve(key_id, limits, f"r{i}", 100)
         if verdict.is_allowed:
             admitted += 1
             limiter.follow_up(key_id, limits, 100)
@@ -231,7 +231,7 @@ async def test_an_unused_token_ticket_gives_its_tokens_back(redis_url: str) -> N
     key_id = uuid.uuid4().hex
     limits = KeyLimits(tokens_per_minute=10_000)
     try:
-        await limiter.admit(key_id, limits, "r1", 100)
+        await limiter.reserve(key_id, limits, "r1", 100)
         limiter.follow_up(key_id, limits, 100)
         await _settled(limiter.tickets, 1)  # a ticket holding 200 tokens
         await _settled(limiter.tickets, 0)  # expired, given back

@@ -91,18 +91,12 @@ class Limiter:
             return _UNLIMITED
         return Enforcement(self, request, caller.key_id or caller.tenant or "", limits)
 
-    async def admit(
-        self, key_id: str, limits: KeyLimits, request_id: str, num_tokens: int
-    ) -> tuple[ledger.Verdict, bool]:
-        """The verdict, and whether it was taken in Redis (True) or on this replica."""
-        verdict, is_shared, _ = await self.reserve(key_id, limits, request_id, num_tokens)
-        return verdict, is_shared
-
     async def reserve(
         self, key_id: str, limits: KeyLimits, request_id: str, num_tokens: int
     ) -> tuple[ledger.Verdict, bool, int]:
-        """``admit``, and the tokens reserved for the request: its estimate, or the tokens
-        of the pre-admitted ticket it took (what its usage is corrected against)."""
+        """The verdict; whether it was taken in Redis (True) or on this replica; and the
+        tokens reserved for the request: its estimate, or the tokens of the pre-admitted
+        ticket it took (what its usage is corrected against)."""
         shared = self.shared
         if shared is not None and shared.link.is_up:
             if self.tickets is not None and is_pre_admissible(limits):
