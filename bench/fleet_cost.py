@@ -54,7 +54,12 @@ QUICK_COST = CostPlan(num_rounds=4, num_requests=50, num_pairs=200)
 
 
 def replica_config(
-    sim_url: str, redis_url: str | None, *, key_limits: str | None = None, is_resuming: bool = False
+    sim_url: str,
+    redis_url: str | None,
+    *,
+    key_limits: str | None = None,
+    is_resuming: bool = False,
+    key_prefix: str = "hasten:",
 ) -> str:
     text = ""
     if key_limits is not None:
@@ -63,7 +68,7 @@ def replica_config(
     if is_resuming:
         text += "resume_streams = true\n"
     text += '[cache]\nbackend = "memory"\n'
-    return text if redis_url is None else text + fleet_table(redis_url)
+    return text if redis_url is None else text + fleet_table(redis_url, {"key_prefix": key_prefix})
 
 
 @contextmanager
@@ -84,7 +89,15 @@ def cost_targets(workdir: Path) -> Iterator[tuple[dict[str, str], dict[str, str]
         for name, (url, limits, is_resuming) in plans.items():
             path = workdir / f"{name}.toml"
             path.write_text(
-                replica_config(sim.url, url, key_limits=limits, is_resuming=is_resuming)
+                # A prefix each: replicas asked the same prompt back to back must not
+                # coalesce with one another (one would follow another's finished flight).
+                replica_config(
+                    sim.url,
+                    url,
+                    key_limits=limits,
+                    is_resuming=is_resuming,
+                    key_prefix=f"hasten:{name}:",
+                )
             )
             args = ("--host", "127.0.0.1", "--config", str(path), "--log-level", "warning")
             replicas[name] = GatewayProcess(*args, env={KEY_ENV: KEY})

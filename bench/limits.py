@@ -43,6 +43,7 @@ from hasten.config.fleet import FleetConfig  # noqa: E402
 from hasten.fleet.link import FleetLink  # noqa: E402
 from hasten.limits.limiter import Limiter  # noqa: E402
 from hasten.limits.prices import ModelPrice  # noqa: E402
+from hasten.limits.shared import Settlement, SharedLedger  # noqa: E402
 from hasten.limits.spec import KeyLimits  # noqa: E402
 from hasten.server.connection import protocol_for  # noqa: E402
 from hasten.simulator import SimConfig, build_app  # noqa: E402
@@ -96,25 +97,39 @@ def _summary(values: list[float]) -> dict[str, float]:
 
 
 async def _limiter_calls(redis_url: str, num_calls: int) -> dict[str, float]:
-    """p50 of the limiter's own admit and settle, without HTTP around them."""
+    """p50 of one admission and one settlement without HTTP around them: in Redis (the
+    scripts' round trips: what a request without a ticket waits for, what a correction
+    costs off the path) and in the process."""
     link = FleetLink(FleetConfig(redis_url=redis_url))
-    limiters = {"redis": Limiter(link), "local": Limiter()}
+    shared = SharedLedger(link)
+    local = Limiter()
     result = {}
     try:
-        for name, limiter in limiters.items():
-            admit_ms, settle_ms = [], []
-            for i in range(num_calls):
-                started_s = time.perf_counter()
-                _, is_shared = await limiter.admit("bench-calls", LIMITS, f"r{i}", 20)
-                admitted_s = time.perf_counter()
-                await limiter.settle("bench-calls", LIMITS, f"r{i}", is_shared, 15, 1e-6)
-                settled_s = time.perf_counter()
-                admit_ms.append((admitted_s - started_s) * 1000.0)
-                settle_ms.append((settled_s - admitted_s) * 1000.0)
-            result[f"{name}_admit_ms"] = round(statistics.median(admit_ms), 4)
-            result[f"{name}_settle_ms"] = round(statistics.median(settle_ms), 4)
+        admit_ms, settle_ms, local_admit_ms, local_settle_ms = [], [], [], []
+        for i in range(num_calls):
+            started_s = time.perf_counter()
+            await shared.admit("bench-calls", LIMITS, f"r{i}", 20, 30_000.0)
+            admitted_s = time.perf_counter()
+            await shared.settle("bench-calls", LIMITS, f"r{i}", 15, 1e-6)
+            settled_s = time.perf_counter()
+            admission = await local.reserve("bench-calls", LIMITS, f"r{i}", 20)
+            local_s = time.perf_counter()
+            settlement = Settlement(f"r{i}", LIMITS, 15, 1e-6)
+            local.finish("bench-calls", LIMITS, admission, 20, settlement)
+            local_settled_s = time.perf_counter()
+            admit_ms.append((admitted_s - started_s) * 1000.0)
+            settle_ms.append((settled_s - admitted_s) * 1000.0)
+            local_admit_ms.append((local_s - settled_s) * 1000.0)
+            local_settle_ms.append((local_settled_s - local_s) * 1000.0)
+        for name, values in (
+            ("redis_admit_ms", admit_ms),
+            ("redis_settle_ms", settle_ms),
+            ("local_admit_ms", local_admit_ms),
+            ("local_settle_ms", local_settle_ms),
+        ):
+            result[name] = round(statistics.median(values), 4)
     finally:
-        await limiters["redis"].aclose()
+        await local.aclose()
         await link.aclose()
     return result
 

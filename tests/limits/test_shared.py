@@ -18,6 +18,7 @@ from hasten.app import HastenApp
 from hasten.config.fleet import FleetConfig
 from hasten.fleet.link import FleetLink
 from hasten.limits.limiter import Limiter
+from hasten.limits.shared import Settlement
 from hasten.limits.spec import KeyLimits
 from hasten.simulator import SimConfig, build_app
 from tests.limits.test_limiter import FREE_KEY, KEY, gateway_of, limited_config
@@ -207,13 +208,18 @@ def test_redis_lost_between_admit_and_settle_loses_only_the_correction() -> None
         limiter = Limiter(link)
         limits = KeyLimits(max_concurrent=1, tokens_per_minute=100)
         try:
-            verdict, is_shared, _ = await limiter.reserve("lost", limits, "r1", 10)
+            first = await limiter.reserve("lost", limits, "r1", 10)
             assert limiter.num_held_slots == 1
             server.__exit__(None, None, None)  # Redis goes away mid-request
-            await limiter.settle("lost", limits, "r1", is_shared, 5, 0.0)
-            after, is_after_shared, _ = await limiter.reserve("lost", limits, "r2", 10)
+            limiter.finish("lost", limits, first, 10, Settlement("r1", limits, 5, 0.0))
+            after = await limiter.reserve("lost", limits, "r2", 10)
             assert limiter.num_held_slots == 0  # nothing left to renew
-            return [verdict.is_allowed, is_shared, after.is_allowed, is_after_shared]
+            return [
+                first.verdict.is_allowed,
+                first.is_shared,
+                after.verdict.is_allowed,
+                after.is_shared,
+            ]
         finally:
             await limiter.aclose()
             await link.aclose()

@@ -1,4 +1,4 @@
-"""Pre-admitted requests for requests-only keys, against a real redis-server."""
+"""Pre-admitted requests and the bookkeeping round trips, against a real redis-server."""
 
 from __future__ import annotations
 
@@ -12,12 +12,18 @@ import redis.asyncio as aioredis
 
 from hasten.config.fleet import FleetConfig
 from hasten.fleet.link import FleetLink
-from hasten.limits.limiter import Limiter
+from hasten.limits.limiter import Admission, Limiter
+from hasten.limits.shared import FollowUp
 from hasten.limits.spec import KeyLimits
-from hasten.limits.tickets import MAX_TICKETS, TicketBook, is_pre_admissible
+from hasten.limits.tickets import MAX_TICKETS, TicketBook, num_tickets_for
 from tests.support.servers import redis_server
 
-RPM = KeyLimits(requests_per_minute=20)
+RPM = KeyLimits(requests_per_minute=20)  # one ticket a replica: 5% of 20
+BUSY = KeyLimits(requests_per_minute=1000)  # the most tickets
+
+
+def _answered(limiter: Limiter, key_id: str, limits: KeyLimits, admission: Admission) -> None:
+    limiter.finish(key_id, limits, admission, 0, None)
 
 
 @pytest.fixture(scope="module")
@@ -52,13 +58,18 @@ async def _settled(book: TicketBook, size: int) -> None:
     raise AssertionError(f"{len(book)} tickets held, expected {size}")
 
 
-def test_request_and_token_rates_are_pre_admitted_other_limits_not() -> None:
-    assert is_pre_admissible(RPM)
-    assert is_pre_admissible(KeyLimits(requests_per_minute=5, tokens_per_minute=100))
-    assert is_pre_admissible(KeyLimits(tokens_per_minute=100))
-    assert not is_pre_admissible(KeyLimits(requests_per_minute=5, max_concurrent=1))
-    assert not is_pre_admissible(KeyLimits(requests_per_minute=5, budget_usd=1.0))
-    assert not is_pre_admissible(KeyLimits())
+def test_idle_tickets_hold_back_at_most_a_twentieth_of_a_limit() -> None:
+    assert num_tickets_for(BUSY) == MAX_TICKETS
+    assert num_tickets_for(RPM) == 1  # at least one
+    assert num_tickets_for(KeyLimits(requests_per_minute=100)) == 5
+    assert num_tickets_for(KeyLimits(budget_usd=1.0)) == MAX_TICKETS
+    # An idle ticket's slot is one another replica cannot use: none below 20 at once.
+    assert num_tickets_for(KeyLimits(requests_per_minute=1000, max_concurrent=19)) == 0
+    assert num_tickets_for(KeyLimits(max_concurrent=40)) == 2
+    # Tokens: 5% of 4000 is one block of 200.
+    assert num_tickets_for(KeyLimits(tokens_per_minute=4000), 200) == 1
+    assert num_tickets_for(KeyLimits(tokens_per_minute=1_000_000), 200) == MAX_TICKETS
+    assert num_tickets_for(KeyLimits()) == 0
 
 
 async def test_the_next_request_takes_the_ticket_with_no_redis_call(
@@ -67,28 +78,35 @@ async def test_the_next_request_takes_the_ticket_with_no_redis_call(
     limiter, key_id = limiters[0], uuid.uuid4().hex
     assert limiter.shared is not None and limiter.tickets is not None
     calls: list[str] = []
-    admit = limiter.shared.admit
+    admit, follow_up = limiter.shared.admit, limiter.shared.follow_up
 
-    async def counted(*args: object, **kwargs: object) -> object:
+    async def counted_admit(*args: object, **kwargs: object) -> object:
         calls.append(str(args[2]))
         return await admit(*args, **kwargs)  # type: ignore[arg-type]
 
-    limiter.shared.admit = counted  # type: ignore[assignment,method-assign]
-    first, _, _ = await limiter.reserve(key_id, RPM, "r1", 0)
-    assert first.is_allowed and calls == ["r1"]
+    async def counted_follow_up(*args: object, **kwargs: object) -> object:
+        calls.append(f"follow-up {len(cast(FollowUp, args[2]).grants)}")
+        return await follow_up(*args, **kwargs)  # type: ignore[arg-type]
+
+    limiter.shared.admit = counted_admit  # type: ignore[assignment,method-assign]
+    limiter.shared.follow_up = counted_follow_up  # type: ignore[assignment,method-assign]
+    first = await limiter.reserve(key_id, BUSY, "r1", 0)
+    assert first.verdict.is_allowed and calls == ["r1"]
     await asyncio.sleep(0.05)
     assert len(calls) == 1  # nothing is asked while the request is being answered
-    limiter.follow_up(key_id, RPM)  # it was answered
+    _answered(limiter, key_id, BUSY, first)
     await _settled(limiter.tickets, MAX_TICKETS)
-    assert len(calls) == 1 + MAX_TICKETS
-    assert all(call.startswith("ticket-") for call in calls[1:])
-    second, is_shared, _ = await limiter.reserve(key_id, RPM, "r2", 0)
-    # Nothing ran between the call and here: the answer came from a ticket.
-    assert second.is_allowed and is_shared and len(calls) == 1 + MAX_TICKETS
-    assert limiter.tickets.num_taken == 1
-    limiter.follow_up(key_id, RPM)
-    await _settled(limiter.tickets, MAX_TICKETS)  # topped up, off the request path
-    assert len(calls) == 2 + MAX_TICKETS
+    assert calls == ["r1", f"follow-up {MAX_TICKETS}"]  # every ticket in one round trip
+    for i in range(MAX_TICKETS // 2):
+        admission = await limiter.reserve(key_id, BUSY, f"r{i + 2}", 0)
+        # Nothing ran between the call and here: the answer came from a ticket.
+        assert admission.verdict.is_allowed and admission.is_shared
+        assert admission.admission_id.startswith("t-")
+        _answered(limiter, key_id, BUSY, admission)
+    assert limiter.tickets.num_taken == MAX_TICKETS // 2
+    # Half used: topped up in one more round trip, off the request path.
+    await _settled(limiter.tickets, MAX_TICKETS)
+    assert calls == ["r1", f"follow-up {MAX_TICKETS}", f"follow-up {MAX_TICKETS // 2}"]
 
 
 async def test_three_replicas_admit_exactly_the_limit(limiters: list[Limiter]) -> None:
@@ -96,10 +114,10 @@ async def test_three_replicas_admit_exactly_the_limit(limiters: list[Limiter]) -
     verdicts = []
     for i in range(3 * 2 * RPM.requests_per_minute):  # type: ignore[operator]
         limiter = limiters[i % 3]
-        verdict, _, _ = await limiter.reserve(key_id, RPM, f"r{i}", 0)
-        verdicts.append(verdict.is_allowed)
-        if verdict.is_allowed:
-            limiter.follow_up(key_id, RPM)
+        admission = await limiter.reserve(key_id, RPM, f"r{i}", 0)
+        verdicts.append(admission.verdict.is_allowed)
+        if admission.verdict.is_allowed:
+            _answered(limiter, key_id, RPM, admission)
         await asyncio.sleep(0.005)  # lets the replicas' refills land, as real traffic does
     assert sum(verdicts) == RPM.requests_per_minute
     assert sum(limiter.tickets.num_taken for limiter in limiters if limiter.tickets is not None) > 0
@@ -117,15 +135,14 @@ async def test_a_used_ticket_is_counted_from_when_it_was_used(redis_url: str) ->
     )
     key_id = uuid.uuid4().hex
     try:
-        await limiter.reserve(key_id, RPM, "r1", 0)
-        limiter.follow_up(key_id, RPM)
+        _answered(limiter, key_id, RPM, await limiter.reserve(key_id, RPM, "r1", 0))
         await _settled(limiter.tickets, 1)
         granted = {k: v for k, v in (await _window(limiter, key_id)).items() if k != "r1"}
         ((ticket_id, granted_ms),) = granted.items()
         clock[0] += 1.0  # the ticket waited a second for its request
-        await limiter.reserve(key_id, RPM, "r2", 0)  # takes the ticket at clock 1001
+        second = await limiter.reserve(key_id, RPM, "r2", 0)  # takes the ticket at 1001
         clock[0] += 5.0  # answered 5 s later (a long stream): counted from when it began
-        limiter.follow_up(key_id, RPM)
+        _answered(limiter, key_id, RPM, second)
         for _ in range(200):
             used_ms = (await _window(limiter, key_id))[ticket_id]
             if used_ms != granted_ms:
@@ -145,22 +162,21 @@ async def test_a_ticket_used_at_once_is_not_re_dated(redis_url: str) -> None:
     clock = [1000.0]
     limiter.tickets = TicketBook(limiter.shared, max_tickets=1, clock_s=lambda: clock[0])
     redated: list[str] = []
-    redate = limiter.shared.redate
+    follow_up = limiter.shared.follow_up
 
-    async def counted(key: str, ticket_id: str, ago_ms: float) -> None:
-        redated.append(ticket_id)
-        await redate(key, ticket_id, ago_ms)
+    async def counted(*args: object, **kwargs: object) -> object:
+        redated.extend(member for member, _ in cast(FollowUp, args[2]).redates)
+        return await follow_up(*args, **kwargs)  # type: ignore[arg-type]
 
-    limiter.shared.redate = counted  # type: ignore[method-assign,assignment]
+    limiter.shared.follow_up = counted  # type: ignore[method-assign,assignment]
     key_id = uuid.uuid4().hex
     try:
-        await limiter.reserve(key_id, RPM, "r1", 0)
-        limiter.follow_up(key_id, RPM)
+        _answered(limiter, key_id, RPM, await limiter.reserve(key_id, RPM, "r1", 0))
         await _settled(limiter.tickets, 1)
-        await limiter.reserve(key_id, RPM, "r2", 0)  # the same instant as its grant
-        limiter.follow_up(key_id, RPM)
+        second = await limiter.reserve(key_id, RPM, "r2", 0)  # the same instant as its grant
+        _answered(limiter, key_id, RPM, second)
         await _settled(limiter.tickets, 1)
-        assert redated == []  # a Redis call saved: counted at most 50 ms early
+        assert redated == []  # a Redis command saved: counted at most 50 ms early
     finally:
         await limiter.aclose()
         await link.aclose()
@@ -173,8 +189,7 @@ async def test_an_unused_ticket_is_given_back(redis_url: str) -> None:
     limiter.tickets = TicketBook(limiter.shared, ttl_s=0.1, max_tickets=1)
     key_id = uuid.uuid4().hex
     try:
-        await limiter.reserve(key_id, RPM, "r1", 0)
-        limiter.follow_up(key_id, RPM)
+        _answered(limiter, key_id, RPM, await limiter.reserve(key_id, RPM, "r1", 0))
         await _settled(limiter.tickets, 1)
         assert len(await _window(limiter, key_id)) == 2
         await _settled(limiter.tickets, 0)
@@ -193,8 +208,7 @@ async def test_a_stopping_replica_gives_its_tickets_back(redis_url: str) -> None
     limiter = Limiter(link)
     assert limiter.tickets is not None
     key_id = uuid.uuid4().hex
-    await limiter.reserve(key_id, RPM, "r1", 0)
-    limiter.follow_up(key_id, RPM)
+    _answered(limiter, key_id, BUSY, await limiter.reserve(key_id, BUSY, "r1", 0))
     await _settled(limiter.tickets, MAX_TICKETS)
     await limiter.aclose()
     probe = aioredis.Redis.from_url(redis_url)
@@ -213,10 +227,10 @@ async def test_token_tickets_never_admit_more_tokens_than_the_limit(
     admitted = 0
     for i in range(90):
         limiter = limiters[i % 3]
-        verdict, _, _ = await limiter.reserve(key_id, limits, f"r{i}", 100)
-        if verdict.is_allowed:
+        admission = await limiter.reserve(key_id, limits, f"r{i}", 100)
+        if admission.verdict.is_allowed:
             admitted += 1
-            limiter.follow_up(key_id, limits, 100)
+            limiter.finish(key_id, limits, admission, 100, None)
         await asyncio.sleep(0.005)
     # Each admitted request reserved at least its 100 (a ticket reserves 200): never over.
     assert 0 < admitted <= 40
@@ -227,12 +241,11 @@ async def test_an_unused_token_ticket_gives_its_tokens_back(redis_url: str) -> N
     link = FleetLink(FleetConfig(redis_url=redis_url))
     limiter = Limiter(link)
     assert limiter.shared is not None
-    limiter.tickets = TicketBook(limiter.shared, ttl_s=0.1, max_tickets=1)
+    limiter.tickets = TicketBook(limiter.shared, ttl_s=0.1, max_tickets=1, settle_delay_s=0.0)
     key_id = uuid.uuid4().hex
     limits = KeyLimits(tokens_per_minute=10_000)
     try:
-        await limiter.reserve(key_id, limits, "r1", 100)
-        limiter.follow_up(key_id, limits, 100)
+        limiter.finish(key_id, limits, await limiter.reserve(key_id, limits, "r1", 100), 100, None)
         await _settled(limiter.tickets, 1)  # a ticket holding 200 tokens
         await _settled(limiter.tickets, 0)  # expired, given back
         await asyncio.sleep(0.1)

@@ -31,6 +31,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -39,9 +40,9 @@ from hasten.limits import ledger
 from hasten.limits.estimate import estimate_prompt_tokens
 from hasten.limits.headers import denial, rate_headers
 from hasten.limits.prices import ModelPrice, price_of
-from hasten.limits.shared import SharedLedger
+from hasten.limits.shared import Settlement, SharedLedger
 from hasten.limits.spec import KeyLimits
-from hasten.limits.tickets import TicketBook, is_pre_admissible
+from hasten.limits.tickets import TicketBook
 from hasten.metrics.usage import usage_tokens
 
 if TYPE_CHECKING:
@@ -55,6 +56,19 @@ SLOT_LEASE_S = 30.0
 _UNLIMITED: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """How a request was admitted: the verdict; whether in Redis (True) or on this replica;
+    the tokens reserved for it (its estimate, or the block of the ticket it took: what its
+    usage is corrected against); and the id of its window entry and slot (its own, or its
+    ticket's)."""
+
+    verdict: ledger.Verdict
+    is_shared: bool
+    num_tokens: int
+    admission_id: str
+
+
 class Limiter:
     """Every key's counts: in Redis with a fleet, else (and while Redis is away) here."""
 
@@ -66,16 +80,19 @@ class Limiter:
         slot_lease_s: float = SLOT_LEASE_S,
         clock_s: Callable[[], float] = time.time,
     ) -> None:
-        self.shared = None if fleet is None else SharedLedger(fleet)
-        # Requests-only keys are admitted from a pre-admitted ticket (hasten.limits.tickets).
-        self.tickets = None if self.shared is None else TicketBook(self.shared)
-        self.prices: Mapping[str, ModelPrice] = prices or {}
         self.slot_lease_ms = slot_lease_s * 1000.0
+        self.shared = None if fleet is None else SharedLedger(fleet)
+        # Pre-admitted tickets, and each key's bookkeeping off the request path.
+        self.tickets = (
+            None
+            if self.shared is None
+            else TicketBook(self.shared, slot_lease_ms=self.slot_lease_ms)
+        )
+        self.prices: Mapping[str, ModelPrice] = prices or {}
         self._clock_s = clock_s
         self._ledgers: dict[str, ledger.KeyLedger] = {}
         self._held: dict[str, str] = {}  # request id -> key id: slots held in Redis
         self._renewer: asyncio.Task[None] | None = None
-        self._settling: set[asyncio.Task[None]] = set()
         self.num_local_admissions = 0  # counted on this replica only (no fleet, Redis away)
 
     @property
@@ -93,16 +110,16 @@ class Limiter:
 
     async def reserve(
         self, key_id: str, limits: KeyLimits, request_id: str, num_tokens: int
-    ) -> tuple[ledger.Verdict, bool, int]:
-        """The verdict; whether it was taken in Redis (True) or on this replica; and the
-        tokens reserved for the request: its estimate, or the tokens of the pre-admitted
-        ticket it took (what its usage is corrected against)."""
-        shared = self.shared
-        if shared is not None and shared.link.is_up:
-            if self.tickets is not None and is_pre_admissible(limits):
-                ticket = self.tickets.take(key_id, limits, num_tokens)
-                if ticket is not None:
-                    return ticket.verdict, True, ticket.num_tokens
+    ) -> Admission:
+        """Admits a request: from a pre-admitted ticket, else in Redis, else (no fleet, or
+        Redis away) on this replica."""
+        shared, tickets = self.shared, self.tickets
+        if shared is not None and tickets is not None and shared.link.is_up:
+            ticket = tickets.take(key_id, limits, num_tokens)
+            if ticket is not None:
+                if limits.max_concurrent is not None:
+                    self._hold(key_id, ticket.ticket_id)  # its slot is now this request's
+                return Admission(ticket.verdict, True, ticket.num_tokens, ticket.ticket_id)
             try:
                 verdict = await shared.admit(
                     key_id, limits, request_id, num_tokens, self.slot_lease_ms
@@ -112,44 +129,44 @@ class Limiter:
             else:
                 if verdict.is_allowed and limits.max_concurrent is not None:
                     self._hold(key_id, request_id)
-                return verdict, True, num_tokens
+                return Admission(verdict, True, num_tokens, request_id)
         self.num_local_admissions += 1
         book = self._ledgers.get(key_id)
         if book is None:
             book = self._ledgers[key_id] = ledger.KeyLedger()
         # A local slot needs no lease: it cannot outlive this process.
         verdict = ledger.admit(book, limits, self._now_ms(), request_id, num_tokens, math.inf)
-        return verdict, False, num_tokens
+        return Admission(verdict, False, num_tokens, request_id)
 
-    async def settle(
+    def finish(
         self,
         key_id: str,
         limits: KeyLimits,
-        request_id: str,
-        is_shared: bool,
-        token_delta: int,
-        cost_usd: float,
+        admission: Admission,
+        estimate: int,
+        settlement: Settlement | None,
     ) -> None:
-        if not is_shared:
-            book = self._ledgers[key_id]
-            ledger.settle(book, limits, self._now_ms(), request_id, token_delta, cost_usd)
+        """After an admitted request was answered (``limits``: what it was admitted under;
+        ``estimate``: its prompt estimate): frees its slot, corrects its tokens and charges
+        its cost (``settlement``; None when there is nothing to correct). On this replica at
+        once; in Redis in the key's next round trip (``hasten.limits.tickets``), which also
+        tops the key's tickets up."""
+        if not admission.is_shared:
+            if settlement is not None:
+                book = self._ledgers[key_id]
+                ledger.settle(
+                    book,
+                    limits,
+                    self._now_ms(),
+                    settlement.request_id,
+                    settlement.token_delta,
+                    settlement.cost_usd,
+                )
             return
-        self._held.pop(request_id, None)
-        assert self.shared is not None
-        # Redis away: the slot lapses with its lease; this request's correction is lost.
-        with contextlib.suppress(FleetUnavailable):
-            await self.shared.settle(key_id, limits, request_id, token_delta, cost_usd)
-
-    def follow_up(self, key_id: str, limits: KeyLimits, num_tokens: int = 0) -> None:
-        """After a request was answered (its prompt estimate ``num_tokens``): its ticket's
-        bookkeeping and the next tickets."""
-        if self.tickets is not None and is_pre_admissible(limits):
-            self.tickets.follow_up(key_id, limits, num_tokens)
-
-    def settle_soon(self, settling: asyncio.Task[None]) -> None:
-        """Keeps a settling task alive until it is done (a cancelled request's too)."""
-        self._settling.add(settling)
-        settling.add_done_callback(self._settling.discard)
+        self._held.pop(admission.admission_id, None)
+        # Redis away by then: the slot lapses with its lease; the correction is lost.
+        assert self.tickets is not None
+        self.tickets.follow_up(key_id, limits, estimate, settlement)
 
     async def aclose(self) -> None:
         if self.tickets is not None:
@@ -158,8 +175,6 @@ class Limiter:
             self._renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._renewer
-        if self._settling:
-            await asyncio.wait(self._settling, timeout=1.0)
 
     def _hold(self, key_id: str, request_id: str) -> None:
         self._held[request_id] = key_id
@@ -183,26 +198,23 @@ class Enforcement:
     """One limited request: admitted once the path knows hit from miss, settled on exit."""
 
     __slots__ = (
+        "_admission",
         "_admitted_limits",
         "_estimate",
         "_headers",
-        "_is_admitted",
         "_is_hit",
-        "_is_shared",
         "_key_id",
         "_limiter",
         "_limits",
-        "_num_tokens",
         "_request",
         "_tap",
     )
 
     def __init__(self, limiter: Limiter, request: Exchange, key_id: str, limits: KeyLimits) -> None:
         self._limiter, self._request, self._key_id, self._limits = limiter, request, key_id, limits
-        self._num_tokens = 0  # reserved: the estimate, or a ticket's tokens
         self._estimate = 0
-        self._is_shared = False
-        self._is_admitted = self._is_hit = False
+        self._admission: Admission | None = None
+        self._is_hit = False
         self._admitted_limits = limits  # what admit() counted: a hit, its request rate only
         self._headers: dict[str, str] = {}
         self._tap: _Tap | None = None
@@ -216,8 +228,8 @@ class Enforcement:
         """Admits the request (a 429 when a limit says no) before any byte is answered.
 
         A cache hit counts against the request rate only: it holds no upstream capacity and
-        spends no tokens or money, so it takes no slot, reserves no tokens and is admitted
-        from a pre-admitted ticket when one is at hand (``hasten.limits.tickets``).
+        spends no tokens or money, so it takes no slot and reserves no tokens. Either is
+        admitted from a pre-admitted ticket when one is at hand (``hasten.limits.tickets``).
         """
         limits, request = self._limits, self._request
         if is_hit:
@@ -226,16 +238,14 @@ class Enforcement:
                 return  # nothing a hit spends is limited for this key
             limits = KeyLimits(requests_per_minute=limits.requests_per_minute)
         elif limits.tokens_per_minute is not None or limits.budget_usd is not None:
-            self._num_tokens = estimate_prompt_tokens(request.raw_body)
-        self._estimate = self._num_tokens
-        verdict, self._is_shared, self._num_tokens = await self._limiter.reserve(
-            self._key_id, limits, request.request_id, self._num_tokens
+            self._estimate = estimate_prompt_tokens(request.raw_body)
+        admission = await self._limiter.reserve(
+            self._key_id, limits, request.request_id, self._estimate
         )
-        if not verdict.is_allowed:
-            raise denial(limits, verdict, self._num_tokens)
-        self._is_hit, self._is_admitted = is_hit, True
-        self._admitted_limits = limits
-        self._headers = rate_headers(limits, verdict)
+        if not admission.verdict.is_allowed:
+            raise denial(limits, admission.verdict, admission.num_tokens)
+        self._is_hit, self._admission, self._admitted_limits = is_hit, admission, limits
+        self._headers = rate_headers(limits, admission.verdict)
         tap = self._tap = _Tap(request.send, self._headers)
         request.send = tap.send
 
@@ -247,39 +257,33 @@ class Enforcement:
     ) -> None:
         if isinstance(exc, HastenError):
             exc.headers.update(self._headers)  # the app renders it: the same rate headers
-        if self._is_admitted and self._is_shared:
-            # Now that it is answered: its ticket's bookkeeping, the next tickets.
-            self._limiter.follow_up(self._key_id, self._admitted_limits, self._estimate)
-        if not self._is_admitted or self._is_hit:
-            return  # never counted, or a hit: no slot held, no tokens reserved
-        token_delta, cost_usd = self._spent()
+        admission = self._admission
+        if admission is None:
+            return  # never counted
+        # No await from here on: a second cancellation cannot lose the release, and the
+        # Redis side is one round trip after the answer (``hasten.limits.tickets``).
+        settlement = None if self._is_hit else self._settlement(admission)
+        self._limiter.finish(
+            self._key_id, self._admitted_limits, admission, self._estimate, settlement
+        )
+
+    def _settlement(self, admission: Admission) -> Settlement | None:
+        """The finished miss's correction; None when there is nothing to correct or free."""
         limits = self._limits
+        token_delta, cost_usd = self._spent(admission.num_tokens)
         if (
             limits.max_concurrent is None
             and (limits.tokens_per_minute is None or token_delta == 0)
             and (limits.budget_usd is None or cost_usd <= 0.0)
         ):
-            return  # nothing to release or correct: a requests-only key's one call is its admit
-        settling = self._limiter.settle(
-            self._key_id,
-            self._limits,
-            self._request.request_id,
-            self._is_shared,
-            token_delta,
-            cost_usd,
-        )
-        if not self._is_shared:
-            await settling  # in memory: nothing to wait for
-            return
-        task = asyncio.ensure_future(settling)
-        self._limiter.settle_soon(task)
-        await asyncio.shield(task)  # a second cancellation cannot lose the release
+            return None
+        return Settlement(admission.admission_id, limits, token_delta, cost_usd)
 
-    def _spent(self) -> tuple[int, float]:
+    def _spent(self, num_reserved: int) -> tuple[int, float]:
         """(tokens used minus those reserved, USD) of the finished request."""
         request = self._request
         if not request.is_upstream_call:
-            return -self._num_tokens, 0.0  # a hit, a follower: nothing spent upstream
+            return -num_reserved, 0.0  # a hit, a follower: nothing spent upstream
         tail = request.usage_tail
         if tail is None:
             tail = b"" if self._tap is None else self._tap.prev + self._tap.tail
@@ -294,7 +298,7 @@ class Enforcement:
                 self._limiter.prices, model.requested, model.name, model.upstream_model
             )
             cost_usd = 0.0 if price is None else price.cost_usd(num_in, num_out)
-        return num_in + num_out - self._num_tokens, cost_usd
+        return num_in + num_out - num_reserved, cost_usd
 
 
 class _Tap:

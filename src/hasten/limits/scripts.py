@@ -170,3 +170,8 @@ REDATE = (
 return redis.call('ZADD', KEYS[1], 'XX', 'CH', num(now - tonumber(ARGV[3])), ARGV[2])
 """
 )
+
+# KEYS: requests (zset); ARGV: the members of pre-admitted requests that never ran.
+FORGET = """
+return redis.call('ZREM', KEYS[1], unpack(ARGV))
+"""

@@ -8,14 +8,50 @@ A failure marks Redis away (``FleetLink`` logs the one warning of an outage) and
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from hasten.fleet.link import FleetLink
+from hasten.fleet.resp import LuaScript, ScriptRun
 from hasten.limits.ledger import Verdict
-from hasten.limits.scripts import ADMIT, REDATE, RENEW, SETTLE
+from hasten.limits.scripts import ADMIT, FORGET, REDATE, RENEW, SETTLE
 from hasten.limits.spec import KeyLimits
 
+_ADMIT, _SETTLE, _RENEW = LuaScript(ADMIT), LuaScript(SETTLE), LuaScript(RENEW)
+_REDATE, _FORGET = LuaScript(REDATE), LuaScript(FORGET)
 REDIS_CLOCK = -1.0  # ``now_ms`` for "Redis's own TIME"
 _NONE = "-1"
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """A finished request's correction: its usage minus what it reserved, its cost, and
+    its slot (``request_id``: the request's own, or the ticket's it was admitted from)."""
+
+    request_id: str
+    limits: KeyLimits
+    token_delta: int
+    cost_usd: float
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """A request to admit ahead of time (a ticket): its id and the tokens it reserves."""
+
+    request_id: str
+    num_tokens: int
+
+
+@dataclass(slots=True)
+class FollowUp:
+    """One key's bookkeeping after its requests, sent to Redis in one round trip."""
+
+    settlements: list[Settlement]
+    redates: list[tuple[str, float]]  # (window member, ago_ms)
+    forgets: list[str]  # window members of requests that never ran
+    grants: list[Grant]
+
+    def __bool__(self) -> bool:
+        return bool(self.settlements or self.redates or self.forgets or self.grants)
 
 
 class SharedLedger:
@@ -23,10 +59,6 @@ class SharedLedger:
 
     def __init__(self, link: FleetLink) -> None:
         self.link = link
-        self._admit = link.client.register_script(ADMIT)
-        self._settle = link.client.register_script(SETTLE)
-        self._renew = link.client.register_script(RENEW)
-        self._redate = link.client.register_script(REDATE)
 
     def keys(self, key_id: str) -> tuple[str, str, str, str]:
         """(requests, tokens, slots, budget); the hash tag keeps one key's on one shard."""
@@ -44,33 +76,9 @@ class SharedLedger:
         slot_lease_ms: float,
         now_ms: float = REDIS_CLOCK,
     ) -> Verdict:
-        args = [
-            repr(now_ms),
-            request_id,
-            _limit(limits.requests_per_minute),
-            _limit(limits.tokens_per_minute),
-            str(num_tokens),
-            _limit(limits.max_concurrent),
-            repr(slot_lease_ms),
-            _NONE if limits.budget_usd is None else repr(float(limits.budget_usd)),
-            repr(limits.budget_period_s * 1000.0),
-        ]
-        keys = self.keys(key_id)
-        reply = await self.link.run(
-            "limits.admit", lambda r: self._admit(keys=keys, args=args, client=r)
-        )
-        denied_by, retry, req_left, req_reset, tok_left, tok_reset = (
-            v.decode() if isinstance(v, bytes) else str(v) for v in reply
-        )
-        return Verdict(
-            not denied_by,
-            denied_by or None,
-            float(retry),
-            int(float(req_left)),
-            float(req_reset),
-            int(float(tok_left)),
-            float(tok_reset),
-        )
+        args = _admit_args(limits, request_id, num_tokens, slot_lease_ms, now_ms)
+        (reply,) = await self.link.scripts("limits.admit", [(_ADMIT, self.keys(key_id), args)])
+        return _verdict(reply)
 
     async def settle(
         self,
@@ -81,20 +89,8 @@ class SharedLedger:
         cost_usd: float,
         now_ms: float = REDIS_CLOCK,
     ) -> None:
-        _, tokens, slots, budget = self.keys(key_id)
-        args = [
-            repr(now_ms),
-            request_id,
-            _limit(limits.tokens_per_minute),
-            str(token_delta),
-            _NONE if limits.budget_usd is None else repr(float(limits.budget_usd)),
-            repr(limits.budget_period_s * 1000.0),
-            repr(float(cost_usd)),
-        ]
-        await self.link.run(
-            "limits.settle",
-            lambda r: self._settle(keys=[tokens, slots, budget], args=args, client=r),
-        )
+        settlement = Settlement(request_id, limits, token_delta, cost_usd)
+        await self.link.scripts("limits.settle", [self._settle_run(key_id, settlement, now_ms)])
 
     async def renew(
         self,
@@ -107,21 +103,94 @@ class SharedLedger:
             return
         keys = [self.keys(key_id)[2] for key_id, _ in held]
         args = [repr(now_ms), repr(slot_lease_ms), *(request for _, request in held)]
-        await self.link.run("limits.renew", lambda r: self._renew(keys=keys, args=args, client=r))
+        await self.link.scripts("limits.renew", [(_RENEW, keys, args)])
 
     async def redate(
         self, key_id: str, request_id: str, ago_ms: float, now_ms: float = REDIS_CLOCK
     ) -> None:
         """Moves an admitted request's time in the request window to ``ago_ms`` before now
         (if it is still there)."""
-        keys = [self.keys(key_id)[0]]
-        args = [repr(now_ms), request_id, repr(max(0.0, ago_ms))]
-        await self.link.run("limits.redate", lambda r: self._redate(keys=keys, args=args, client=r))
+        await self.link.scripts(
+            "limits.redate", [self._redate_run(key_id, request_id, ago_ms, now_ms)]
+        )
 
     async def forget(self, key_id: str, request_id: str) -> None:
         """Takes an admitted request that never ran out of the request window."""
-        key = self.keys(key_id)[0]
-        await self.link.run("limits.forget", lambda r: r.zrem(key, request_id))
+        await self.link.scripts("limits.forget", [(_FORGET, [self.keys(key_id)[0]], [request_id])])
+
+    async def follow_up(
+        self,
+        key_id: str,
+        limits: KeyLimits,
+        work: FollowUp,
+        slot_lease_ms: float,
+        now_ms: float = REDIS_CLOCK,
+    ) -> list[Verdict]:
+        """Settles, re-dates and forgets, then admits ``work.grants`` under ``limits``: one
+        pipelined round trip; the grants' verdicts in order."""
+        keys = self.keys(key_id)
+        runs: list[ScriptRun] = [self._settle_run(key_id, s, now_ms) for s in work.settlements]
+        runs += [self._redate_run(key_id, member, ago, now_ms) for member, ago in work.redates]
+        if work.forgets:
+            runs.append((_FORGET, [keys[0]], work.forgets))
+        num_before = len(runs)
+        for grant in work.grants:
+            args = _admit_args(limits, grant.request_id, grant.num_tokens, slot_lease_ms, now_ms)
+            runs.append((_ADMIT, keys, args))
+        replies = await self.link.scripts("limits.follow_up", runs)
+        return [_verdict(reply) for reply in replies[num_before:]]
+
+    def _settle_run(self, key_id: str, settlement: Settlement, now_ms: float) -> ScriptRun:
+        _, tokens, slots, budget = self.keys(key_id)
+        return (_SETTLE, [tokens, slots, budget], _settle_args(settlement, now_ms))
+
+    def _redate_run(self, key_id: str, member: str, ago_ms: float, now_ms: float) -> ScriptRun:
+        args = [repr(now_ms), member, repr(max(0.0, ago_ms))]
+        return (_REDATE, [self.keys(key_id)[0]], args)
+
+
+def _admit_args(
+    limits: KeyLimits, request_id: str, num_tokens: int, slot_lease_ms: float, now_ms: float
+) -> list[str]:
+    return [
+        repr(now_ms),
+        request_id,
+        _limit(limits.requests_per_minute),
+        _limit(limits.tokens_per_minute),
+        str(num_tokens),
+        _limit(limits.max_concurrent),
+        repr(slot_lease_ms),
+        _NONE if limits.budget_usd is None else repr(float(limits.budget_usd)),
+        repr(limits.budget_period_s * 1000.0),
+    ]
+
+
+def _settle_args(settlement: Settlement, now_ms: float) -> list[str]:
+    limits = settlement.limits
+    return [
+        repr(now_ms),
+        settlement.request_id,
+        _limit(limits.tokens_per_minute),
+        str(settlement.token_delta),
+        _NONE if limits.budget_usd is None else repr(float(limits.budget_usd)),
+        repr(limits.budget_period_s * 1000.0),
+        repr(float(settlement.cost_usd)),
+    ]
+
+
+def _verdict(reply: Sequence[bytes | str]) -> Verdict:
+    denied_by, retry, req_left, req_reset, tok_left, tok_reset = (
+        v.decode() if isinstance(v, bytes) else str(v) for v in reply
+    )
+    return Verdict(
+        not denied_by,
+        denied_by or None,
+        float(retry),
+        int(float(req_left)),
+        float(req_reset),
+        int(float(tok_left)),
+        float(tok_reset),
+    )
 
 
 def _limit(value: int | None) -> str:

@@ -1,78 +1,110 @@
-"""Pre-admitted requests: a key limited in requests and tokens per minute is admitted with
-no Redis round trip on the request path.
+"""Pre-admitted requests, and each key's bookkeeping in one Redis round trip off the
+request path.
 
-A replica keeps up to ``MAX_TICKETS`` *tickets* per such key: requests already admitted
-in Redis (granted by the same atomic script as any request: a member of the key's request
-window, and for a token limit a block of tokens reserved in its bucket) that no request has
-used yet; more than one, so that a client sending requests back to back (faster than a
-Redis round trip refills one) still finds one. The next request of that key on this
-replica takes one at once, if its prompt estimate fits the ticket's tokens; the request's
-correction from usage is then counted against the ticket's whole block, as it would be
-against its own reservation. Once the request is answered (so the work never competes with
-it), the key's tickets are topped up, and a ticket that waited more than
-``REDATE_AFTER_S`` is re-dated to the time it was used, so the window counts the request
-when it happened (give or take those 50 ms).
+A replica keeps up to ``MAX_TICKETS`` *tickets* per limited key: requests already admitted
+in Redis by the same atomic script as any request (a member of the key's request window, a
+block of tokens reserved in its bucket, a concurrency slot held, the budget checked) that no
+request has used yet; more than one, so that a client sending requests back to back
+(faster than a Redis round trip refills one) still finds one. The next request of that key
+on this replica takes one at once, if its prompt estimate fits the ticket's tokens: no
+Redis call before it is answered.
 
-The fleet therefore never admits more than a limit: every ticket is a request and tokens
-Redis counted. A ticket nobody takes within ``TICKET_TTL_S`` is given back (removed from
-the window, its tokens refunded), so an idle replica holds back at most ``MAX_TICKETS``
-requests and blocks of its key, for at most that long.
+Everything else is done after the request was answered (so the work never competes with
+it), for one key in one pipelined round trip (``SharedLedger.follow_up``), one at a time per
+key: while one is in flight, what the next requests finish waits and goes in the next:
+- each finished request's correction: its usage minus the tokens it reserved (a ticket's
+  whole block), its cost, its slot freed;
+- a ticket that waited more than ``REDATE_AFTER_S`` before it was used is re-dated to the
+  time it was used, so the window counts the request when it happened (give or take 50 ms);
+- the key's tickets topped up.
+A finished request's correction therefore reaches Redis one round trip (or two, under load)
+after its answer did, not before it.
 
-Keys with a concurrency or spend limit are not pre-admitted: those need the request's own
-slot or price, so they keep their one round trip per request.
+The fleet never admits more than a limit: every ticket is a request, tokens and a slot Redis
+counted. A ticket nobody takes within ``TICKET_TTL_S`` is given back (its window entry
+removed, its tokens refunded, its slot freed), so an idle replica holds back at most
+``MAX_TICKETS`` requests and blocks of a key, for at most that long. What is held back
+matters for a concurrency limit (an idle ticket's slot is one another replica cannot use):
+a key gets concurrency tickets only as far as ``MAX_TICKET_SHARE`` of its limit allows (none
+below 20 concurrent requests: such a key is admitted with a round trip per request). A
+budget is only checked on admission, so a ticket lets at most one request more per ticket
+through once the budget was spent (the overspend bound of docs/limits.md).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import itertools
+import secrets
 import time
-import uuid
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hasten.errors import FleetUnavailable
 from hasten.limits.ledger import Verdict
-from hasten.limits.shared import SharedLedger
+from hasten.limits.shared import FollowUp, Grant, Settlement, SharedLedger
 from hasten.limits.spec import KeyLimits
 
 TICKET_TTL_S = 1.0
-MAX_TICKETS = 2
+MAX_TICKETS = 8  # refilled in one round trip once half are used
 # A ticket used this soon after Redis granted it is left at its grant time: the window then
-# counts that request at most this much early, and a client sending back to back saves a
-# Redis call per request.
+# counts that request at most this much early, and saves a Redis command per request.
 REDATE_AFTER_S = 0.05
+# Corrections that free nothing (tokens, spend, re-dates) wait at most this long for the
+# key's next round trip: under load one carries many, and a key that still holds tickets
+# makes no round trip per request.
+SETTLE_DELAY_S = 0.1
 # A ticket's tokens: twice the key's last prompt estimate, at least this, and at most this
-# share of the key's tokens per minute (so replicas holding tickets hold back little).
+# share of the key's tokens per minute; a replica's idle tickets hold back at most this
+# share of any limit (at least one ticket, except of concurrency: none below 20 at once).
 MIN_TICKET_TOKENS = 64
 MAX_TICKET_SHARE = 0.05
 _CLOSE_TIMEOUT_S = 1.0
 
-# Tickets are kept per key and per kind: a hit's carry no tokens, a miss's do.
-Slot = tuple[str, bool]
+# Tickets are kept per key and per limits: a hit's (its request rate only) carry no tokens
+# or slot, and a key whose limits were changed stops using those granted under the old.
+Slot = tuple[str, KeyLimits]
 
 
-def is_pre_admissible(limits: KeyLimits) -> bool:
-    """True for a key limited only in requests and/or tokens per minute."""
-    return (
-        (limits.requests_per_minute is not None or limits.tokens_per_minute is not None)
-        and limits.max_concurrent is None
-        and limits.budget_usd is None
-    )
+def num_tickets_for(limits: KeyLimits, num_tokens: int = 0, max_tickets: int = MAX_TICKETS) -> int:
+    """How many tickets a replica keeps for a key with these limits, each reserving
+    ``num_tokens`` (0: none, the key is admitted in Redis request by request)."""
+    if limits.is_unlimited:
+        return 0
+    num = max_tickets
+    if limits.max_concurrent is not None:
+        num = min(num, int(limits.max_concurrent * MAX_TICKET_SHARE))
+    if limits.requests_per_minute is not None:
+        num = min(num, max(1, int(limits.requests_per_minute * MAX_TICKET_SHARE)))
+    if limits.tokens_per_minute is not None and num_tokens:
+        held = int(limits.tokens_per_minute * MAX_TICKET_SHARE) // num_tokens
+        num = min(num, max(1, held))
+    return num
 
 
 @dataclass(frozen=True, slots=True)
 class Ticket:
-    ticket_id: str
+    ticket_id: str  # its request-window member and slot
     verdict: Verdict  # what Redis said when it admitted the ticket
     granted_s: float
     num_tokens: int  # reserved in the key's token bucket (0 without a token limit)
     limits: KeyLimits  # what it was granted under: what giving it back corrects
 
 
+@dataclass(slots=True)
+class _Pending:
+    """What a slot's next round trip sends."""
+
+    settlements: list[Settlement] = field(default_factory=list)
+    redates: list[tuple[str, float]] = field(default_factory=list)  # (ticket id, used at)
+    forgets: list[str] = field(default_factory=list)
+    is_refill: bool = False  # a request was answered: top the tickets up
+
+
 class TicketBook:
-    """This replica's unused tickets per pre-admissible key (oldest first)."""
+    """This replica's unused tickets per limited key (oldest first), and the bookkeeping
+    waiting for each key's next round trip."""
 
     def __init__(
         self,
@@ -80,18 +112,27 @@ class TicketBook:
         *,
         ttl_s: float = TICKET_TTL_S,
         max_tickets: int = MAX_TICKETS,
+        settle_delay_s: float = SETTLE_DELAY_S,
+        slot_lease_ms: float = 30_000.0,
         clock_s: Callable[[], float] = time.monotonic,
     ) -> None:
         self._shared = shared
         self._ttl_s = ttl_s
         self._max_tickets = max_tickets
+        self._settle_delay_s = settle_delay_s
+        self._slot_lease_ms = slot_lease_ms
         self._clock_s = clock_s
         self._tickets: dict[Slot, list[Ticket]] = {}
-        self._used: dict[Slot, list[tuple[str, float]]] = {}  # (ticket id, used at)
+        self._pending: dict[Slot, _Pending] = {}
         self._sizes: dict[Slot, int] = {}  # the tokens the next ticket reserves
-        self._refilling: set[Slot] = set()
+        self._flushing: set[Slot] = set()
+        self._delayed: dict[Slot, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # Ticket ids: unique in a key's window across replicas and restarts, cheaply.
+        self._id_prefix = "t-" + secrets.token_hex(8) + "-"
+        self._id_counter = itertools.count()
         self.num_taken = 0
+        self.num_round_trips = 0
 
     def __len__(self) -> int:
         return sum(len(tickets) for tickets in self._tickets.values())
@@ -99,96 +140,154 @@ class TicketBook:
     def take(self, key_id: str, limits: KeyLimits, num_tokens: int = 0) -> Ticket | None:
         """A ticket for the caller's request (its estimate ``num_tokens`` fits it); None if
         there is no fresh one (then the request is admitted in Redis as usual)."""
-        slot = _slot(key_id, limits)
+        slot = (key_id, limits)
         tickets = self._tickets.get(slot)
         if not tickets:
             return None
         now_s = self._clock_s()
         if now_s - tickets[0].granted_s > self._ttl_s:
             for stale in tickets:  # the later ones were granted later, but idle too
-                self._spawn(self._give_back(key_id, stale))
+                self._give_back(key_id, stale)
             tickets.clear()
             return None
-        if tickets[0].num_tokens < num_tokens:
+        if limits.tokens_per_minute is not None and tickets[0].num_tokens < num_tokens:
             return None  # a prompt larger than the ticket: asked of Redis, the ticket kept
         ticket = tickets.pop(0)
         self.num_taken += 1
         if limits.requests_per_minute is not None and now_s - ticket.granted_s > REDATE_AFTER_S:
-            self._used.setdefault(slot, []).append((ticket.ticket_id, now_s))
+            self._pending_of(slot).redates.append((ticket.ticket_id, now_s))
         return ticket
 
-    def follow_up(self, key_id: str, limits: KeyLimits, num_tokens: int = 0) -> None:
-        """After a request of this key was answered (its prompt estimate ``num_tokens``):
-        re-dates the tickets it used and tops the key's tickets up, in the background
-        (one refill at a time per key)."""
-        slot = _slot(key_id, limits)
+    def follow_up(
+        self,
+        key_id: str,
+        limits: KeyLimits,
+        num_tokens: int = 0,
+        settlement: Settlement | None = None,
+    ) -> None:
+        """After a request of this key was answered (under ``limits``, its prompt estimate
+        ``num_tokens``): queues its correction, and tops the key's tickets up once half are
+        used. A round trip starts now for a top-up or a slot to free, else within
+        ``SETTLE_DELAY_S``; never two at once for a key."""
+        slot = (key_id, limits)
         if limits.tokens_per_minute is not None:
             most = max(MIN_TICKET_TOKENS, int(limits.tokens_per_minute * MAX_TICKET_SHARE))
             self._sizes[slot] = min(most, max(MIN_TICKET_TOKENS, 2 * num_tokens))
-        used = self._used.pop(slot, [])
-        num_held = len(self._tickets.get(slot, ()))
-        is_refill = num_held < self._max_tickets and slot not in self._refilling
-        if is_refill:
-            self._refilling.add(slot)
-        if used or is_refill:
-            self._spawn(self._follow_up(key_id, limits, used, is_refill))
+        if settlement is not None:
+            self._pending_of(slot).settlements.append(settlement)
+        num_wanted = self._num_wanted(slot)
+        if num_wanted and 2 * len(self._tickets.get(slot, ())) <= num_wanted:
+            self._pending_of(slot).is_refill = True
+            self._start(key_id, slot)
+        elif limits.max_concurrent is not None and settlement is not None:
+            self._start(key_id, slot)  # a slot another request may be waiting for
+        elif slot in self._pending:
+            self._start_soon(key_id, slot)
 
     async def aclose(self) -> None:
-        """Gives back every unused ticket, so a replica that stops holds back nothing."""
-        for (key_id, _), tickets in self._tickets.items():
+        """Gives back every unused ticket and sends what is pending, so a replica that
+        stops holds back nothing."""
+        for (key_id, _), tickets in list(self._tickets.items()):
             for ticket in tickets:
-                self._spawn(self._give_back(key_id, ticket))
-        self._tickets.clear()
+                self._give_back(key_id, ticket)
+            tickets.clear()
+        for key_id, limits in list(self._pending):
+            self._start(key_id, (key_id, limits))
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=_CLOSE_TIMEOUT_S)
         for task in self._tasks:
             task.cancel()
 
-    async def _follow_up(
-        self, key_id: str, limits: KeyLimits, used: list[tuple[str, float]], is_refill: bool
-    ) -> None:
-        slot = _slot(key_id, limits)
-        try:
-            for ticket_id, used_s in used:
-                ago_ms = (self._clock_s() - used_s) * 1000.0
-                await self._shared.redate(key_id, ticket_id, ago_ms)
-            if not is_refill:
-                return  # another follow-up is asking for this key's next tickets
-            while len(self._tickets.get(slot, ())) < self._max_tickets:
-                ticket_id = "ticket-" + uuid.uuid4().hex
-                num_tokens = self._sizes.get(slot, 0)
-                verdict = await self._shared.admit(key_id, limits, ticket_id, num_tokens, 0.0)
-                if not verdict.is_allowed:
-                    return  # at a limit: the next request asks Redis itself, learns when
-                ticket = Ticket(ticket_id, verdict, self._clock_s(), num_tokens, limits)
-                self._tickets.setdefault(slot, []).append(ticket)
-                loop = asyncio.get_running_loop()
-                loop.call_later(self._ttl_s, self._expire, key_id, limits, ticket)
-        except FleetUnavailable:
-            return
-        finally:
-            if is_refill:
-                self._refilling.discard(slot)
+    def _num_wanted(self, slot: Slot) -> int:
+        return num_tickets_for(slot[1], self._sizes.get(slot, 0), self._max_tickets)
 
-    def _expire(self, key_id: str, limits: KeyLimits, ticket: Ticket) -> None:
-        tickets = self._tickets.get(_slot(key_id, limits), [])
+    def _pending_of(self, slot: Slot) -> _Pending:
+        pending = self._pending.get(slot)
+        if pending is None:
+            pending = self._pending[slot] = _Pending()
+        return pending
+
+    def _start_soon(self, key_id: str, slot: Slot) -> None:
+        if slot in self._flushing or slot in self._delayed or slot not in self._pending:
+            return  # in flight (it picks this up) or already due
+        loop = asyncio.get_running_loop()
+        self._delayed[slot] = loop.call_later(self._settle_delay_s, self._start, key_id, slot)
+
+    def _start(self, key_id: str, slot: Slot) -> None:
+        delayed = self._delayed.pop(slot, None)
+        if delayed is not None:
+            delayed.cancel()
+        if slot in self._flushing:
+            return  # the round trip in flight picks this up when it is back
+        self._flushing.add(slot)
+        self._spawn(self._flush(key_id, slot))
+
+    async def _flush(self, key_id: str, slot: Slot) -> None:
+        limits = slot[1]
+        is_denied = False  # at a limit: the next request asks Redis itself, learns when
+        try:
+            while True:
+                pending = self._pending.pop(slot, None)
+                if pending is None:
+                    return
+                num_new = 0
+                if pending.is_refill and not is_denied:
+                    num_new = self._num_wanted(slot) - len(self._tickets.get(slot, ()))
+                num_tokens = self._sizes.get(slot, 0) if limits.tokens_per_minute else 0
+                now_s = self._clock_s()
+                work = FollowUp(
+                    pending.settlements,
+                    [(member, (now_s - used_s) * 1000.0) for member, used_s in pending.redates],
+                    pending.forgets,
+                    [Grant(self._new_id(), num_tokens) for _ in range(num_new)],
+                )
+                if not work:
+                    continue
+                self.num_round_trips += 1
+                verdicts = await self._shared.follow_up(key_id, limits, work, self._slot_lease_ms)
+                for grant, verdict in zip(work.grants, verdicts, strict=True):
+                    if verdict.is_allowed:
+                        self._add(key_id, slot, grant, verdict)
+                    else:
+                        is_denied = True
+        except FleetUnavailable:
+            return  # Redis away: these corrections are lost, unused slots lapse with leases
+        finally:
+            self._flushing.discard(slot)
+            if slot in self._pending:  # queued while the failing trip was out: due soon
+                self._start_soon(key_id, slot)
+
+    def _new_id(self) -> str:
+        return self._id_prefix + str(next(self._id_counter))
+
+    def _add(self, key_id: str, slot: Slot, grant: Grant, verdict: Verdict) -> None:
+        ticket = Ticket(grant.request_id, verdict, self._clock_s(), grant.num_tokens, slot[1])
+        self._tickets.setdefault(slot, []).append(ticket)
+        loop = asyncio.get_running_loop()
+        loop.call_later(self._ttl_s, self._expire, key_id, ticket)
+
+    def _expire(self, key_id: str, ticket: Ticket) -> None:
+        tickets = self._tickets.get((key_id, ticket.limits), [])
         if ticket in tickets:
             tickets.remove(ticket)
-            self._spawn(self._give_back(key_id, ticket))
+            self._give_back(key_id, ticket)
 
-    async def _give_back(self, key_id: str, ticket: Ticket) -> None:
+    def _give_back(self, key_id: str, ticket: Ticket) -> None:
+        """Undoes an unused ticket in the key's next round trip (no top-up for it)."""
         limits = ticket.limits
-        with contextlib.suppress(FleetUnavailable):
-            if limits.requests_per_minute is not None:
-                await self._shared.forget(key_id, ticket.ticket_id)
-            if ticket.num_tokens:
-                await self._shared.settle(key_id, limits, ticket.ticket_id, -ticket.num_tokens, 0)
+        slot = (key_id, limits)
+        pending = self._pending_of(slot)
+        if limits.requests_per_minute is not None:
+            pending.forgets.append(ticket.ticket_id)
+        if ticket.num_tokens or limits.max_concurrent is not None:
+            refund = Settlement(ticket.ticket_id, limits, -ticket.num_tokens, 0.0)
+            pending.settlements.append(refund)
+        if limits.max_concurrent is not None:
+            self._start(key_id, slot)
+        else:
+            self._start_soon(key_id, slot)
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-
-def _slot(key_id: str, limits: KeyLimits) -> Slot:
-    return (key_id, limits.tokens_per_minute is not None)
