@@ -28,7 +28,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 import orjson
-from fleet_cost import FLEET, FULL_COST, LIMITED, QUICK_COST, RATE, RESUME, SINGLE, measure_cost
+from fleet_cost import (
+    CONC,
+    FLEET,
+    FULL_COST,
+    LIMITED,
+    QUICK_COST,
+    RATE,
+    RESUME,
+    SINGLE,
+    SPEND,
+    measure_cost,
+)
 from server_process import invocation
 
 from tests.support import fleet_checks as checks
@@ -215,7 +226,13 @@ def summary_line(result: dict[str, Any]) -> str:
             f"[fleet] adds {miss:+.3f} ms to a miss (paired median; goal <= {GOAL_MISS_MS}:"
             f" {goal}), {hit:+.3f} ms to an L1 hit"
         )
-        for name, what in ((LIMITED, "key limits"), (RATE, "a request rate"), (RESUME, "resume")):
+        for name, what in (
+            (LIMITED, "request and token rates"),
+            (RATE, "a request rate"),
+            (CONC, "a concurrency limit"),
+            (SPEND, "a budget"),
+            (RESUME, "resume"),
+        ):
             miss_pair = cost["paired"]["miss"].get(f"{name} - {FLEET}")
             hit_pair = cost["paired"]["hit"].get(f"{name} - {FLEET}")
             if miss_pair is not None and hit_pair is not None:
@@ -252,8 +269,11 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
                 SINGLE: "one replica without [fleet]",
                 FLEET: "one replica with [fleet] redis_url (Redis on loopback)",
                 "direct": "the zero-latency simulator itself",
-                LIMITED: "[fleet] and a gateway key whose limits the run never reaches",
+                LIMITED: "[fleet] and a key limited in requests and tokens per minute (never"
+                " reached)",
                 RATE: "[fleet] and a key limited in requests per minute only (never reached)",
+                CONC: "[fleet] and a key limited to 1000 concurrent requests (never reached)",
+                SPEND: "[fleet] and a key with a spend budget (never reached)",
                 RESUME: "[fleet] and resume_streams = true on the model",
             }
             if not args.json:

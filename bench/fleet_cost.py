@@ -33,6 +33,8 @@ SINGLE = "single"  # one replica, no [fleet]
 FLEET = "fleet"  # one replica with [fleet] redis_url
 LIMITED = "fleet+limits"  # and a gateway key with limits far above the load (never a 429)
 RATE = "fleet+rate"  # a key limited in requests per minute only (far above the load)
+CONC = "fleet+conc"  # a key limited in concurrent requests only (far above the load)
+SPEND = "fleet+spend"  # a key with a spend budget only (far above the load)
 RESUME = "fleet+resume"  # [fleet] and stream resume on for the model
 READY_TIMEOUT_S = 120.0
 KEY = "sk-fleet-cost"
@@ -40,6 +42,10 @@ KEY_ENV = "FLEET_COST_KEY"
 # Limits the run never reaches: what counting costs, not what refusing does.
 KEY_LIMITS = "requests_per_minute = 10000000\ntokens_per_minute = 1000000000\n"
 RATE_LIMITS = "requests_per_minute = 10000000\n"
+CONC_LIMITS = "max_concurrent = 1000\n"
+SPEND_LIMITS = "budget_usd = 1000000.0\n"
+# Every replica prices the model (only a key with a budget reads it).
+PRICES = '[prices."*"]\ninput_usd_per_1m_tokens = 1.0\noutput_usd_per_1m_tokens = 4.0\n'
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +73,7 @@ def replica_config(
     text += f'[upstreams.sim]\nurl = "{sim_url}"\n[models."*"]\nupstream = "sim"\n'
     if is_resuming:
         text += "resume_streams = true\n"
-    text += '[cache]\nbackend = "memory"\n'
+    text += '[cache]\nbackend = "memory"\n' + PRICES
     return text if redis_url is None else text + fleet_table(redis_url, {"key_prefix": key_prefix})
 
 
@@ -83,6 +89,8 @@ def cost_targets(workdir: Path) -> Iterator[tuple[dict[str, str], dict[str, str]
             FLEET: (redis_url, None, False),
             LIMITED: (redis_url, KEY_LIMITS, False),
             RATE: (redis_url, RATE_LIMITS, False),
+            CONC: (redis_url, CONC_LIMITS, False),
+            SPEND: (redis_url, SPEND_LIMITS, False),
             RESUME: (redis_url, None, True),
         }
         replicas: dict[str, GatewayProcess] = {}
@@ -178,7 +186,7 @@ def measure_cost(plan: CostPlan) -> dict[str, Any]:
         "latency_ms": latency,
         "added_to_miss_ms": {
             name: _delta(latency[name]["miss"], latency[DIRECT]["miss"])
-            for name in (SINGLE, FLEET, LIMITED, RATE, RESUME)
+            for name in (SINGLE, FLEET, LIMITED, RATE, CONC, SPEND, RESUME)
             if name in latency
         },
         "fleet_minus_single_ms": {
@@ -204,7 +212,8 @@ def _measure_paired(targets: dict[str, str], plan: CostPlan) -> dict[str, Any]:
     hits = run_coroutine(
         measure_paired(replicas, kind="hit", num_pairs=plan.num_pairs, headers=auth)
     )
-    pairs = [(SINGLE, DIRECT), (FLEET, SINGLE), (LIMITED, FLEET), (RATE, FLEET), (RESUME, FLEET)]
+    pairs = [(SINGLE, DIRECT), (FLEET, SINGLE)]
+    pairs += [(name, FLEET) for name in (LIMITED, RATE, CONC, SPEND, RESUME)]
     return {
         "miss": paired_figures(misses, pairs),
         "hit": paired_figures(hits, pairs[1:]),

@@ -10,9 +10,10 @@ its token reservation corrected from the answer's usage and its cost charged.
 
 Where the counts live: with ``[fleet]``, in Redis, exact across replicas
 (``hasten.limits.shared``); without it, or while Redis is away, in this process
-(``hasten.limits.ledger`` itself), exact for one gateway and per replica in a fleet. A
-request counted only against a request rate is admitted from a ticket Redis granted ahead
-(``hasten.limits.tickets``), with no round trip on the request path.
+(``hasten.limits.ledger`` itself), exact for one gateway and per replica in a fleet. In
+Redis, a request is admitted from a ticket Redis granted ahead when there is one, and its
+correction sent in its key's next round trip (``hasten.limits.tickets``): no round trip on
+the request path.
 
 What counts: every admitted request counts against requests per minute. An exact-cache hit
 counts against that only: it holds no upstream capacity and spends nothing, so it takes no
