@@ -45,6 +45,7 @@ from redis.asyncio import Redis
 from hasten.errors import FleetUnavailable, HastenError, UpstreamError
 from hasten.fleet import relay
 from hasten.fleet.link import FAILURES, FleetLink
+from hasten.fleet.resp import LuaScript
 from hasten.proxy.flight import Flight
 from hasten.proxy.recorder import Recorder
 from hasten.upstream.client import UpstreamCall
@@ -138,8 +139,7 @@ class FleetCoalescer:
         )
         self._ttl_ms = max(1, round(config.stream_ttl_s * 1000))
         self._max_chunks = config.stream_max_chunks
-        self._renew = link.client.register_script(_RENEW)
-        self._append = link.client.register_script(_APPEND)
+        self._renew, self._append = LuaScript(_RENEW), LuaScript(_APPEND)
         self._writers: set[asyncio.Task[None]] = set()
 
     async def pump(self, flight: Flight, job: FleetJob) -> None:
@@ -175,14 +175,16 @@ class FleetCoalescer:
         replica that lost the race pays a second one, to learn whom it follows.
         """
         token = secrets.token_hex(8)
+        fast = self._link.fast  # the miss path's one round trip: on the lean connection
         for _ in range(_MAX_LEASE_TRIES):
             try:
                 is_taken = await self._link.run(
-                    "flight lease", lambda r: r.set(lease, token, nx=True, px=self._lease_ms)
+                    "flight lease",
+                    lambda _: fast.call("SET", lease, token, "NX", "PX", self._lease_ms),
                 )
-                if is_taken:
+                if is_taken is not None:
                     return token, token
-                holder = await self._link.run("flight lease", lambda r: r.get(lease))
+                holder = await self._link.run("flight lease", lambda _: fast.call("GET", lease))
             except FleetUnavailable:
                 return None
             if holder is not None:  # else it lapsed between the two: try again
@@ -213,9 +215,8 @@ class FleetCoalescer:
         while True:
             await asyncio.sleep(self._renew_s)
             try:
-                kept = await self._link.run(
-                    "flight renew",
-                    lambda r: self._renew(keys=[lease], args=[token, self._lease_ms], client=r),
+                (kept,) = await self._link.scripts(
+                    "flight renew", [(self._renew, [lease], [token, self._lease_ms])]
                 )
             except FleetUnavailable:
                 continue  # perhaps another feature's failure: try again next time
@@ -270,9 +271,8 @@ class FleetCoalescer:
         self, lease: str, stream: str, token: str, fields: list[Any], final: str
     ) -> bool:
         args = [token, self._max_chunks, self._ttl_ms, final, self._lease_ms, *fields]
-        written = await self._link.run(
-            "flight publish",
-            lambda r: self._append(keys=[lease, stream], args=args, client=r),
+        (written,) = await self._link.scripts(
+            "flight publish", [(self._append, [lease, stream], args)]
         )
         return bool(written)
 
