@@ -16,9 +16,11 @@ key: while one is in flight, what the next requests finish waits and goes in the
   whole block), its cost, its slot freed;
 - a ticket that waited more than ``REDATE_AFTER_S`` before it was used is re-dated to the
   time it was used, so the window counts the request when it happened (give or take 50 ms);
-- the key's tickets topped up.
-A finished request's correction therefore reaches Redis one round trip (or two, under load)
-after its answer did, not before it.
+- the key's tickets topped up, once half of them are used.
+A round trip starts at once for a top-up or a slot to free; otherwise what is pending waits
+at most ``SETTLE_DELAY_S``. So another replica sees a finished request's tokens and spend
+within about that long after its answer, and a key sending steadily makes one round trip
+per ``MAX_TICKETS / 2`` requests.
 
 The fleet never admits more than a limit: every ticket is a request, tokens and a slot Redis
 counted. A ticket nobody takes within ``TICKET_TTL_S`` is given back (its window entry
