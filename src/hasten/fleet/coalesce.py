@@ -253,7 +253,9 @@ class FleetCoalescer:
             await flight.wait_change()
             # The flight's own waiters send to their clients first, and what arrives
             # meanwhile joins this batch: followers wait this much longer, a client none.
-            await asyncio.sleep(_FLUSH_DELAY_S)
+            # A finished flight is written at once (after one turn of the loop, for those
+            # waiters): a client sending its next request right away finds it done.
+            await asyncio.sleep(0 if flight.is_done else _FLUSH_DELAY_S)
 
     async def _write_end(
         self, flight: Flight, lease: str, stream: str, token: str, seq: int, fields: list[Any]
