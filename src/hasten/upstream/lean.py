@@ -1,0 +1,390 @@
+"""The lean upstream client: HTTP/1.1 keep-alive pools on asyncio protocols (``http1``).
+
+The same ``Transport`` seam, exceptions and messages as ``AiohttpTransport``, with less in
+the way of each request: one write for a request, httptools for its response, body bytes
+handed on as they arrive. http and https (verified, SNI), proxies from the environment
+(``proxies``: absolute-form for http, a CONNECT tunnel for https), one pool per origin
+(scheme, host, port, proxy) with an idle timeout, and a cap on open connections that
+callers wait on, within their connect timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from urllib.parse import quote, urlsplit
+from urllib.request import getproxies
+
+from hasten.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
+from hasten.upstream.http1 import (
+    DEFAULT_MAX_HEADER_BYTES,
+    DEFAULT_MAX_NUM_HEADERS,
+    Http1Connection,
+)
+from hasten.upstream.proxies import Proxy, proxy_for
+from hasten.upstream.transport import (
+    DEFAULT_MAX_CONNECTIONS,
+    KEEPALIVE_TIMEOUT_S,
+    UpstreamRequest,
+    UpstreamResponse,
+)
+
+MAX_NUM_ROUTES = 1024  # URLs whose parsing is remembered (upstreams x endpoints, in practice)
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+# Headers the client writes itself; a caller's copy would duplicate or contradict them.
+_OWN_HEADERS = frozenset(
+    {"host", "content-length", "transfer-encoding", "connection", "proxy-authorization"}
+)
+_SAFE_TARGET_CHARACTERS = "/%:@!$&'()*+,;=-._~?"
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    scheme: str
+    host: str
+    port: int
+    proxy: Proxy | None
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """What a URL means on the wire: where to connect and what to write."""
+
+    origin: Origin
+    target: str  # origin-form, or absolute-form through an http proxy
+    host_header: str
+
+
+def route_for(url: str, proxies: Mapping[str, str]) -> Route:
+    """Parses ``url``; raises ``UpstreamError`` for one the client cannot send."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise UpstreamError("upstream request failed: the upstream URL is invalid") from None
+    scheme, host = parts.scheme.lower(), parts.hostname
+    if scheme not in _DEFAULT_PORTS or not host:
+        raise UpstreamError("upstream request failed: only http:// and https:// URLs are sent")
+    default_port = _DEFAULT_PORTS[scheme]
+    named_host = f"[{host}]" if ":" in host else host
+    host_header = named_host if port in (None, default_port) else f"{named_host}:{port}"
+    path = quote(parts.path or "/", safe=_SAFE_TARGET_CHARACTERS)
+    target = f"{path}?{quote(parts.query, safe=_SAFE_TARGET_CHARACTERS)}" if parts.query else path
+    proxy = proxy_for(scheme, host, port or default_port, proxies)
+    if proxy is not None and scheme == "http":
+        target = f"http://{host_header}{target}"
+    return Route(Origin(scheme, host, port or default_port, proxy), target, host_header)
+
+
+def request_head(request: UpstreamRequest, route: Route) -> bytes:
+    """The request line and headers; ``UpstreamError`` for a header that would inject lines."""
+    lines = [f"{request.method} {route.target} HTTP/1.1\r\nhost: {route.host_header}\r\n"]
+    for name, value in request.headers.items():
+        if name.lower() in _OWN_HEADERS:
+            continue
+        if "\r" in value or "\n" in value or "\r" in name or "\n" in name or ":" in name:
+            raise UpstreamError("upstream request failed: a header would break the request")
+        lines.append(f"{name}: {value}\r\n")
+    if request.body is not None or request.method in ("POST", "PUT", "PATCH"):
+        lines.append(f"content-length: {len(request.body or b'')}\r\n")
+    proxy = route.origin.proxy
+    if proxy is not None and proxy.authorization and route.origin.scheme == "http":
+        lines.append(f"proxy-authorization: {proxy.authorization}\r\n")
+    lines.append("\r\n")
+    try:
+        return "".join(lines).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UpstreamError("upstream request failed: a header is not encodable") from None
+
+
+def _first_byte_timeout(timeout_s: float) -> UpstreamTimeout:
+    return UpstreamTimeout(
+        f"upstream did not answer within {timeout_s:g} s", code="upstream_first_byte_timeout"
+    )
+
+
+def _connect_timeout(timeout_s: float) -> UpstreamConnectError:
+    return UpstreamConnectError(f"connecting to upstream timed out after {timeout_s:g} s")
+
+
+class LeanResponse:
+    """A response being read off its connection, which goes back to the pool once complete."""
+
+    __slots__ = ("_conn", "_origin", "_pool", "headers", "status")
+
+    def __init__(self, pool: LeanTransport, origin: Origin, conn: Http1Connection) -> None:
+        self._pool: LeanTransport | None = pool
+        self._origin, self._conn = origin, conn
+        self.status = conn.status
+        self.headers: Mapping[str, str] = conn.headers
+
+    async def iter_chunks(self, idle_timeout_s: float) -> AsyncIterator[bytes]:
+        conn = self._conn
+        while True:
+            chunk = conn.take()
+            if chunk:
+                yield chunk
+            elif conn.error is not None:
+                self.close()
+                raise conn.error
+            elif conn.is_complete:
+                self.close()
+                return
+            elif not await conn.wait(idle_timeout_s):
+                self.close()
+                raise UpstreamTimeout(
+                    f"upstream sent nothing for {idle_timeout_s:g} s mid-response",
+                    code="upstream_idle_timeout",
+                )
+
+    async def read(self, timeout_s: float) -> bytes:
+        conn = self._conn
+        loop = asyncio.get_running_loop()
+        deadline_s = loop.time() + timeout_s
+        parts: list[bytes] = []
+        while not conn.is_complete and conn.error is None:
+            parts.append(conn.take())
+            if not await conn.wait(deadline_s - loop.time()):
+                self.close()
+                raise UpstreamTimeout(f"upstream response not complete within {timeout_s:g} s")
+        parts.append(conn.take())
+        self.close()
+        if conn.error is not None:
+            raise conn.error
+        return parts[-1] if len(parts) == 1 else b"".join(parts)
+
+    def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.release(self._origin, self._conn)
+
+
+class LeanTransport:
+    """Keep-alive pools over ``Http1Connection``; one per gateway process."""
+
+    def __init__(
+        self,
+        *,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        ssl_context: ssl.SSLContext | None = None,
+        proxies: Mapping[str, str] | None = None,
+        max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+        max_num_headers: int = DEFAULT_MAX_NUM_HEADERS,
+    ) -> None:
+        self._max_connections = max_connections
+        self._ssl_context = ssl_context
+        self._proxies = dict(getproxies() if proxies is None else proxies)
+        self._max_header_bytes, self._max_num_headers = max_header_bytes, max_num_headers
+        self._routes: dict[str, Route] = {}
+        self._idle: dict[Origin, list[Http1Connection]] = {}
+        self._idle_timers: dict[Http1Connection, asyncio.TimerHandle] = {}
+        self._open: set[Http1Connection] = set()
+        self._waiters: list[asyncio.Future[bool]] = []
+        self._is_closed = False
+
+    async def send(self, request: UpstreamRequest) -> UpstreamResponse:
+        route = self._route(request.url)
+        head = request_head(request, route)
+        body = request.body
+        data = head + body if body and len(body) < 65536 else head
+        loop = asyncio.get_running_loop()
+        first_byte_deadline_s = loop.time() + request.first_byte_timeout_s
+        is_bodiless = request.method == "HEAD"
+        for attempt in range(2):
+            conn, is_reused = await self._acquire(
+                route.origin, request, first_byte_deadline_s, is_fresh=attempt > 0
+            )
+            try:
+                conn.start(data, is_bodiless=is_bodiless)
+                if body and data is head and conn.transport is not None and conn.error is None:
+                    conn.transport.write(body)
+                while not conn.is_head_done and conn.error is None:
+                    if not await conn.wait(first_byte_deadline_s - loop.time()):
+                        raise _first_byte_timeout(request.first_byte_timeout_s)
+            except BaseException:
+                self._drop(conn)  # a timeout or a cancelled caller: the upstream must know
+                raise
+            if conn.error is None:
+                return LeanResponse(self, route.origin, conn)
+            self._drop(conn)
+            # A pooled connection the upstream had closed before reading our request: once
+            # more on a fresh one, as nothing of it can have been processed.
+            if not (is_reused and conn.num_response_bytes == 0 and attempt == 0):
+                raise conn.error
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def release(self, origin: Origin, conn: Http1Connection) -> None:
+        """Back to the pool if complete and keep-alive; else the connection is dropped."""
+        if self._is_closed or not (conn.is_complete and conn.is_keep_alive) or conn.is_lost:
+            self._drop(conn)
+            return
+        self._idle.setdefault(origin, []).append(conn)
+        loop = asyncio.get_running_loop()
+        self._idle_timers[conn] = loop.call_later(KEEPALIVE_TIMEOUT_S, self._expire, origin, conn)
+        self._wake_waiter()
+
+    async def aclose(self) -> None:
+        self._is_closed = True
+        for idle in list(self._idle.values()):
+            for conn in list(idle):
+                self._drop(conn)
+        self._idle.clear()
+
+    # --- the pool -----------------------------------------------------------------------
+
+    def _route(self, url: str) -> Route:
+        route = self._routes.get(url)
+        if route is None:
+            route = route_for(url, self._proxies)
+            if len(self._routes) >= MAX_NUM_ROUTES:
+                self._routes.clear()
+            self._routes[url] = route
+        return route
+
+    async def _acquire(
+        self, origin: Origin, request: UpstreamRequest, first_byte_deadline_s: float, is_fresh: bool
+    ) -> tuple[Http1Connection, bool]:
+        if not is_fresh:
+            idle = self._idle.get(origin)
+            if idle:
+                return self._unidle(origin, idle.pop()), True
+        loop = asyncio.get_running_loop()
+        connect_deadline_s = min(loop.time() + request.connect_timeout_s, first_byte_deadline_s)
+        while len(self._open) >= self._max_connections and not self._evict_idle():
+            if not await self._wait_for_slot(connect_deadline_s - loop.time()):
+                raise self._deadline_error(request, first_byte_deadline_s, connect_deadline_s)
+            idle = self._idle.get(origin)
+            if idle and not is_fresh:
+                return self._unidle(origin, idle.pop()), True
+        try:
+            async with asyncio.timeout_at(connect_deadline_s):
+                conn = await self._connect(origin)
+        except TimeoutError:
+            raise self._deadline_error(request, first_byte_deadline_s, connect_deadline_s) from None
+        return conn, False
+
+    async def _connect(self, origin: Origin) -> Http1Connection:
+        loop = asyncio.get_running_loop()
+        proxy = origin.proxy
+        is_tls = origin.scheme == "https"
+        conn = Http1Connection(
+            max_header_bytes=self._max_header_bytes, max_num_headers=self._max_num_headers
+        )
+        self._open.add(conn)  # counted from the start: the cap holds connects in flight
+        conn.on_lost = self._lost
+        try:
+            if proxy is None:
+                await loop.create_connection(
+                    lambda: conn,
+                    origin.host,
+                    origin.port,
+                    ssl=self._ssl() if is_tls else None,
+                    server_hostname=origin.host if is_tls else None,
+                )
+            else:
+                await loop.create_connection(lambda: conn, proxy.host, proxy.port)
+                if is_tls:
+                    await self._tunnel(conn, origin, proxy)
+        except BaseException as exc:
+            self._drop(conn)
+            if isinstance(exc, ssl.SSLCertVerificationError):
+                raise UpstreamConnectError(
+                    f"cannot connect to upstream: certificate not trusted ({exc.verify_message})"
+                ) from None
+            if isinstance(exc, OSError):
+                raise UpstreamConnectError(f"cannot connect to upstream: {exc}") from None
+            raise
+        return conn
+
+    async def _tunnel(self, conn: Http1Connection, origin: Origin, proxy: Proxy) -> None:
+        """CONNECT through ``proxy``, then TLS with the upstream inside the tunnel."""
+        authority = f"{origin.host}:{origin.port}"
+        lines = [f"CONNECT {authority} HTTP/1.1\r\nhost: {authority}\r\n"]
+        if proxy.authorization:
+            lines.append(f"proxy-authorization: {proxy.authorization}\r\n")
+        conn.start("".join((*lines, "\r\n")).encode("utf-8"), is_bodiless=True)
+        while not conn.is_complete and conn.error is None:
+            await conn.wait(3600.0)  # the caller's connect deadline bounds this
+        if conn.error is not None:
+            raise UpstreamConnectError(f"the proxy failed: {conn.error}")
+        if not 200 <= conn.status < 300:
+            raise UpstreamConnectError(f"the proxy refused the tunnel with status {conn.status}")
+        loop = asyncio.get_running_loop()
+        assert conn.transport is not None
+        transport = await loop.start_tls(
+            conn.transport, conn, self._ssl(), server_hostname=origin.host
+        )
+        if transport is None:
+            raise UpstreamConnectError("the proxy closed the tunnel during TLS")
+        conn.transport = transport
+
+    def _ssl(self) -> ssl.SSLContext:
+        if self._ssl_context is None:
+            self._ssl_context = ssl.create_default_context()
+        return self._ssl_context
+
+    def _unidle(self, origin: Origin, conn: Http1Connection) -> Http1Connection:
+        timer = self._idle_timers.pop(conn, None)
+        if timer is not None:
+            timer.cancel()
+        return conn
+
+    def _evict_idle(self) -> bool:
+        """Closes one idle connection (of any origin) to make room; False if none is idle."""
+        for idle in self._idle.values():
+            if idle:
+                self._drop(idle[0])
+                return True
+        return False
+
+    async def _wait_for_slot(self, timeout_s: float) -> bool:
+        if timeout_s <= 0:
+            return False
+        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await waiter
+        except TimeoutError:
+            return False
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+    def _wake_waiter(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.pop(0)
+            if not waiter.done():
+                waiter.set_result(True)
+                return
+
+    def _deadline_error(
+        self, request: UpstreamRequest, first_byte_deadline_s: float, connect_deadline_s: float
+    ) -> UpstreamError:
+        if first_byte_deadline_s <= connect_deadline_s:
+            return _first_byte_timeout(request.first_byte_timeout_s)
+        return _connect_timeout(request.connect_timeout_s)
+
+    def _expire(self, origin: Origin, conn: Http1Connection) -> None:
+        self._idle_timers.pop(conn, None)
+        self._drop(conn)
+
+    def _lost(self, conn: Http1Connection) -> None:
+        if conn in self._idle_timers:  # an idle one the upstream closed: out of the pool now
+            self._drop(conn)
+
+    def _drop(self, conn: Http1Connection) -> None:
+        """Closes ``conn`` and forgets it; a waiter for a free slot gets its turn."""
+        conn.abort()
+        timer = self._idle_timers.pop(conn, None)
+        if timer is not None:
+            timer.cancel()
+            for idle in self._idle.values():
+                if conn in idle:
+                    idle.remove(conn)
+                    break
+        if conn in self._open:
+            self._open.discard(conn)
+            self._wake_waiter()
