@@ -67,6 +67,9 @@ def route_for(url: str, proxies: Mapping[str, str]) -> Route:
     scheme, host = parts.scheme.lower(), parts.hostname
     if scheme not in _DEFAULT_PORTS or not host:
         raise UpstreamError("upstream request failed: only http:// and https:// URLs are sent")
+    if parts.username is not None:
+        # The config refuses these; one built past it must not leak them on the wire either.
+        raise UpstreamError("upstream request failed: the upstream URL carries credentials")
     default_port = _DEFAULT_PORTS[scheme]
     named_host = f"[{host}]" if ":" in host else host
     host_header = named_host if port in (None, default_port) else f"{named_host}:{port}"
