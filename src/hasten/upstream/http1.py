@@ -86,12 +86,15 @@ class Http1Connection(asyncio.Protocol):
         self.num_response_bytes += len(data)
         try:
             parser.feed_data(data)
-        except UpstreamError as exc:
-            self._fail(exc)
         except httptools.HttpParserUpgrade:
             self._fail(UpstreamError("upstream switched protocols, which hasten does not speak"))
         except Exception as exc:
-            self._fail(UpstreamError(f"upstream sent an unparseable response: {exc}"))
+            # httptools wraps what a callback raised (our own limits) in a callback error.
+            cause = exc.__context__
+            if isinstance(cause, UpstreamError):
+                self._fail(cause)
+            else:
+                self._fail(UpstreamError(f"upstream sent an unparseable response: {exc}"))
         else:
             if not self.is_head_done and self.num_response_bytes > self._max_header_bytes:
                 self._fail(self._head_too_large())
