@@ -6,6 +6,7 @@ are split, and whatever bytes come, only hasten's errors come out.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import pytest
@@ -72,11 +73,11 @@ def feed(pieces: list[bytes], *, is_closed_after: bool = False, **limits: int) -
 
 def split(data: bytes, cuts: list[int]) -> list[bytes]:
     points = sorted({0, len(data), *(cut % (len(data) + 1) for cut in cuts)})
-    return [data[a:b] for a, b in zip(points, points[1:], strict=False)]
+    return [data[a:b] for a, b in itertools.pairwise(points)]
 
 
 def test_content_length_body_split_anywhere_parses_whole() -> None:
-    data = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n{\"a\":1}"
+    data = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n{"a":1}'
     whole = feed([data])
     assert whole == feed([bytes([b]) for b in data])
     assert (whole.status, whole.body, whole.is_complete, whole.is_keep_alive) == (
@@ -89,7 +90,9 @@ def test_content_length_body_split_anywhere_parses_whole() -> None:
 
 
 def test_chunked_body_is_decoded_and_keeps_the_connection() -> None:
-    data = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n1;x=y\r\nd\r\n0\r\n\r\n"
+    data = (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n1;x=y\r\nd\r\n0\r\n\r\n"
+    )
     parsed = feed(split(data, [5, 40, 41, 50]))
     assert (parsed.body, parsed.is_complete, parsed.is_keep_alive) == (b"abcd", True, True)
 
@@ -122,7 +125,9 @@ def test_head_response_ends_at_its_head_despite_a_length() -> None:
 
 
 def test_interim_100_continue_is_skipped() -> None:
-    data = b"HTTP/1.1 100 Continue\r\nA: 1\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 1\r\n\r\nx"
+    data = (
+        b"HTTP/1.1 100 Continue\r\nA: 1\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 1\r\n\r\nx"
+    )
     parsed = feed([data])
     assert (parsed.status, parsed.headers, parsed.body) == (201, {"content-length": "1"}, b"x")
 
