@@ -18,7 +18,9 @@ import pytest
 
 from hasten.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
 from hasten.simulator import SimConfig, build_app
-from hasten.upstream.lean import LeanTransport
+from hasten.upstream import lean as lean_module
+from hasten.upstream.http1 import Http1Connection
+from hasten.upstream.lean import LeanTransport, idle_expired
 from hasten.upstream.transport import UpstreamRequest
 from tests.support.servers import ServerThread, free_port
 
@@ -553,3 +555,24 @@ async def test_no_proxy_goes_direct(monkeypatch: pytest.MonkeyPatch) -> None:
         finally:
             await transport.aclose()
     assert served.request_lines == ["POST /v1 HTTP/1.1"]
+
+
+def test_idle_expired_picks_connections_idle_for_the_timeout() -> None:
+    old, fresh = Http1Connection(), Http1Connection()
+    assert idle_expired({old: 10.0, fresh: 39.0}, now_s=40.0, timeout_s=30.0) == [old]
+
+
+async def test_idle_connections_are_closed_after_the_keepalive_timeout(
+    monkeypatch: pytest.MonkeyPatch, lean: LeanTransport
+) -> None:
+    monkeypatch.setattr(lean_module, "KEEPALIVE_TIMEOUT_S", 0.1)
+    async with serving(keep_answering) as served, asyncio.timeout(TEST_TIMEOUT_S):
+        first = await lean.send(request(served.url))
+        second = await lean.send(request(served.url))  # the first is busy: a second connection
+        await first.read(5.0)
+        await asyncio.sleep(0.05)
+        await second.read(5.0)  # idle 50 ms after the first: the sweeper comes back for it
+        while lean._open:
+            await asyncio.sleep(0.01)
+        await served.closed_by_client.wait()
+    assert served.num_connections == 2

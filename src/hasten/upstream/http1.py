@@ -26,11 +26,6 @@ def _expire(waiter: asyncio.Future[bool]) -> None:
         waiter.set_result(False)
 
 
-def _decoded(raw: bytes) -> str:
-    # The bytes survive a round trip (hasten.proxy.headers encodes them back the same way).
-    return raw.decode("utf-8", "surrogateescape")
-
-
 class Http1Connection(asyncio.Protocol):
     """A keep-alive connection carrying one request at a time.
 
@@ -185,7 +180,8 @@ class Http1Connection(asyncio.Protocol):
         if self._num_headers > self._max_num_headers:
             raise UpstreamError(f"upstream sent more than {self._max_num_headers} headers")
         key = name.decode("latin-1").lower()
-        text = _decoded(value)
+        # The bytes survive a round trip (hasten.proxy.headers encodes them back this way).
+        text = value.decode("utf-8", "surrogateescape")
         previous = self.headers.get(key)
         self.headers[key] = text if previous is None else f"{previous}, {text}"
 

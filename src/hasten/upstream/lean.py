@@ -102,6 +102,13 @@ def request_head(request: UpstreamRequest, route: Route) -> bytes:
         raise UpstreamError("upstream request failed: a header is not encodable") from None
 
 
+def idle_expired(
+    idle_since_s: Mapping[Http1Connection, float], now_s: float, timeout_s: float
+) -> list[Http1Connection]:
+    """The connections idle for ``timeout_s`` or more at ``now_s``."""
+    return [conn for conn, since_s in idle_since_s.items() if now_s - since_s >= timeout_s]
+
+
 def _first_byte_timeout(timeout_s: float) -> UpstreamTimeout:
     return UpstreamTimeout(
         f"upstream did not answer within {timeout_s:g} s", code="upstream_first_byte_timeout"
@@ -182,7 +189,8 @@ class LeanTransport:
         self._max_header_bytes, self._max_num_headers = max_header_bytes, max_num_headers
         self._routes: dict[str, Route] = {}
         self._idle: dict[Origin, list[Http1Connection]] = {}
-        self._idle_timers: dict[Http1Connection, asyncio.TimerHandle] = {}
+        self._idle_since_s: dict[Http1Connection, float] = {}  # the idle ones, by loop time
+        self._sweeper: asyncio.TimerHandle | None = None
         self._open: set[Http1Connection] = set()
         self._waiters: list[asyncio.Future[bool]] = []
         self._is_closed = False
@@ -225,11 +233,17 @@ class LeanTransport:
             return
         self._idle.setdefault(origin, []).append(conn)
         loop = asyncio.get_running_loop()
-        self._idle_timers[conn] = loop.call_later(KEEPALIVE_TIMEOUT_S, self._expire, origin, conn)
+        self._idle_since_s[conn] = loop.time()
+        if self._sweeper is None:
+            # One timer for the whole pool, not one per release: it costs every request.
+            self._sweeper = loop.call_later(KEEPALIVE_TIMEOUT_S, self._sweep)
         self._wake_waiter()
 
     async def aclose(self) -> None:
         self._is_closed = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         for idle in list(self._idle.values()):
             for conn in list(idle):
                 self._drop(conn)
@@ -329,9 +343,7 @@ class LeanTransport:
         return self._ssl_context
 
     def _unidle(self, origin: Origin, conn: Http1Connection) -> Http1Connection:
-        timer = self._idle_timers.pop(conn, None)
-        if timer is not None:
-            timer.cancel()
+        del self._idle_since_s[conn]
         return conn
 
     def _evict_idle(self) -> bool:
@@ -370,20 +382,26 @@ class LeanTransport:
             return _first_byte_timeout(request.first_byte_timeout_s)
         return _connect_timeout(request.connect_timeout_s)
 
-    def _expire(self, origin: Origin, conn: Http1Connection) -> None:
-        self._idle_timers.pop(conn, None)
-        self._drop(conn)
+    def _sweep(self) -> None:
+        """Closes connections idle for KEEPALIVE_TIMEOUT_S; comes back for the rest."""
+        self._sweeper = None
+        now_s = asyncio.get_running_loop().time()
+        expired = idle_expired(self._idle_since_s, now_s, KEEPALIVE_TIMEOUT_S)
+        for conn in expired:
+            self._drop(conn)
+        if self._idle_since_s and not self._is_closed:
+            oldest_s = min(self._idle_since_s.values())
+            delay_s = max(0.0, oldest_s + KEEPALIVE_TIMEOUT_S - now_s)
+            self._sweeper = asyncio.get_running_loop().call_later(delay_s, self._sweep)
 
     def _lost(self, conn: Http1Connection) -> None:
-        if conn in self._idle_timers:  # an idle one the upstream closed: out of the pool now
+        if conn in self._idle_since_s:  # an idle one the upstream closed: out of the pool now
             self._drop(conn)
 
     def _drop(self, conn: Http1Connection) -> None:
         """Closes ``conn`` and forgets it; a waiter for a free slot gets its turn."""
         conn.abort()
-        timer = self._idle_timers.pop(conn, None)
-        if timer is not None:
-            timer.cancel()
+        if self._idle_since_s.pop(conn, None) is not None:
             for idle in self._idle.values():
                 if conn in idle:
                     idle.remove(conn)
