@@ -576,3 +576,21 @@ async def test_idle_connections_are_closed_after_the_keepalive_timeout(
             await asyncio.sleep(0.01)
         await served.closed_by_client.wait()
     assert served.num_connections == 2
+
+
+@pytest.mark.parametrize(
+    ("url", "error", "message"),
+    [
+        ("http://" + "a" * 300 + "/v1", UpstreamConnectError, "UnicodeError"),
+        ("http://h:99999/v1", UpstreamError, "URL is invalid"),
+        ("ftp://h/v1", UpstreamError, "only http:// and https://"),
+        ("http://u:pw@h/v1", UpstreamError, "carries credentials"),
+    ],
+)
+async def test_unsendable_urls_are_hasten_errors(
+    lean: LeanTransport, url: str, error: type[UpstreamError], message: str
+) -> None:
+    with pytest.raises(error, match=message) as caught:
+        await lean.send(request(url))
+    assert "pw" not in str(caught.value)
+    assert not lean._open

@@ -304,15 +304,24 @@ class LeanTransport:
                 await loop.create_connection(lambda: conn, proxy.host, proxy.port)
                 if is_tls:
                     await self._tunnel(conn, origin, proxy)
-        except BaseException as exc:
+        except (asyncio.CancelledError, UpstreamError):
             self._drop(conn)
-            if isinstance(exc, ssl.SSLCertVerificationError):
-                raise UpstreamConnectError(
-                    f"cannot connect to upstream: certificate not trusted ({exc.verify_message})"
-                ) from None
-            if isinstance(exc, OSError):
-                raise UpstreamConnectError(f"cannot connect to upstream: {exc}") from None
             raise
+        except ssl.SSLCertVerificationError as exc:
+            self._drop(conn)
+            raise UpstreamConnectError(
+                f"cannot connect to upstream: certificate not trusted ({exc.verify_message})"
+            ) from None
+        except OSError as exc:
+            self._drop(conn)
+            raise UpstreamConnectError(f"cannot connect to upstream: {exc}") from None
+        except Exception as exc:
+            # A host the resolver will not take (ValueError, UnicodeError...): only the type,
+            # as messages may quote the URL.
+            self._drop(conn)
+            raise UpstreamConnectError(
+                f"cannot connect to upstream: {type(exc).__name__}"
+            ) from None
         return conn
 
     async def _tunnel(self, conn: Http1Connection, origin: Origin, proxy: Proxy) -> None:
