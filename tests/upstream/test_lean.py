@@ -594,3 +594,20 @@ async def test_unsendable_urls_are_hasten_errors(
         await lean.send(request(url))
     assert "pw" not in str(caught.value)
     assert not lean._open
+
+
+async def test_ssl_cert_file_from_the_environment_is_trusted(
+    monkeypatch: pytest.MonkeyPatch, certificate: Certificate
+) -> None:
+    # OpenSSL's own variable: the way to trust a private CA without a config key.
+    monkeypatch.setenv("SSL_CERT_FILE", str(certificate.cert_path))
+    transport = LeanTransport(proxies={})
+    try:
+        async with (
+            serving(keep_answering, tls=certificate.server_context()) as served,
+            asyncio.timeout(TEST_TIMEOUT_S),
+        ):
+            response = await transport.send(request(f"https://127.0.0.1:{served.port}/v1"))
+            assert await response.read(5.0) == b'{"ok":true}'
+    finally:
+        await transport.aclose()
