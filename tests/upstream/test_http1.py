@@ -297,3 +297,14 @@ def test_chunk_size_line_split_at_every_point(cut: int) -> None:
     data = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nA\r\n0123456789\r\n0\r\n\r\n"
     at = data.index(b"A\r\n")
     assert feed([data[: at + cut % 4], data[at + cut % 4 :]]).body == b"0123456789"
+
+
+def test_a_write_that_raises_is_a_connect_error() -> None:
+    conn, transport = connection()
+
+    def refuse(data: bytes) -> None:
+        raise RuntimeError("closed")
+
+    transport.write = refuse  # type: ignore[method-assign]
+    conn.start(b"GET / HTTP/1.1\r\n\r\n")
+    assert isinstance(conn.error, UpstreamConnectError)

@@ -611,3 +611,21 @@ async def test_ssl_cert_file_from_the_environment_is_trusted(
             assert await response.read(5.0) == b'{"ok":true}'
     finally:
         await transport.aclose()
+
+
+async def test_a_big_body_arrives_whole(lean: LeanTransport) -> None:
+    received: list[bytes] = []
+
+    async def echo_length(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, served: Served
+    ) -> None:
+        while (body := await read_request(reader, served)) is not None:
+            received.append(body)
+            writer.write(answer(str(len(body)).encode()))
+
+    big = bytes(range(256)) * 1000  # 256,000 bytes: written apart from the head
+    async with serving(echo_length) as served, asyncio.timeout(TEST_TIMEOUT_S):
+        for body in (big, b"small"):
+            response = await lean.send(request(served.url, body=body))
+            assert await response.read(5.0) == str(len(body)).encode()
+    assert received == [big, b"small"] and served.num_connections == 1

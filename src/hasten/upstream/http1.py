@@ -115,8 +115,9 @@ class Http1Connection(asyncio.Protocol):
 
     # --- the request --------------------------------------------------------------------
 
-    def start(self, data: bytes, *, is_bodiless: bool = False) -> None:
-        """Sends one request; ``is_bodiless`` for a response that has no body (HEAD, CONNECT)."""
+    def start(self, data: bytes, body: bytes = b"", *, is_bodiless: bool = False) -> None:
+        """Sends one request (``body`` is written after ``data``, when not already in it);
+        ``is_bodiless`` for a response that has no body (HEAD, CONNECT)."""
         self._parser = httptools.HttpResponseParser(self)
         self._chunks = []
         self._num_buffered_bytes = self._num_head_bytes = self.num_response_bytes = 0
@@ -129,7 +130,13 @@ class Http1Connection(asyncio.Protocol):
         if self.is_lost or transport is None or transport.is_closing():
             self.error = UpstreamConnectError("upstream closed the connection before answering")
             return
-        transport.write(data)
+        try:
+            transport.write(data)
+            if body:
+                transport.write(body)
+        except Exception:
+            # A transport closing under us (uvloop raises where asyncio only warns).
+            self.error = UpstreamConnectError("upstream closed the connection before answering")
 
     async def wait(self, timeout_s: float) -> bool:
         """Until the state changes (True) or ``timeout_s`` passes (False)."""
