@@ -7,10 +7,14 @@ round so machine noise lands on all of them alike. A second hasten started with
 per-request observation) is measured in the same run. Prints one summary line plus JSON.
 
     .venv/bin/python bench/overhead.py [--quick] [--no-litellm] [--no-metrics-pair]
-                                       [--workers N] [--json] [--write-docs]
+                                       [--workers N] [--upstream-client NAME]
+                                       [--compare-clients] [--json] [--write-docs]
 
 ``--workers N`` adds one more hasten target, ``hasten-Nw``: the same gateway served by
 ``hasten serve --workers N`` (its memory is the whole process tree).
+``--upstream-client`` picks ``[server] upstream_client`` for the hasten targets (default:
+hasten's default); ``--compare-clients`` adds one more hasten target, ``hasten-<other>``,
+with the other client, so both are measured side by side in one run.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ BYPASS_TEMPERATURE = 0.7
 READY_TIMEOUT_S = 120.0
 IDLE_SETTLE_S = 1.0
 BYTES_PER_MB = 1024 * 1024
+UPSTREAM_CLIENT_NAMES = ("lean", "aiohttp")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +88,8 @@ def started_servers(
     litellm_exe: Path | None,
     with_metrics_pair: bool = True,
     num_workers: int = 1,
+    upstream_client: str | None = None,
+    other_client: str | None = None,
 ) -> Iterator[tuple[dict[str, Target], dict[str, Any]]]:
     """Simulator, hasten (with metrics, and without them unless told not to) and
     (optionally) LiteLLM, started together, always stopped after."""
@@ -90,8 +97,9 @@ def started_servers(
     hasten = hasten_executable()
     sim_port, hasten_port, litellm_port = free_port(), free_port(), free_port()
     workers_port = free_port()
-    bare_port = free_port()
+    bare_port, other_port = free_port(), free_port()
     sim_url = f"http://127.0.0.1:{sim_port}"
+    client_flags = client_config(workdir, upstream_client)
     simulator = ServerProcess(
         "simulator",
         [*hasten, "simulate", "--host", "127.0.0.1", "--port", str(sim_port)],
@@ -102,7 +110,7 @@ def started_servers(
         "hasten",
         [*hasten, "serve", "--host", "127.0.0.1", "--port", str(hasten_port),
          "--upstream", f"{sim_url}/v1", "--sqlite-path", str(workdir / "cache.sqlite3"),
-         "--log-level", "warning"],
+         "--log-level", "warning", *client_flags],
         log_path=workdir / "hasten.log",
         env=env,
     )  # fmt: skip
@@ -112,7 +120,7 @@ def started_servers(
             f"hasten-{num_workers}w",
             [*hasten, "serve", "--host", "127.0.0.1", "--port", str(workers_port),
              "--upstream", f"{sim_url}/v1", "--sqlite-path", str(workdir / "cache-w.sqlite3"),
-             "--log-level", "warning", "--workers", str(num_workers)],
+             "--log-level", "warning", "--workers", str(num_workers), *client_flags],
             log_path=workdir / "hasten-workers.log",
             env=env,
         )  # fmt: skip
@@ -122,8 +130,18 @@ def started_servers(
             NO_METRICS,
             [*hasten, "serve", "--host", "127.0.0.1", "--port", str(bare_port),
              "--upstream", f"{sim_url}/v1", "--sqlite-path", str(workdir / "bare.sqlite3"),
-             "--log-level", "warning", "--no-metrics"],
+             "--log-level", "warning", "--no-metrics", *client_flags],
             log_path=workdir / "hasten-no-metrics.log",
+            env=env,
+        )  # fmt: skip
+    other = None
+    if other_client is not None:
+        other = ServerProcess(
+            f"hasten-{other_client}",
+            [*hasten, "serve", "--host", "127.0.0.1", "--port", str(other_port),
+             "--upstream", f"{sim_url}/v1", "--sqlite-path", str(workdir / "other.sqlite3"),
+             "--log-level", "warning", *client_config(workdir, other_client)],
+            log_path=workdir / "hasten-other.log",
             env=env,
         )  # fmt: skip
     litellm = None
@@ -135,7 +153,7 @@ def started_servers(
             log_path=workdir / "litellm.log",
             env=litellm_env.environment(env),
         )
-    processes = [p for p in (simulator, gateway, bare, workers, litellm) if p is not None]
+    processes = [p for p in (simulator, gateway, bare, workers, other, litellm) if p is not None]
     with ExitStack() as stack:
         for process in processes:
             stack.callback(process.stop)
@@ -149,6 +167,10 @@ def started_servers(
         if bare is not None:
             bare.wait_ready(f"http://127.0.0.1:{bare_port}/healthz", READY_TIMEOUT_S)
             targets[NO_METRICS] = Target(NO_METRICS, f"http://127.0.0.1:{bare_port}/v1", (bare,))
+        if other is not None:
+            other_url = f"http://127.0.0.1:{other_port}"
+            other.wait_ready(f"{other_url}/healthz", READY_TIMEOUT_S)
+            targets[other.name] = Target(other.name, f"{other_url}/v1", (other,))
         if workers is not None:
             workers_url = f"http://127.0.0.1:{workers_port}"
             workers.wait_ready(f"{workers_url}/healthz", READY_TIMEOUT_S)
@@ -172,6 +194,42 @@ def started_servers(
             p.name: round(p.ready_after_s, 2) for p in processes if p.ready_after_s is not None
         }
         yield targets, servers
+
+
+def client_config(workdir: Path, name: str | None) -> list[str]:
+    """``hasten serve`` flags for ``[server] upstream_client = name`` (none: the default)."""
+    if name is None:
+        return []
+    path = workdir / f"client-{name}.toml"
+    path.write_text(f'[server]\nupstream_client = "{name}"\n')
+    return ["--config", str(path)]
+
+
+def client_comparison(result: dict[str, Any], main_client: str) -> dict[str, Any]:
+    """Per upstream client: added latency, throughput and (with LiteLLM) the ratio."""
+    added, rps = result["added_ms"], result["throughput_rps"]
+    litellm = added.get("litellm", {}).get("sequential")
+    names = {"hasten": main_client} | {f"hasten-{c}": c for c in UPSTREAM_CLIENT_NAMES}
+    rows: dict[str, Any] = {}
+    for name, client in names.items():
+        if name not in added:
+            continue
+        sequential = added[name]["sequential"]
+        rows[client] = {
+            "target": name,
+            "added_sequential_ms": sequential,
+            "throughput_rps": rps[name],
+            "litellm_added_over_added_p50": None
+            if litellm is None
+            else _ratio(litellm["p50"], sequential["p50"]),
+        }
+    return rows
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or not denominator or denominator <= 0:
+        return None
+    return round(numerator / denominator, 1)
 
 
 def settings_for(target: Target, seed: int, **changes: Any) -> LoadSettings:
@@ -302,6 +360,8 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
             litellm_exe=litellm_exe,
             with_metrics_pair=not args.no_metrics_pair,
             num_workers=args.workers,
+            upstream_client=args.upstream_client,
+            other_client=other_client(args),
         ) as (
             targets,
             servers,
@@ -320,9 +380,20 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
             }
             cache_hits = run_coroutine(measure_cache_hits(targets["hasten"], plan))
             result.update(figures(tallies, cache_hits))
+            if args.compare_clients:
+                result["upstream_clients"] = client_comparison(
+                    result, args.upstream_client or "lean"
+                )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return result
+
+
+def other_client(args: argparse.Namespace) -> str | None:
+    if not args.compare_clients:
+        return None
+    main = args.upstream_client or "lean"
+    return next(name for name in UPSTREAM_CLIENT_NAMES if name != main)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -336,6 +407,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--workers", type=int, default=1, help="also measure hasten serve --workers N (N > 1)"
+    )
+    parser.add_argument(
+        "--upstream-client",
+        choices=UPSTREAM_CLIENT_NAMES,
+        default=None,
+        help="[server] upstream_client of the hasten targets (default: hasten's)",
+    )
+    parser.add_argument(
+        "--compare-clients",
+        action="store_true",
+        help="add a hasten target with the other upstream client, measured in the same run",
     )
     parser.add_argument("--json", action="store_true", help="print only the JSON object")
     parser.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")

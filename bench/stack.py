@@ -2,7 +2,8 @@
 
 Servers: uvicorn (httptools, uvloop: what ``hasten serve`` runs) and granian (Rust, ASGI
 interface, uvloop). Clients, behind hasten's ``Transport`` seam: aiohttp (today's), pyreqwest,
-rnet and a lean asyncio-protocol client on httptools (``bench/stack_transports.py``). Every
+rnet and the lean asyncio-protocol client on httptools (``hasten.upstream.lean``, hasten's
+default since it won here; adapters in ``bench/stack_transports.py``). Every
 pair fronts the same zero-latency simulator and is measured by ``bench/overhead.py``'s
 rounds (sequential non-stream latency, stream TTFT, throughput at 32 clients), targets
 rotated round by round so machine noise lands on all of them alike. Prints one summary

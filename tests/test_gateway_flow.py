@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 
 import httpx
 import openai
 import orjson
+import pytest
 
+from hasten.app import HastenApp
+from hasten.config import CacheConfig
+from hasten.server.connection import protocol_for
 from hasten.simulator import SimConfig, build_app
+from hasten.upstream.lean import LeanTransport
+from hasten.upstream.transport import AiohttpTransport
 from tests.support.gateway import (
     ScriptedUpstream,
     chat_body,
@@ -192,3 +199,20 @@ def test_upstream_key_is_sent_but_never_echoed() -> None:
     assert seen == [b"Bearer sk-upstream-secret"]
     assert "sk-upstream-secret" not in response.text
     assert all("sk-upstream-secret" not in v for v in response.headers.values())
+
+
+@pytest.mark.parametrize("name", ["lean", "aiohttp"])
+def test_either_upstream_client_serves_answers_and_streams(name: str) -> None:
+    with ServerThread(build_app(SimConfig())) as sim:
+        config = make_config({"sim": sim.url + "/v1"}, cache=CacheConfig(is_enabled=False))
+        config = replace(config, server=replace(config.server, upstream_client=name))
+        app = HastenApp(config)
+        with ServerThread(app, lifespan="on", http=protocol_for(config.server)) as served:
+            url = f"{served.url}/v1/chat/completions"
+            answer = httpx.post(url, json=chat_body(), timeout=30)
+            streamed = httpx.post(url, json=chat_body(stream=True), timeout=30)
+            assert app.gateway is not None
+            expected = LeanTransport if name == "lean" else AiohttpTransport
+            assert isinstance(app.gateway.client._transport, expected)
+    assert answer.status_code == 200 and answer.json()["choices"]
+    assert streamed.text.endswith("data: [DONE]\n\n")

@@ -37,6 +37,7 @@ from hasten.proxy.validation import CHAT, COMPLETIONS, EMBEDDINGS, Endpoint
 from hasten.routing.models import ModelRouter
 from hasten.telemetry.tracing import Tracing
 from hasten.upstream.client import UpstreamClient
+from hasten.upstream.lean import LeanTransport
 from hasten.upstream.transport import AiohttpTransport, Transport
 
 if TYPE_CHECKING:
@@ -107,7 +108,7 @@ class HastenApp:
                 sqlite_path=cache_config.sqlite_path,
                 redis_url=cache_config.redis_url,
             )
-        transport = self._transport or AiohttpTransport()
+        transport = self._transport or _upstream_transport(self.config.server.upstream_client)
         server = self.config.server
         tracing = self._tracing
         if tracing is None:
@@ -332,6 +333,11 @@ def _task_kinds() -> dict[str, int]:
 def _policy_book(config: GatewayConfig) -> PolicyBook:
     models = {name: route.policy for name, route in config.models.items()}
     return PolicyBook(models, config.tenant_policies)
+
+
+def _upstream_transport(name: str) -> Transport:
+    """``[server] upstream_client``: hasten's lean client, or aiohttp's."""
+    return AiohttpTransport() if name == "aiohttp" else LeanTransport()
 
 
 def _share_routing(gateway: Gateway) -> None:

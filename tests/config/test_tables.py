@@ -616,3 +616,12 @@ def test_resume_streams_and_prefill_are_read_and_checked(tmp_path: Path) -> None
         _load(tmp_path, text.replace('"assistant_prefix"', '"vllm"'))
     with pytest.raises(ConfigError, match="resume_streams"):
         _load(tmp_path, text.replace("resume_streams = true", 'resume_streams = "yes"'))
+
+
+def test_upstream_client_is_lean_or_aiohttp(tmp_path: Path) -> None:
+    assert _load(tmp_path, "", {}).server.upstream_client == "lean"
+    aiohttp = _load(tmp_path, '[server]\nupstream_client = "aiohttp"\n', {})
+    assert aiohttp.server.upstream_client == "aiohttp"
+    assert _error(tmp_path, '[server]\nupstream_client = "curl"\n', {}) == (
+        "server.upstream_client: expected one of lean, aiohttp, got 'curl'"
+    )

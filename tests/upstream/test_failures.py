@@ -156,7 +156,7 @@ def test_in_flight_is_zero_after_connect_refused() -> None:
 
 
 def test_in_flight_is_zero_after_the_transport_raises(good_sim: ServerThread) -> None:
-    # aiohttp itself raises ValueError for credentials in the URL plus an Authorization header:
+    # Both clients refuse credentials in the URL (aiohttp: with an Authorization header too):
     # the URL is built here directly, past the config check that refuses it.
     url = good_sim.url.replace("http://", f"http://user:{PASSWORD}@") + "/v1"
     config = make_config({"creds": url}, cache=NO_CACHE, admin_api_key=ADMIN_KEY)

@@ -45,6 +45,9 @@ DEFAULT_MAX_CONNECTIONS_PER_CLIENT = 1024
 DEFAULT_NUM_WORKERS = 1
 # Each worker holds its own L1 and upstream pools: more than this is a typo, not a plan.
 MAX_NUM_WORKERS = 64
+# The upstream HTTP client (hasten.upstream.lean or .transport): lean measured faster.
+UPSTREAM_CLIENTS = ("lean", "aiohttp")
+DEFAULT_UPSTREAM_CLIENT = "lean"
 DEFAULT_L1_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_TTL_S = 3600.0
 DEFAULT_SQLITE_PATH = "hasten-cache.sqlite3"
@@ -161,6 +164,7 @@ class ServerConfig:
     log_format: str = "text"  # or "json": one object per line (hasten.server.logs)
     # Gateway processes sharing the listening socket (hasten.server.workers); 1: in-process.
     num_workers: int = DEFAULT_NUM_WORKERS
+    upstream_client: str = DEFAULT_UPSTREAM_CLIENT  # one of UPSTREAM_CLIENTS
 
 
 @dataclass(frozen=True)
@@ -408,10 +412,16 @@ def _server(table: TomlTable, env: Mapping[str, str]) -> ServerConfig:
         log_level=table.get("log_level", str, d.log_level),
         log_format=table.get("log_format", str, d.log_format),
         num_workers=_num_workers(table, d.num_workers),
+        upstream_client=table.get("upstream_client", str, d.upstream_client),
     )
     if config.log_format not in LOG_FORMATS:
         raise table.error(
             "log_format", f"expected one of {', '.join(LOG_FORMATS)}, got {config.log_format!r}"
+        )
+    if config.upstream_client not in UPSTREAM_CLIENTS:
+        raise table.error(
+            "upstream_client",
+            f"expected one of {', '.join(UPSTREAM_CLIENTS)}, got {config.upstream_client!r}",
         )
     table.finish()
     return config
