@@ -447,7 +447,7 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Certificat
     subprocess.run(
         [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
          "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+         "-addext", "subjectAltName=DNS:localhost,DNS:upstream.test,IP:127.0.0.1"],
         check=True, capture_output=True, timeout=30,
     )  # fmt: skip
     yield Certificate(cert, key)
@@ -532,25 +532,31 @@ async def test_https_through_a_connect_tunnel(
         monkeypatch.setenv("https_proxy", f"http://alice:pw@127.0.0.1:{proxy.port}")
         transport = LeanTransport(ssl_context=certificate.client_context())
         try:
+            # A name only the proxy reaches (loopback hosts are never proxied): it tunnels
+            # to 127.0.0.1, and the certificate carries the name.
+            url = f"https://upstream.test:{upstream.port}/v1"
             for _ in range(2):
-                response = await transport.send(request(f"https://localhost:{upstream.port}/v1"))
+                response = await transport.send(request(url))
                 assert await response.read(5.0) == b'{"ok":true}'
         finally:
             await transport.aclose()
-    assert proxy.request_lines == [f"CONNECT localhost:{upstream.port} HTTP/1.1"]
+    assert proxy.request_lines == [f"CONNECT upstream.test:{upstream.port} HTTP/1.1"]
     assert proxy.headers[0]["proxy-authorization"] == _basic(b"alice:pw")
     assert "proxy-authorization" not in upstream.headers[0]
     assert (upstream.num_connections, upstream.num_requests) == (1, 2)
 
 
-async def test_no_proxy_goes_direct(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("host", ["localhost", "127.0.0.1"])
+async def test_a_loopback_upstream_goes_direct_past_the_environment_proxy(
+    monkeypatch: pytest.MonkeyPatch, host: str
+) -> None:
     monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{free_port()}")  # nothing listens
-    monkeypatch.delenv("http_proxy", raising=False)
-    monkeypatch.setenv("no_proxy", "example.org, localhost")
+    for name in ("http_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
     async with serving(keep_answering) as served, asyncio.timeout(TEST_TIMEOUT_S):
         transport = LeanTransport()
         try:
-            response = await transport.send(request(f"http://localhost:{served.port}/v1"))
+            response = await transport.send(request(f"http://{host}:{served.port}/v1"))
             assert await response.read(5.0) == b'{"ok":true}'
         finally:
             await transport.aclose()

@@ -7,11 +7,32 @@ import base64
 import pytest
 
 from hasten.errors import UpstreamConnectError
-from hasten.upstream.proxies import Proxy, parse_proxy, proxy_for
+from hasten.upstream.proxies import Proxy, is_loopback, parse_proxy, proxy_for
 
 
 def test_no_proxy_configured_goes_direct() -> None:
     assert proxy_for("https", "api.example.com", 443, {}) is None
+
+
+@pytest.mark.parametrize(
+    ("host", "expected"),
+    [
+        ("localhost", True),
+        ("LOCALHOST.", True),
+        ("engine.localhost", True),
+        ("127.0.0.1", True),
+        ("127.8.9.10", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("10.0.0.1", False),
+        ("localhost.example.com", False),
+        ("api.openai.com", False),
+    ],
+)
+def test_loopback_hosts_are_never_proxied(host: str, expected: bool) -> None:
+    assert is_loopback(host) is expected
+    proxies = {"http": "http://proxy:3128"}
+    assert (proxy_for("http", host, 8080, proxies) is None) is expected
 
 
 def test_proxy_by_scheme() -> None:

@@ -1,13 +1,16 @@
 """Which proxy, if any, an upstream URL goes through: the environment's, as urllib reads it.
 
 HTTP_PROXY / HTTPS_PROXY / NO_PROXY in either case (``urllib.request.getproxies``, lower
-case winning), bypassed as ``urllib.request.proxy_bypass_environment`` decides. Pure: the
+case winning), bypassed as ``urllib.request.proxy_bypass_environment`` decides. A loopback
+host is never proxied, as Go's ProxyFromEnvironment does: the local engine and a simulator
+on 127.0.0.1 stay reachable for a user whose shell exports a corporate proxy. Pure: the
 proxy table is an argument, read from the environment once by the caller.
 """
 
 from __future__ import annotations
 
 import base64
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
@@ -32,11 +35,22 @@ class Proxy:
 def proxy_for(scheme: str, host: str, port: int, proxies: Mapping[str, str]) -> Proxy | None:
     """The proxy for ``scheme://host:port`` under ``proxies`` (getproxies' shape), or None."""
     url = proxies.get(scheme)
-    if not url:
+    if not url or is_loopback(host):
         return None
     if proxy_bypass_environment(f"{host}:{port}", dict(proxies)):
         return None
     return parse_proxy(url)
+
+
+def is_loopback(host: str) -> bool:
+    """``localhost`` (and its subdomains) or a loopback IP address."""
+    name = host.strip("[]").lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 def parse_proxy(url: str) -> Proxy:
