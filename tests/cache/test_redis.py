@@ -5,7 +5,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -18,7 +17,7 @@ from redis.asyncio import Redis
 
 from hasten.cache.entry import CachedAnswer
 from hasten.cache.redis_store import RedisStore
-from tests.support.servers import free_port
+from tests.support.servers import free_port, wait_listening
 
 
 class RestartableRedis:
@@ -52,15 +51,12 @@ class RestartableRedis:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                if time.monotonic() > deadline or self._proc.poll() is not None:
-                    raise RuntimeError("redis-server did not start") from None
-                time.sleep(0.02)
+        try:
+            is_up = wait_listening(self._proc, self.port, 10.0, poll_s=0.02)
+        except TimeoutError:
+            is_up = False
+        if not is_up:
+            raise RuntimeError("redis-server did not start")
 
     def stop(self) -> None:
         if self._proc is not None:

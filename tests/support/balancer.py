@@ -11,13 +11,11 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
 import subprocess
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.support.servers import ProcessDied, free_port, stop_process
+from tests.support.servers import ProcessDied, free_port, stop_process, wait_listening
 
 # Every response through the balancer names the replica that answered it (host:port), so a
 # test can tell which replica a client landed on without asking the gateway.
@@ -100,18 +98,13 @@ class Nginx:
         self.proc = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if self.proc.poll() is not None:
-                raise ProcessDied(f"nginx exited ({self.proc.returncode}): {self.errors()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return self
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise ProcessDied(f"nginx did not start: {self.errors()}") from None
-                time.sleep(0.02)
+        try:
+            if wait_listening(self.proc, self.port, START_TIMEOUT_S, poll_s=0.02):
+                return self
+        except TimeoutError:
+            self.stop()
+            raise ProcessDied(f"nginx did not start: {self.errors()}") from None
+        raise ProcessDied(f"nginx exited ({self.proc.returncode}): {self.errors()}")
 
     def errors(self) -> str:
         path = self.workdir / "error.log"

@@ -107,15 +107,12 @@ def redis_server(port: int | None = None, workdir: str | None = None) -> Iterato
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("redis-server did not start") from None
-                time.sleep(0.02)
+        try:
+            is_up = wait_listening(proc, port, 10.0, poll_s=0.02)
+        except TimeoutError:
+            is_up = False
+        if not is_up:
+            raise RuntimeError("redis-server did not start")
         yield f"redis://127.0.0.1:{port}/0"
     finally:
         proc.terminate()
@@ -126,6 +123,24 @@ def redis_server(port: int | None = None, workdir: str | None = None) -> Iterato
 
 class ProcessDied(AssertionError):
     """A child server exited before it was ready (message: its signal or exit code)."""
+
+
+def wait_listening(
+    proc: subprocess.Popen[Any], port: int, timeout_s: float, poll_s: float = 0.05
+) -> bool:
+    """Waits until something accepts on 127.0.0.1:``port``: True; False if ``proc`` exited
+    first. Raises ``TimeoutError`` past ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            return False
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return True
+        except OSError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nothing listens on port {port}") from None
+            time.sleep(poll_s)
 
 
 def _exit_text(returncode: int) -> str:
@@ -215,19 +230,12 @@ class GatewayProcess:
             self.command, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=self.env
         )
         threading.Thread(target=self._drain, daemon=True).start()
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if self.proc.poll() is not None:
-                raise ProcessDied(
-                    f"gateway exited: {_exit_text(self.proc.returncode)}\n{self.stderr}"
-                )
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return self
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise ProcessDied(f"gateway did not start\n{self.stderr}") from None
-                time.sleep(0.05)
+        try:
+            if wait_listening(self.proc, self.port, timeout_s):
+                return self
+        except TimeoutError:
+            raise ProcessDied(f"gateway did not start\n{self.stderr}") from None
+        raise ProcessDied(f"gateway exited: {_exit_text(self.proc.returncode)}\n{self.stderr}")
 
     def _drain(self) -> None:
         assert self.proc is not None and self.proc.stderr is not None
@@ -267,18 +275,13 @@ class SimulatorProcess:
         self.proc = subprocess.Popen(
             self.command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
         )
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if self.proc.poll() is not None:
-                raise ProcessDied(f"simulator exited: {_exit_text(self.proc.returncode)}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return self
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise ProcessDied("simulator did not start") from None
-                time.sleep(0.05)
+        try:
+            if wait_listening(self.proc, self.port, timeout_s):
+                return self
+        except TimeoutError:
+            self.stop()
+            raise ProcessDied("simulator did not start") from None
+        raise ProcessDied(f"simulator exited: {_exit_text(self.proc.returncode)}")
 
     def stop(self) -> None:
         stop_process(self.proc)

@@ -105,19 +105,6 @@ class SharedLedger:
         args = [repr(now_ms), repr(slot_lease_ms), *(request for _, request in held)]
         await self.link.scripts("limits.renew", [(_RENEW, keys, args)])
 
-    async def redate(
-        self, key_id: str, request_id: str, ago_ms: float, now_ms: float = REDIS_CLOCK
-    ) -> None:
-        """Moves an admitted request's time in the request window to ``ago_ms`` before now
-        (if it is still there)."""
-        await self.link.scripts(
-            "limits.redate", [self._redate_run(key_id, request_id, ago_ms, now_ms)]
-        )
-
-    async def forget(self, key_id: str, request_id: str) -> None:
-        """Takes an admitted request that never ran out of the request window."""
-        await self.link.scripts("limits.forget", [(_FORGET, [self.keys(key_id)[0]], [request_id])])
-
     async def follow_up(
         self,
         key_id: str,

@@ -134,7 +134,6 @@ class TicketBook:
         self._id_prefix = "t-" + secrets.token_hex(8) + "-"
         self._id_counter = itertools.count()
         self.num_taken = 0
-        self.num_round_trips = 0
 
     def __len__(self) -> int:
         return sum(len(tickets) for tickets in self._tickets.values())
@@ -245,7 +244,6 @@ class TicketBook:
                 )
                 if not work:
                     continue
-                self.num_round_trips += 1
                 verdicts = await self._shared.follow_up(key_id, limits, work, self._slot_lease_ms)
                 for grant, verdict in zip(work.grants, verdicts, strict=True):
                     if verdict.is_allowed:
