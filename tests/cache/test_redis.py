@@ -254,7 +254,11 @@ async def test_calls_after_close_miss(redis_url: str) -> None:
 async def test_no_second_failure_from_stale_pooled_connections_after_a_restart(
     own_redis: RestartableRedis,
 ) -> None:
-    redis_store = RedisStore(own_redis.url, retry_backoff_s=0.05)
+    # Generous timeouts: a slow moment of a loaded machine must not count as a failure here
+    # (CI once saw 8 connects at once miss the 0.25 s default); a dead connection fails fast.
+    redis_store = RedisStore(
+        own_redis.url, retry_backoff_s=0.05, connect_timeout_s=2.0, op_timeout_s=2.0
+    )
     try:
         # Eight connections in the pool, all to the server that is about to go away.
         assert all(await asyncio.gather(*(redis_store.put(f"k{i}", answer()) for i in range(8))))
