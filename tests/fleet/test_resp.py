@@ -158,3 +158,69 @@ async def test_redis_gone_then_back_fails_fast_then_reconnects() -> None:
             assert await conn.call("PING") == b"PONG"
     finally:
         await conn.aclose()
+
+
+def _count_writes(conn: RespConnection) -> list[bytes]:
+    """Records every write of ``conn``'s current connection (after it connected)."""
+    protocol = conn._protocol
+    assert protocol is not None and protocol.transport is not None
+    transport, writes = protocol.transport, []
+    write = transport.write
+
+    def recording(data: bytes | bytearray | memoryview) -> None:
+        writes.append(bytes(data))
+        write(data)
+
+    transport.write = recording  # type: ignore[method-assign]
+    return writes
+
+
+async def test_a_deferred_command_rides_with_the_next_one_in_its_order(redis_url: str) -> None:
+    conn = RespConnection(redis_url, connect_timeout_s=1.0, op_timeout_s=1.0, defer_s=5.0)
+    try:
+        await conn.call("DEL", "deferred:a")
+        writes = _count_writes(conn)
+        later = asyncio.create_task(conn.batch([("SET", "deferred:a", "1")], is_deferred=True))
+        await asyncio.sleep(0.05)
+        assert writes == [] and not later.done()
+        # Asked later, written with it and after it: the GET sees the SET.
+        assert await conn.call("GET", "deferred:a") == b"1"
+        assert await later == [b"OK"]
+        assert len(writes) == 1
+    finally:
+        await conn.aclose()
+
+
+async def test_a_deferred_command_alone_is_written_after_the_delay(redis_url: str) -> None:
+    conn = RespConnection(redis_url, connect_timeout_s=1.0, op_timeout_s=1.0, defer_s=0.01)
+    try:
+        await conn.call("PING")
+        writes = _count_writes(conn)
+        replies = await conn.batch([("PING",), ("ECHO", "x")], is_deferred=True)
+        assert replies == [b"PONG", b"x"] and len(writes) == 1
+    finally:
+        await conn.aclose()
+
+
+async def test_a_deferred_command_before_any_connection_goes_at_once(redis_url: str) -> None:
+    conn = RespConnection(redis_url, connect_timeout_s=1.0, op_timeout_s=1.0, defer_s=60.0)
+    try:
+        reply = await asyncio.wait_for(conn.batch([("PING",)], is_deferred=True), 5.0)
+        assert reply == [b"PONG"]
+    finally:
+        await conn.aclose()
+
+
+async def test_deferred_commands_fail_with_their_dropped_connection(redis_url: str) -> None:
+    conn = RespConnection(redis_url, connect_timeout_s=1.0, op_timeout_s=1.0, defer_s=60.0)
+    await conn.call("PING")
+    writes = _count_writes(conn)
+    waiting = asyncio.create_task(conn.batch([("SET", "deferred:b", "1")], is_deferred=True))
+    await asyncio.sleep(0)
+    await conn.aclose()
+    with pytest.raises(RedisConnectionError):
+        await asyncio.wait_for(waiting, 5.0)
+    assert writes == []
+    # The next command connects again; nothing deferred earlier reaches it.
+    assert await conn.call("EXISTS", "deferred:b") == 0
+    await conn.aclose()

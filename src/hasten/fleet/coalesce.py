@@ -253,8 +253,10 @@ class FleetCoalescer:
             await flight.wait_change()
             # The flight's own waiters send to their clients first, and what arrives
             # meanwhile joins this batch: followers wait this much longer, a client none.
-            # A finished flight is written at once (after one turn of the loop, for those
-            # waiters): a client sending its next request right away finds it done.
+            # A finished flight's end goes out after one turn of the loop (for those
+            # waiters), deferred (``RespConnection.batch``): with the next request's lease
+            # when one follows at once, else ``DEFER_S`` later; a replica asked the same
+            # meanwhile follows the stream until the end arrives.
             await asyncio.sleep(0 if flight.is_done else _FLUSH_DELAY_S)
 
     async def _write_end(
@@ -267,14 +269,23 @@ class FleetCoalescer:
             return
         fields += relay.end_fields(seq, error)
         is_whole = error is None and flight.status == 200
-        await self._write(lease, stream, token, fields, "done" if is_whole else "drop")
+        # Deferred: the flight's own clients have their answer; followers wait a moment.
+        final = "done" if is_whole else "drop"
+        await self._write(lease, stream, token, fields, final, is_deferred=True)
 
     async def _write(
-        self, lease: str, stream: str, token: str, fields: list[Any], final: str
+        self,
+        lease: str,
+        stream: str,
+        token: str,
+        fields: list[Any],
+        final: str,
+        *,
+        is_deferred: bool = False,
     ) -> bool:
         args = [token, self._max_chunks, self._ttl_ms, final, self._lease_ms, *fields]
         (written,) = await self._link.scripts(
-            "flight publish", [(self._append, [lease, stream], args)]
+            "flight publish", [(self._append, [lease, stream], args)], is_deferred=is_deferred
         )
         return bool(written)
 

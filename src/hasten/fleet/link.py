@@ -79,10 +79,13 @@ class FleetLink:
             _log.info("fleet redis %s is back", self._url)
         return result
 
-    async def scripts(self, what: str, runs: Sequence[ScriptRun]) -> list[Any]:
-        """Runs Lua scripts in one round trip on the fast connection; raises
-        ``FleetUnavailable`` like ``run``, and a script's own error (a bug) as well."""
-        replies = await self.run(what, lambda _: self.fast.scripts(runs))
+    async def scripts(
+        self, what: str, runs: Sequence[ScriptRun], *, is_deferred: bool = False
+    ) -> list[Any]:
+        """Runs Lua scripts in one round trip on the fast connection (``is_deferred``: see
+        ``RespConnection.batch``); raises ``FleetUnavailable`` like ``run``, and a script's
+        own error (a bug) as well."""
+        replies = await self.run(what, lambda _: self.fast.scripts(runs, is_deferred=is_deferred))
         for reply in replies:
             if isinstance(reply, RedisError):
                 self.mark_down(what, reply)

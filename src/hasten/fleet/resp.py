@@ -33,6 +33,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+# How long a deferred command waits for another command to ride with (``batch``).
+DEFER_S = 0.002
+
 Arg = str | bytes | int | float
 Command = Sequence[Arg]
 
@@ -124,12 +127,24 @@ class _Protocol(asyncio.Protocol):
 class RespConnection:
     """One pipelined connection to the Redis at ``url``, opened on first use."""
 
-    def __init__(self, url: str, *, connect_timeout_s: float, op_timeout_s: float) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        connect_timeout_s: float,
+        op_timeout_s: float,
+        defer_s: float = DEFER_S,
+    ) -> None:
         self._options: dict[str, Any] = dict(parse_url(url))
         self._connect_timeout_s = connect_timeout_s
         self._op_timeout_s = op_timeout_s
+        self._defer_s = defer_s
         self._protocol: _Protocol | None = None
         self._connecting: asyncio.Task[_Protocol] | None = None
+        # Deferred commands not yet written, their futures, and the timer that writes them.
+        self._deferred: list[Command] = []
+        self._deferred_futures: list[asyncio.Future[Any]] = []
+        self._deferred_timer: asyncio.TimerHandle | None = None
 
     async def call(self, *command: Arg) -> Any:
         """One command's reply; an error reply raises ``ResponseError``."""
@@ -138,18 +153,31 @@ class RespConnection:
             raise reply
         return reply
 
-    async def batch(self, commands: Sequence[Command]) -> list[Any]:
+    async def batch(self, commands: Sequence[Command], *, is_deferred: bool = False) -> list[Any]:
         """The replies of ``commands``, sent in one write; error replies in place as
-        ``ResponseError``. A failed connection raises for the whole batch."""
-        protocol = await self._connected()
+        ``ResponseError``. A failed connection raises for the whole batch.
+
+        ``is_deferred``: written up to ``defer_s`` later, with the next batch that is not
+        (or alone when none comes): for what is sent after an answer, so that it neither
+        competes with the client reading that answer nor costs a write and a wake-up of
+        its own when the next request's command follows at once."""
         loop = asyncio.get_running_loop()
-        futures = [loop.create_future() for _ in commands]
-        protocol.waiters.extend(futures)
-        assert protocol.transport is not None
-        protocol.transport.write(pack(commands))
+        protocol = self._protocol
+        if is_deferred and protocol is not None and protocol.lost is None:
+            futures = [loop.create_future() for _ in commands]
+            self._deferred += commands
+            self._deferred_futures += futures
+            if self._deferred_timer is None:
+                self._deferred_timer = loop.call_later(self._defer_s, self._write_deferred)
+            timeout_s = self._op_timeout_s + self._defer_s
+        else:
+            protocol = await self._connected()
+            futures = [loop.create_future() for _ in commands]
+            self._write_deferred(commands, futures)
+            timeout_s = self._op_timeout_s
         # A timer rather than asyncio.timeout: a fraction of its cost per command. On expiry
         # the connection is dropped, failing every command still waiting on it.
-        timer = loop.call_later(self._op_timeout_s, self._expire, protocol)
+        timer = loop.call_later(timeout_s, self._expire, protocol)
         try:
             if len(futures) == 1:
                 replies = [await futures[0]]
@@ -159,14 +187,40 @@ class RespConnection:
             timer.cancel()
         return [error_of(r) if isinstance(r, hiredis.ReplyError) else r for r in replies]
 
+    def _write_deferred(
+        self,
+        commands: Sequence[Command] = (),
+        futures: Sequence[asyncio.Future[Any]] = (),
+    ) -> None:
+        """Writes the deferred commands, then ``commands``, in one write (in the order they
+        were asked: replies come back first in, first out)."""
+        if self._deferred_timer is not None:
+            self._deferred_timer.cancel()
+            self._deferred_timer = None
+        if self._deferred:
+            commands, futures = [*self._deferred, *commands], [*self._deferred_futures, *futures]
+            self._deferred, self._deferred_futures = [], []
+        protocol = self._protocol
+        if protocol is None or protocol.lost is not None or protocol.transport is None:
+            # Dropped while they waited (the connection's failure already failed them).
+            lost = RedisConnectionError("redis connection lost")
+            for future in futures:
+                if not future.done():
+                    future.set_exception(lost)
+            return
+        if commands:
+            protocol.waiters.extend(futures)
+            protocol.transport.write(pack(commands))
+
     def _expire(self, protocol: _Protocol) -> None:
         # The replies still owed would be read as the next commands': drop it all.
         self._drop(protocol, RedisTimeoutError("redis command timed out"))
 
-    async def scripts(self, runs: Sequence[ScriptRun]) -> list[Any]:
+    async def scripts(self, runs: Sequence[ScriptRun], *, is_deferred: bool = False) -> list[Any]:
         """Runs scripts in one batch by SHA (error replies in place); those Redis had no copy
-        of (a restart), once more with their source."""
-        replies = await self.batch([script.command(keys, args) for script, keys, args in runs])
+        of (a restart), once more with their source. ``is_deferred`` as for ``batch``."""
+        commands = [script.command(keys, args) for script, keys, args in runs]
+        replies = await self.batch(commands, is_deferred=is_deferred)
         missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if missing:
             again = await self.batch([runs[i][0].fallback(runs[i][1], runs[i][2]) for i in missing])
@@ -184,6 +238,7 @@ class RespConnection:
         protocol.fail(exc)
         if self._protocol is protocol:
             self._protocol = None
+            self._write_deferred()  # none is written to a dropped connection: they fail
 
     async def _connected(self) -> _Protocol:
         protocol = self._protocol

@@ -124,7 +124,8 @@ class SharedLedger:
         for grant in work.grants:
             args = _admit_args(limits, grant.request_id, grant.num_tokens, slot_lease_ms, now_ms)
             runs.append((_ADMIT, keys, args))
-        replies = await self.link.scripts("limits.follow_up", runs)
+        # After the answers: rides with the next request's command when one comes at once.
+        replies = await self.link.scripts("limits.follow_up", runs, is_deferred=True)
         return [_verdict(reply) for reply in replies[num_before:]]
 
     def _settle_run(self, key_id: str, settlement: Settlement, now_ms: float) -> ScriptRun:
