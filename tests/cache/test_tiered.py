@@ -118,6 +118,23 @@ async def test_put_does_not_wait_for_l2() -> None:
     assert cache.stats()["pending_writes"] == 0
 
 
+async def test_l1_miss_is_told_before_l2_is_asked() -> None:
+    l2 = FakeL2()
+    cache = tiered(l2)
+    told: list[int] = []
+
+    def on_l1_miss() -> None:
+        told.append(l2.gets)  # how many L2 gets had run when it was told
+
+    assert await cache.get("k", on_l1_miss=on_l1_miss) is None
+    assert told == [0] and l2.gets == 1
+    cache.put("k", answer(created_at=NOW - 100.0))
+    await cache.drain()
+    assert await cache.get("k", on_l1_miss=on_l1_miss) is not None  # an L1 hit: not told
+    assert await cache.get("k", max_age_s=50.0, on_l1_miss=on_l1_miss) is None  # too old
+    assert told == [0, 1]
+
+
 async def test_max_age() -> None:
     clock = FakeClock()
     l2 = FakeL2()

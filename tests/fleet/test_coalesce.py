@@ -15,6 +15,7 @@ import redis
 
 from hasten.config import GatewayConfig
 from hasten.config.fleet import FleetConfig
+from hasten.config.tables import CacheConfig
 from hasten.simulator import SimConfig, build_app
 from tests.support.gateway import chat_body, make_config, running_gateway, sim_stats
 from tests.support.servers import GatewayProcess, ServerThread, redis_server
@@ -243,3 +244,62 @@ async def test_a_whole_json_answer_is_shared_too() -> None:
             assert orjson.loads(replies[0].content)["data"][0]["embedding"]
             stats = sim_stats(sim.url)
             assert stats["num_requests"] == 1 and stats["num_embedding_inputs"] == 1
+
+
+LEASES = "hasten:fleet:flight:" + "?" * 32  # leases, not their streams
+
+
+def _is_done(value: object) -> bool:
+    return isinstance(value, bytes) and value.startswith(b"done:")
+
+
+def _calls(client: redis.Redis, *names: str) -> int:
+    stats: dict[str, dict[str, int]] = client.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in names)
+
+
+async def test_a_miss_takes_one_lease_and_an_l1_hit_asks_redis_nothing() -> None:
+    with redis_server() as redis_url, ServerThread(build_app(SimConfig())) as sim:
+        with replicas(fleet_config(sim.url, redis_url), 1) as (gateway,):
+            client = redis.Redis.from_url(redis_url)
+            body = chat_body("early lease", max_tokens=5)
+            async with httpx.AsyncClient(timeout=30) as http:
+                sets = _calls(client, "set")
+                await ask(http, gateway.url, body)
+                await asyncio.sleep(0.3)  # the deferred end (its done marker is a SET too)
+                assert _calls(client, "set") - sets == 2
+                before = _calls(client, "set", "get", "evalsha", "eval", "del")
+                for _ in range(3):
+                    await ask(http, gateway.url, body)
+                await asyncio.sleep(0.3)
+                assert _calls(client, "set", "get", "evalsha", "eval", "del") == before
+
+
+async def test_an_early_lease_a_hit_did_not_need_is_given_back() -> None:
+    """A replica misses L1 (so it asks for the lease) but finds the answer in the shared L2."""
+    with redis_server() as redis_url, ServerThread(build_app(SimConfig())) as sim:
+        # A lease far longer than the wait below: only a give-back removes it in time.
+        config = fleet_config(sim.url, redis_url, lease_s=30.0)
+        cache = CacheConfig(backend="redis", redis_url=redis_url)
+        config = replace(config, cache=cache)
+        with replicas(config, 2) as (first, second):
+            client = redis.Redis.from_url(redis_url)
+            body = chat_body("given back", max_tokens=5)
+            async with httpx.AsyncClient(timeout=30) as http:
+                text = await ask(http, first.url, body)
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + 10
+                # The first flight's end is written after its answer: wait for its marker.
+                while not any(_is_done(client.get(k)) for k in client.keys(LEASES)):
+                    assert loop.time() < deadline, "the first flight left no done marker"
+                    await asyncio.sleep(0.01)
+                await asyncio.sleep(0.2)  # the first replica's L2 write
+                client.delete(*client.keys(LEASES))  # as if the marker lapsed: the next ask wins
+                response = await http.post(second.url + URL, json=body)
+                assert response.headers["x-hasten-cache"] == "hit"
+                assert response.json()["choices"][0]["message"]["content"] == text
+                deadline = loop.time() + 5
+                while client.keys(LEASES):
+                    assert loop.time() < deadline, "the unneeded lease was never given back"
+                    await asyncio.sleep(0.01)
+            assert sim_stats(sim.url)["num_requests"] == 1

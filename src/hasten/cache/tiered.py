@@ -63,8 +63,15 @@ class TieredCache:
         # processes sharing L2 drop their L1 copies too (``hasten serve --workers``).
         self.on_delete: Callable[[str], None] | None = None
 
-    async def get(self, key: str, *, max_age_s: float | None = None) -> CachedAnswer | None:
-        """A fresh answer for ``key``, younger than ``max_age_s`` when given; never raises."""
+    async def get(
+        self,
+        key: str,
+        *,
+        max_age_s: float | None = None,
+        on_l1_miss: Callable[[], None] | None = None,
+    ) -> CachedAnswer | None:
+        """A fresh answer for ``key``, younger than ``max_age_s`` when given; never raises.
+        ``on_l1_miss`` is called as soon as L1 cannot answer (before L2 is asked)."""
         now = self._clock()
         entry = self.l1.get(key)
         if entry is not None:
@@ -73,7 +80,11 @@ class TieredCache:
                 self._l1_hits += 1
                 return entry
             self._misses += 1
+            if on_l1_miss is not None:
+                on_l1_miss()
             return None
+        if on_l1_miss is not None:
+            on_l1_miss()
         if self.l2 is not None:
             self._l2_lookups += 1
             entry = await self._l2_get(key)

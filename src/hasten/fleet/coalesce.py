@@ -119,6 +119,30 @@ class FleetJob:
     is_idempotent: bool = True
 
 
+class EarlyLease:
+    """A flight's lease asked for at the request's L1 miss (``ask``, the cache's callback),
+    before the request knows it will call upstream: the round trip then overlaps the rest
+    of the lookup (L2, semantic) and the flight's setup. The flight's pump takes it over; a
+    request that did not need it (a hit, a local flight to join, a refusal) gives it back
+    (``FleetCoalescer.release``)."""
+
+    __slots__ = ("_coalescer", "flight_key", "is_used", "lease", "task")
+
+    def __init__(self, coalescer: FleetCoalescer, flight_key: str) -> None:
+        self._coalescer = coalescer
+        self.flight_key = flight_key
+        self.lease = ""
+        self.task: asyncio.Task[tuple[str, str] | None] | None = None
+        self.is_used = False
+
+    def ask(self) -> None:
+        """Starts taking the lease (not while Redis is away: the pump then runs locally)."""
+        coalescer = self._coalescer
+        if self.task is None and not self.is_used and coalescer._link.is_up:
+            self.lease = lease_key(coalescer._link, self.flight_key)
+            self.task = asyncio.get_running_loop().create_task(coalescer._take(self.lease))
+
+
 class FleetCoalescer:
     """Runs flights fleet-wide; one per gateway, holding its scripts and writer tasks."""
 
@@ -142,10 +166,34 @@ class FleetCoalescer:
         self._renew, self._append = LuaScript(_RENEW), LuaScript(_APPEND)
         self._writers: set[asyncio.Task[None]] = set()
 
-    async def pump(self, flight: Flight, job: FleetJob) -> None:
+    def early(self, flight_key: str) -> EarlyLease:
+        """An early lease for ``flight_key``, not asked for yet (no I/O)."""
+        return EarlyLease(self, flight_key)
+
+    def release(self, early: EarlyLease) -> None:
+        """Gives back an early lease nobody used (a no-op once a pump took it over): if it
+        was won, it is dropped after the answer, so other replicas stop waiting on it."""
+        if early.is_used:
+            return
+        early.is_used = True
+        task, lease = early.task, early.lease
+        if task is not None:
+            task.add_done_callback(lambda done: self._give_back(lease, done))
+
+    async def pump(self, flight: Flight, job: FleetJob, early: EarlyLease | None = None) -> None:
         """Fills ``flight``: leading the fleet's call, following it, or locally."""
-        lease = lease_key(self._link, job.flight_key)
-        taken = await self._take(lease)
+        task = None if early is None or early.is_used else early.task
+        if early is not None and task is not None and early.flight_key == job.flight_key:
+            early.is_used, lease = True, early.lease
+            try:
+                taken = await asyncio.shield(task)
+            except asyncio.CancelledError:
+                early.is_used = False
+                self.release(early)
+                raise
+        else:
+            lease = lease_key(self._link, job.flight_key)
+            taken = await self._take(lease)
         if taken is None:
             await job.pump(flight)
             return
@@ -190,6 +238,18 @@ class FleetCoalescer:
             if holder is not None:  # else it lapsed between the two: try again
                 return token, holder.decode() if isinstance(holder, bytes) else str(holder)
         return None
+
+    def _give_back(self, lease: str, task: asyncio.Task[tuple[str, str] | None]) -> None:
+        if task.cancelled() or task.exception() is not None:
+            return
+        taken = task.result()
+        if taken is None or taken[0] != taken[1]:
+            return  # not ours
+        token = taken[0]
+        drop = self._write(lease, f"{lease}:{token}", token, [], "drop", is_deferred=True)
+        writer = asyncio.get_running_loop().create_task(_quietly(drop))
+        self._writers.add(writer)
+        writer.add_done_callback(self._writers.discard)
 
     async def _lead(
         self, flight: Flight, run: Callable[[Flight], Awaitable[None]], lease: str, token: str
@@ -377,6 +437,11 @@ class FleetCoalescer:
         finally:
             call.close()
         _finish(flight, job.commit)
+
+
+async def _quietly(write: Awaitable[bool]) -> None:
+    with contextlib.suppress(FleetUnavailable):  # the lease lapses on its own
+        await write
 
 
 def _not_repeated() -> UpstreamError:

@@ -147,6 +147,11 @@ class Coalescer:
     def __len__(self) -> int:
         return len(self._flights)
 
+    def is_flying(self, key: str) -> bool:
+        """Whether a request with ``key`` would join a flight now rather than start one."""
+        flight = self._flights.get(key)
+        return flight is not None and flight.num_waiters > 0
+
     def join(self, key: str, run: Callable[[Flight], Awaitable[None]]) -> tuple[Flight, bool]:
         """Returns the flight for ``key`` (starting ``run`` if new) and whether it was new."""
         flight = self._flights.get(key)

@@ -44,7 +44,7 @@ from hasten.cache import (
 )
 from hasten.cache.replay import answer_body, answer_frames
 from hasten.errors import ClientGone, HastenError
-from hasten.fleet.coalesce import FleetJob
+from hasten.fleet.coalesce import EarlyLease, FleetJob
 from hasten.gateway import Gateway
 from hasten.keys.access import check_model
 from hasten.local.gateway import route_name
@@ -277,10 +277,36 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
     key = namespaced_key(request, namespace)
     # What /admin/cache/invalidate takes as "key"; it only ever names the caller's entry.
     ex.extra_headers = (*ex.extra_headers, (b"x-hasten-cache-key", request.encode()))
+    can_add_usage = ex.model.has_stream_options
+    flight_key = _flight_key(ex, key, decision, can_add_usage)
+    fleet = gateway.fleet_flights
+    early = None
+    if fleet is not None and decision.is_lookup and not gateway.coalescer.is_flying(flight_key):
+        early = fleet.early(flight_key)  # asked at the L1 miss, so it overlaps what follows
+    try:
+        await _lookup_and_serve(gateway, ex, decision, key, namespace, flight_key, early)
+    finally:
+        if fleet is not None and early is not None:
+            fleet.release(early)  # unless the flight's pump took it over
+
+
+async def _lookup_and_serve(
+    gateway: Gateway,
+    ex: Exchange,
+    decision: CacheDecision,
+    key: str,
+    namespace: str,
+    flight_key: str,
+    early: EarlyLease | None,
+) -> None:
+    assert gateway.cache is not None
     found = None
     if decision.is_lookup:
         with ex.trace.child("cache.lookup") as lookup:
-            entry = await gateway.cache.get(key, max_age_s=decision.max_age_s)
+            on_l1_miss = None if early is None else early.ask
+            entry = await gateway.cache.get(
+                key, max_age_s=decision.max_age_s, on_l1_miss=on_l1_miss
+            )
             lookup.set("hasten.cache.is_hit", entry is not None)
         if entry is not None:
             gateway.stats.count("hit", tenant=ex.tenant)
@@ -321,8 +347,7 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
     stored = _Stored(gateway, ex, key, namespace, found) if decision.is_store else None
     can_add_usage = ex.model.has_stream_options
     ex.is_usage_added = ex.is_stream and decision.is_store and not ex.wants_usage and can_add_usage
-    flight_key = _flight_key(ex, key, decision, can_add_usage)
-    run = _flight_run(gateway, ex, stored, flight_key, decision.is_lookup)
+    run = _flight_run(gateway, ex, stored, flight_key, decision.is_lookup, early)
     flight, is_new = gateway.coalescer.join(flight_key, run)
     if not is_new:
         gateway.stats.count("coalesced", tenant=ex.tenant)
@@ -342,7 +367,12 @@ async def _admit(ex: Exchange, *, is_hit: bool) -> None:
 
 
 def _flight_run(
-    gateway: Gateway, ex: Exchange, stored: _Stored | None, flight_key: str, is_shared: bool
+    gateway: Gateway,
+    ex: Exchange,
+    stored: _Stored | None,
+    flight_key: str,
+    is_shared: bool,
+    early: EarlyLease | None,
 ) -> Callable[[Flight], Awaitable[None]]:
     """What fills a new flight: this replica's upstream call, or the fleet's (hasten.fleet)."""
     fleet = gateway.fleet_flights
@@ -366,7 +396,7 @@ def _flight_run(
             ex.endpoint.name,
             _is_idempotent(ex),
         )
-        await fleet.pump(flight, job)
+        await fleet.pump(flight, job, early)
 
     return fleet_pump
 
