@@ -303,3 +303,37 @@ async def test_an_early_lease_a_hit_did_not_need_is_given_back() -> None:
                     assert loop.time() < deadline, "the unneeded lease was never given back"
                     await asyncio.sleep(0.01)
             assert sim_stats(sim.url)["num_requests"] == 1
+
+
+async def test_a_follower_of_a_given_back_lease_takes_over_at_once() -> None:
+    """A lease given back before any upstream call (its request hit) wakes its followers,
+    who call upstream as a first leader would: even a request that must not run twice."""
+    with redis_server() as redis_url, ServerThread(build_app(SimConfig())) as sim:
+        # Blocks of 10 s: without the released entry the follower would still be waiting.
+        config = fleet_config(sim.url, redis_url, lease_s=30.0)
+        with replicas(config, 2) as (first, second):
+            client = redis.Redis.from_url(redis_url)
+            body = chat_body("released", max_tokens=5)
+            async with httpx.AsyncClient(timeout=8) as http:
+                await ask(http, first.url, body)  # learns the flight's lease key
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + 10
+                while not any(_is_done(client.get(k)) for k in client.keys(LEASES)):
+                    assert loop.time() < deadline, "the first flight left no done marker"
+                    await asyncio.sleep(0.01)
+                (lease,) = client.keys(LEASES)
+                assert isinstance(lease, bytes)
+                client.set(lease, "other-replica", px=30_000)  # held by a replica that hits
+                headers = {"x-hasten-idempotent": "false"}
+                asked = http.post(second.url + URL, json=body, headers=headers)
+                follow = asyncio.create_task(asked)
+                deadline = loop.time() + 5
+                while not client.info("clients")["blocked_clients"]:  # its XREAD BLOCK
+                    assert loop.time() < deadline, "the second replica never followed"
+                    await asyncio.sleep(0.01)
+                stream = f"{lease.decode()}:other-replica"
+                client.xadd(stream, {"k": "r", "n": "0", "d": "", "u": "0"})
+                client.delete(lease)
+                response = await follow
+            assert response.status_code == 200, response.text
+            assert sim_stats(sim.url)["num_requests"] == 2

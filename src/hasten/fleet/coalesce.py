@@ -101,6 +101,7 @@ class _Outcome(enum.Enum):
     LOST = "lost"  # the lease lapsed or moved without an end entry
     AWAY = "away"  # Redis failed
     GAP = "gap"  # the stream lost entries (trimmed, expired): it cannot be followed
+    RELEASED = "released"  # given back before any upstream call: nothing ran
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +247,10 @@ class FleetCoalescer:
         if taken is None or taken[0] != taken[1]:
             return  # not ours
         token = taken[0]
-        drop = self._write(lease, f"{lease}:{token}", token, [], "drop", is_deferred=True)
+        # Its entry wakes any follower at once (rather than after its block); kept briefly.
+        fields = relay.released_fields()
+        stream = f"{lease}:{token}"
+        drop = self._write(lease, stream, token, fields, "drop", self._lease_ms, is_deferred=True)
         writer = asyncio.get_running_loop().create_task(_quietly(drop))
         self._writers.add(writer)
         writer.add_done_callback(self._writers.discard)
@@ -340,22 +344,28 @@ class FleetCoalescer:
         token: str,
         fields: list[Any],
         final: str,
+        ttl_ms: int | None = None,
         *,
         is_deferred: bool = False,
     ) -> bool:
-        args = [token, self._max_chunks, self._ttl_ms, final, self._lease_ms, *fields]
+        ttl_ms = self._ttl_ms if ttl_ms is None else ttl_ms
+        args = [token, self._max_chunks, ttl_ms, final, self._lease_ms, *fields]
         (written,) = await self._link.scripts(
             "flight publish", [(self._append, [lease, stream], args)], is_deferred=is_deferred
         )
         return bool(written)
 
     async def _follow(self, flight: Flight, job: FleetJob, lease: str, holder: str) -> None:
-        flight.is_relayed = True
         for _ in range(_MAX_HANDOVERS):
+            flight.is_relayed = True
             outcome = await self._read(flight, job, lease, holder.removeprefix(_DONE_PREFIX))
             if outcome is _Outcome.FINISHED:
                 return
-            if outcome is not _Outcome.LOST:
+            if outcome is _Outcome.RELEASED:
+                # Nobody called upstream: this replica may, as a first leader would (even
+                # for a request that must not run twice).
+                flight.is_relayed = False
+            elif outcome is not _Outcome.LOST:
                 break
             taken = await self._take(lease)
             if taken is None:
@@ -391,6 +401,8 @@ class FleetCoalescer:
                 entry = relay.decode_entry(fields)
                 if entry.seq != seq:
                     return _Outcome.GAP
+                if entry.kind == relay.RELEASED:
+                    return _Outcome.RELEASED
                 seq += 1
                 if feed.take(entry):
                     return _Outcome.FINISHED

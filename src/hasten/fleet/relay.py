@@ -28,6 +28,9 @@ from hasten.proxy.sse import last_event_end
 START = b"s"
 CHUNK = b"c"
 END = b"e"
+# The lease was given back before any upstream call (the request it was asked for hit):
+# a follower takes over at once, as a leader that calls upstream for the first time.
+RELEASED = b"r"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +62,10 @@ def chunk_fields(seq: int, chunk: bytes, num_usage_events: int) -> list[bytes]:
 def end_fields(seq: int, error: HastenError | None) -> list[bytes]:
     data = b"" if error is None else orjson.dumps({"status": error.status_code, **error.to_dict()})
     return [END, str(seq).encode(), data, b"0"]
+
+
+def released_fields() -> list[bytes]:
+    return [RELEASED, b"0", b"", b"0"]
 
 
 def decode_entry(fields: Mapping[bytes, bytes]) -> Entry:
