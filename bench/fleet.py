@@ -31,12 +31,14 @@ import orjson
 from fleet_cost import (
     CONC,
     FLEET,
+    FLEET_L2,
     FULL_COST,
     LIMITED,
     QUICK_COST,
     RATE,
     RESUME,
     SINGLE,
+    SINGLE_L2,
     SPEND,
     measure_cost,
 )
@@ -226,6 +228,13 @@ def summary_line(result: dict[str, Any]) -> str:
             f"[fleet] adds {miss:+.3f} ms to a miss (paired median; goal <= {GOAL_MISS_MS}:"
             f" {goal}), {hit:+.3f} ms to an L1 hit"
         )
+        shared = cost["paired"]["miss"].get(f"{FLEET_L2} - {SINGLE_L2}")
+        shared_hit = cost["paired"]["hit"].get(f"{FLEET_L2} - {SINGLE_L2}")
+        if shared is not None and shared_hit is not None:
+            parts.append(
+                f"with the exact cache shared through Redis {shared['client_ms']:+.3f} ms to a"
+                f" miss, {shared_hit['client_ms']:+.3f} ms to an L1 hit"
+            )
         for name, what in (
             (LIMITED, "request and token rates"),
             (RATE, "a request rate"),

@@ -36,6 +36,10 @@ RATE = "fleet+rate"  # a key limited in requests per minute only (far above the 
 CONC = "fleet+conc"  # a key limited in concurrent requests only (far above the load)
 SPEND = "fleet+spend"  # a key with a spend budget only (far above the load)
 RESUME = "fleet+resume"  # [fleet] and stream resume on for the model
+# The same two with the exact cache shared through Redis (L1, then a Redis L2), as replicas
+# ran before [fleet]: what [fleet] adds to that setup, where a miss already asks Redis.
+SINGLE_L2 = "single+l2"
+FLEET_L2 = "fleet+l2"
 READY_TIMEOUT_S = 120.0
 KEY = "sk-fleet-cost"
 KEY_ENV = "FLEET_COST_KEY"
@@ -66,6 +70,7 @@ def replica_config(
     key_limits: str | None = None,
     is_resuming: bool = False,
     key_prefix: str = "hasten:",
+    cache_redis_url: str | None = None,
 ) -> str:
     text = ""
     if key_limits is not None:
@@ -73,7 +78,10 @@ def replica_config(
     text += f'[upstreams.sim]\nurl = "{sim_url}"\n[models."*"]\nupstream = "sim"\n'
     if is_resuming:
         text += "resume_streams = true\n"
-    text += '[cache]\nbackend = "memory"\n' + PRICES
+    if cache_redis_url is None:
+        text += '[cache]\nbackend = "memory"\n' + PRICES
+    else:
+        text += f'[cache]\nbackend = "redis"\nredis_url = "{cache_redis_url}"\n' + PRICES
     return text if redis_url is None else text + fleet_table(redis_url, {"key_prefix": key_prefix})
 
 
@@ -92,9 +100,14 @@ def cost_targets(workdir: Path) -> Iterator[tuple[dict[str, str], dict[str, str]
             CONC: (redis_url, CONC_LIMITS, False),
             SPEND: (redis_url, SPEND_LIMITS, False),
             RESUME: (redis_url, None, True),
+            SINGLE_L2: (None, None, False),
+            FLEET_L2: (redis_url, None, False),
         }
         replicas: dict[str, GatewayProcess] = {}
-        for name, (url, limits, is_resuming) in plans.items():
+        for index, (name, (url, limits, is_resuming)) in enumerate(plans.items()):
+            # A database each for the shared-L2 pair: one must not hit the other's answers.
+            is_l2 = name in (SINGLE_L2, FLEET_L2)
+            cache_url = f"{redis_url.rsplit('/', 1)[0]}/{index}" if is_l2 else None
             path = workdir / f"{name}.toml"
             path.write_text(
                 # A prefix each: replicas asked the same prompt back to back must not
@@ -105,6 +118,7 @@ def cost_targets(workdir: Path) -> Iterator[tuple[dict[str, str], dict[str, str]
                     key_limits=limits,
                     is_resuming=is_resuming,
                     key_prefix=f"hasten:{name}:",
+                    cache_redis_url=cache_url,
                 )
             )
             args = ("--host", "127.0.0.1", "--config", str(path), "--log-level", "warning")
@@ -186,7 +200,7 @@ def measure_cost(plan: CostPlan) -> dict[str, Any]:
         "latency_ms": latency,
         "added_to_miss_ms": {
             name: _delta(latency[name]["miss"], latency[DIRECT]["miss"])
-            for name in (SINGLE, FLEET, LIMITED, RATE, CONC, SPEND, RESUME)
+            for name in (SINGLE, FLEET, LIMITED, RATE, CONC, SPEND, RESUME, SINGLE_L2, FLEET_L2)
             if name in latency
         },
         "fleet_minus_single_ms": {
@@ -214,6 +228,7 @@ def _measure_paired(targets: dict[str, str], plan: CostPlan) -> dict[str, Any]:
     )
     pairs = [(SINGLE, DIRECT), (FLEET, SINGLE)]
     pairs += [(name, FLEET) for name in (LIMITED, RATE, CONC, SPEND, RESUME)]
+    pairs += [(FLEET_L2, SINGLE_L2)]
     return {
         "miss": paired_figures(misses, pairs),
         "hit": paired_figures(hits, pairs[1:]),
