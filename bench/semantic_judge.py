@@ -170,6 +170,29 @@ def _dataset(
     }
 
 
+def _band_sweep(
+    datasets: Sequence[str],
+    limits: dict[str, int],
+    bands: Sequence[float],
+    memo: vectors_mod.CachedEmbedder,
+    use: vectors_mod.CachedEmbedder,
+) -> None:
+    keep = ("precision", "recall", "judged", "yes", "yes_precision", "aliases")
+    verifier = _verifier_judge(use, VERIFIER_YES_SIMILARITY)
+    rows: dict[str, Any] = {}
+    for dataset in datasets:
+        path = bench.DATA_DIR / f"{dataset}.jsonl"
+        pairs = evaluate.load_pairs(path, limit=limits.get(dataset), seed=0)
+        for band in bands:
+            for name, judge, is_oracle in (("oracle", _oracle, True), ("use", verifier, False)):
+                result = asyncio.run(
+                    _replay(pairs, memo, judge, is_agreement_oracle=is_oracle, band=band)
+                )
+                rows[f"{dataset} band {band:g} {name}"] = {k: result[k] for k in keep}
+                print(rows[f"{dataset} band {band:g} {name}"], file=sys.stderr, flush=True)
+    bench._emit(f"semantic judge band sweep: {len(rows)} runs", {"rows": rows})
+
+
 def _summary(report: dict[str, Any]) -> str:
     parts = []
     for dataset, row in report["datasets"].items():
@@ -189,10 +212,17 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=2000, help="qqp_dev sample size")
     parser.add_argument("--band", type=float, default=0.45, help="risk band above the bound")
     parser.add_argument("--datasets", nargs="*", default=list(bench.DATASETS))
+    parser.add_argument(
+        "--band-sweep", type=float, nargs="*", default=None,
+        help="only the oracle and the USE judge (answers always agreeing) at these bands",
+    )  # fmt: skip
     args = parser.parse_args()
     limits = {"qqp_dev": args.limit}
     memo = vectors_mod.CachedEmbedder("e5", limits=limits)
     use = vectors_mod.CachedEmbedder("use", limits=limits)
+    if args.band_sweep:
+        _band_sweep(args.datasets, limits, args.band_sweep, memo, use)
+        return
     started = time.perf_counter()
     datasets = {
         name: _dataset(name, limits.get(name), args.band, memo, use) for name in args.datasets

@@ -37,8 +37,10 @@ DEFAULT_MAX_QUEUED = 256
 DEFAULT_TIMEOUT_S = 30.0
 # Verdicts remembered, so a pair asked again within a while is not paid for twice.
 NUM_VERDICTS_KEPT = 4096
-# USE v3 cosine at which the local verifier says yes (bench/semantic_judge.py: on qqp_dev's
-# judged band, yes at 0.85 was right on ... of pairs; see docs/benchmarks.md).
+# USE v3 cosine at which the local verifier says yes. bench/semantic_judge.py (band 0.45):
+# on qqp_dev (2,000) its yes was right on 0.77 / 0.78 / 0.79 of pairs at 0.8 / 0.85 / 0.9,
+# hardly above the share of right pairs in the band (0.76): a weak judge, which is why an
+# alias also needs the answers to agree, and why the judge is off by default.
 VERIFIER_YES_SIMILARITY = 0.85
 
 
