@@ -10,7 +10,9 @@ served the entry's answer (``x-hasten-semantic-verifier: alias``). An alias neve
 its entry: it expires no later, and goes whenever the entry is removed (``upkeep``).
 
 Without a yes and an agreement the asked question is stored as an entry of its own, as any
-miss is; nothing is ever served on the judge's word alone.
+miss is; nothing is ever served on the judge's word alone. The price: a judged question
+becomes searchable only once its verdict is in (at most the judge's ``timeout_s`` later;
+an exact repeat of the request is an exact-cache hit meanwhile).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from hasten.semantic.judge_rules import answers_agree
+from hasten.semantic.judge_rules import answers_agree, normalized_answer
 
 if TYPE_CHECKING:
     from hasten.semantic.judge import AsyncJudge, Ticket
@@ -57,8 +59,8 @@ async def settle(
         counts["alias_unchecked"] += 1
         return False
     cached, fresh = found
-    similarity = None
-    if answers_agree(cached, fresh, None, min_cosine) is False and min_cosine <= 1.0:
+    similarity = None  # embedded only when the texts differ and a cosine may count
+    if normalized_answer(cached) != normalized_answer(fresh) and min_cosine <= 1.0:
         similarity = await cosine(cached, fresh)
     if not answers_agree(cached, fresh, similarity, min_cosine):
         counts["judge_disagreed"] += 1
