@@ -192,3 +192,17 @@ async def test_pairs_over_budget_are_dropped_and_stored_as_entries(tmp_path: Pat
     match = await gateway.ask(Q4, "k4b", "unused")
     assert match is not None and match.answer_key == "k4" and match.verdict is None
     await gateway.tier.aclose()
+
+
+async def test_an_alias_of_an_alias_serves_and_goes_with_the_first_entry(tmp_path: Path) -> None:
+    gateway = Gateway(tmp_path, verdict=True)
+    assert await gateway.ask(Q1, "k1", BOIL) is None
+    assert await gateway.ask(Q2, "k2", BOIL) is None  # an alias of Q1's entry
+    nearer = "how do i cook brown rice quickly please"  # closest to the alias
+    assert await gateway.ask(nearer, "k5", BOIL) is None
+    assert gateway.backend.cases[-1].stored == Q2  # judged against the alias
+    match = await gateway.ask(nearer, "k5b", "unused")
+    assert match is not None and match.verdict == ALIAS and match.answer_key == "k1"
+    assert await gateway.cache.invalidate(entry_id=gateway.backend.cases[0].entry_id) == 1
+    assert await gateway.cache.count_entries() == 0  # both aliases named the first entry
+    await gateway.tier.aclose()
