@@ -13,6 +13,7 @@ Public surface for the gateway::
     await semantic.insert_many([NewEntry(body, model, tenant, exact_key), ...])  # an import
     await semantic.report_verification(match, is_correct=...)   # error-budget mode
     await semantic.report_wrong_hit(match)                       # user feedback
+    await semantic.add_alias(case, ttl_s=...)   # a judged pair verified (``judge``, ``aliases``)
     await semantic.invalidate(tenant=..., model=..., older_than_s=..., entry_id=...)
     semantic.stats(); await semantic.close()
 

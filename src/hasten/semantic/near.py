@@ -47,6 +47,11 @@ class NearMiss:
     similarity: float
     answer_key: str
     answer_class: int
+    # What the asynchronous judge needs of it (``judge``): its calibrated risk, the stored
+    # question and the query's script.
+    risk: float | None = None
+    text: str = ""
+    script: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +72,22 @@ def candidate_floor(min_similarity: float) -> float:
     return MatchPolicy(min_similarity).floor
 
 
-def near_miss(candidate: Candidate | None, floor: float) -> NearMiss | None:
+def near_miss(
+    candidate: Candidate | None,
+    floor: float,
+    *,
+    risk: float | None = None,
+    text: str = "",
+    script: str = "",
+) -> NearMiss | None:
     if candidate is None or candidate.similarity < floor:
         return None
     return NearMiss(
-        candidate.entry_id, candidate.similarity, candidate.answer_key, candidate.answer_class
+        candidate.entry_id,
+        candidate.similarity,
+        candidate.answer_key,
+        candidate.answer_class,
+        risk,
+        text,
+        script,
     )

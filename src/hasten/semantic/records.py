@@ -35,7 +35,8 @@ CREATE TABLE IF NOT EXISTS {_TABLE} (
     num_hits INTEGER NOT NULL DEFAULT 0,
     size_bytes INTEGER NOT NULL,
     observations BLOB,
-    answer_class INTEGER
+    answer_class INTEGER,
+    alias_of INTEGER
 );
 CREATE INDEX IF NOT EXISTS {_TABLE}_partition ON {_TABLE} (partition);
 CREATE INDEX IF NOT EXISTS {_TABLE}_tenant ON {_TABLE} (tenant);
@@ -46,7 +47,12 @@ CREATE INDEX IF NOT EXISTS {_TABLE}_hits ON {_TABLE} (num_hits, accessed_at);
 CREATE TABLE IF NOT EXISTS {_TABLE}_meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
 """
 # Columns added after the first release: files written before them get them on open.
-_ADDED_COLUMNS = {"answer_class": "INTEGER"}
+_ADDED_COLUMNS = {"answer_class": "INTEGER", "alias_of": "INTEGER"}
+# Partial: only aliases are in it, so an entry's removal finds its aliases without a scan.
+_ALIAS_INDEX = (
+    f"CREATE INDEX IF NOT EXISTS {_TABLE}_alias ON {_TABLE} (alias_of) WHERE alias_of IS NOT NULL"
+)
+_IDS_PER_QUERY = 500
 # Rough per-row overhead of SQLite plus the in-memory index (graph links, id maps).
 _ROW_OVERHEAD_BYTES = 256
 
@@ -62,6 +68,8 @@ class StoredEntry:
     expires_at: float
     observations: tuple[Observation, ...]
     answer_class: int
+    # A verified alias (``aliases``): the entry whose answer it serves; None for an entry.
+    alias_of: int | None = None
 
 
 class Records:
@@ -74,6 +82,7 @@ class Records:
         self.conn.execute("PRAGMA synchronous=NORMAL")
         self.conn.executescript(_SCHEMA)
         self._add_missing_columns()
+        self.conn.execute(_ALIAS_INDEX)  # after the column exists in files from before it
 
     def _add_missing_columns(self) -> None:
         for column, kind in _ADDED_COLUMNS.items():
@@ -130,15 +139,17 @@ class Records:
         ttl_s: float,
         entry_id: int | None = None,
         answer_class: int | None = None,
+        alias_of: int | None = None,
     ) -> int:
         """A new row; ``entry_id`` None lets SQLite pick (local mode), else it is kept as is.
-        ``answer_class`` None: the row is its own class (NULL, read back as its id)."""
+        ``answer_class`` None: the row is its own class (NULL, read back as its id);
+        ``alias_of``: the entry a verified alias serves (``aliases``)."""
         blob = np.asarray(vector, dtype=np.float16).tobytes()
         size_bytes = len(blob) + len(text.encode()) + len(answer_key) + _ROW_OVERHEAD_BYTES
         cursor = self.conn.execute(
             f"INSERT INTO {_TABLE} (id, partition, tenant, model, text, vector, answer_key,"
-            " created_at, expires_at, accessed_at, size_bytes, answer_class)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            " created_at, expires_at, accessed_at, size_bytes, answer_class, alias_of)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 entry_id,
                 partition,
@@ -152,6 +163,7 @@ class Records:
                 now,
                 size_bytes,
                 answer_class,
+                alias_of,
             ),
         )
         return int(cursor.lastrowid or 0)
@@ -176,7 +188,7 @@ class Records:
         marks = ",".join("?" * len(ids))
         rows = self.conn.execute(
             f"SELECT id, partition, text, answer_key, expires_at, observations,"
-            f" coalesce(answer_class, id) FROM {_TABLE} WHERE id IN ({marks})",
+            f" coalesce(answer_class, id), alias_of FROM {_TABLE} WHERE id IN ({marks})",
             tuple(ids),
         )
         return {int(row[0]): _stored_entry(row) for row in rows}
@@ -254,6 +266,18 @@ class Records:
         row = self.conn.execute(f"SELECT COUNT(*) FROM {_TABLE}{where}", values).fetchone()
         return int(row[0])
 
+    def select_aliases_of(self, ids: Sequence[int]) -> list[tuple[int, str]]:
+        """Ids and partitions of the aliases serving any of ``ids`` (``aliases``)."""
+        found: list[tuple[int, str]] = []
+        for start in range(0, len(ids), _IDS_PER_QUERY):  # an eviction may name 100k rows
+            chunk = tuple(ids[start : start + _IDS_PER_QUERY])
+            marks = ",".join("?" * len(chunk))
+            rows = self.conn.execute(
+                f"SELECT id, partition FROM {_TABLE} WHERE alias_of IN ({marks})", chunk
+            )
+            found.extend((int(row[0]), row[1]) for row in rows)
+        return found
+
     def delete(self, ids: Iterable[int]) -> None:
         self.conn.executemany(f"DELETE FROM {_TABLE} WHERE id = ?", ((i,) for i in ids))
 
@@ -270,7 +294,7 @@ def _where(*conditions: tuple[str, str, object]) -> tuple[str, list[object]]:
 
 
 def _stored_entry(row: tuple[Any, ...]) -> StoredEntry:
-    entry_id, partition, text, answer_key, expires_at, observations, answer_class = row
+    entry_id, partition, text, answer_key, expires_at, observations, answer_class, alias_of = row
     return StoredEntry(
         int(entry_id),
         partition,
@@ -279,6 +303,7 @@ def _stored_entry(row: tuple[Any, ...]) -> StoredEntry:
         float(expires_at),
         _decode_observations(observations),
         int(answer_class),
+        None if alias_of is None else int(alias_of),
     )
 
 

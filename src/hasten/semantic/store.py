@@ -53,6 +53,7 @@ from hasten.semantic.embedder import AsyncEmbedder, Embedder
 from hasten.semantic.graphs import GraphFiles
 from hasten.semantic.guard import signature
 from hasten.semantic.index import VectorIndex
+from hasten.semantic.judge_rules import JudgeCase
 from hasten.semantic.near import NOTHING, LookupResult, SemanticMatch, near_miss
 from hasten.semantic.partition import SemanticQuery, split_chat
 from hasten.semantic.records import Records, StoredEntry
@@ -74,6 +75,8 @@ __all__ = [
 _LOG = logging.getLogger("hasten.semantic")
 _R = TypeVar("_R")
 Vector = npt.NDArray[np.float32]
+# The verdict header of a hit served through a verified alias (``aliases``).
+ALIAS = "alias"
 # Rows of an import written per transaction (and embedded per call of ``embed_many``).
 _INSERT_CHUNK = 256
 
@@ -155,6 +158,8 @@ class SemanticCache:
         self.counters: Counter[str] = Counter()
         # Decisions by the query's script (``calibration.script_of``): latin, cjk, other.
         self._by_script: defaultdict[str, Counter[str]] = defaultdict(Counter)
+        # The asynchronous judge's and the aliases' counters by script (``judge``, ``aliases``).
+        self.judge_counts: defaultdict[str, Counter[str]] = defaultdict(Counter)
         # Worker-thread state below.
         self._records: Records | None = None
         self._graphs = GraphFiles(config.path.with_name(config.path.name + ".graphs"))
@@ -358,6 +363,26 @@ class SemanticCache:
             await self.replica.share_delete(event, [i for i, _ in rows])
         return len(rows)
 
+    async def add_alias(self, case: JudgeCase, *, ttl_s: float) -> int | None:
+        """Makes ``case``'s asked question a verified alias of its stored entry (the judge
+        said yes and the fresh answer agreed: ``aliases``); the alias's id, or None when the
+        entry is gone or changed. Local to this replica: its invalidation stays in step with
+        the entry's only here."""
+        entry_ttl_s = freshness.ttl_s(case.asked, model=case.model, policy=self.config.freshness)
+        entry_ttl_s = min(entry_ttl_s, ttl_s)
+        if entry_ttl_s <= 0:
+            return None
+        try:
+            vector = await self.embedder.embed(case.asked)
+            return await self._run(self._alias_sync, case, vector, entry_ttl_s, self._clock())
+        except Exception:
+            self._note_error("alias")
+            return None
+
+    async def on_worker(self, operation: Callable[[], _R]) -> _R:
+        """Runs a blocking call on the store's worker thread (where its verifier lives)."""
+        return await self._run(operation)
+
     async def count_entries(self, *, tenant: str | None = None, entry_id: int | None = None) -> int:
         """Entries matching every given condition (a tenant's, or one id within a tenant)."""
         return await self._run(self._count_sync, tenant, entry_id)
@@ -379,6 +404,7 @@ class SemanticCache:
             ),
             embedder=self._embedder_name,
             verifier=None if self.verifier is None else self.verifier.name,
+            judge=dict(sum(self.judge_counts.values(), Counter[str]())),
             by_script=self.script_stats(),
             embed_batches=self.embedder.num_batches,
             embedded_texts=self.embedder.num_embedded,
@@ -393,15 +419,18 @@ class SemanticCache:
         return report
 
     def script_stats(self) -> dict[str, dict[str, int]]:
-        """Lookups by the question's script (latin, cjk, other): hits, misses, reasons."""
-        return {name: self._script_stats(name) for name in sorted(self._by_script)}
+        """Lookups by the question's script (latin, cjk, other): hits, misses, reasons, and
+        the asynchronous judge's counters (``judged``, ``judge_yes``, ``aliases_made``, ...)."""
+        scripts = sorted({*self._by_script, *self.judge_counts})
+        return {name: self._script_stats(name) for name in scripts}
 
     def _script_stats(self, script: str) -> dict[str, int]:
         """Hits and misses of one script's lookups (and each miss reason)."""
-        reasons = self._by_script[script]
+        reasons = self._by_script.get(script, Counter())
         num_hits = reasons.get(matcher.HIT, 0)
         num_lookups = sum(n for reason, n in reasons.items() if reason != "verified")
-        return {"hits": num_hits, "misses": num_lookups - num_hits, **reasons}
+        judged = self.judge_counts.get(script, Counter())
+        return {"hits": num_hits, "misses": num_lookups - num_hits, **reasons, **judged}
 
     async def close(self) -> None:
         """Stops following, saves large partitions' graphs and closes the file."""
@@ -500,7 +529,11 @@ class SemanticCache:
             self.counters[f"guard_{choice.guard_reason}"] += 1
         best = choice.candidate
         if not choice.is_hit or best is None:
-            return LookupResult(None, near_miss(best, floor))
+            if best is None or best.entry_id not in live:
+                return LookupResult(None, near_miss(best, floor))
+            stored_text = live[best.entry_id].text
+            near = near_miss(best, floor, risk=choice.risk, text=stored_text, script=choice.script)
+            return LookupResult(None, near)
         if self.budget is not None:
             action = self.budget.decide(best.similarity, live[best.entry_id].observations)
             if action == budget_mod.MISS:
@@ -510,13 +543,17 @@ class SemanticCache:
                 return LookupResult(match, near_miss(best, floor))
         records.touch(best.entry_id, now)
         self.counters["hits"] += 1
+        verdict = choice.verdict
+        if live[best.entry_id].alias_of is not None:  # a verified alias (``aliases``)
+            verdict = ALIAS
+            self.judge_counts[choice.script or "latin"]["alias_hits"] += 1
         match = SemanticMatch(
             best.entry_id,
             best.similarity,
             best.answer_key,
             risk=choice.risk,
             script=choice.script,
-            verdict=choice.verdict,
+            verdict=verdict,
         )
         return LookupResult(match)
 
@@ -565,6 +602,24 @@ class SemanticCache:
         self.counters["inserts"] += 1
         return entry_id
 
+    def _alias_sync(self, case: JudgeCase, vector: Vector, ttl_s: float, now: float) -> int | None:
+        records = self._open()
+        entry = records.entries([case.entry_id]).get(case.entry_id)
+        # The entry judged must still be the one judged: live, in the asked question's
+        # partition (so its tenant's) and with the answer compared (an id can be reused).
+        is_same = entry is not None and entry.partition == case.partition
+        if entry is None or not is_same or entry.answer_key != case.answer_key:
+            self.counters["alias_refused"] += 1
+            return None
+        if entry.expires_at <= now:
+            self.counters["alias_refused"] += 1
+            return None
+        entry_id = None if self.replica is None else records.next_id_from(LOCAL_ID_BASE)
+        ttl_s = min(ttl_s, entry.expires_at - now)
+        row = _Row(case.partition, case.tenant, case.model, case.asked, entry.answer_key, ttl_s)
+        root = entry.entry_id if entry.alias_of is None else entry.alias_of
+        return self._add_row(records, row, vector, now, entry_id, entry.answer_class, root)
+
     def _insert_many_sync(self, rows: Sequence[_Row], vectors: Sequence[Vector], now: float) -> int:
         records = self._open()
         added: list[tuple[str, int]] = []
@@ -590,6 +645,7 @@ class SemanticCache:
         now: float,
         entry_id: int | None = None,
         answer_class: int | None = None,
+        alias_of: int | None = None,
     ) -> int:
         """One row into the file and the index (its partition loaded first); its id."""
         self._partition(records, row.partition)
@@ -604,6 +660,7 @@ class SemanticCache:
             ttl_s=row.ttl_s,
             entry_id=entry_id,
             answer_class=answer_class,
+            alias_of=alias_of,
         )
         self._index.add(row.partition, entry_id, vector)
         self._upkeep.note_insert(records, row.text, now)

@@ -5,6 +5,8 @@ tier's freshness rules still apply. In error-budget mode some would-be hits are 
 the upstream instead; the fresh answer is compared with the cached one and the verdict
 tunes that entry's own threshold. After a near miss the fresh answer is compared with the
 near entry's the same way, and joins its answer class when they agree (``semantic.near``).
+With a judge (``semantic.judge``), a near miss within its band is judged in the background
+and, on a yes whose fresh answer agrees, stored as a verified alias (``semantic.aliases``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ import orjson
 
 from hasten.cache import CachedAnswer, TieredCache
 from hasten.cache.replay import answer_body
-from hasten.semantic import NearMiss, NewEntry, SemanticCache, SemanticMatch
+from hasten.semantic import NearMiss, NewEntry, SemanticCache, SemanticMatch, aliases
+from hasten.semantic.judge import AsyncJudge, Ticket
+from hasten.semantic.judge_rules import JudgeCase, is_judgeable
+from hasten.semantic.partition import split_chat
 from hasten.telemetry.stage import NO_STAGE, Stage
 
 _log = logging.getLogger("hasten.semantic")
@@ -65,6 +70,7 @@ class Found:
     hit: SemanticHit | None = None
     to_verify: SemanticMatch | None = None
     near: NearMiss | None = None
+    judging: Ticket | None = None  # the near miss's pair, queued for the judge
 
 
 _NOT_FOUND = Found()
@@ -91,6 +97,10 @@ class SemanticTier:
         self._join_classes = join_classes
         self._join_agreement_similarity = join_agreement_similarity
         self._tasks: set[asyncio.Task[Any]] = set()
+        # The asynchronous judge (None: off); set after the gateway's upstream client exists.
+        self.judge: AsyncJudge | None = None
+        self.judge_band = 0.0
+        self.alias_answer_similarity = aliases.DEFAULT_ANSWER_SIMILARITY
 
     async def find(
         self,
@@ -110,11 +120,36 @@ class SemanticTier:
             return _NOT_FOUND
         match, near = result.match, result.near if self._join_classes else None
         if match is None or match.is_verification:
-            return Found(to_verify=match, near=near)
+            judging = None if match is not None else self._judging(body, model, tenant, result.near)
+            return Found(to_verify=match, near=near, judging=judging)
         entry = await self._exact.get(match.answer_key, max_age_s=max_age_s)
         if entry is None:
             return _NOT_FOUND  # the answer expired or was evicted from the exact tiers
         return Found(hit=SemanticHit(entry, match))
+
+    def _judging(
+        self, body: dict[str, Any], model: str, tenant: str, near: NearMiss | None
+    ) -> Ticket | None:
+        """Queues a near miss within the judge's band for a background judgement."""
+        judge = self.judge
+        max_risk = self.cache.policy.max_risk
+        if judge is None or near is None or not is_judgeable(near.risk, max_risk, self.judge_band):
+            return None
+        query = split_chat(body, model=model, tenant=tenant)
+        if query is None or near.risk is None:
+            return None
+        case = JudgeCase(
+            tenant,
+            query.partition_key,
+            model,
+            query.text,
+            near.text,
+            near.entry_id,
+            near.answer_key,
+            near.risk,
+            near.script or "latin",
+        )
+        return judge.submit(case)
 
     def remember(
         self,
@@ -125,10 +160,12 @@ class SemanticTier:
         key: str,
         ttl_s: float,
         near: NearMiss | None = None,
+        judging: Ticket | None = None,
     ) -> None:
         """Indexes a freshly stored answer by meaning, in the background: in ``near``'s
-        answer class if the two answers agree."""
-        self._spawn(self._remember(body, model, tenant, key, ttl_s, near))
+        answer class if the two answers agree, or as a verified alias of the entry
+        ``judging`` judged when the judge said yes and the answers agree."""
+        self._spawn(self._remember(body, model, tenant, key, ttl_s, near, judging))
 
     async def remember_many(self, entries: Sequence[NewEntry]) -> int:
         """Indexes many stored answers now (an import), in batches; how many were indexed.
@@ -144,7 +181,21 @@ class SemanticTier:
         key: str,
         ttl_s: float,
         near: NearMiss | None,
+        judging: Ticket | None = None,
     ) -> None:
+        if judging is not None and self.judge is not None:
+            made = await aliases.settle(
+                self.judge,
+                self.cache,
+                judging,
+                key,
+                texts=self._texts,
+                cosine=self._cosine,
+                ttl_s=ttl_s,
+                min_cosine=self.alias_answer_similarity,
+            )
+            if made:
+                return  # the alias is this question's row: an entry of its own would repeat it
         # Compared before the insert, so the class travels with it (one row write, one
         # shared-tier event, no update to follow); the cost: the entry becomes searchable
         # one answer comparison later, which only matters after a near miss.
@@ -184,6 +235,13 @@ class SemanticTier:
 
     async def _compare(self, cached_key: str, fresh_key: str, min_similarity: float) -> bool | None:
         """Whether two stored answers agree; None when either is gone or carries no text."""
+        texts = await self._texts(cached_key, fresh_key)
+        if texts is None:
+            return None
+        return await self._agree(texts[0], texts[1], min_similarity)
+
+    async def _texts(self, cached_key: str, fresh_key: str) -> tuple[str, str] | None:
+        """The two stored answers' texts; None when either is gone or carries no text."""
         cached = await self._exact.get(cached_key)
         fresh = await self._exact.get(fresh_key)
         if cached is None or fresh is None:
@@ -191,7 +249,11 @@ class SemanticTier:
         cached_text, fresh_text = _answer_text(cached), _answer_text(fresh)
         if cached_text is None or fresh_text is None:
             return None
-        return await self._agree(cached_text, fresh_text, min_similarity)
+        return cached_text, fresh_text
+
+    async def _cosine(self, one: str, two: str) -> float:
+        vectors = [await self.cache.embedder.embed(text) for text in (one, two)]
+        return float(np.dot(vectors[0], vectors[1]))
 
     async def _agree(self, one: str, two: str, min_similarity: float) -> bool:
         if " ".join(one.split()) == " ".join(two.split()):
@@ -234,6 +296,8 @@ class SemanticTier:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     async def aclose(self) -> None:
+        if self.judge is not None:
+            await self.judge.aclose()
         await self.drain()
         await self.cache.close()
 
