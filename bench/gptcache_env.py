@@ -116,7 +116,8 @@ def compare(
     replayed = evaluate.metrics(nearest, pairs, min_similarity=raw["default"]["threshold"] - 1e-9)
     return {
         "version": raw["version"],
-        "setup": raw["setup"],
+        "setup": raw["setup"]
+        | {"num_stored": len(stored), "num_indexed": raw["default"]["num_indexed"]},
         "default": default_point
         | {"threshold": raw["default"]["threshold"], "v1": default_figures["v1"]},
         # The sweep replays the threshold-0 run; at the default it must match the real run.

@@ -36,9 +36,16 @@ def _cache(
 
     directory.mkdir(parents=True, exist_ok=True)
     dim = len(next(iter(vectors.values())))
-    # max_size: the whole set fits (its default, 1000, would evict: not what is measured here).
-    manager = manager_factory("sqlite,faiss", data_dir=str(directory), max_size=num_entries + 1,
-                              vector_params={"dimension": dim})  # fmt: skip
+    # The whole set fits: its LRU default, 1000 entries, would evict (not what is measured).
+    # manager_factory ignores its own max_size for the memory eviction manager (0.1.44 reads
+    # eviction_params["max_size"] instead): both are given.
+    manager = manager_factory(
+        "sqlite,faiss",
+        data_dir=str(directory),
+        max_size=num_entries + 1,
+        vector_params={"dimension": dim},
+        eviction_params={"max_size": num_entries + 1},
+    )
     cache = Cache()
     cache.init(pre_embedding_func=get_prompt, embedding_func=embed, data_manager=manager,
                similarity_evaluation=SearchDistanceEvaluation(),
@@ -68,6 +75,7 @@ def main() -> None:
     default_threshold = Config().similarity_threshold
     report: dict[str, Any] = {
         "setup": {"data_manager": "manager_factory('sqlite,faiss')", "max_size": len(stored) + 1,
+                  "eviction_params": {"max_size": len(stored) + 1},
                   "similarity_evaluation": "SearchDistanceEvaluation()",
                   "default_similarity_threshold": default_threshold, "top_k": "default"},
     }  # fmt: skip
@@ -77,9 +85,14 @@ def main() -> None:
         for index, text in enumerate(stored):
             put(text, f"q-{index}", cache_obj=cache)
         insert_s = time.perf_counter() - started
+        num_indexed = cache.data_manager.v.count()  # all there: nothing evicted
         result = _lookups(cache, asked)
         latencies = result.pop("latency_ms")
-        report[name] = result | {"threshold": threshold, "insert_s": round(insert_s, 2)}
+        report[name] = result | {
+            "threshold": threshold,
+            "insert_s": round(insert_s, 2),
+            "num_indexed": num_indexed,
+        }
         if name == "default":
             report["lookup_ms"] = {
                 "p50": round(float(np.percentile(latencies, 50)), 3),
