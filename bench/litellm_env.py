@@ -1,81 +1,23 @@
-"""LiteLLM proxy for comparison benchmarks: its own venv under bench/.venvs, config, launch.
-
-Kept out of the project's venv on purpose: LiteLLM pins many packages of its own.
-"""
+"""LiteLLM proxy for comparison benchmarks: its own venv (``bench_venv``), config, launch."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import sys
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
-VENV_DIR = Path(__file__).resolve().parent / ".venvs" / "litellm"
-PACKAGE_SPEC = "litellm[proxy]"
+from bench_venv import BenchVenv, VenvInstall
+from bench_venv import ensure_installed as _ensure_installed
+
+VENV = BenchVenv("litellm", requirements=("litellm[proxy]",), distribution="litellm",
+                 probe="bin/litellm")  # fmt: skip
 MODEL_NAME = "sim-model"
 MASTER_KEY = "sk-hasten-bench"
-INSTALL_TIMEOUT_S = 900.0
 
 
-@dataclass(frozen=True, slots=True)
-class LiteLLMInstall:
-    """Outcome of making sure LiteLLM is installed; ``reason`` says why it is not."""
-
-    executable: Path | None
-    version: str | None
-    install_s: float | None
-    reason: str | None = None
-
-
-def ensure_installed() -> LiteLLMInstall:
+def ensure_installed() -> VenvInstall:
     """Installs LiteLLM into its venv unless already there; never raises for install trouble."""
-    executable = VENV_DIR / "bin" / "litellm"
-    install_s: float | None = None
-    if not executable.exists():
-        start_s = time.perf_counter()
-        problem = _install()
-        install_s = time.perf_counter() - start_s
-        if problem is not None:
-            return LiteLLMInstall(None, None, install_s, reason=problem)
-    return LiteLLMInstall(executable, _version(), install_s)
-
-
-def _install() -> str | None:
-    base_python = shutil.which("python3") or sys.executable
-    steps = [
-        [base_python, "-m", "venv", str(VENV_DIR)],
-        [str(VENV_DIR / "bin" / "pip"), "install", "--quiet", PACKAGE_SPEC],
-    ]
-    print(f"installing {PACKAGE_SPEC} into {VENV_DIR} ...", file=sys.stderr, flush=True)
-    for step in steps:
-        try:
-            done = subprocess.run(
-                step, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return f"{' '.join(step[:3])}: {exc}"
-        if done.returncode != 0:
-            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-            return f"{' '.join(step[:3])} failed: {' | '.join(tail)}"
-    if not (VENV_DIR / "bin" / "litellm").exists():
-        return "pip finished but no litellm executable appeared"
-    return None
-
-
-def _version() -> str | None:
-    python = VENV_DIR / "bin" / "python"
-    code = "import importlib.metadata as m; print(m.version('litellm'))"
-    try:
-        done = subprocess.run(
-            [str(python), "-c", code], capture_output=True, text=True, timeout=60, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout.strip() or None
+    return _ensure_installed(VENV)
 
 
 def write_config(directory: Path, upstream_base_url: str) -> Path:

