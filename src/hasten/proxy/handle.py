@@ -52,7 +52,7 @@ from hasten.metrics.outcome import BYPASS, COALESCED, HIT, MISS, OBSERVED_SCOPE_
 from hasten.metrics.report import answer_saved, emit_outcome, hedge_saved
 from hasten.metrics.track import ResponseTrack
 from hasten.policy import POLICY_HEADER
-from hasten.proxy.assemble import as_stream_request, assemble, is_assembled
+from hasten.proxy.assemble import Assembly, as_stream_request, assemble, is_assembled
 from hasten.proxy.flight import Flight
 from hasten.proxy.headers import assembled_headers, response_headers, upstream_headers
 from hasten.proxy.recorder import Recorder
@@ -68,6 +68,7 @@ from hasten.telemetry.attributes import (
 )
 from hasten.telemetry.stage import NO_STAGE, Stage
 from hasten.upstream.client import UpstreamCall
+from hasten.upstream.integrity import is_event_stream
 
 if TYPE_CHECKING:
     from hasten.limits.limiter import Enforcement
@@ -477,10 +478,10 @@ async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
     try:
         status = call.status
         saved = hedge_saved(gateway, ex)
-        chunks = call.iter_chunks() if resume is None else resume.chunks(call)
         if ex.is_assembled and status == 200:
-            await _send_assembled(ex, call, chunks, saved)
+            await _send_assembled(ex, call, resume, saved)
             return
+        chunks = call.iter_chunks() if resume is None else resume.chunks(call)
         headers = response_headers(call.headers, status, ex.is_stream)
         headers.extend(ex.base_headers(b"bypass", call.ttfb_ms))
         if saved is not None:
@@ -505,14 +506,19 @@ async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
 async def _send_assembled(
     ex: Exchange,
     call: UpstreamCall,
-    stream: AsyncIterator[bytes],
+    resume: StreamResume | None,
     saved: tuple[bytes, bytes] | None,
 ) -> None:
-    """A bypassed non-stream request asked as a stream: collected whole, then assembled."""
+    """A bypassed non-stream request asked as a stream: assembled as its events are checked
+    (a continued stream, spliced from several calls, is assembled from its bytes)."""
     started_s = time.perf_counter()
+    assembly = None
+    if resume is None and is_event_stream(call.headers):
+        assembly = Assembly(ex.endpoint.name)
+    stream = call.iter_chunks(assembly) if resume is None else resume.chunks(call)
     chunks = [chunk async for chunk in stream]
     upstream_ms = call.ttfb_ms + (time.perf_counter() - started_s) * 1000.0
-    body = assemble(chunks, ex.endpoint.name)
+    body = assemble(chunks, ex.endpoint.name) if assembly is None else assembly.body()
     headers = assembled_headers(call.headers)
     headers.extend(ex.base_headers(b"bypass", upstream_ms))
     if saved is not None:
