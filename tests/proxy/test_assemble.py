@@ -9,6 +9,7 @@ is warmed by the other and both report the same usage.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import re
 from collections.abc import Callable, Iterator
@@ -372,5 +373,5 @@ def test_assembly_from_the_guards_events_is_assemble_of_the_bytes(name: str) -> 
         num_cuts = min(max(len(stream) - 1, 0), rng.randint(0, 6))
         cuts = sorted(rng.sample(range(1, len(stream)), num_cuts))
         pieces = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
-        assert _outcome(lambda pieces=pieces: _guarded(pieces, "chat")) == expected
+        assert _outcome(functools.partial(_guarded, pieces, "chat")) == expected
     assert name not in ("whole", "crlf", "comments") or expected[0] == "body"
