@@ -105,13 +105,39 @@ def _request(case: str) -> tuple[str, dict[str, Any]]:
 def test_assembled_body_is_the_upstreams_own_non_stream_body(
     case: str, twins: tuple[ServerThread, ServerThread], gateway: ServerThread
 ) -> None:
-    behind, direct = twins
     path, body = _request(case)
+    got = _assert_assembled_faithfully(twins, gateway, path, body, {}, "miss")
+    # The stored stream answers the next non-stream client from the cache, unchanged.
+    hit = httpx.post(f"{gateway.url}/v1/{path}", json=body, timeout=30)
+    assert hit.headers["x-hasten-cache"] == "hit" and hit.content == got.content
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_bypassed_request_gets_the_upstreams_own_non_stream_body_too(
+    case: str, twins: tuple[ServerThread, ServerThread], gateway: ServerThread
+) -> None:
+    path, body = _request(case)
+    body["messages" if "messages" in body else "prompt"] = (
+        [{"role": "user", "content": f"bypass {case}"}] if "messages" in body else f"bypass {case}"
+    )
+    uncached = {"cache-control": "no-cache, no-store"}  # the path a non-cacheable request takes
+    _assert_assembled_faithfully(twins, gateway, path, body, uncached, "bypass")
+
+
+def _assert_assembled_faithfully(
+    twins: tuple[ServerThread, ServerThread],
+    gateway: ServerThread,
+    path: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    label: str,
+) -> httpx.Response:
+    behind, direct = twins
     streams_before = sim_stats(behind.url)["num_stream_requests"]
     expected = httpx.post(f"{direct.url}/v1/{path}", json=body, timeout=30)
-    got = httpx.post(f"{gateway.url}/v1/{path}", json=body, timeout=30)
+    got = httpx.post(f"{gateway.url}/v1/{path}", json=body, headers=headers, timeout=30)
     assert expected.status_code == got.status_code == 200, got.text
-    assert got.headers["x-hasten-cache"] == "miss"
+    assert got.headers["x-hasten-cache"] == label
     assert got.headers["content-type"] == "application/json"
     assert int(got.headers["content-length"]) == len(got.content)
     assert sim_stats(behind.url)["num_stream_requests"] == streams_before + 1
@@ -128,9 +154,7 @@ def test_assembled_body_is_the_upstreams_own_non_stream_body(
     assert orjson.dumps({**have, "id": want["id"], "created": want["created"]}) == (
         expected.content
     )
-    # The stored stream answers the next non-stream client from the cache, unchanged.
-    hit = httpx.post(f"{gateway.url}/v1/{path}", json=body, timeout=30)
-    assert hit.headers["x-hasten-cache"] == "hit" and hit.content == got.content
+    return got
 
 
 def test_the_fields_compared_are_really_there(twins: tuple[ServerThread, ServerThread]) -> None:

@@ -85,7 +85,15 @@ class Assembly:
     ``[DONE]``, then one that is not OpenAI-shaped (a ``[DONE]`` that was not last is one).
     """
 
-    __slots__ = ("_error", "_has_pending", "_is_done", "_is_misshapen", "_merge", "_num_events")
+    __slots__ = (
+        "_body",
+        "_error",
+        "_has_pending",
+        "_is_done",
+        "_is_misshapen",
+        "_merge",
+        "_num_events",
+    )
 
     def __init__(self, endpoint: str) -> None:
         self._merge = BodyMerge(endpoint)
@@ -94,6 +102,7 @@ class Assembly:
         self._is_done = False  # the last event so far was [DONE]
         self._is_misshapen = False
         self._has_pending = False
+        self._body: bytes | None = None  # built once, for every waiter of a flight
 
     def event(self, payload: bytes, parsed: Any) -> None:
         self._num_events += 1
@@ -124,10 +133,12 @@ class Assembly:
             raise _incomplete()
         if self._is_misshapen:
             raise _shape_error()
-        try:
-            return self._merge.body()
-        except ValueError as exc:
-            raise _shape_error() from exc
+        if self._body is None:
+            try:
+                self._body = self._merge.body()
+            except ValueError as exc:
+                raise _shape_error() from exc
+        return self._body
 
 
 def stream_error(payload: bytes) -> UpstreamError | None:

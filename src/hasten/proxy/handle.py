@@ -512,9 +512,7 @@ async def _send_assembled(
     """A bypassed non-stream request asked as a stream: assembled as its events are checked
     (a continued stream, spliced from several calls, is assembled from its bytes)."""
     started_s = time.perf_counter()
-    assembly = None
-    if resume is None and is_event_stream(call.headers):
-        assembly = Assembly(ex.endpoint.name)
+    assembly = None if resume is not None else _assembly(ex, call)
     stream = call.iter_chunks(assembly) if resume is None else resume.chunks(call)
     chunks = [chunk async for chunk in stream]
     upstream_ms = call.ttfb_ms + (time.perf_counter() - started_s) * 1000.0
@@ -529,6 +527,13 @@ async def _send_assembled(
             headers.append(resumed)
     describe_answer(ex.trace, 200, body, is_stream=False)
     await send_response(ex.send, 200, body, headers)
+
+
+def _assembly(ex: Exchange, call: UpstreamCall) -> Assembly | None:
+    """Where a non-stream client's body is merged as the guard checks the call's events."""
+    if not ex.is_assembled or call.status != 200 or not is_event_stream(call.headers):
+        return None
+    return Assembly(ex.endpoint.name)
 
 
 async def _stream_body(
@@ -561,7 +566,11 @@ async def _pump(gateway: Gateway, ex: Exchange, flight: Flight, stored: _Stored 
         if call.status != 200:
             stored = None  # only a successful answer is recorded
         recorder = None if stored is None else stored.recorder
-        chunks = call.iter_chunks() if resume is None else resume.chunks(call)
+        if resume is not None:
+            chunks = resume.chunks(call)
+        else:
+            flight.assembly = _assembly(ex, call)
+            chunks = call.iter_chunks(flight.assembly)
         try:
             async for chunk in chunks:
                 # Recorded first: a chunk completing a usage event is marked before it is read.
@@ -606,7 +615,8 @@ async def _serve_flight(gateway: Gateway, ex: Exchange, flight: Flight, label: b
             raise flight.error
         if ex.is_assembled and flight.status == 200:
             resumed = resume_header(body) if ex.model.route.is_resuming_streams else None
-            body = assemble(body, ex.endpoint.name)
+            assembly = flight.assembly
+            body = assemble(body, ex.endpoint.name) if assembly is None else assembly.body()
             headers = assembled_headers(flight.headers)
             headers.extend(ex.base_headers(label, flight.upstream_ms))
             if resumed is not None:
