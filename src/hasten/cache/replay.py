@@ -300,7 +300,12 @@ def _completion_choice_chunks(choice: dict[str, Any]) -> list[dict[str, Any]]:
 
 def is_usage_chunk(chunk: bytes) -> bool:
     """True for the trailing usage-only chunk (empty ``choices``, non-null ``usage``)."""
-    return _USAGE_VALUE.search(chunk) is not None and _is_usage_only(chunk)
+    return is_usage_value(chunk) and _is_usage_only(chunk)
+
+
+def is_usage_value(chunk: bytes) -> bool:
+    """``is_usage_chunk``'s look at the bytes: a ``"usage"`` that is not null."""
+    return _USAGE_VALUE.search(chunk) is not None
 
 
 def _is_usage_only(chunk: bytes) -> bool:

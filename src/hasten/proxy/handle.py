@@ -68,7 +68,7 @@ from hasten.telemetry.attributes import (
 )
 from hasten.telemetry.stage import NO_STAGE, Stage
 from hasten.upstream.client import UpstreamCall
-from hasten.upstream.integrity import is_event_stream
+from hasten.upstream.integrity import EventSink, is_event_stream
 
 if TYPE_CHECKING:
     from hasten.limits.limiter import Enforcement
@@ -536,6 +536,15 @@ def _assembly(ex: Exchange, call: UpstreamCall) -> Assembly | None:
     return Assembly(ex.endpoint.name)
 
 
+def _listeners(
+    call: UpstreamCall, recorder: Recorder | None, assembly: Assembly | None
+) -> EventSink | None:
+    """Who takes the events the call's guard checks: the recorder (then the assembly)."""
+    if recorder is None or call.status != 200 or not is_event_stream(call.headers):
+        return assembly  # no guard, no events: the recorder decodes the bytes itself
+    return recorder.listen(assembly)
+
+
 async def _stream_body(
     send: Send, chunks: AsyncIterator[bytes], error: Callable[[], HastenError | None] | None = None
 ) -> None:
@@ -570,7 +579,7 @@ async def _pump(gateway: Gateway, ex: Exchange, flight: Flight, stored: _Stored 
             chunks = resume.chunks(call)
         else:
             flight.assembly = _assembly(ex, call)
-            chunks = call.iter_chunks(flight.assembly)
+            chunks = call.iter_chunks(_listeners(call, recorder, flight.assembly))
         try:
             async for chunk in chunks:
                 # Recorded first: a chunk completing a usage event is marked before it is read.
