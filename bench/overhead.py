@@ -8,13 +8,18 @@ per-request observation) is measured in the same run. Prints one summary line pl
 
     .venv/bin/python bench/overhead.py [--quick] [--no-litellm] [--no-metrics-pair]
                                        [--workers N] [--upstream-client NAME]
-                                       [--compare-clients] [--json] [--write-docs]
+                                       [--compare-clients] [--compare-src DIR]
+                                       [--json] [--write-docs]
 
 ``--workers N`` adds one more hasten target, ``hasten-Nw``: the same gateway served by
 ``hasten serve --workers N`` (its memory is the whole process tree).
 ``--upstream-client`` picks ``[server] upstream_client`` for the hasten targets (default:
 hasten's default); ``--compare-clients`` adds one more hasten target, ``hasten-<other>``,
 with the other client, so both are measured side by side in one run.
+``--compare-src DIR`` adds ``hasten-base``: the same gateway run from another checkout's
+``src`` (``PYTHONPATH=DIR``), so a change and its baseline are measured in one run.
+The extra ``added_ms_vs_direct_stream`` figure is hasten's non-stream latency less the
+direct *stream*'s whole answer: hasten asks non-stream requests upstream as a stream.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ READY_TIMEOUT_S = 120.0
 IDLE_SETTLE_S = 1.0
 BYTES_PER_MB = 1024 * 1024
 UPSTREAM_CLIENT_NAMES = ("lean", "aiohttp")
+BASE = "hasten-base"  # the --compare-src target
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +96,7 @@ def started_servers(
     num_workers: int = 1,
     upstream_client: str | None = None,
     other_client: str | None = None,
+    compare_src: Path | None = None,
 ) -> Iterator[tuple[dict[str, Target], dict[str, Any]]]:
     """Simulator, hasten (with metrics, and without them unless told not to) and
     (optionally) LiteLLM, started together, always stopped after."""
@@ -97,7 +104,7 @@ def started_servers(
     hasten = hasten_executable()
     sim_port, hasten_port, litellm_port = free_port(), free_port(), free_port()
     workers_port = free_port()
-    bare_port, other_port = free_port(), free_port()
+    bare_port, other_port, base_port = free_port(), free_port(), free_port()
     sim_url = f"http://127.0.0.1:{sim_port}"
     client_flags = client_config(workdir, upstream_client)
     simulator = ServerProcess(
@@ -144,6 +151,16 @@ def started_servers(
             log_path=workdir / "hasten-other.log",
             env=env,
         )  # fmt: skip
+    base = None
+    if compare_src is not None:
+        base = ServerProcess(
+            BASE,
+            [*hasten, "serve", "--host", "127.0.0.1", "--port", str(base_port),
+             "--upstream", f"{sim_url}/v1", "--sqlite-path", str(workdir / "base.sqlite3"),
+             "--log-level", "warning", *client_flags],
+            log_path=workdir / "hasten-base.log",
+            env={**env, "PYTHONPATH": str(compare_src)},
+        )  # fmt: skip
     litellm = None
     if with_litellm and litellm_exe is not None:
         config = litellm_env.write_config(workdir, f"{sim_url}/v1")
@@ -153,7 +170,9 @@ def started_servers(
             log_path=workdir / "litellm.log",
             env=litellm_env.environment(env),
         )
-    processes = [p for p in (simulator, gateway, bare, workers, other, litellm) if p is not None]
+    processes = [
+        p for p in (simulator, gateway, bare, workers, other, base, litellm) if p is not None
+    ]
     with ExitStack() as stack:
         for process in processes:
             stack.callback(process.stop)
@@ -171,6 +190,10 @@ def started_servers(
             other_url = f"http://127.0.0.1:{other_port}"
             other.wait_ready(f"{other_url}/healthz", READY_TIMEOUT_S)
             targets[other.name] = Target(other.name, f"{other_url}/v1", (other,))
+        if base is not None:
+            base_url = f"http://127.0.0.1:{base_port}"
+            base.wait_ready(f"{base_url}/healthz", READY_TIMEOUT_S)
+            targets[BASE] = Target(BASE, f"{base_url}/v1", (base,))
         if workers is not None:
             workers_url = f"http://127.0.0.1:{workers_port}"
             workers.wait_ready(f"{workers_url}/healthz", READY_TIMEOUT_S)
@@ -284,6 +307,7 @@ async def measure_round(target: Target, tally: Tally, plan: Plan, seed: int) -> 
     assert sequential.samples is not None and stream.samples is not None
     tally.sequential_ms.extend(sequential.samples.latency_ms)
     tally.stream_ttft_ms.extend(stream.samples.ttft_ms)
+    tally.stream_whole_ms.extend(stream.samples.latency_ms)
     tally.num_throughput_ok += throughput.num_ok
     tally.throughput_duration_s += throughput.duration_s
     tally.throughput_client_cpu_s += (
@@ -362,6 +386,7 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
             num_workers=args.workers,
             upstream_client=args.upstream_client,
             other_client=other_client(args),
+            compare_src=args.compare_src,
         ) as (
             targets,
             servers,
@@ -418,6 +443,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--compare-clients",
         action="store_true",
         help="add a hasten target with the other upstream client, measured in the same run",
+    )
+    parser.add_argument(
+        "--compare-src",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="add hasten-base: the gateway run with PYTHONPATH=DIR (another checkout's src)",
     )
     parser.add_argument("--json", action="store_true", help="print only the JSON object")
     parser.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")

@@ -9,8 +9,10 @@ is warmed by the other and both report the same usage.
 from __future__ import annotations
 
 import asyncio
+import functools
+import random
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -20,8 +22,9 @@ import pytest
 from hasten.cache.replay import body_to_chunks, sse_frames
 from hasten.config import CacheConfig
 from hasten.errors import UpstreamError
-from hasten.proxy.assemble import STREAM_ERROR_CODE, as_stream_request, assemble
+from hasten.proxy.assemble import STREAM_ERROR_CODE, Assembly, as_stream_request, assemble
 from hasten.simulator import SimConfig, build_app
+from hasten.upstream.integrity import StreamGuard
 from tests.support.gateway import BodyRecorder, make_config, running_gateway, sim_stats
 from tests.support.servers import ServerThread
 
@@ -102,13 +105,39 @@ def _request(case: str) -> tuple[str, dict[str, Any]]:
 def test_assembled_body_is_the_upstreams_own_non_stream_body(
     case: str, twins: tuple[ServerThread, ServerThread], gateway: ServerThread
 ) -> None:
-    behind, direct = twins
     path, body = _request(case)
+    got = _assert_assembled_faithfully(twins, gateway, path, body, {}, "miss")
+    # The stored stream answers the next non-stream client from the cache, unchanged.
+    hit = httpx.post(f"{gateway.url}/v1/{path}", json=body, timeout=30)
+    assert hit.headers["x-hasten-cache"] == "hit" and hit.content == got.content
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_bypassed_request_gets_the_upstreams_own_non_stream_body_too(
+    case: str, twins: tuple[ServerThread, ServerThread], gateway: ServerThread
+) -> None:
+    path, body = _request(case)
+    body["messages" if "messages" in body else "prompt"] = (
+        [{"role": "user", "content": f"bypass {case}"}] if "messages" in body else f"bypass {case}"
+    )
+    uncached = {"cache-control": "no-cache, no-store"}  # the path a non-cacheable request takes
+    _assert_assembled_faithfully(twins, gateway, path, body, uncached, "bypass")
+
+
+def _assert_assembled_faithfully(
+    twins: tuple[ServerThread, ServerThread],
+    gateway: ServerThread,
+    path: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    label: str,
+) -> httpx.Response:
+    behind, direct = twins
     streams_before = sim_stats(behind.url)["num_stream_requests"]
     expected = httpx.post(f"{direct.url}/v1/{path}", json=body, timeout=30)
-    got = httpx.post(f"{gateway.url}/v1/{path}", json=body, timeout=30)
+    got = httpx.post(f"{gateway.url}/v1/{path}", json=body, headers=headers, timeout=30)
     assert expected.status_code == got.status_code == 200, got.text
-    assert got.headers["x-hasten-cache"] == "miss"
+    assert got.headers["x-hasten-cache"] == label
     assert got.headers["content-type"] == "application/json"
     assert int(got.headers["content-length"]) == len(got.content)
     assert sim_stats(behind.url)["num_stream_requests"] == streams_before + 1
@@ -125,9 +154,7 @@ def test_assembled_body_is_the_upstreams_own_non_stream_body(
     assert orjson.dumps({**have, "id": want["id"], "created": want["created"]}) == (
         expected.content
     )
-    # The stored stream answers the next non-stream client from the cache, unchanged.
-    hit = httpx.post(f"{gateway.url}/v1/{path}", json=body, timeout=30)
-    assert hit.headers["x-hasten-cache"] == "hit" and hit.content == got.content
+    return got
 
 
 def test_the_fields_compared_are_really_there(twins: tuple[ServerThread, ServerThread]) -> None:
@@ -296,3 +323,79 @@ def test_as_stream_request_asks_for_usage_and_keeps_other_stream_options() -> No
     }
     kept = as_stream_request({"stream_options": {"include_obfuscation": False}})
     assert kept["stream_options"] == {"include_obfuscation": False, "include_usage": True}
+
+
+def _guarded(pieces: list[bytes], endpoint: str) -> bytes:
+    """What ``Assembly`` builds from a stream's pieces, fed through the guard as a call does."""
+    assembly = Assembly(endpoint)
+    guard = StreamGuard(assembly)
+    for piece in pieces:
+        guard.feed(piece)
+    guard.finish()
+    return assembly.body()
+
+
+def _outcome(build: Callable[[], bytes]) -> tuple[str, bytes | str | None]:
+    try:
+        return "body", build()
+    except UpstreamError as exc:
+        return "error", f"{exc.status_code} {exc.code} {exc.message}"
+
+
+_TOOL_CALL = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+_ERROR_EVENT = b'data: {"error":{"message":"overloaded","code":"busy"}}\n\n'
+_SIM_STREAM = _stream(
+    {
+        **ANSWER,
+        "system_fingerprint": "fp",
+        "choices": [
+            {
+                "index": i,
+                "message": {
+                    "role": "assistant",
+                    "content": None if i == 1 else f"answer {i}",
+                    "refusal": None,
+                    **({"tool_calls": [_TOOL_CALL]} if i == 1 else {}),
+                },
+                "logprobs": {"content": [{"token": "a", "logprob": -0.5, "top_logprobs": []}]},
+                "finish_reason": "tool_calls" if i == 1 else "stop",
+            }
+            for i in range(3)
+        ],
+    }
+)
+# Whole, and every way the guard lets one through that ``assemble`` still refuses or reads
+# differently: CR line ends, comments, multi-line data, a misplaced or doubled [DONE], an
+# error event, a last event without its blank line, a foreign shape.
+ASSEMBLY_STREAMS = {
+    "whole": _SIM_STREAM,
+    "crlf": _SIM_STREAM.replace(b"\n", b"\r\n"),
+    "cr": _SIM_STREAM.replace(b"\n", b"\r"),
+    "comments": b": keep-alive\n\n" + _SIM_STREAM.replace(b"\n\n", b"\n\n: ping\n\n", 3),
+    "multi_line_data": _SIM_STREAM.replace(b'"object":', b'\ndata: "object":', 2),
+    "event_names": _SIM_STREAM.replace(b"data: {", b"event: chunk\ndata: {", 2),
+    "no_done": _SIM_STREAM.replace(b"data: [DONE]\n\n", b""),
+    "done_twice": _SIM_STREAM + b"data: [DONE]\n\n",
+    "done_midway": _SIM_STREAM.replace(b"\n\n", b"\n\ndata: [DONE]\n\n", 1),
+    "error_event": _SIM_STREAM.replace(b"data: [DONE]", _ERROR_EVENT + b"data: [DONE]"),
+    "error_then_cut": _SIM_STREAM.replace(b"data: [DONE]\n\n", _ERROR_EVENT),
+    "done_without_blank_line": _SIM_STREAM[:-1],
+    "trailing_blank_lines": _SIM_STREAM + b"\n\n\n",
+    "foreign_shape": b"data: [1, 2]\n\ndata: [DONE]\n\n",
+    "choices_not_a_list": b'data: {"id":"x","choices":7}\n\ndata: [DONE]\n\n',
+    "only_done": b"data: [DONE]\n\n",
+    "empty": b"",
+}
+
+
+@pytest.mark.parametrize("name", sorted(ASSEMBLY_STREAMS))
+def test_assembly_from_the_guards_events_is_assemble_of_the_bytes(name: str) -> None:
+    stream = ASSEMBLY_STREAMS[name]
+    expected = _outcome(lambda: assemble(stream, "chat"))
+    rng = random.Random(name)
+    for _ in range(25):  # split anywhere, as the network may
+        num_cuts = min(max(len(stream) - 1, 0), rng.randint(0, 6))
+        cuts = sorted(rng.sample(range(1, len(stream)), num_cuts))
+        pieces = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+        assert _outcome(functools.partial(_guarded, pieces, "chat")) == expected
+    assert name not in ("whole", "crlf", "comments") or expected[0] == "body"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Mapping
 from dataclasses import replace
@@ -9,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 from hasten.errors import HastenError, UpstreamConnectError, UpstreamTimeout
+from hasten.proxy.sse import SSEDecoder
 from hasten.upstream.attempt import (
     AttemptSpec,
     BufferedResponse,
@@ -142,6 +144,53 @@ def test_first_token_watch_across_chunk_boundaries() -> None:
     watch = FirstTokenWatch()
     assert not watch.feed(frame[:10])
     assert watch.feed(frame[10:])
+
+
+def _watched(pieces: list[bytes]) -> tuple[int | None, str | None, bool]:
+    """Which piece the watch saw the first token in, and what else it noticed."""
+    watch = FirstTokenWatch()
+    for index, piece in enumerate(pieces):
+        if watch.feed(piece):
+            return index, watch.error_message, watch.is_malformed
+        if watch.error_message is not None or watch.is_malformed:
+            break  # where the attempt gives up (run_attempt)
+    return None, watch.error_message, watch.is_malformed
+
+
+def _decoded_all(pieces: list[bytes]) -> tuple[int | None, str | None, bool]:
+    """The same, from every event of every piece decoded before any is looked at."""
+    decoder, reference = SSEDecoder(), FirstTokenWatch()
+    for index, piece in enumerate(pieces):
+        for payload in decoder.feed(piece):
+            if (verdict := reference._verdict(payload)) is not None:
+                if verdict:
+                    return index, reference.error_message, reference.is_malformed
+                return None, reference.error_message, reference.is_malformed
+        if reference.error_message is not None:
+            break
+    return None, reference.error_message, reference.is_malformed
+
+
+_ERROR = {"error": {"message": "busy"}}
+WATCHED_STREAMS = {
+    "role_then_token": b"".join(sse(ROLE_ONLY, delta("a"), delta("b"))),
+    "comments_first": b": ping\n\n" + b"".join(sse(ROLE_ONLY, delta("a"))),
+    "crlf": b"".join(sse(ROLE_ONLY, delta("a"))).replace(b"\n", b"\r\n"),
+    "error_then_token": b"".join(sse(_ERROR, delta("a"))),
+    "malformed": b"".join(sse(ROLE_ONLY)) + b'data: {"choices": [\n\n' + b"".join(sse(delta("a"))),
+    "no_token": b"".join(sse(ROLE_ONLY, ROLE_ONLY)),
+    "blank_lines": b"\n\n\n" + b"".join(sse(ROLE_ONLY, "[DONE]")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WATCHED_STREAMS))
+def test_the_first_token_watch_reads_events_lazily_with_the_same_verdict(name: str) -> None:
+    stream = WATCHED_STREAMS[name]
+    rng = random.Random(name)
+    for _ in range(30):
+        cuts = sorted(rng.sample(range(1, len(stream)), rng.randint(0, 4)))
+        pieces = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+        assert _watched(pieces) == _decoded_all(pieces)
 
 
 async def test_an_event_that_is_not_json_before_the_first_token_fails() -> None:

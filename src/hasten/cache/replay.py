@@ -27,43 +27,70 @@ _CHAT_MESSAGE_FIELDS = frozenset({"role", "content", "refusal", "tool_calls"})
 
 def chunks_to_body(chunks: Iterable[bytes], endpoint: str) -> bytes:
     """Merges streamed chunk payloads into the equivalent non-streamed response body."""
-    _check_endpoint(endpoint)
-    head: dict[str, Any] = {}
-    choices: dict[int, _ChoiceMerge] = {}
-    usage: Any = None
-    try:
-        for raw in chunks:
+    merge = BodyMerge(endpoint)
+    for raw in chunks:
+        try:
             chunk = orjson.loads(raw)
-            for name in _HEAD_FIELDS:
-                if head.get(name) is None and chunk.get(name) is not None:
-                    head[name] = chunk[name]
+        except TypeError as exc:  # not bytes or str at all
+            raise ValueError("stream chunk does not have the OpenAI shape") from exc
+        merge.add(chunk)
+    return merge.body()
+
+
+class BodyMerge:
+    """``chunks_to_body`` one parsed chunk at a time, for a stream assembled as it arrives."""
+
+    __slots__ = ("_choices", "_endpoint", "_head", "_num_missing", "_usage")
+
+    def __init__(self, endpoint: str) -> None:
+        _check_endpoint(endpoint)
+        self._endpoint = endpoint
+        self._head: dict[str, Any] = {}
+        self._num_missing = len(_HEAD_FIELDS)  # head fields not seen yet: 0 skips the scan
+        self._choices: dict[int, _ChoiceMerge] = {}
+        self._usage: Any = None
+
+    def add(self, chunk: Any) -> None:
+        """One parsed chunk; raises ``ValueError`` for one without the OpenAI shape."""
+        try:
+            if self._num_missing:
+                head = self._head
+                for name in _HEAD_FIELDS:
+                    if head.get(name) is None and chunk.get(name) is not None:
+                        head[name] = chunk[name]
+                        self._num_missing -= 1
             if chunk.get("usage") is not None:
-                usage = chunk["usage"]
+                self._usage = chunk["usage"]
+            choices = self._choices
             for choice in chunk.get("choices") or ():
                 index = choice.get("index", 0)
                 merge = choices.get(index)
                 if merge is None:
                     merge = choices[index] = _ChoiceMerge()
                 merge.add(choice)
-    except (AttributeError, TypeError) as exc:
-        raise ValueError("stream chunk does not have the OpenAI shape") from exc
-    is_chat = endpoint == CHAT
-    body: dict[str, Any] = {
-        "id": head.get("id"),
-        "object": "chat.completion" if is_chat else "text_completion",
-        "created": head.get("created"),
-        "model": head.get("model"),
-    }
-    for name in ("system_fingerprint", "service_tier"):
-        if name in head:
-            body[name] = head[name]
-    body["choices"] = [
-        choices[index].to_chat(index) if is_chat else choices[index].to_completion(index)
-        for index in sorted(choices)
-    ]
-    if usage is not None:
-        body["usage"] = usage
-    return orjson.dumps(body)
+        except (AttributeError, TypeError) as exc:
+            raise ValueError("stream chunk does not have the OpenAI shape") from exc
+
+    def body(self) -> bytes:
+        """The non-streamed response body of every chunk added so far."""
+        head, choices = self._head, self._choices
+        is_chat = self._endpoint == CHAT
+        body: dict[str, Any] = {
+            "id": head.get("id"),
+            "object": "chat.completion" if is_chat else "text_completion",
+            "created": head.get("created"),
+            "model": head.get("model"),
+        }
+        for name in ("system_fingerprint", "service_tier"):
+            if name in head:
+                body[name] = head[name]
+        body["choices"] = [
+            choices[index].to_chat(index) if is_chat else choices[index].to_completion(index)
+            for index in sorted(choices)
+        ]
+        if self._usage is not None:
+            body["usage"] = self._usage
+        return orjson.dumps(body)
 
 
 class _ChoiceMerge:
@@ -273,7 +300,12 @@ def _completion_choice_chunks(choice: dict[str, Any]) -> list[dict[str, Any]]:
 
 def is_usage_chunk(chunk: bytes) -> bool:
     """True for the trailing usage-only chunk (empty ``choices``, non-null ``usage``)."""
-    return _USAGE_VALUE.search(chunk) is not None and _is_usage_only(chunk)
+    return is_usage_value(chunk) and _is_usage_only(chunk)
+
+
+def is_usage_value(chunk: bytes) -> bool:
+    """``is_usage_chunk``'s look at the bytes: a ``"usage"`` that is not null."""
+    return _USAGE_VALUE.search(chunk) is not None
 
 
 def _is_usage_only(chunk: bytes) -> bool:

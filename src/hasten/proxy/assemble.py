@@ -5,7 +5,9 @@ A client that does not stream still gets its request asked of the upstream as a 
 token: TTFT timeouts, TTFT failover and hedging work for it as for a stream, and a stream
 client and a non-stream client of the same request share one flight and one cache entry.
 When the stream has ended with ``[DONE]``, its chunks are merged into the JSON body the
-upstream would have returned (``hasten.cache.replay.chunks_to_body``). The client never
+upstream would have returned (``hasten.cache.replay.chunks_to_body``); ``Assembly`` does
+the same merge as the events arrive, from the JSON the stream's guard parsed to check them
+(``hasten.upstream.integrity.EventSink``), so no event is decoded or parsed twice. The client never
 sees a partial body: a stream that breaks off or carries an error event becomes one
 OpenAI-shaped error. Upstreams with ``stream_upstream = false`` (or without
 ``stream_options``, whose assembled body would lack usage) are asked as the client asked.
@@ -18,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from hasten.cache.replay import chunks_to_body
+from hasten.cache.replay import BodyMerge, chunks_to_body
 from hasten.errors import UpstreamError
 from hasten.proxy.sse import DONE, SSEDecoder
 from hasten.proxy.validation import Endpoint
@@ -57,14 +59,86 @@ def assemble(stream: bytes | Iterable[bytes], endpoint: str) -> bytes:
         if b'"error"' in payload and (error := stream_error(payload)) is not None:
             raise error  # its own words first: an error event ends the stream
     if decoder.has_pending or not payloads or payloads[-1] != DONE:
-        raise UpstreamError("upstream stream ended before it was complete", code=STREAM_ERROR_CODE)
+        raise _incomplete()
     del payloads[-1]
     try:
         return chunks_to_body(payloads, endpoint)
     except (ValueError, orjson.JSONDecodeError) as exc:
-        raise UpstreamError(
-            "upstream stream is not an OpenAI completion stream", code=STREAM_ERROR_CODE
-        ) from exc
+        raise _shape_error() from exc
+
+
+def _incomplete() -> UpstreamError:
+    return UpstreamError("upstream stream ended before it was complete", code=STREAM_ERROR_CODE)
+
+
+def _shape_error() -> UpstreamError:
+    return UpstreamError(
+        "upstream stream is not an OpenAI completion stream", code=STREAM_ERROR_CODE
+    )
+
+
+class Assembly:
+    """``assemble`` as the events arrive: an ``EventSink`` for the stream's guard.
+
+    ``body`` gives what ``assemble`` gives for the same stream, and refuses it the same way,
+    in the same order: an error event first, then a stream that did not end with
+    ``[DONE]``, then one that is not OpenAI-shaped (a ``[DONE]`` that was not last is one).
+    """
+
+    __slots__ = (
+        "_body",
+        "_error",
+        "_has_pending",
+        "_is_done",
+        "_is_misshapen",
+        "_merge",
+        "_num_events",
+    )
+
+    def __init__(self, endpoint: str) -> None:
+        self._merge = BodyMerge(endpoint)
+        self._error: UpstreamError | None = None
+        self._num_events = 0
+        self._is_done = False  # the last event so far was [DONE]
+        self._is_misshapen = False
+        self._has_pending = False
+        self._body: bytes | None = None  # built once, for every waiter of a flight
+
+    def event(self, payload: bytes, parsed: Any) -> None:
+        self._num_events += 1
+        if self._is_done:  # a [DONE] before this event is not JSON to merge
+            self._is_done, self._is_misshapen = False, True
+        if self._error is None and b'"error"' in payload:
+            self._error = event_error(parsed)
+        if not self._is_misshapen:
+            try:
+                self._merge.add(parsed)
+            except ValueError:
+                self._is_misshapen = True
+
+    def done(self) -> None:
+        self._num_events += 1
+        if self._is_done:
+            self._is_misshapen = True
+        self._is_done = True
+
+    def end(self, tail: bytes) -> None:
+        self._has_pending = bool(tail.strip())
+
+    def body(self) -> bytes:
+        """The assembled JSON body; raises ``UpstreamError`` (502) as ``assemble`` does."""
+        if self._error is not None:
+            raise self._error
+        if self._has_pending or not self._num_events or not self._is_done:
+            raise _incomplete()
+        if self._is_misshapen:
+            raise _shape_error()
+        if self._body is None:
+            try:
+                self._body = self._merge.body()
+            except ValueError as exc:
+                raise _shape_error() from exc
+        return self._body
 
 
 def stream_error(payload: bytes) -> UpstreamError | None:
@@ -73,6 +147,11 @@ def stream_error(payload: bytes) -> UpstreamError | None:
         event = orjson.loads(payload)
     except orjson.JSONDecodeError:
         return None  # chunks_to_body refuses it with the shape error
+    return event_error(event)
+
+
+def event_error(event: Any) -> UpstreamError | None:
+    """``stream_error`` of an event already parsed."""
     error = event.get("error") if isinstance(event, dict) else None
     if error is None:
         return None

@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 from hasten.errors import HastenError
+from hasten.proxy.assemble import Assembly
 from hasten.proxy.sse import UsageStripper
 
 _log = logging.getLogger("hasten.flight")
@@ -26,6 +27,7 @@ class Flight:
     __slots__ = (
         "_changed",
         "_started_s",
+        "assembly",
         "chunks",
         "error",
         "headers",
@@ -59,6 +61,9 @@ class Flight:
         # Chunk index -> how many usage-only events that chunk completes (one, at the end).
         self.usage_at: dict[int, int] = {}
         self._changed = asyncio.Event()
+        # The leader's answer assembled as it arrives, for non-stream waiters (None: each
+        # assembles the recorded bytes, hasten.proxy.assemble).
+        self.assembly: Assembly | None = None
 
     def _notify(self) -> None:
         # A fresh Event per change lets every waiter wake once without clear() races.

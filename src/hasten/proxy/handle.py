@@ -52,7 +52,7 @@ from hasten.metrics.outcome import BYPASS, COALESCED, HIT, MISS, OBSERVED_SCOPE_
 from hasten.metrics.report import answer_saved, emit_outcome, hedge_saved
 from hasten.metrics.track import ResponseTrack
 from hasten.policy import POLICY_HEADER
-from hasten.proxy.assemble import as_stream_request, assemble, is_assembled
+from hasten.proxy.assemble import Assembly, as_stream_request, assemble, is_assembled
 from hasten.proxy.flight import Flight
 from hasten.proxy.headers import assembled_headers, response_headers, upstream_headers
 from hasten.proxy.recorder import Recorder
@@ -68,6 +68,7 @@ from hasten.telemetry.attributes import (
 )
 from hasten.telemetry.stage import NO_STAGE, Stage
 from hasten.upstream.client import UpstreamCall
+from hasten.upstream.integrity import EventSink, is_event_stream
 
 if TYPE_CHECKING:
     from hasten.limits.limiter import Enforcement
@@ -508,10 +509,10 @@ async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
     try:
         status = call.status
         saved = hedge_saved(gateway, ex)
-        chunks = call.iter_chunks() if resume is None else resume.chunks(call)
         if ex.is_assembled and status == 200:
-            await _send_assembled(ex, call, chunks, saved)
+            await _send_assembled(ex, call, resume, saved)
             return
+        chunks = call.iter_chunks() if resume is None else resume.chunks(call)
         headers = response_headers(call.headers, status, ex.is_stream)
         headers.extend(ex.base_headers(b"bypass", call.ttfb_ms))
         if saved is not None:
@@ -536,14 +537,17 @@ async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
 async def _send_assembled(
     ex: Exchange,
     call: UpstreamCall,
-    stream: AsyncIterator[bytes],
+    resume: StreamResume | None,
     saved: tuple[bytes, bytes] | None,
 ) -> None:
-    """A bypassed non-stream request asked as a stream: collected whole, then assembled."""
+    """A bypassed non-stream request asked as a stream: assembled as its events are checked
+    (a continued stream, spliced from several calls, is assembled from its bytes)."""
     started_s = time.perf_counter()
+    assembly = None if resume is not None else _assembly(ex, call)
+    stream = call.iter_chunks(assembly) if resume is None else resume.chunks(call)
     chunks = [chunk async for chunk in stream]
     upstream_ms = call.ttfb_ms + (time.perf_counter() - started_s) * 1000.0
-    body = assemble(chunks, ex.endpoint.name)
+    body = assemble(chunks, ex.endpoint.name) if assembly is None else assembly.body()
     headers = assembled_headers(call.headers)
     headers.extend(ex.base_headers(b"bypass", upstream_ms))
     if saved is not None:
@@ -554,6 +558,22 @@ async def _send_assembled(
             headers.append(resumed)
     describe_answer(ex.trace, 200, body, is_stream=False)
     await send_response(ex.send, 200, body, headers)
+
+
+def _assembly(ex: Exchange, call: UpstreamCall) -> Assembly | None:
+    """Where a non-stream client's body is merged as the guard checks the call's events."""
+    if not ex.is_assembled or call.status != 200 or not is_event_stream(call.headers):
+        return None
+    return Assembly(ex.endpoint.name)
+
+
+def _listeners(
+    call: UpstreamCall, recorder: Recorder | None, assembly: Assembly | None
+) -> EventSink | None:
+    """Who takes the events the call's guard checks: the recorder (then the assembly)."""
+    if recorder is None or call.status != 200 or not is_event_stream(call.headers):
+        return assembly  # no guard, no events: the recorder decodes the bytes itself
+    return recorder.listen(assembly)
 
 
 async def _stream_body(
@@ -586,7 +606,11 @@ async def _pump(gateway: Gateway, ex: Exchange, flight: Flight, stored: _Stored 
         if call.status != 200:
             stored = None  # only a successful answer is recorded
         recorder = None if stored is None else stored.recorder
-        chunks = call.iter_chunks() if resume is None else resume.chunks(call)
+        if resume is not None:
+            chunks = resume.chunks(call)
+        else:
+            flight.assembly = _assembly(ex, call)
+            chunks = call.iter_chunks(_listeners(call, recorder, flight.assembly))
         try:
             async for chunk in chunks:
                 # Recorded first: a chunk completing a usage event is marked before it is read.
@@ -631,7 +655,8 @@ async def _serve_flight(gateway: Gateway, ex: Exchange, flight: Flight, label: b
             raise flight.error
         if ex.is_assembled and flight.status == 200:
             resumed = resume_header(body) if ex.model.route.is_resuming_streams else None
-            body = assemble(body, ex.endpoint.name)
+            assembly = flight.assembly
+            body = assemble(body, ex.endpoint.name) if assembly is None else assembly.body()
             headers = assembled_headers(flight.headers)
             headers.extend(ex.base_headers(label, flight.upstream_ms))
             if resumed is not None:

@@ -7,14 +7,34 @@ stream, an upstream error, a cancelled call) never reaches the cache.
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
 from hasten.cache import CachedAnswer, TieredCache, is_usage_chunk
+from hasten.cache.replay import is_usage_value
 from hasten.proxy.sse import DONE, SSEDecoder
+from hasten.upstream.integrity import EventSink
 
 
 class Recorder:
-    __slots__ = ("_cache", "_decoder", "_endpoint", "_is_stream", "_key", "_parts", "_ttl_s")
+    """Records one answer: from its bytes (``feed``), or, once ``listen`` was called, from
+    the events the stream's guard decoded and parsed anyway (no second decode)."""
+
+    __slots__ = (
+        "_cache",
+        "_decoder",
+        "_endpoint",
+        "_has_pending",
+        "_is_listening",
+        "_is_stream",
+        "_key",
+        "_num_chunk_events",
+        "_parts",
+        "_then",
+        "_ttl_s",
+        "_usage_tail",
+    )
 
     def __init__(
         self, cache: TieredCache, key: str, endpoint: str, is_stream: bool, *, ttl_s: float
@@ -23,6 +43,49 @@ class Recorder:
         self._is_stream, self._ttl_s = is_stream, ttl_s
         self._decoder = SSEDecoder() if is_stream else None
         self._parts: list[bytes] = []
+        self._is_listening = False
+        self._then: EventSink | None = None
+        self._has_pending = False
+        # Listening: the events since the last ``feed`` and whether each of the last two
+        # was a usage chunk (newest last), which is what ``feed`` reports of a chunk.
+        self._num_chunk_events = 0
+        self._usage_tail = (False, False)
+
+    def listen(self, then: EventSink | None = None) -> EventSink | None:
+        """The sink to hand the call's guard; each event is passed on to ``then``.
+
+        For a stream only (None otherwise, and nothing changes): ``feed`` then only
+        counts what the events showed instead of decoding the chunk again.
+        """
+        if self._decoder is None:
+            return then
+        self._is_listening, self._then = True, then
+        return self
+
+    def event(self, payload: bytes, parsed: Any) -> None:
+        self._parts.append(payload)
+        is_usage = (
+            isinstance(parsed, dict)
+            and parsed.get("usage") is not None
+            and not parsed.get("choices")
+            and is_usage_value(payload)
+        )
+        self._num_chunk_events += 1
+        self._usage_tail = (self._usage_tail[1], is_usage)
+        if self._then is not None:
+            self._then.event(payload, parsed)
+
+    def done(self) -> None:
+        self._parts.append(DONE)
+        self._num_chunk_events += 1
+        self._usage_tail = (self._usage_tail[1], False)
+        if self._then is not None:
+            self._then.done()
+
+    def end(self, tail: bytes) -> None:
+        self._has_pending = bool(tail.strip())
+        if self._then is not None:
+            self._then.end(tail)
 
     def feed(self, chunk: bytes) -> int:
         """Records a chunk; returns how many usage-only stream events it completed.
@@ -31,6 +94,10 @@ class Recorder:
         usage learn which chunk to look inside (see ``hasten.proxy.sse.UsageStripper``). The
         usage chunk comes last but for ``[DONE]``: only a chunk's last two events can be it.
         """
+        if self._is_listening:
+            num_events, (previous, last) = self._num_chunk_events, self._usage_tail
+            self._num_chunk_events, self._usage_tail = 0, (False, False)
+            return int(last) + int(previous and num_events > 1)
         decoder = self._decoder
         if decoder is None:
             self._parts.append(chunk)
@@ -59,7 +126,8 @@ class Recorder:
 
     def _stream_answer(self, decoder: SSEDecoder) -> CachedAnswer | None:
         events = self._parts
-        if decoder.has_pending or not events or events[-1] != DONE:
+        has_pending = self._has_pending if self._is_listening else decoder.has_pending
+        if has_pending or not events or events[-1] != DONE:
             return None
         chunks = events[:-1]
         for event in chunks:

@@ -41,7 +41,7 @@ class SSEDecoder:
         *events, self._buffer = buffer.split(b"\n\n")
         payloads: list[bytes] = []
         for event in events:
-            payload = _event_data(event)
+            payload = event_data(event)
             if payload is not None:
                 payloads.append(payload)
         return payloads
@@ -56,12 +56,18 @@ class SSEDecoder:
         return data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
 
     @property
+    def is_idle(self) -> bool:
+        """True when nothing is buffered: the next chunk starts at an event's beginning."""
+        return not self._buffer and not self._is_skipping_lf
+
+    @property
     def has_pending(self) -> bool:
         """True when bytes of an unfinished event are buffered (a truncated stream)."""
         return bool(self._buffer.strip())
 
 
-def _event_data(event: bytes) -> bytes | None:
+def event_data(event: bytes) -> bytes | None:
+    """The data of one event (its blank line already split off); None for one without data."""
     # Fast path: the common one-line `data: {...}` event.
     if event.startswith(_DATA_PREFIX) and b"\n" not in event:
         return event[len(_DATA_PREFIX) :]
@@ -160,5 +166,5 @@ def _is_usage_event(event: bytes) -> bool:
         return False  # the common case, without copying the event
     if b"\r" in event:
         event = event.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-    payload = _event_data(event)
+    payload = event_data(event)
     return payload is not None and is_usage_chunk(payload)

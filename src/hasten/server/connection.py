@@ -34,6 +34,7 @@ from hasten.errors import (
     TooManyConnections,
     URLTooLong,
 )
+from hasten.server.cork import HeadCork
 
 _log = logging.getLogger("hasten.connection")
 
@@ -187,6 +188,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
                 self._refusal = self._headers_too_large()
                 raise self._refusal
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.transport is self.transport:  # the new request's
+            cycle.transport = HeadCork(self.transport, cycle, self.loop)  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
         if self._timer is not None:
@@ -230,7 +234,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
             if cycle.response_started:
-                transport.close()  # too late for a status: the response just stops
+                cycle.transport.close()  # too late for a status: the response just stops
                 return
             # The app, if it runs, now reads a disconnect and its writes are dropped.
             cycle.disconnected = True

@@ -17,7 +17,7 @@ import orjson
 
 from hasten.config import UpstreamConfig
 from hasten.errors import HastenError, UpstreamConnectError, UpstreamError, UpstreamTimeout
-from hasten.proxy.sse import DONE, SSEDecoder
+from hasten.proxy.sse import DONE, SSEDecoder, event_data
 from hasten.upstream.integrity import check_json_body, is_json_content, malformed
 from hasten.upstream.retry import is_retryable_status, parse_retry_after_s
 from hasten.upstream.transport import Transport, UpstreamRequest, UpstreamResponse
@@ -66,17 +66,35 @@ class FirstTokenWatch:
         self.is_malformed = False  # an event that is not JSON: no client may see it
 
     def feed(self, chunk: bytes) -> bool:
-        for payload in self._decoder.feed(chunk):
-            if payload == DONE:
-                return True
-            try:
-                event = orjson.loads(payload)
-            except orjson.JSONDecodeError:
-                self.is_malformed = True
-                return False
-            if isinstance(event, dict) and _event_has_output(event, self):
-                return True
+        decoder = self._decoder
+        if decoder.is_idle and b"\r" not in chunk:
+            # Event by event: a chunk often holds the whole answer, and only the events
+            # up to its first token are of interest (the watch is done after that).
+            start = 0
+            while (end := chunk.find(b"\n\n", start)) >= 0:
+                payload = event_data(chunk[start:end])
+                start = end + 2
+                if payload is not None and (verdict := self._verdict(payload)) is not None:
+                    return verdict
+            decoder.feed(chunk[start:])  # an unfinished event waits for the next chunk
+            return False
+        for payload in decoder.feed(chunk):
+            if (verdict := self._verdict(payload)) is not None:
+                return verdict
         return False
+
+    def _verdict(self, payload: bytes) -> bool | None:
+        """True: output or the end; False: a malformed event; None: look further."""
+        if payload == DONE:
+            return True
+        try:
+            event = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            self.is_malformed = True
+            return False
+        if isinstance(event, dict) and _event_has_output(event, self):
+            return True
+        return None
 
 
 def _event_has_output(event: dict[str, Any], watch: FirstTokenWatch) -> bool:

@@ -25,7 +25,7 @@ from hasten.routing.pool import DeploymentPool
 from hasten.routing.settings import DeploymentConfig, RoutingConfig
 from hasten.telemetry.stage import NO_STAGE, Stage
 from hasten.upstream.dispatch import Dispatch, GaveUp, RequestTraits, Won
-from hasten.upstream.integrity import StreamGuard, is_event_stream
+from hasten.upstream.integrity import EventSink, StreamGuard, is_event_stream
 from hasten.upstream.transport import Transport, UpstreamRequest, UpstreamResponse
 
 __all__ = ["TOTAL_TIMEOUT_CODE", "UpstreamCall", "UpstreamClient", "request_traits"]
@@ -99,11 +99,13 @@ class UpstreamCall:
         self._head, self._rest = head, rest  # what the first-token wait already read
         self._on_close, self._report = on_close, report
 
-    async def iter_chunks(self) -> AsyncIterator[bytes]:
+    async def iter_chunks(self, sink: EventSink | None = None) -> AsyncIterator[bytes]:
         """Body chunks as they arrive, bounded by the idle gap and the total deadline; an
-        event stream's cut at event ends and checked (``hasten.upstream.integrity``)."""
+        event stream's cut at event ends and checked (``hasten.upstream.integrity``), its
+        events handed to ``sink`` as they are checked (none when the answer is no stream)."""
         report = self._report
-        guard = StreamGuard() if self.status == 200 and is_event_stream(self.headers) else None
+        is_guarded = self.status == 200 and is_event_stream(self.headers)
+        guard = StreamGuard(sink) if is_guarded else None
         try:
             async with asyncio.timeout_at(_loop_time(self._deadline_s)):
                 for chunk in self._head:

@@ -13,6 +13,7 @@ error event and caches nothing, as for a connection cut mid-answer.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any, Protocol
 
 import orjson
 
@@ -47,14 +48,31 @@ def check_json_body(body: bytes) -> UpstreamError | None:
     return None
 
 
+class EventSink(Protocol):
+    """Takes the events a ``StreamGuard`` parsed anyway, so no one parses them twice."""
+
+    def event(self, payload: bytes, parsed: Any) -> None:
+        """A data event other than ``[DONE]``: its payload and the JSON it parsed to."""
+
+    def done(self) -> None:
+        """A ``[DONE]`` event."""
+
+    def end(self, tail: bytes) -> None:
+        """The stream ended; ``tail`` is what followed its last whole event."""
+
+
 class StreamGuard:
-    """Feeds raw stream bytes, returns the whole events among them (raw, as they came)."""
+    """Feeds raw stream bytes, returns the whole events among them (raw, as they came).
 
-    __slots__ = ("_decoder", "_tail")
+    With a ``sink``, every data event it checked is handed over, in order, with its JSON.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_decoder", "_sink", "_tail")
+
+    def __init__(self, sink: EventSink | None = None) -> None:
         self._decoder = SSEDecoder()
         self._tail = b""
+        self._sink = sink
 
     def feed(self, chunk: bytes) -> bytes:
         """The complete events of what came so far; raises UpstreamError on a bad one."""
@@ -69,6 +87,7 @@ class StreamGuard:
         if b"\r" in data:  # CR line ends: the decoder knows them
             self._check_all(self._decoder.feed(data))
             return data
+        sink = self._sink
         for event in data.split(b"\n\n"):
             # One-line ``data: `` events are checked here (the decoder's own fast path);
             # multi-line data and comments go through the decoder.
@@ -76,17 +95,30 @@ class StreamGuard:
                 payload = event[6:]
                 if payload != DONE:
                     try:
-                        orjson.loads(payload)
+                        parsed = orjson.loads(payload)
                     except orjson.JSONDecodeError:
                         raise malformed(f"an event that is not JSON: {payload[:40]!r}") from None
+                    if sink is not None:
+                        sink.event(payload, parsed)
+                elif sink is not None:
+                    sink.done()
             elif event:
                 self._check_all(self._decoder.feed(event + b"\n\n"))
         return data
 
     def _check_all(self, payloads: list[bytes]) -> None:
+        sink = self._sink
         for payload in payloads:
-            if payload != DONE and not _is_json(payload):
-                raise malformed(f"an event that is not JSON: {payload[:40]!r}")
+            if payload == DONE:
+                if sink is not None:
+                    sink.done()
+                continue
+            try:
+                parsed = orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                raise malformed(f"an event that is not JSON: {payload[:40]!r}") from None
+            if sink is not None:
+                sink.event(payload, parsed)
 
     def finish(self) -> bytes:
         """What is left at the end of the stream, as it came: comments, or a last event
@@ -95,6 +127,8 @@ class StreamGuard:
         tail, self._tail = self._tail, b""
         if not all(p == DONE or _is_json(p) for p in SSEDecoder().feed(tail + b"\n\n")):
             raise malformed("a stream that ends halfway through an event")
+        if self._sink is not None:
+            self._sink.end(tail)
         return tail
 
 
