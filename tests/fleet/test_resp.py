@@ -224,3 +224,17 @@ async def test_deferred_commands_fail_with_their_dropped_connection(redis_url: s
     # The next command connects again; nothing deferred earlier reaches it.
     assert await conn.call("EXISTS", "deferred:b") == 0
     await conn.aclose()
+
+
+async def test_call_now_writes_before_it_returns(redis_url: str) -> None:
+    conn = RespConnection(redis_url, connect_timeout_s=1.0, op_timeout_s=1.0)
+    try:
+        assert await conn.call_now("PING") == b"PONG"  # not connected yet: connects first
+        writes = _count_writes(conn)
+        reply = conn.call_now("ECHO", "now")
+        assert len(writes) == 1  # on its way before the caller awaits anything
+        assert await reply == b"now"
+        with pytest.raises(ResponseError):
+            await conn.call_now("NO-SUCH-COMMAND")
+    finally:
+        await conn.aclose()

@@ -36,7 +36,7 @@ import enum
 import hashlib
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,11 +137,15 @@ class EarlyLease:
         self.is_used = False
 
     def ask(self) -> None:
-        """Starts taking the lease (not while Redis is away: the pump then runs locally)."""
+        """Sends the lease's ``SET NX`` now (not while Redis is away: the pump then runs
+        locally); a task waits for the reply."""
         coalescer = self._coalescer
         if self.task is None and not self.is_used and coalescer._link.is_up:
             self.lease = lease_key(coalescer._link, self.flight_key)
-            self.task = asyncio.get_running_loop().create_task(coalescer._take(self.lease))
+            token = secrets.token_hex(8)
+            sent = coalescer._link.fast.call_now(*coalescer._lease_command(self.lease, token))
+            taking = coalescer._take(self.lease, token, sent)
+            self.task = asyncio.get_running_loop().create_task(taking)
 
 
 class FleetCoalescer:
@@ -217,20 +221,31 @@ class FleetCoalescer:
         with contextlib.suppress(*FAILURES):
             await self._reader.aclose()
 
-    async def _take(self, lease: str) -> tuple[str, str] | None:
-        """(our token, the lease's holder); None when Redis is away.
+    def _lease_command(self, lease: str, token: str) -> tuple[str, str, str, str, str, int]:
+        return ("SET", lease, token, "NX", "PX", self._lease_ms)
+
+    async def _take(
+        self,
+        lease: str,
+        token: str | None = None,
+        sent: Coroutine[Any, Any, Any] | None = None,
+    ) -> tuple[str, str] | None:
+        """(our token, the lease's holder); None when Redis is away. ``sent``: the reply of
+        a ``SET NX`` with ``token`` already on its way (``EarlyLease.ask``).
 
         A plain SET NX PX: the leader's one round trip before its upstream call. Only a
         replica that lost the race pays a second one, to learn whom it follows.
         """
-        token = secrets.token_hex(8)
+        token = token or secrets.token_hex(8)
         fast = self._link.fast  # the miss path's one round trip: on the lean connection
         for _ in range(_MAX_LEASE_TRIES):
             try:
-                is_taken = await self._link.run(
-                    "flight lease",
-                    lambda _: fast.call("SET", lease, token, "NX", "PX", self._lease_ms),
-                )
+                if sent is not None:
+                    is_taken, sent = await self._sent_reply(sent), None
+                else:
+                    is_taken = await self._link.run(
+                        "flight lease", lambda _: fast.call(*self._lease_command(lease, token))
+                    )
                 if is_taken is not None:
                     return token, token
                 holder = await self._link.run("flight lease", lambda _: fast.call("GET", lease))
@@ -239,6 +254,15 @@ class FleetCoalescer:
             if holder is not None:  # else it lapsed between the two: try again
                 return token, holder.decode() if isinstance(holder, bytes) else str(holder)
         return None
+
+    async def _sent_reply(self, sent: Coroutine[Any, Any, Any]) -> Any:
+        """The reply of a command already written: awaited whatever the link's state, so
+        the write is never left without its reader."""
+        try:
+            return await sent
+        except FAILURES as exc:
+            self._link.mark_down("flight lease", exc)
+            raise FleetUnavailable(f"redis failed (flight lease): {type(exc).__name__}") from exc
 
     def _give_back(self, lease: str, task: asyncio.Task[tuple[str, str] | None]) -> None:
         if task.cancelled() or task.exception() is not None:

@@ -23,7 +23,7 @@ import contextlib
 import hashlib
 import ssl
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -151,6 +151,26 @@ class RespConnection:
         (reply,) = await self.batch([command])
         if isinstance(reply, ResponseError):
             raise reply
+        return reply
+
+    def call_now(self, *command: Arg) -> Coroutine[Any, Any, Any]:
+        """``call``, but written before this returns when the connection is up, so the round
+        trip starts now rather than when the caller's task next yields to the loop."""
+        protocol = self._protocol
+        if protocol is None or protocol.lost is not None:
+            return self.call(*command)  # connects first
+        future = asyncio.get_running_loop().create_future()
+        self._write_deferred([command], [future])
+        return self._reply(protocol, future)
+
+    async def _reply(self, protocol: _Protocol, future: asyncio.Future[Any]) -> Any:
+        timer = asyncio.get_running_loop().call_later(self._op_timeout_s, self._expire, protocol)
+        try:
+            reply = await future
+        finally:
+            timer.cancel()
+        if isinstance(reply, hiredis.ReplyError):
+            raise error_of(reply)
         return reply
 
     async def batch(self, commands: Sequence[Command], *, is_deferred: bool = False) -> list[Any]:
