@@ -87,38 +87,32 @@ class StreamGuard:
         if b"\r" in data:  # CR line ends: the decoder knows them
             self._check_all(self._decoder.feed(data))
             return data
-        sink = self._sink
         for event in data.split(b"\n\n"):
             # One-line ``data: `` events are checked here (the decoder's own fast path);
             # multi-line data and comments go through the decoder.
             if event.startswith(b"data: ") and b"\n" not in event:
-                payload = event[6:]
-                if payload != DONE:
-                    try:
-                        parsed = orjson.loads(payload)
-                    except orjson.JSONDecodeError:
-                        raise malformed(f"an event that is not JSON: {payload[:40]!r}") from None
-                    if sink is not None:
-                        sink.event(payload, parsed)
-                elif sink is not None:
-                    sink.done()
+                self._check(event[6:])
             elif event:
                 self._check_all(self._decoder.feed(event + b"\n\n"))
         return data
 
     def _check_all(self, payloads: list[bytes]) -> None:
-        sink = self._sink
         for payload in payloads:
-            if payload == DONE:
-                if sink is not None:
-                    sink.done()
-                continue
-            try:
-                parsed = orjson.loads(payload)
-            except orjson.JSONDecodeError:
-                raise malformed(f"an event that is not JSON: {payload[:40]!r}") from None
+            self._check(payload)
+
+    def _check(self, payload: bytes) -> None:
+        """One event's data: JSON (or ``[DONE]``), handed to the sink when there is one."""
+        sink = self._sink
+        if payload == DONE:
             if sink is not None:
-                sink.event(payload, parsed)
+                sink.done()
+            return
+        try:
+            parsed = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            raise malformed(f"an event that is not JSON: {payload[:40]!r}") from None
+        if sink is not None:
+            sink.event(payload, parsed)
 
     def finish(self) -> bytes:
         """What is left at the end of the stream, as it came: comments, or a last event
