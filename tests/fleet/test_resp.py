@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Iterator
 
 import hiredis
 import pytest
+import uvloop
 from hypothesis import given
 from hypothesis import strategies as st
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -238,3 +240,27 @@ async def test_call_now_writes_before_it_returns(redis_url: str) -> None:
             await conn.call_now("NO-SUCH-COMMAND")
     finally:
         await conn.aclose()
+
+
+@pytest.mark.parametrize("is_uvloop", [False, True])
+def test_a_reply_due_with_its_timeout_on_a_starved_loop_keeps_the_connection(
+    redis_url: str, is_uvloop: bool
+) -> None:
+    async def starved() -> None:
+        conn = RespConnection(redis_url, connect_timeout_s=1.0, op_timeout_s=0.05)
+        try:
+            await conn.call("PING")
+            connection = conn._protocol
+            asked = asyncio.create_task(conn.call("ECHO", "late"))
+            await asyncio.sleep(0)  # written, its timer set
+            time.sleep(0.3)  # the loop starved: the reply and the timer are both due now
+            assert await asked == b"late"
+            assert conn._protocol is connection and connection is not None
+            assert connection.lost is None
+        finally:
+            await conn.aclose()
+
+    if is_uvloop:
+        uvloop.run(starved())
+    else:
+        asyncio.run(starved())

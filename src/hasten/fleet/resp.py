@@ -164,7 +164,8 @@ class RespConnection:
         return self._reply(protocol, future)
 
     async def _reply(self, protocol: _Protocol, future: asyncio.Future[Any]) -> Any:
-        timer = asyncio.get_running_loop().call_later(self._op_timeout_s, self._expire, protocol)
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(self._op_timeout_s, self._expire, protocol, future)
         try:
             reply = await future
         finally:
@@ -197,7 +198,7 @@ class RespConnection:
             timeout_s = self._op_timeout_s
         # A timer rather than asyncio.timeout: a fraction of its cost per command. On expiry
         # the connection is dropped, failing every command still waiting on it.
-        timer = loop.call_later(timeout_s, self._expire, protocol)
+        timer = loop.call_later(timeout_s, self._expire, protocol, futures[-1])
         try:
             if len(futures) == 1:
                 replies = [await futures[0]]
@@ -232,7 +233,17 @@ class RespConnection:
             protocol.waiters.extend(futures)
             protocol.transport.write(pack(commands))
 
-    def _expire(self, protocol: _Protocol) -> None:
+    def _expire(
+        self, protocol: _Protocol, last: asyncio.Future[Any], is_final: bool = False
+    ) -> None:
+        if last.done():
+            return  # answered; only its coroutine has not resumed yet
+        if not is_final:
+            # A starved loop may run this timer before it reads a socket that is already
+            # readable (libuv runs due timers first in a turn): look again after one turn.
+            loop = asyncio.get_running_loop()
+            loop.call_later(0, self._expire, protocol, last, True)
+            return
         # The replies still owed would be read as the next commands': drop it all.
         self._drop(protocol, RedisTimeoutError("redis command timed out"))
 
