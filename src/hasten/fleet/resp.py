@@ -164,14 +164,9 @@ class RespConnection:
         return self._reply(protocol, future)
 
     async def _reply(self, protocol: _Protocol, future: asyncio.Future[Any]) -> Any:
-        loop = asyncio.get_running_loop()
-        timer = loop.call_later(self._op_timeout_s, self._expire, protocol, future)
-        try:
-            reply = await future
-        finally:
-            timer.cancel()
-        if isinstance(reply, hiredis.ReplyError):
-            raise error_of(reply)
+        (reply,) = await self._replies(protocol, [future], self._op_timeout_s)
+        if isinstance(reply, ResponseError):
+            raise reply
         return reply
 
     async def batch(self, commands: Sequence[Command], *, is_deferred: bool = False) -> list[Any]:
@@ -196,8 +191,15 @@ class RespConnection:
             futures = [loop.create_future() for _ in commands]
             self._write_deferred(commands, futures)
             timeout_s = self._op_timeout_s
+        return await self._replies(protocol, futures, timeout_s)
+
+    async def _replies(
+        self, protocol: _Protocol, futures: Sequence[asyncio.Future[Any]], timeout_s: float
+    ) -> list[Any]:
+        """The replies of written (or deferred) commands, error replies as exceptions."""
         # A timer rather than asyncio.timeout: a fraction of its cost per command. On expiry
         # the connection is dropped, failing every command still waiting on it.
+        loop = asyncio.get_running_loop()
         timer = loop.call_later(timeout_s, self._expire, protocol, futures[-1])
         try:
             if len(futures) == 1:
