@@ -124,8 +124,24 @@ def test_a_cache_hit_counts_as_a_request(sim: ServerThread) -> None:
     config = limited_config(sim.url, KeyLimits(requests_per_minute=2))
     with gateway_of(config, clock_s=lambda: FROZEN_S) as (gateway, _):
         assert _post(gateway.url, chat_body("same")).headers["x-hasten-cache"] == "miss"
-        assert _post(gateway.url, chat_body("same")).headers["x-hasten-cache"] == "hit"
+        hit = _post(gateway.url, chat_body("same"))
+        assert hit.headers["x-hasten-cache"] == "hit"
+        # Each rate header once, with the hit's own count, on a stream and a body alike.
+        assert hit.headers.get_list("x-ratelimit-remaining-requests") == ["0"]
+        assert hit.headers.get_list("x-ratelimit-limit-requests") == ["2"]
         assert _post(gateway.url, chat_body("same")).status_code == 429
+
+
+def test_a_streamed_hit_and_miss_carry_the_rate_headers_once(sim: ServerThread) -> None:
+    limits = KeyLimits(requests_per_minute=10, tokens_per_minute=100_000)
+    with gateway_of(limited_config(sim.url, limits), clock_s=lambda: FROZEN_S) as (gateway, _):
+        for label, remaining in (("miss", "9"), ("hit", "8")):
+            response = _post(gateway.url, chat_body("streamed", stream=True))
+            assert response.headers["x-hasten-cache"] == label
+            assert response.headers.get_list("x-ratelimit-remaining-requests") == [remaining]
+            # A hit counts against the request rate only: no token header on it.
+            has_tokens = "x-ratelimit-limit-tokens" in response.headers
+            assert has_tokens is (label == "miss")
 
 
 def _usage(response: httpx.Response) -> int:

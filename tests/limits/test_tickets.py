@@ -12,6 +12,7 @@ import redis.asyncio as aioredis
 
 from hasten.config.fleet import FleetConfig
 from hasten.fleet.link import FleetLink
+from hasten.limits.headers import rate_header_pairs
 from hasten.limits.limiter import Admission, Limiter
 from hasten.limits.shared import FollowUp
 from hasten.limits.spec import KeyLimits
@@ -107,6 +108,25 @@ async def test_the_next_request_takes_the_ticket_with_no_redis_call(
     # Half used: topped up in one more round trip, off the request path.
     await _settled(limiter.tickets, MAX_TICKETS)
     assert calls == ["r1", f"follow-up {MAX_TICKETS}", f"follow-up {MAX_TICKETS // 2}"]
+
+
+async def test_a_ticket_admits_without_a_wait_with_its_headers_rendered(
+    limiters: list[Limiter],
+) -> None:
+    limiter, key_id = limiters[0], uuid.uuid4().hex
+    assert limiter.tickets is not None
+    assert limiter.take_ticket(key_id, BUSY, 0) is None  # none granted yet
+    _answered(limiter, key_id, BUSY, await limiter.reserve(key_id, BUSY, "r1", 0))
+    await _settled(limiter.tickets, MAX_TICKETS)
+    admission = limiter.take_ticket(key_id, BUSY, 0)  # no await: nothing can run between
+    assert admission is not None and admission.admission_id.startswith("t-")
+    assert admission.headers == rate_header_pairs(BUSY, admission.verdict)
+    assert dict(admission.headers)[b"x-ratelimit-limit-requests"] == b"1000"
+    assert len(limiter.tickets) == MAX_TICKETS - 1
+    # A hit's limits are the request rate's alone, one object per limits.
+    both = KeyLimits(requests_per_minute=5, tokens_per_minute=10)
+    assert limiter.hit_limits(both) == KeyLimits(requests_per_minute=5)
+    assert limiter.hit_limits(both) is limiter.hit_limits(both)
 
 
 async def test_three_replicas_admit_exactly_the_limit(limiters: list[Limiter]) -> None:

@@ -51,6 +51,13 @@ def rate_headers(limits: KeyLimits, verdict: Verdict) -> dict[str, str]:
     return headers
 
 
+def rate_header_pairs(limits: KeyLimits, verdict: Verdict) -> tuple[tuple[bytes, bytes], ...]:
+    """``rate_headers`` as the response's raw header pairs: rendered once, when a ticket is
+    granted, so a request admitted from it adds them without formatting anything."""
+    headers = rate_headers(limits, verdict)
+    return tuple((name.encode(), value.encode()) for name, value in headers.items())
+
+
 def denial(limits: KeyLimits, verdict: Verdict, num_tokens: int) -> RateLimited:
     """The 429 for a denied request, carrying its Retry-After and rate headers."""
     retry_s: float | None = verdict.retry_after_ms / _MS_PER_S

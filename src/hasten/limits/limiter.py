@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 from hasten.errors import FleetUnavailable, HastenError
 from hasten.limits import ledger
 from hasten.limits.estimate import estimate_prompt_tokens
-from hasten.limits.headers import denial, rate_headers
+from hasten.limits.headers import denial, rate_header_pairs
 from hasten.limits.prices import ModelPrice, price_of
 from hasten.limits.shared import Settlement, SharedLedger
 from hasten.limits.spec import KeyLimits
@@ -54,6 +54,8 @@ if TYPE_CHECKING:
 # A fleet slot's lease: renewed every third of it while its request lives, so a replica
 # that dies holding slots gives them back within this long.
 SLOT_LEASE_S = 30.0
+# Distinct limits whose hit-only form is kept (one per configured limit set, in practice).
+_MAX_HIT_LIMITS = 4096
 _UNLIMITED: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
@@ -61,13 +63,14 @@ _UNLIMITED: contextlib.nullcontext[None] = contextlib.nullcontext()
 class Admission:
     """How a request was admitted: the verdict; whether in Redis (True) or on this replica;
     the tokens reserved for it (its estimate, or the block of the ticket it took: what its
-    usage is corrected against); and the id of its window entry and slot (its own, or its
-    ticket's)."""
+    usage is corrected against); the id of its window entry and slot (its own, or its
+    ticket's); and the response headers that say so."""
 
     verdict: ledger.Verdict
     is_shared: bool
     num_tokens: int
     admission_id: str
+    headers: tuple[tuple[bytes, bytes], ...]  # the x-ratelimit-* headers of the verdict
 
 
 class Limiter:
@@ -92,6 +95,7 @@ class Limiter:
         self.prices: Mapping[str, ModelPrice] = prices or {}
         self._clock_s = clock_s
         self._ledgers: dict[str, ledger.KeyLedger] = {}
+        self._hit_limits: dict[KeyLimits, KeyLimits] = {}
         self._held: dict[str, str] = {}  # request id -> key id: slots held in Redis
         self._renewer: asyncio.Task[None] | None = None
         self.num_local_admissions = 0  # counted on this replica only (no fleet, Redis away)
@@ -109,18 +113,39 @@ class Limiter:
             return _UNLIMITED
         return Enforcement(self, request, caller.key_id or caller.tenant or "", limits)
 
+    def hit_limits(self, limits: KeyLimits) -> KeyLimits:
+        """What an exact-cache hit counts against: the request rate only (kept per limits,
+        so a hit builds nothing and its tickets are found by equality at once)."""
+        hit = self._hit_limits.get(limits)
+        if hit is None:
+            if len(self._hit_limits) >= _MAX_HIT_LIMITS:
+                self._hit_limits.clear()
+            hit = KeyLimits(requests_per_minute=limits.requests_per_minute)
+            self._hit_limits[limits] = hit
+        return hit
+
+    def take_ticket(self, key_id: str, limits: KeyLimits, num_tokens: int) -> Admission | None:
+        """An admission from a pre-admitted ticket, without a wait; None without one."""
+        shared, tickets = self.shared, self.tickets
+        if shared is None or tickets is None or not shared.link.is_up:
+            return None
+        ticket = tickets.take(key_id, limits, num_tokens)
+        if ticket is None:
+            return None
+        if limits.max_concurrent is not None:
+            self._hold(key_id, ticket.ticket_id)  # its slot is now this request's
+        return Admission(ticket.verdict, True, ticket.num_tokens, ticket.ticket_id, ticket.headers)
+
     async def reserve(
         self, key_id: str, limits: KeyLimits, request_id: str, num_tokens: int
     ) -> Admission:
         """Admits a request: from a pre-admitted ticket, else in Redis, else (no fleet, or
         Redis away) on this replica."""
-        shared, tickets = self.shared, self.tickets
-        if shared is not None and tickets is not None and shared.link.is_up:
-            ticket = tickets.take(key_id, limits, num_tokens)
-            if ticket is not None:
-                if limits.max_concurrent is not None:
-                    self._hold(key_id, ticket.ticket_id)  # its slot is now this request's
-                return Admission(ticket.verdict, True, ticket.num_tokens, ticket.ticket_id)
+        admission = self.take_ticket(key_id, limits, num_tokens)
+        if admission is not None:
+            return admission
+        shared = self.shared
+        if shared is not None and shared.link.is_up:
             try:
                 verdict = await shared.admit(
                     key_id, limits, request_id, num_tokens, self.slot_lease_ms
@@ -130,14 +155,16 @@ class Limiter:
             else:
                 if verdict.is_allowed and limits.max_concurrent is not None:
                     self._hold(key_id, request_id)
-                return Admission(verdict, True, num_tokens, request_id)
+                headers = rate_header_pairs(limits, verdict)
+                return Admission(verdict, True, num_tokens, request_id, headers)
         self.num_local_admissions += 1
         book = self._ledgers.get(key_id)
         if book is None:
             book = self._ledgers[key_id] = ledger.KeyLedger()
         # A local slot needs no lease: it cannot outlive this process.
         verdict = ledger.admit(book, limits, self._now_ms(), request_id, num_tokens, math.inf)
-        return Admission(verdict, False, num_tokens, request_id)
+        headers = rate_header_pairs(limits, verdict)
+        return Admission(verdict, False, num_tokens, request_id, headers)
 
     def finish(
         self,
@@ -202,7 +229,6 @@ class Enforcement:
         "_admission",
         "_admitted_limits",
         "_estimate",
-        "_headers",
         "_is_hit",
         "_key_id",
         "_limiter",
@@ -217,7 +243,6 @@ class Enforcement:
         self._admission: Admission | None = None
         self._is_hit = False
         self._admitted_limits = limits  # what admit() counted: a hit, its request rate only
-        self._headers: dict[str, str] = {}
         self._tap: _Tap | None = None
 
     async def __aenter__(self) -> Enforcement:
@@ -232,23 +257,30 @@ class Enforcement:
         spends no tokens or money, so it takes no slot and reserves no tokens. Either is
         admitted from a pre-admitted ticket when one is at hand (``hasten.limits.tickets``).
         """
-        limits, request = self._limits, self._request
+        limits, request, limiter = self._limits, self._request, self._limiter
         if is_hit:
             if limits.requests_per_minute is None:
                 self._is_hit = True
                 return  # nothing a hit spends is limited for this key
-            limits = KeyLimits(requests_per_minute=limits.requests_per_minute)
+            limits = limiter.hit_limits(limits)
         elif limits.tokens_per_minute is not None or limits.budget_usd is not None:
             self._estimate = estimate_prompt_tokens(request.raw_body)
-        admission = await self._limiter.reserve(
-            self._key_id, limits, request.request_id, self._estimate
-        )
-        if not admission.verdict.is_allowed:
-            raise denial(limits, admission.verdict, admission.num_tokens)
+        # A ticket first, without a coroutine: on a hit this is the whole of the limit's work.
+        admission = limiter.take_ticket(self._key_id, limits, self._estimate)
+        if admission is None:
+            admission = await limiter.reserve(
+                self._key_id, limits, request.request_id, self._estimate
+            )
+            if not admission.verdict.is_allowed:
+                raise denial(limits, admission.verdict, admission.num_tokens)
         self._is_hit, self._admission, self._admitted_limits = is_hit, admission, limits
-        self._headers = rate_headers(limits, admission.verdict)
-        tap = self._tap = _Tap(request.send, self._headers)
-        request.send = tap.send
+        # Every answer's head is built from the exchange's headers (``Exchange.base_headers``),
+        # so the rate headers ride there: no wrapper around ``send``.
+        request.extra_headers += admission.headers
+        if not is_hit and (limits.tokens_per_minute is not None or limits.budget_usd is not None):
+            # Only a token limit or a budget reads the answer's usage.
+            tap = self._tap = _Tap(request.send)
+            request.send = tap.send
 
     async def __aexit__(
         self,
@@ -256,11 +288,11 @@ class Enforcement:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        if isinstance(exc, HastenError):
-            exc.headers.update(self._headers)  # the app renders it: the same rate headers
         admission = self._admission
         if admission is None:
             return  # never counted
+        if isinstance(exc, HastenError):  # the app renders it: the same rate headers
+            exc.headers.update((name.decode(), value.decode()) for name, value in admission.headers)
         # No await from here on: a second cancellation cannot lose the release, and the
         # Redis side is one round trip after the answer (``hasten.limits.tickets``).
         settlement = None if self._is_hit else self._settlement(admission)
@@ -303,14 +335,13 @@ class Enforcement:
 
 
 class _Tap:
-    """Wraps ``send``: adds the rate headers to the response start, keeps the last two
-    body chunks (where the usage is, as ``hasten.metrics.track`` finds it)."""
+    """Wraps ``send`` to keep the last two body chunks (where the usage is, as
+    ``hasten.metrics.track`` finds it)."""
 
-    __slots__ = ("_headers", "_send", "prev", "tail")
+    __slots__ = ("_send", "prev", "tail")
 
-    def __init__(self, send: Send, headers: dict[str, str]) -> None:
+    def __init__(self, send: Send) -> None:
         self._send = send
-        self._headers = [(name.encode(), value.encode()) for name, value in headers.items()]
         self.prev = self.tail = b""
 
     async def send(self, message: Message) -> None:
@@ -318,6 +349,4 @@ class _Tap:
             body: bytes = message.get("body", b"")
             if body:
                 self.prev, self.tail = self.tail, body
-        elif message["type"] == "http.response.start" and self._headers:
-            message["headers"] = [*message["headers"], *self._headers]
         await self._send(message)

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hasten.errors import FleetUnavailable
+from hasten.limits.headers import rate_header_pairs
 from hasten.limits.ledger import Verdict
 from hasten.limits.shared import FollowUp, Grant, Settlement, SharedLedger
 from hasten.limits.spec import KeyLimits
@@ -92,6 +93,7 @@ class Ticket:
     granted_s: float
     num_tokens: int  # reserved in the key's token bucket (0 without a token limit)
     limits: KeyLimits  # what it was granted under: what giving it back corrects
+    headers: tuple[tuple[bytes, bytes], ...]  # its x-ratelimit-* headers, rendered at grant
 
 
 @dataclass(slots=True)
@@ -261,7 +263,11 @@ class TicketBook:
         return self._id_prefix + str(next(self._id_counter))
 
     def _add(self, key_id: str, slot: Slot, grant: Grant, verdict: Verdict) -> None:
-        ticket = Ticket(grant.request_id, verdict, self._clock_s(), grant.num_tokens, slot[1])
+        limits = slot[1]
+        headers = rate_header_pairs(limits, verdict)
+        ticket = Ticket(
+            grant.request_id, verdict, self._clock_s(), grant.num_tokens, limits, headers
+        )
         self._tickets.setdefault(slot, []).append(ticket)
         loop = asyncio.get_running_loop()
         loop.call_later(self._ttl_s, self._expire, key_id, ticket)
