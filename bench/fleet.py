@@ -32,6 +32,7 @@ from fleet_cost import (
     CONC,
     FLEET,
     FLEET_L2,
+    FLEET_SQLITE,
     FULL_COST,
     LIMITED,
     QUICK_COST,
@@ -39,6 +40,7 @@ from fleet_cost import (
     RESUME,
     SINGLE,
     SINGLE_L2,
+    SINGLE_SQLITE,
     SPEND,
     measure_cost,
 )
@@ -228,13 +230,17 @@ def summary_line(result: dict[str, Any]) -> str:
             f"[fleet] adds {miss:+.3f} ms to a miss (paired median; goal <= {GOAL_MISS_MS}:"
             f" {goal}), {hit:+.3f} ms to an L1 hit"
         )
-        shared = cost["paired"]["miss"].get(f"{FLEET_L2} - {SINGLE_L2}")
-        shared_hit = cost["paired"]["hit"].get(f"{FLEET_L2} - {SINGLE_L2}")
-        if shared is not None and shared_hit is not None:
-            parts.append(
-                f"with the exact cache shared through Redis {shared['client_ms']:+.3f} ms to a"
-                f" miss, {shared_hit['client_ms']:+.3f} ms to an L1 hit"
-            )
+        for target, baseline, tiers in (
+            (FLEET_L2, SINGLE_L2, "the exact cache shared through Redis"),
+            (FLEET_SQLITE, SINGLE_SQLITE, "the default cache tiers (L1, SQLite)"),
+        ):
+            shared = cost["paired"]["miss"].get(f"{target} - {baseline}")
+            shared_hit = cost["paired"]["hit"].get(f"{target} - {baseline}")
+            if shared is not None and shared_hit is not None:
+                parts.append(
+                    f"with {tiers} {shared['client_ms']:+.3f} ms to a miss,"
+                    f" {shared_hit['client_ms']:+.3f} ms to an L1 hit"
+                )
         for name, what in (
             (LIMITED, "request and token rates"),
             (RATE, "a request rate"),

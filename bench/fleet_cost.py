@@ -3,9 +3,11 @@ without ``[fleet]`` and one with it (Redis on loopback), side by side in one run
 
 One zero-latency simulator behind both (and measured directly, for the added latency of a
 miss); the same in-process load generator as bench/overhead.py, sequential requests, the
-targets taking turns round by round so machine noise lands on all of them alike. Both
-replicas keep the exact cache in memory (L1 only): the difference between them is
-``[fleet]`` and nothing else. Used by bench/fleet.py.
+targets taking turns round by round so machine noise lands on all of them alike. The main
+pair keeps the exact cache in memory (L1 only): the difference between them is ``[fleet]``
+and nothing else. Two more pairs keep it as replicas really run: shared through Redis (as
+replicas ran before ``[fleet]``), and in the default tiers (L1, then the replica's own
+SQLite file). Used by bench/fleet.py.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ RESUME = "fleet+resume"  # [fleet] and stream resume on for the model
 # ran before [fleet]: what [fleet] adds to that setup, where a miss already asks Redis.
 SINGLE_L2 = "single+l2"
 FLEET_L2 = "fleet+l2"
+# And with the default cache tiers (L1, then a SQLite file of the replica's own).
+SINGLE_SQLITE = "single+sqlite"
+FLEET_SQLITE = "fleet+sqlite"
 READY_TIMEOUT_S = 120.0
 KEY = "sk-fleet-cost"
 KEY_ENV = "FLEET_COST_KEY"
@@ -71,6 +76,7 @@ def replica_config(
     is_resuming: bool = False,
     key_prefix: str = "hasten:",
     cache_redis_url: str | None = None,
+    cache_sqlite_path: str | None = None,
 ) -> str:
     text = ""
     if key_limits is not None:
@@ -78,7 +84,9 @@ def replica_config(
     text += f'[upstreams.sim]\nurl = "{sim_url}"\n[models."*"]\nupstream = "sim"\n'
     if is_resuming:
         text += "resume_streams = true\n"
-    if cache_redis_url is None:
+    if cache_sqlite_path is not None:
+        text += f'[cache]\nbackend = "sqlite"\nsqlite_path = "{cache_sqlite_path}"\n' + PRICES
+    elif cache_redis_url is None:
         text += '[cache]\nbackend = "memory"\n' + PRICES
     else:
         text += f'[cache]\nbackend = "redis"\nredis_url = "{cache_redis_url}"\n' + PRICES
@@ -102,12 +110,16 @@ def cost_targets(workdir: Path) -> Iterator[tuple[dict[str, str], dict[str, str]
             RESUME: (redis_url, None, True),
             SINGLE_L2: (None, None, False),
             FLEET_L2: (redis_url, None, False),
+            SINGLE_SQLITE: (None, None, False),
+            FLEET_SQLITE: (redis_url, None, False),
         }
         replicas: dict[str, GatewayProcess] = {}
         for index, (name, (url, limits, is_resuming)) in enumerate(plans.items()):
             # A database each for the shared-L2 pair: one must not hit the other's answers.
             is_l2 = name in (SINGLE_L2, FLEET_L2)
             cache_url = f"{redis_url.rsplit('/', 1)[0]}/{index}" if is_l2 else None
+            is_sqlite = name in (SINGLE_SQLITE, FLEET_SQLITE)
+            sqlite_path = str(workdir / f"{name}.db") if is_sqlite else None
             path = workdir / f"{name}.toml"
             path.write_text(
                 # A prefix each: replicas asked the same prompt back to back must not
@@ -119,6 +131,7 @@ def cost_targets(workdir: Path) -> Iterator[tuple[dict[str, str], dict[str, str]
                     is_resuming=is_resuming,
                     key_prefix=f"hasten:{name}:",
                     cache_redis_url=cache_url,
+                    cache_sqlite_path=sqlite_path,
                 )
             )
             args = ("--host", "127.0.0.1", "--config", str(path), "--log-level", "warning")
@@ -200,8 +213,8 @@ def measure_cost(plan: CostPlan) -> dict[str, Any]:
         "latency_ms": latency,
         "added_to_miss_ms": {
             name: _delta(latency[name]["miss"], latency[DIRECT]["miss"])
-            for name in (SINGLE, FLEET, LIMITED, RATE, CONC, SPEND, RESUME, SINGLE_L2, FLEET_L2)
-            if name in latency
+            for name in latency
+            if name != DIRECT
         },
         "fleet_minus_single_ms": {
             kind: _delta(latency[FLEET][kind], latency[SINGLE][kind]) for kind in ("miss", "hit")
@@ -228,7 +241,7 @@ def _measure_paired(targets: dict[str, str], plan: CostPlan) -> dict[str, Any]:
     )
     pairs = [(SINGLE, DIRECT), (FLEET, SINGLE)]
     pairs += [(name, FLEET) for name in (LIMITED, RATE, CONC, SPEND, RESUME)]
-    pairs += [(FLEET_L2, SINGLE_L2)]
+    pairs += [(FLEET_L2, SINGLE_L2), (FLEET_SQLITE, SINGLE_SQLITE)]
     return {
         "miss": paired_figures(misses, pairs),
         "hit": paired_figures(hits, pairs[1:]),
