@@ -244,14 +244,16 @@ def _measure_paired(targets: dict[str, str], plan: CostPlan) -> dict[str, Any]:
     """Median per-pair differences, for a miss (every target) and an L1 hit (replicas)."""
     auth = {"authorization": f"Bearer {KEY}"}
     figures: dict[str, Any] = {"miss": {}, "hit": {}}
-    for group in PAIR_GROUPS:
+    for number, group in enumerate(PAIR_GROUPS):
         names = dict.fromkeys(name for pair in group for name in pair if name in targets)
         members = {name: targets[name] for name in names}
         for kind in ("miss", "hit"):
             if kind == "hit":
                 members.pop(DIRECT, None)  # the simulator has no cache
             paired = run_coroutine(
-                measure_paired(members, kind=kind, num_pairs=plan.num_pairs, headers=auth)
+                measure_paired(
+                    members, kind=kind, num_pairs=plan.num_pairs, headers=auth, tag=str(number)
+                )
             )
             figures[kind].update(paired_figures(paired, group))
     return figures

@@ -61,9 +61,11 @@ async def measure_paired(
     kind: str,
     num_pairs: int,
     headers: Mapping[str, str],
+    tag: str = "",
 ) -> Paired:
     """``kind`` "miss": a fresh prompt per index (the same for every target); "hit": one
-    prompt, asked once first so every later ask is an L1 hit."""
+    prompt, asked once first so every later ask is an L1 hit. ``tag`` sets one measurement's
+    prompts apart from another's, so a target measured twice misses both times."""
     names = list(targets)
     paired = Paired({n: [] for n in names}, {n: [] for n in names})
     clients = {name: httpx.AsyncClient(timeout=30.0) for name in names}
@@ -72,7 +74,7 @@ async def measure_paired(
             await _one(clients[name], targets[name], HIT_PROMPT, headers)
         for index in range(num_pairs):
             order = names[index % len(names) :] + names[: index % len(names)]
-            content = HIT_PROMPT if kind == "hit" else f"fleet cost: miss {kind} {index}"
+            content = HIT_PROMPT if kind == "hit" else f"fleet cost: miss {tag} {index}"
             for name in order:
                 client_ms, gateway_ms = await _one(clients[name], targets[name], content, headers)
                 await asyncio.sleep(GAP_S)
