@@ -144,6 +144,13 @@ class Limiter:
         admission = self.take_ticket(key_id, limits, num_tokens)
         if admission is not None:
             return admission
+        return await self.admit_counted(key_id, limits, request_id, num_tokens)
+
+    async def admit_counted(
+        self, key_id: str, limits: KeyLimits, request_id: str, num_tokens: int
+    ) -> Admission:
+        """Admits a request without a ticket: counted in Redis, else (no fleet, or Redis
+        away) on this replica."""
         shared = self.shared
         if shared is not None and shared.link.is_up:
             try:
@@ -268,7 +275,7 @@ class Enforcement:
         # A ticket first, without a coroutine: on a hit this is the whole of the limit's work.
         admission = limiter.take_ticket(self._key_id, limits, self._estimate)
         if admission is None:
-            admission = await limiter.reserve(
+            admission = await limiter.admit_counted(
                 self._key_id, limits, request.request_id, self._estimate
             )
             if not admission.verdict.is_allowed:
