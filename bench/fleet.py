@@ -39,7 +39,11 @@ from fleet_cost import (
     RATE,
     RESUME,
     SINGLE,
+    SINGLE_CONC,
     SINGLE_L2,
+    SINGLE_LIMITED,
+    SINGLE_RATE,
+    SINGLE_SPEND,
     SINGLE_SQLITE,
     SPEND,
     measure_cost,
@@ -257,7 +261,29 @@ def summary_line(result: dict[str, Any]) -> str:
                     f"{what} add {miss_pair['client_ms']:+.3f} ms to a miss,"
                     f" {hit_pair['client_ms']:+.3f} ms to a hit"
                 )
+        parts += _shared_limit_parts(cost["paired"])
     return "fleet: " + "; ".join(parts)
+
+
+def _shared_limit_parts(paired: dict[str, Any]) -> list[str]:
+    """What counting a key's limits in Redis adds, against the same key on a replica
+    without [fleet] (the single-replica figure; the goal: at most 0.3 ms added to a miss,
+    nothing to an L1 hit)."""
+    parts = []
+    for fleet_name, single_name, what in (
+        (LIMITED, SINGLE_LIMITED, "request and token rates"),
+        (RATE, SINGLE_RATE, "a request rate"),
+        (CONC, SINGLE_CONC, "a concurrency limit"),
+        (SPEND, SINGLE_SPEND, "a budget"),
+    ):
+        miss_pair = paired["miss"].get(f"{fleet_name} - {single_name}")
+        hit_pair = paired["hit"].get(f"{fleet_name} - {single_name}")
+        if miss_pair is not None and hit_pair is not None:
+            parts.append(
+                f"{what} counted in Redis vs on one replica: {miss_pair['client_ms']:+.3f} ms"
+                f" to a miss, {hit_pair['client_ms']:+.3f} ms to a hit"
+            )
+    return parts
 
 
 def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
@@ -292,6 +318,10 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
                 CONC: "[fleet] and a key limited to 1000 concurrent requests (never reached)",
                 SPEND: "[fleet] and a key with a spend budget (never reached)",
                 RESUME: "[fleet] and resume_streams = true on the model",
+                SINGLE_LIMITED: "the fleet+limits key on a replica without [fleet]",
+                SINGLE_RATE: "the fleet+rate key on a replica without [fleet]",
+                SINGLE_CONC: "the fleet+conc key on a replica without [fleet]",
+                SINGLE_SPEND: "the fleet+spend key on a replica without [fleet]",
             }
             if not args.json:
                 print(cost_table(result["cost"]))

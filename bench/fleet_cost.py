@@ -38,6 +38,12 @@ RATE = "fleet+rate"  # a key limited in requests per minute only (far above the 
 CONC = "fleet+conc"  # a key limited in concurrent requests only (far above the load)
 SPEND = "fleet+spend"  # a key with a spend budget only (far above the load)
 RESUME = "fleet+resume"  # [fleet] and stream resume on for the model
+# The same keys on a replica without [fleet] (counted on the replica alone): what sharing
+# the counts through Redis adds to a limited key's request, against a single replica.
+SINGLE_LIMITED = "single+limits"
+SINGLE_RATE = "single+rate"
+SINGLE_CONC = "single+conc"
+SINGLE_SPEND = "single+spend"
 # The same two with the exact cache shared through Redis (L1, then a Redis L2), as replicas
 # ran before [fleet]: what [fleet] adds to that setup, where a miss already asks Redis.
 SINGLE_L2 = "single+l2"
@@ -108,6 +114,10 @@ def cost_targets(workdir: Path) -> Iterator[tuple[dict[str, str], dict[str, str]
             CONC: (redis_url, CONC_LIMITS, False),
             SPEND: (redis_url, SPEND_LIMITS, False),
             RESUME: (redis_url, None, True),
+            SINGLE_LIMITED: (None, KEY_LIMITS, False),
+            SINGLE_RATE: (None, RATE_LIMITS, False),
+            SINGLE_CONC: (None, CONC_LIMITS, False),
+            SINGLE_SPEND: (None, SPEND_LIMITS, False),
             SINGLE_L2: (None, None, False),
             FLEET_L2: (redis_url, None, False),
             SINGLE_SQLITE: (None, None, False),
@@ -237,6 +247,12 @@ PAIR_GROUPS: tuple[tuple[tuple[str, str], ...], ...] = (
     ((FLEET_L2, SINGLE_L2),),
     ((FLEET_SQLITE, SINGLE_SQLITE),),
     tuple((name, FLEET) for name in (LIMITED, RATE, CONC, SPEND, RESUME)),
+    (
+        (LIMITED, SINGLE_LIMITED),
+        (RATE, SINGLE_RATE),
+        (CONC, SINGLE_CONC),
+        (SPEND, SINGLE_SPEND),
+    ),
 )
 
 

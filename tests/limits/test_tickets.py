@@ -13,10 +13,10 @@ import redis.asyncio as aioredis
 from hasten.config.fleet import FleetConfig
 from hasten.fleet.link import FleetLink
 from hasten.limits.headers import rate_header_pairs
-from hasten.limits.limiter import Admission, Limiter
+from hasten.limits.limiter import Limiter
 from hasten.limits.shared import FollowUp
 from hasten.limits.spec import KeyLimits
-from hasten.limits.tickets import MAX_TICKETS, TicketBook, num_tickets_for
+from hasten.limits.tickets import MAX_TICKETS, Admission, TicketBook, num_tickets_for
 from tests.support.servers import redis_server
 
 RPM = KeyLimits(requests_per_minute=20)  # one ticket a replica: 5% of 20

@@ -32,7 +32,6 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -43,7 +42,7 @@ from hasten.limits.headers import denial, rate_header_pairs
 from hasten.limits.prices import ModelPrice, price_of
 from hasten.limits.shared import Settlement, SharedLedger
 from hasten.limits.spec import KeyLimits
-from hasten.limits.tickets import TicketBook
+from hasten.limits.tickets import Admission, TicketBook
 from hasten.metrics.usage import usage_tokens
 
 if TYPE_CHECKING:
@@ -57,20 +56,6 @@ SLOT_LEASE_S = 30.0
 # Distinct limits whose hit-only form is kept (one per configured limit set, in practice).
 _MAX_HIT_LIMITS = 4096
 _UNLIMITED: contextlib.nullcontext[None] = contextlib.nullcontext()
-
-
-@dataclass(frozen=True, slots=True)
-class Admission:
-    """How a request was admitted: the verdict; whether in Redis (True) or on this replica;
-    the tokens reserved for it (its estimate, or the block of the ticket it took: what its
-    usage is corrected against); the id of its window entry and slot (its own, or its
-    ticket's); and the response headers that say so."""
-
-    verdict: ledger.Verdict
-    is_shared: bool
-    num_tokens: int
-    admission_id: str
-    headers: tuple[tuple[bytes, bytes], ...]  # the x-ratelimit-* headers of the verdict
 
 
 class Limiter:
@@ -134,7 +119,7 @@ class Limiter:
             return None
         if limits.max_concurrent is not None:
             self._hold(key_id, ticket.ticket_id)  # its slot is now this request's
-        return Admission(ticket.verdict, True, ticket.num_tokens, ticket.ticket_id, ticket.headers)
+        return ticket.admission
 
     async def reserve(
         self, key_id: str, limits: KeyLimits, request_id: str, num_tokens: int

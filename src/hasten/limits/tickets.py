@@ -17,10 +17,11 @@ key: while one is in flight, what the next requests finish waits and goes in the
 - a ticket that waited more than ``REDATE_AFTER_S`` before it was used is re-dated to the
   time it was used, so the window counts the request when it happened (give or take 50 ms);
 - the key's tickets topped up, once half of them are used.
-A round trip starts at once for a top-up or a slot to free; otherwise what is pending waits
-at most ``SETTLE_DELAY_S``. So another replica sees a finished request's tokens and spend
-within about that long after its answer, and a key sending steadily makes one round trip
-per ``MAX_TICKETS / 2`` requests.
+A round trip starts at once for a slot to free or a top-up with no ticket left, within
+``REFILL_DELAY_S`` for a top-up with tickets to spare (after the client read the answer);
+otherwise what is pending waits at most ``SETTLE_DELAY_S``. So another replica sees a
+finished request's tokens and spend within about that long after its answer, and a key
+sending steadily makes one round trip per ``MAX_TICKETS / 2`` requests.
 
 The fleet never admits more than a limit: every ticket is a request, tokens and a slot Redis
 counted. A ticket nobody takes within ``TICKET_TTL_S`` is given back (its window entry
@@ -58,6 +59,10 @@ REDATE_AFTER_S = 0.05
 # key's next round trip: under load one carries many, and a key that still holds tickets
 # makes no round trip per request.
 SETTLE_DELAY_S = 0.1
+# A top-up while tickets are left starts this much after the answer that asked for it, so
+# that its work does not compete with the client reading that answer (as the deferred
+# Redis writes of hasten.fleet.resp).
+REFILL_DELAY_S = 0.002
 # A ticket's tokens: twice the key's last prompt estimate, at least this, and at most this
 # share of the key's tokens per minute; a replica's idle tickets hold back at most this
 # share of any limit (at least one ticket, except of concurrency: none below 20 at once).
@@ -87,13 +92,34 @@ def num_tickets_for(limits: KeyLimits, num_tokens: int = 0, max_tickets: int = M
 
 
 @dataclass(frozen=True, slots=True)
+class Admission:
+    """How a request was admitted: the verdict; whether in Redis (True) or on this replica;
+    the tokens reserved for it (its estimate, or the block of the ticket it took: what its
+    usage is corrected against); the id of its window entry and slot (its own, or its
+    ticket's); and the response headers that say so."""
+
+    verdict: Verdict
+    is_shared: bool
+    num_tokens: int
+    admission_id: str
+    headers: tuple[tuple[bytes, bytes], ...]  # the x-ratelimit-* headers of the verdict
+
+
+@dataclass(frozen=True, slots=True)
 class Ticket:
-    ticket_id: str  # its request-window member and slot
-    verdict: Verdict  # what Redis said when it admitted the ticket
+    # Built when Redis granted it: the request that takes it builds nothing.
+    admission: Admission  # shared; its id is the ticket's request-window member and slot
     granted_s: float
-    num_tokens: int  # reserved in the key's token bucket (0 without a token limit)
     limits: KeyLimits  # what it was granted under: what giving it back corrects
-    headers: tuple[tuple[bytes, bytes], ...]  # its x-ratelimit-* headers, rendered at grant
+
+    @property
+    def ticket_id(self) -> str:
+        return self.admission.admission_id
+
+    @property
+    def num_tokens(self) -> int:
+        """Reserved in the key's token bucket (0 without a token limit)."""
+        return self.admission.num_tokens
 
 
 @dataclass(slots=True)
@@ -129,6 +155,7 @@ class TicketBook:
         self._tickets: dict[Slot, list[Ticket]] = {}
         self._pending: dict[Slot, _Pending] = {}
         self._sizes: dict[Slot, int] = {}  # the tokens the next ticket reserves
+        self._wanted: dict[Slot, int] = {}  # how many tickets to keep (num_tickets_for)
         self._flushing: set[Slot] = set()
         self._delayed: dict[Slot, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -175,17 +202,25 @@ class TicketBook:
         slot = (key_id, limits)
         if limits.tokens_per_minute is not None:
             most = max(MIN_TICKET_TOKENS, int(limits.tokens_per_minute * MAX_TICKET_SHARE))
-            self._sizes[slot] = min(most, max(MIN_TICKET_TOKENS, 2 * num_tokens))
+            size = min(most, max(MIN_TICKET_TOKENS, 2 * num_tokens))
+            if self._sizes.get(slot) != size:
+                self._sizes[slot] = size
+                self._wanted.pop(slot, None)
         if settlement is not None:
             self._pending_of(slot).settlements.append(settlement)
         num_wanted = self._num_wanted(slot)
-        if num_wanted and 2 * len(self._tickets.get(slot, ())) <= num_wanted:
+        num_left = len(self._tickets.get(slot, ()))
+        if num_wanted and 2 * num_left <= num_wanted:
             self._pending_of(slot).is_refill = True
-            self._start(key_id, slot)
+            if num_left:
+                # Tickets to spare: the top-up waits until the client has read this answer.
+                self._start_soon(key_id, slot, REFILL_DELAY_S)
+            else:
+                self._start(key_id, slot)
         elif limits.max_concurrent is not None and settlement is not None:
             self._start(key_id, slot)  # a slot another request may be waiting for
         elif slot in self._pending:
-            self._start_soon(key_id, slot)
+            self._start_soon(key_id, slot, self._settle_delay_s)
 
     async def aclose(self) -> None:
         """Gives back every unused ticket and sends what is pending, so a replica that
@@ -202,7 +237,11 @@ class TicketBook:
             task.cancel()
 
     def _num_wanted(self, slot: Slot) -> int:
-        return num_tickets_for(slot[1], self._sizes.get(slot, 0), self._max_tickets)
+        num = self._wanted.get(slot)
+        if num is None:
+            num = num_tickets_for(slot[1], self._sizes.get(slot, 0), self._max_tickets)
+            self._wanted[slot] = num
+        return num
 
     def _pending_of(self, slot: Slot) -> _Pending:
         pending = self._pending.get(slot)
@@ -210,11 +249,18 @@ class TicketBook:
             pending = self._pending[slot] = _Pending()
         return pending
 
-    def _start_soon(self, key_id: str, slot: Slot) -> None:
-        if slot in self._flushing or slot in self._delayed or slot not in self._pending:
-            return  # in flight (it picks this up) or already due
+    def _start_soon(self, key_id: str, slot: Slot, delay_s: float) -> None:
+        """Starts the slot's round trip within ``delay_s``."""
+        if slot in self._flushing or slot not in self._pending:
+            return  # in flight (it picks this up) or nothing to send
         loop = asyncio.get_running_loop()
-        self._delayed[slot] = loop.call_later(self._settle_delay_s, self._start, key_id, slot)
+        due_s = loop.time() + delay_s
+        delayed = self._delayed.get(slot)
+        if delayed is not None:
+            if delayed.when() <= due_s:
+                return  # already due by then
+            delayed.cancel()
+        self._delayed[slot] = loop.call_at(due_s, self._start, key_id, slot)
 
     def _start(self, key_id: str, slot: Slot) -> None:
         delayed = self._delayed.pop(slot, None)
@@ -257,7 +303,7 @@ class TicketBook:
         finally:
             self._flushing.discard(slot)
             if slot in self._pending:  # queued while the failing trip was out: due soon
-                self._start_soon(key_id, slot)
+                self._start_soon(key_id, slot, self._settle_delay_s)
 
     def _new_id(self) -> str:
         return self._id_prefix + str(next(self._id_counter))
@@ -265,9 +311,8 @@ class TicketBook:
     def _add(self, key_id: str, slot: Slot, grant: Grant, verdict: Verdict) -> None:
         limits = slot[1]
         headers = rate_header_pairs(limits, verdict)
-        ticket = Ticket(
-            grant.request_id, verdict, self._clock_s(), grant.num_tokens, limits, headers
-        )
+        admission = Admission(verdict, True, grant.num_tokens, grant.request_id, headers)
+        ticket = Ticket(admission, self._clock_s(), limits)
         self._tickets.setdefault(slot, []).append(ticket)
         loop = asyncio.get_running_loop()
         loop.call_later(self._ttl_s, self._expire, key_id, ticket)
@@ -291,7 +336,7 @@ class TicketBook:
         if limits.max_concurrent is not None:
             self._start(key_id, slot)
         else:
-            self._start_soon(key_id, slot)
+            self._start_soon(key_id, slot, self._settle_delay_s)
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)
