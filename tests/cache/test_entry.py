@@ -108,3 +108,17 @@ def test_format_without_checksum_is_outdated() -> None:
     version_1 = b"\x01" + len(header).to_bytes(4, "big") + header + b"answer"
     with pytest.raises(OutdatedCacheEntry):
         CachedAnswer.decode(version_1)
+
+
+def test_a_stream_answer_keeps_its_merged_body_in_memory_only() -> None:
+    chunks = [b'{"a": 1}', b'{"b": 2}']
+    answer = CachedAnswer.from_chunks(chunks, endpoint="chat", ttl_s=5.0, created_at=1.0)
+    merged = answer.with_body(b'{"merged": true}')
+    assert (merged.kind, merged.chunks, merged.body) == ("stream", chunks, b'{"merged": true}')
+    assert merged.size_bytes == answer.size_bytes + len(b'{"merged": true}')
+    assert (merged.created_at, merged.ttl_s, merged.endpoint) == (1.0, 5.0, "chat")
+    # Derived from the chunks: never written to a shared tier, so never read back from one.
+    assert merged.encode() == answer.encode()
+    assert CachedAnswer.decode(merged.encode()).body is None
+    with pytest.raises(ValueError):
+        CachedAnswer.from_body(b"{}", endpoint="chat", ttl_s=1.0).with_body(b"{}")

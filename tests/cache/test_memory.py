@@ -111,3 +111,20 @@ def test_size_accounting_stays_exact(max_bytes: int, ops: list[tuple[str, str, i
     for key in "abcdefgh":
         lru.delete(key)
     assert len(lru) == 0 and lru.size_bytes == 0  # accounting never drifts
+
+
+def test_swap_replaces_only_the_entry_that_was_read() -> None:
+    lru = MemoryLRU(10_000, clock=FakeClock())
+    first, second, bigger = answer(10), answer(10), answer(500)
+    lru.put("a", first)
+    size_before = lru.size_bytes
+    assert not lru.swap("a", second, bigger)  # "a" holds another object: left alone
+    assert lru.get("a") is first and lru.size_bytes == size_before
+    assert not lru.swap("missing", first, bigger)
+    assert "missing" not in lru
+    assert lru.swap("a", first, bigger)
+    assert lru.get("a") is bigger and lru.size_bytes == size_before + 490
+    tiny = MemoryLRU(300, clock=FakeClock())
+    tiny.put("a", first)
+    assert not tiny.swap("a", first, bigger)  # too big for the budget: the old one stays
+    assert tiny.get("a") is first

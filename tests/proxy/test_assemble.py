@@ -19,6 +19,7 @@ import httpx
 import orjson
 import pytest
 
+from hasten.cache import replay
 from hasten.cache.replay import body_to_chunks, sse_frames
 from hasten.config import CacheConfig
 from hasten.errors import UpstreamError
@@ -399,3 +400,40 @@ def test_assembly_from_the_guards_events_is_assemble_of_the_bytes(name: str) -> 
         pieces = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
         assert _outcome(functools.partial(_guarded, pieces, "chat")) == expected
     assert name not in ("whole", "crlf", "comments") or expected[0] == "body"
+
+
+def test_a_streamed_answer_is_merged_once_for_every_later_non_stream_hit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    merges: list[int] = []
+    merge = replay.chunks_to_body
+
+    def counted(chunks: Any, endpoint: str) -> bytes:
+        merges.append(1)
+        return merge(chunks, endpoint)
+
+    monkeypatch.setattr(replay, "chunks_to_body", counted)
+    with ServerThread(build_app(SimConfig(output_tokens=30))) as sim:
+        config = make_config({"sim": sim.url + "/v1"}, cache=MEMORY_CACHE)
+        body = {"model": "sim-model", "messages": _MESSAGES, "temperature": 0}
+        with running_gateway(config) as gateway:
+            url = f"{gateway.url}/v1/chat/completions"
+            miss = httpx.post(url, json=body, timeout=30)
+            hits = [httpx.post(url, json=body, timeout=30) for _ in range(3)]
+            streamed = httpx.post(url, json={**body, "stream": True}, timeout=30)
+        assert sim_stats(sim.url)["num_requests"] == 1
+    assert miss.headers["x-hasten-cache"] == "miss"
+    assert [h.headers["x-hasten-cache"] for h in hits] == ["hit"] * 3
+    # The first hit merged the stored stream; the next two were served what it kept.
+    assert len(merges) == 1
+    assert hits[0].content == hits[1].content == hits[2].content
+    assert hits[0].json()["choices"] == miss.json()["choices"]
+    assert hits[0].json()["usage"] == miss.json()["usage"]
+    # A stream client still gets the stored chunks.
+    events = [line[6:] for line in streamed.text.split("\n") if line.startswith("data: ")]
+    pieces = [
+        choice["delta"].get("content") or ""
+        for event in events[:-1]
+        for choice in orjson.loads(event)["choices"]
+    ]
+    assert "".join(pieces) == miss.json()["choices"][0]["message"]["content"]

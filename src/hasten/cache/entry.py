@@ -31,7 +31,9 @@ class CachedAnswer:
     """A whole successful upstream answer.
 
     ``kind == "json"`` carries the response ``body``; ``kind == "stream"`` carries ``chunks``,
-    the SSE ``data`` payloads without the ``data: `` prefix and without ``[DONE]``.
+    the SSE ``data`` payloads without the ``data: `` prefix and without ``[DONE]``, and may
+    carry the ``body`` merged from them too (``with_body``: kept in memory only, never
+    encoded).
     """
 
     kind: AnswerKind
@@ -51,6 +53,8 @@ class CachedAnswer:
             if self.chunks is None:
                 raise ValueError("a stream answer needs chunks")
             payload_bytes = sum(len(chunk) for chunk in self.chunks)
+            if self.body is not None:
+                payload_bytes += len(self.body)
         else:
             raise ValueError(f"unknown answer kind {self.kind!r}")
         object.__setattr__(
@@ -86,6 +90,20 @@ class CachedAnswer:
             created_at=time.time() if created_at is None else created_at,
             ttl_s=ttl_s,
             chunks=chunks,
+        )
+
+    def with_body(self, body: bytes) -> CachedAnswer:
+        """This stream answer also carrying ``body``, its chunks merged
+        (``hasten.cache.replay.chunks_to_body``): a non-stream hit then merges nothing."""
+        if self.kind != "stream":
+            raise ValueError("only a stream answer is given its merged body")
+        return CachedAnswer(
+            kind="stream",
+            endpoint=self.endpoint,
+            created_at=self.created_at,
+            ttl_s=self.ttl_s,
+            body=body,
+            chunks=self.chunks,
         )
 
     @property

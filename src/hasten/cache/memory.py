@@ -73,6 +73,16 @@ class MemoryLRU:
         self._size_bytes += cost_bytes
         return True
 
+    def swap(self, key: str, old: CachedAnswer, new: CachedAnswer) -> bool:
+        """Replaces ``key``'s entry with ``new`` if it still is ``old`` (the same object:
+        neither rewritten nor evicted since it was read); False otherwise."""
+        slot = self._entries.get(key)
+        if slot is None or slot[0] is not old:
+            return False
+        if len(key) + new.size_bytes + _ENTRY_OVERHEAD_BYTES > self.max_bytes:
+            return False  # too big alone: the entry read stays as it was
+        return self.put(key, new)
+
     def delete(self, key: str) -> bool:
         """Removes ``key``; True if it was present."""
         if key not in self._entries:

@@ -112,6 +112,12 @@ class TieredCache:
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
+    def keep_body(self, key: str, entry: CachedAnswer, body: bytes) -> None:
+        """Keeps a stream answer's merged ``body`` beside it in L1, where ``entry`` still
+        is ``key``'s: every later non-stream hit is served it as it is. L2 is not written:
+        its copy is the same answer, and merging again after a promotion is cheap enough."""
+        self.l1.swap(key, entry, entry.with_body(body))
+
     async def delete(self, key: str) -> None:
         """Removes ``key`` from both tiers."""
         self.l1.delete(key)

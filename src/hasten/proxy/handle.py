@@ -315,7 +315,7 @@ async def _lookup_and_serve(
             ex.trace.set("hasten.cache", "hit")
             await _admit(ex, is_hit=True)
             with ex.trace.child("cache.replay"):
-                await _serve_hit(gateway, ex, entry, b"hit")
+                await _serve_hit(gateway, ex, entry, b"hit", key=key)
             return
         # Admitted as a miss before the semantic lookup: a key over its limit must not
         # make the gateway embed its questions (a semantic hit is refunded at the end).
@@ -689,7 +689,11 @@ async def _serve_hit(
     entry: CachedAnswer,
     label: bytes,
     extra_headers: list[tuple[bytes, bytes]] | None = None,
+    *,
+    key: str | None = None,
 ) -> None:
+    """Replays a cached answer; ``key``: the exact cache's key of ``entry``, where the body
+    merged from a stream answer is kept for the next non-stream hit."""
     headers = ex.base_headers(label, None)
     if extra_headers:
         headers.extend(extra_headers)
@@ -701,7 +705,10 @@ async def _serve_hit(
     if saved is not None:
         headers.append(saved)
     if not ex.is_stream:
-        await send_json(ex.send, 200, answer_body(entry), headers)
+        body = answer_body(entry)
+        if entry.body is None and key is not None and gateway.cache is not None:
+            gateway.cache.keep_body(key, entry, body)  # merged once, not on every hit
+        await send_json(ex.send, 200, body, headers)
         return
     await start_sse(ex.send, headers)
     if not is_paced:
