@@ -694,20 +694,25 @@ async def _serve_hit(
 ) -> None:
     """Replays a cached answer; ``key``: the exact cache's key of ``entry``, where the body
     merged from a stream answer is kept for the next non-stream hit."""
+    describe_cached(ex.trace, entry)
+    # The answer's bytes before the head: its server-timing then counts the replay's work.
+    body = b""
+    frames: list[bytes] = []
+    if ex.is_stream:
+        frames = answer_frames(entry, include_usage=ex.wants_usage)
+    else:
+        body = answer_body(entry)
+        if entry.body is None and key is not None and gateway.cache is not None:
+            gateway.cache.keep_body(key, entry, body)  # merged once, not on every hit
     headers = ex.base_headers(label, None)
     if extra_headers:
         headers.extend(extra_headers)
-    describe_cached(ex.trace, entry)
-    frames = answer_frames(entry, include_usage=ex.wants_usage) if ex.is_stream else []
     is_paced = ex.is_stream and gateway.config.cache.replay != "instant"
     interval_s = gateway.config.cache.replay_chunk_interval_ms / 1000.0 if is_paced else 0.0
     saved = answer_saved(gateway, ex, entry, interval_s * max(0, len(frames) - 1))
     if saved is not None:
         headers.append(saved)
     if not ex.is_stream:
-        body = answer_body(entry)
-        if entry.body is None and key is not None and gateway.cache is not None:
-            gateway.cache.keep_body(key, entry, body)  # merged once, not on every hit
         await send_json(ex.send, 200, body, headers)
         return
     await start_sse(ex.send, headers)
