@@ -69,6 +69,7 @@ REFILL_DELAY_S = 0.002
 MIN_TICKET_TOKENS = 64
 MAX_TICKET_SHARE = 0.05
 _CLOSE_TIMEOUT_S = 1.0
+_MAX_WANTED_KEPT = 65_536  # keys (and limits) whose wanted-ticket count is kept
 
 # Tickets are kept per key and per limits: a hit's (its request rate only) carry no tokens
 # or slot, and a key whose limits were changed stops using those granted under the old.
@@ -239,6 +240,8 @@ class TicketBook:
     def _num_wanted(self, slot: Slot) -> int:
         num = self._wanted.get(slot)
         if num is None:
+            if len(self._wanted) >= _MAX_WANTED_KEPT:
+                self._wanted.clear()  # a cache of a pure function: recomputed on demand
             num = num_tickets_for(slot[1], self._sizes.get(slot, 0), self._max_tickets)
             self._wanted[slot] = num
         return num
