@@ -228,16 +228,36 @@ async def test_deferred_commands_fail_with_their_dropped_connection(redis_url: s
     await conn.aclose()
 
 
-async def test_call_now_writes_before_it_returns(redis_url: str) -> None:
+async def test_send_now_writes_before_it_returns(redis_url: str) -> None:
     conn = RespConnection(redis_url, connect_timeout_s=1.0, op_timeout_s=1.0)
     try:
-        assert await conn.call_now("PING") == b"PONG"  # not connected yet: connects first
+        assert conn.send_now("PING") is None  # not connected yet: the caller uses call
+        assert await conn.call("PING") == b"PONG"
         writes = _count_writes(conn)
-        reply = conn.call_now("ECHO", "now")
+        reply = conn.send_now("ECHO", "now")
+        assert reply is not None
         assert len(writes) == 1  # on its way before the caller awaits anything
         assert await reply == b"now"
-        with pytest.raises(ResponseError):
-            await conn.call_now("NO-SUCH-COMMAND")
+        refused = conn.send_now("NO-SUCH-COMMAND")
+        assert refused is not None
+        assert isinstance(await refused, hiredis.ReplyError)  # in place, as in a batch
+        assert await conn.call("ECHO", "after") == b"after"  # the replies stay in step
+    finally:
+        await conn.aclose()
+
+
+async def test_a_sent_command_past_its_timeout_fails_and_drops_the_connection(
+    redis_url: str,
+) -> None:
+    conn = RespConnection(redis_url, connect_timeout_s=1.0, op_timeout_s=0.2)
+    try:
+        assert await conn.call("PING") == b"PONG"
+        reply = conn.send_now("BLPOP", "send-now:never", "5")  # Redis holds the reply back
+        assert reply is not None
+        with pytest.raises(RedisTimeoutError):
+            await asyncio.wait_for(reply, 5.0)
+        assert conn.send_now("PING") is None  # dropped: nothing later is read as its reply
+        assert await conn.call("PING") == b"PONG"  # and the next call connects again
     finally:
         await conn.aclose()
 

@@ -34,18 +34,20 @@ import asyncio
 import contextlib
 import enum
 import hashlib
+import itertools
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import hiredis
 from redis.asyncio import Redis
 
 from hasten.errors import FleetUnavailable, HastenError, UpstreamError
 from hasten.fleet import relay
 from hasten.fleet.link import FAILURES, FleetLink
-from hasten.fleet.resp import LuaScript
+from hasten.fleet.resp import LuaScript, error_of
 from hasten.proxy.flight import Flight
 from hasten.proxy.recorder import Recorder
 from hasten.upstream.client import UpstreamCall
@@ -127,25 +129,26 @@ class EarlyLease:
     request that did not need it (a hit, a local flight to join, a refusal) gives it back
     (``FleetCoalescer.release``)."""
 
-    __slots__ = ("_coalescer", "flight_key", "is_used", "lease", "task")
+    __slots__ = ("_coalescer", "flight_key", "is_used", "lease", "reply", "token")
 
     def __init__(self, coalescer: FleetCoalescer, flight_key: str) -> None:
         self._coalescer = coalescer
         self.flight_key = flight_key
-        self.lease = ""
-        self.task: asyncio.Task[tuple[str, str] | None] | None = None
+        self.lease = self.token = ""
+        # The SET NX's reply, a future rather than a task: most often the reply is in by
+        # the time the pump needs it, and reading a done future costs no turn of the loop.
+        self.reply: asyncio.Future[Any] | None = None
         self.is_used = False
 
     def ask(self) -> None:
-        """Sends the lease's ``SET NX`` now (not while Redis is away: the pump then runs
-        locally); a task waits for the reply."""
+        """Sends the lease's ``SET NX`` now (not while Redis is away, nor before the lean
+        connection is up: the pump then takes the lease itself, or runs locally)."""
         coalescer = self._coalescer
-        if self.task is None and not self.is_used and coalescer._link.is_up:
+        if self.reply is None and not self.is_used and coalescer._link.is_up:
             self.lease = lease_key(coalescer._link, self.flight_key)
-            token = secrets.token_hex(8)
-            sent = coalescer._link.fast.call_now(*coalescer._lease_command(self.lease, token))
-            taking = coalescer._take(self.lease, token, sent)
-            self.task = asyncio.get_running_loop().create_task(taking)
+            self.token = coalescer.new_token()
+            command = coalescer._lease_command(self.lease, self.token)
+            self.reply = coalescer._link.fast.send_now(*command)
 
 
 class FleetCoalescer:
@@ -170,6 +173,14 @@ class FleetCoalescer:
         self._max_chunks = config.stream_max_chunks
         self._renew, self._append = LuaScript(_RENEW), LuaScript(_APPEND)
         self._writers: set[asyncio.Task[None]] = set()
+        # A lease's token names its holder for fencing; unique per process and flight, it
+        # needs no fresh randomness each time (a syscall on the miss path).
+        self._token_prefix = secrets.token_hex(6)
+        self._num_tokens = itertools.count()
+
+    def new_token(self) -> str:
+        """A token no other lease holder uses: this process's random prefix, a counter."""
+        return f"{self._token_prefix}{next(self._num_tokens):x}"
 
     def early(self, flight_key: str) -> EarlyLease:
         """An early lease for ``flight_key``, not asked for yet (no I/O)."""
@@ -181,17 +192,17 @@ class FleetCoalescer:
         if early.is_used:
             return
         early.is_used = True
-        task, lease = early.task, early.lease
-        if task is not None:
-            task.add_done_callback(lambda done: self._give_back(lease, done))
+        reply, lease, token = early.reply, early.lease, early.token
+        if reply is not None:
+            reply.add_done_callback(lambda done: self._give_back(lease, token, done))
 
     async def pump(self, flight: Flight, job: FleetJob, early: EarlyLease | None = None) -> None:
         """Fills ``flight``: leading the fleet's call, following it, or locally."""
-        task = None if early is None or early.is_used else early.task
-        if early is not None and task is not None and early.flight_key == job.flight_key:
+        reply = None if early is None or early.is_used else early.reply
+        if early is not None and reply is not None and early.flight_key == job.flight_key:
             early.is_used, lease = True, early.lease
             try:
-                taken = await asyncio.shield(task)
+                taken = await self._take(lease, early.token, reply)
             except asyncio.CancelledError:
                 early.is_used = False
                 self.release(early)
@@ -225,10 +236,7 @@ class FleetCoalescer:
         return ("SET", lease, token, "NX", "PX", self._lease_ms)
 
     async def _take(
-        self,
-        lease: str,
-        token: str | None = None,
-        sent: Coroutine[Any, Any, Any] | None = None,
+        self, lease: str, token: str | None = None, sent: asyncio.Future[Any] | None = None
     ) -> tuple[str, str] | None:
         """(our token, the lease's holder); None when Redis is away. ``sent``: the reply of
         a ``SET NX`` with ``token`` already on its way (``EarlyLease.ask``).
@@ -236,7 +244,7 @@ class FleetCoalescer:
         A plain SET NX PX: the leader's one round trip before its upstream call. Only a
         replica that lost the race pays a second one, to learn whom it follows.
         """
-        token = token or secrets.token_hex(8)
+        token = token or self.new_token()
         fast = self._link.fast  # the miss path's one round trip: on the lean connection
         for _ in range(_MAX_LEASE_TRIES):
             try:
@@ -255,22 +263,24 @@ class FleetCoalescer:
                 return token, holder.decode() if isinstance(holder, bytes) else str(holder)
         return None
 
-    async def _sent_reply(self, sent: Coroutine[Any, Any, Any]) -> Any:
-        """The reply of a command already written: awaited whatever the link's state, so
-        the write is never left without its reader."""
+    async def _sent_reply(self, sent: asyncio.Future[Any]) -> Any:
+        """The reply of a command already written, read at once when it is in; shielded,
+        so a cancelled caller leaves it for ``release`` to look at."""
         try:
-            return await sent
+            reply = sent.result() if sent.done() else await asyncio.shield(sent)
+            if isinstance(reply, hiredis.ReplyError):
+                raise error_of(reply)
         except FAILURES as exc:
             self._link.mark_down("flight lease", exc)
             raise FleetUnavailable(f"redis failed (flight lease): {type(exc).__name__}") from exc
+        return reply
 
-    def _give_back(self, lease: str, task: asyncio.Task[tuple[str, str] | None]) -> None:
-        if task.cancelled() or task.exception() is not None:
+    def _give_back(self, lease: str, token: str, reply: asyncio.Future[Any]) -> None:
+        if reply.cancelled() or reply.exception() is not None:
             return
-        taken = task.result()
-        if taken is None or taken[0] != taken[1]:
+        is_taken = reply.result()
+        if is_taken is None or isinstance(is_taken, hiredis.ReplyError):
             return  # not ours
-        token = taken[0]
         # Its entry wakes any follower at once (rather than after its block); kept briefly.
         fields = relay.released_fields()
         stream = f"{lease}:{token}"

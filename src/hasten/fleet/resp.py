@@ -23,7 +23,7 @@ import contextlib
 import hashlib
 import ssl
 from collections import deque
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -153,21 +153,22 @@ class RespConnection:
             raise reply
         return reply
 
-    def call_now(self, *command: Arg) -> Coroutine[Any, Any, Any]:
-        """``call``, but written before this returns when the connection is up, so the round
-        trip starts now rather than when the caller's task next yields to the loop."""
+    def send_now(self, *command: Arg) -> asyncio.Future[Any] | None:
+        """Writes ``command`` before this returns and gives its reply's future (an error
+        reply in place, as ``hiredis.ReplyError``; a connection lost or past the op timeout
+        fails it), or None while the connection is not up: the caller then uses ``call``.
+
+        No coroutine, no task: a caller that finds the future already done when it needs
+        the reply (the round trip overlapped its other work) reads it without yielding."""
         protocol = self._protocol
         if protocol is None or protocol.lost is not None:
-            return self.call(*command)  # connects first
-        future = asyncio.get_running_loop().create_future()
+            return None
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
         self._write_deferred([command], [future])
-        return self._reply(protocol, future)
-
-    async def _reply(self, protocol: _Protocol, future: asyncio.Future[Any]) -> Any:
-        (reply,) = await self._replies(protocol, [future], self._op_timeout_s)
-        if isinstance(reply, ResponseError):
-            raise reply
-        return reply
+        timer = loop.call_later(self._op_timeout_s, self._expire, protocol, future)
+        future.add_done_callback(lambda _: timer.cancel())
+        return future
 
     async def batch(self, commands: Sequence[Command], *, is_deferred: bool = False) -> list[Any]:
         """The replies of ``commands``, sent in one write; error replies in place as
