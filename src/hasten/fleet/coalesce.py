@@ -292,10 +292,15 @@ class FleetCoalescer:
     async def _lead(
         self, flight: Flight, run: Callable[[Flight], Awaitable[None]], lease: str, token: str
     ) -> None:
+        # The writer starts a turn later: its first steps (and its renewer's) would otherwise
+        # run before the upstream request is written, and nothing reaches followers earlier.
+        asyncio.get_running_loop().call_soon(self._start_writer, flight, lease, token)
+        await run(flight)
+
+    def _start_writer(self, flight: Flight, lease: str, token: str) -> None:
         writer = asyncio.get_running_loop().create_task(self._publish(flight, lease, token))
         self._writers.add(writer)  # held, so the loop cannot drop it half way
         writer.add_done_callback(self._writers.discard)
-        await run(flight)
 
     async def _publish(self, flight: Flight, lease: str, token: str) -> None:
         renewer = asyncio.get_running_loop().create_task(self._keep(lease, token))
