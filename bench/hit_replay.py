@@ -12,7 +12,6 @@ simulator, and reports the median per-pair difference. Prints one summary line a
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 from contextlib import ExitStack
@@ -23,12 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import orjson
 from fleet_paired import measure_paired, paired_figures
-from server_process import invocation
+from server_process import invocation, rev_source
 
 from hasten.loadgen.cli import run_coroutine
 from tests.support.servers import GatewayProcess, SimulatorProcess
 
-REPO = Path(__file__).resolve().parents[1]
 READY_TIMEOUT_S = 120.0
 
 
@@ -42,20 +40,14 @@ def _config(sim_url: str) -> str:
 def measure(rev: str, token_counts: list[int], num_pairs: int, num_runs: int) -> dict[str, Any]:
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hasten-hits-")))
-        tree = workdir / "rev"
-        subprocess.run(
-            ["git", "worktree", "add", "--detach", "-q", str(tree), rev], cwd=REPO, check=True
-        )
-        stack.callback(
-            subprocess.run, ["git", "worktree", "remove", "--force", str(tree)], cwd=REPO
-        )
+        rev_src = stack.enter_context(rev_source(rev, workdir))
         targets: dict[str, str] = {}
         for num_tokens in token_counts:
             flags = ("--output-tokens", str(num_tokens), "--ttft-ms", "0", "--decode-ms", "0")
             sim = stack.enter_context(SimulatorProcess(*flags))
             path = workdir / f"gateway-{num_tokens}.toml"
             path.write_text(_config(sim.url))
-            for side, env in (("rev", {"PYTHONPATH": str(tree / "src")}), ("this", {})):
+            for side, env in (("rev", {"PYTHONPATH": str(rev_src)}), ("this", {})):
                 args = ("--host", "127.0.0.1", "--config", str(path), "--log-level", "warning")
                 gateway = GatewayProcess(*args, env=env)
                 stack.callback(gateway.stop)

@@ -13,7 +13,6 @@ the same run rather than across runs. Prints one summary line and JSON.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 from contextlib import ExitStack
@@ -25,13 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import orjson
 from fleet_cost import replica_config
 from fleet_paired import measure_paired, paired_figures
-from server_process import invocation
+from server_process import invocation, rev_source
 
 from hasten.loadgen.cli import run_coroutine
 from tests.support.fleet import fleet_table
 from tests.support.servers import GatewayProcess, SimulatorProcess, redis_server
 
-REPO = Path(__file__).resolve().parents[1]
 READY_TIMEOUT_S = 120.0
 SINGLE, REV, THIS = "single", "fleet:rev", "fleet:this"
 PAIRS = ((THIS, SINGLE), (REV, SINGLE), (THIS, REV))
@@ -40,18 +38,12 @@ PAIRS = ((THIS, SINGLE), (REV, SINGLE), (THIS, REV))
 def measure(rev: str, num_pairs: int, num_runs: int) -> dict[str, Any]:
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hasten-miss-")))
-        tree = workdir / "rev"
-        subprocess.run(
-            ["git", "worktree", "add", "--detach", "-q", str(tree), rev], cwd=REPO, check=True
-        )
-        stack.callback(
-            subprocess.run, ["git", "worktree", "remove", "--force", str(tree)], cwd=REPO
-        )
+        rev_src = stack.enter_context(rev_source(rev, workdir))
         redis_url = stack.enter_context(redis_server())
         sim = stack.enter_context(SimulatorProcess())
         sides = {
             SINGLE: ("", {}),
-            REV: (redis_url, {"PYTHONPATH": str(tree / "src")}),
+            REV: (redis_url, {"PYTHONPATH": str(rev_src)}),
             THIS: (redis_url, {}),
         }
         targets: dict[str, str] = {}

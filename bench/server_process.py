@@ -16,7 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,6 +41,19 @@ def invocation(argv: list[str]) -> str:
         return str(absolute.relative_to(REPO)) if absolute.is_relative_to(REPO) else path
 
     return shlex.join([relative(sys.executable), relative(sys.argv[0]), *argv])
+
+
+@contextlib.contextmanager
+def rev_source(rev: str, parent: Path) -> Iterator[Path]:
+    """The ``src/`` of commit ``rev``, checked out in a git worktree under ``parent`` (removed
+    afterwards): put it on PYTHONPATH to run that commit's server beside this checkout's."""
+    tree = parent / "rev"
+    adding = ["git", "worktree", "add", "--detach", "-q", str(tree), rev]
+    subprocess.run(adding, cwd=REPO, check=True)
+    try:
+        yield tree / "src"
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPO)
 
 
 def free_port() -> int:
