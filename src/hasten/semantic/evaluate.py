@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from hasten.config.semantic import EMBEDDERS
 from hasten.semantic.embedder import AsyncEmbedder, Embedder, Vectors, build_embedder
 from hasten.semantic.store import SemanticCache
 from hasten.semantic.store_config import SemanticStoreConfig
@@ -277,7 +278,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print one JSON report on stdout (summary: stderr)"
     )
-    parser.add_argument("--embedder", choices=("e5", "minilm"), default="e5")
+    parser.add_argument("--embedder", choices=EMBEDDERS, default="e5")
     parser.add_argument(
         "--target-precision", type=float, default=0.95, help="the calibrated default's target"
     )

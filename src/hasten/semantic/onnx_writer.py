@@ -109,17 +109,27 @@ class GraphWriter:
         self, op: str, inputs: list[str], output: str, *, domain: str = "", **attrs: Any
     ) -> str:
         """One node with one output (``""`` in ``inputs`` skips an optional input)."""
+        self.node_multi(op, inputs, [output], domain=domain, **attrs)
+        return output
+
+    def node_multi(
+        self, op: str, inputs: list[str], outputs: list[str], *, domain: str = "", **attrs: Any
+    ) -> None:
+        """One node with several outputs (``Split``)."""
         self._num_nodes += 1
         body = b"".join(_str_field(1, item) for item in inputs)
-        body += _str_field(2, output) + _str_field(3, f"n{self._num_nodes}") + _str_field(4, op)
+        body += b"".join(_str_field(2, item) for item in outputs)
+        body += _str_field(3, f"n{self._num_nodes}") + _str_field(4, op)
         body += b"".join(_bytes_field(5, _attribute(k, v)) for k, v in sorted(attrs.items()))
         if domain:
             body += _str_field(7, domain)
         self._nodes.append(body)
-        return output
 
     def float_input(self, name: str, shape: tuple[int | str, ...]) -> None:
         self._inputs.append(_value_info(name, 1, shape))
+
+    def int32_input(self, name: str, shape: tuple[int | str, ...]) -> None:
+        self._inputs.append(_value_info(name, 6, shape))
 
     def float_output(self, name: str, shape: tuple[int | str, ...]) -> None:
         self._outputs.append(_value_info(name, 1, shape))

