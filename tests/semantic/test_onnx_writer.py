@@ -10,9 +10,7 @@ from hasten.semantic.onnx_writer import CONTRIB_DOMAIN, GraphWriter
 
 
 def _session(graph: GraphWriter) -> onnxruntime.InferenceSession:
-    return onnxruntime.InferenceSession(
-        graph.model_bytes(), providers=["CPUExecutionProvider"]
-    )
+    return onnxruntime.InferenceSession(graph.model_bytes(), providers=["CPUExecutionProvider"])
 
 
 def test_nodes_initialisers_attributes_and_several_outputs() -> None:
@@ -20,12 +18,11 @@ def test_nodes_initialisers_attributes_and_several_outputs() -> None:
     graph.float_input("x", ("batch", 4))
     graph.int32_input("m", ("batch", 4))
     shifted = graph.node("Add", ["x", graph.const("b", np.arange(4, dtype=np.float32))], "s")
-    normed = graph.node(
-        "LayerNormalization",
-        [shifted, graph.const("g", np.full(4, 2.0, np.float32)), graph.const("be", np.zeros(4, np.float32))],
-        "n", axis=-1, epsilon=1e-5,
-    )  # fmt: skip
-    graph.node_multi("Split", [normed, graph.const("sizes", np.array([1, 3], np.int64))], ["l", "r"], axis=-1)
+    scale = graph.const("g", np.full(4, 2.0, np.float32))
+    offset = graph.const("be", np.zeros(4, np.float32))
+    normed = graph.node("LayerNormalization", [shifted, scale, offset], "n", axis=-1, epsilon=1e-5)
+    sizes = graph.const("sizes", np.array([1, 3], np.int64))
+    graph.node_multi("Split", [normed, sizes], ["l", "r"], axis=-1)
     graph.node("Cast", ["m"], "mf", to=1)
     graph.node("Mul", ["r", graph.const("three", np.array([3.0], np.float32))], "r3")
     graph.node("Gelu", ["mf"], "g_out", domain=CONTRIB_DOMAIN)

@@ -143,4 +143,5 @@ class GraphWriter:
         graph += b"".join(_bytes_field(12, item) for item in self._outputs)
         opsets = _bytes_field(8, _str_field(1, "") + _int_field(2, opset))
         opsets += _bytes_field(8, _str_field(1, CONTRIB_DOMAIN) + _int_field(2, 1))
-        return _int_field(1, _IR_VERSION) + _str_field(2, "hasten") + opsets + _bytes_field(7, graph)
+        header = _int_field(1, _IR_VERSION) + _str_field(2, "hasten")
+        return header + opsets + _bytes_field(7, graph)
