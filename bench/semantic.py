@@ -226,13 +226,15 @@ def bench_scale(args: argparse.Namespace) -> None:
 
 async def _embed_plus_search(num_entries: int, dim: int) -> dict[str, Any]:
     """Full lookups (split, embed, search, guard) against 100k stored synthetic entries."""
-    from hasten.semantic.embedder import E5Embedder
+    from hasten.semantic.embedder import build_embedder
     from hasten.semantic.partition import split_chat
     from hasten.semantic.store import SemanticCache, SemanticStoreConfig
 
     texts = [json.loads(line)["b"] for line in (DATA_DIR / "qqp_dev.jsonl").open()][:300]
     with tempfile.TemporaryDirectory() as directory:
-        cache = SemanticCache(E5Embedder(), SemanticStoreConfig(path=Path(directory) / "s.sqlite3"))
+        cache = SemanticCache(
+            build_embedder("e5"), SemanticStoreConfig(path=Path(directory) / "s.sqlite3")
+        )
         probe = {"model": "m", "messages": [{"role": "user", "content": "probe"}]}
         query = split_chat(probe, model="m", tenant="t")
         assert query is not None

@@ -32,7 +32,7 @@ from hasten.cache.keys import cache_key
 from hasten.cache.memory import MemoryLRU
 from hasten.cache.replay import answer_body, answer_frames
 from hasten.semantic import NewEntry, SemanticCache, SemanticStoreConfig
-from hasten.semantic.embedder import AsyncEmbedder, E5Embedder, normalize
+from hasten.semantic.embedder import AsyncEmbedder, build_embedder, normalize
 from hasten.semantic.guard import signature
 from hasten.semantic.partition import split_chat
 from hasten.semantic.tier import SemanticTier
@@ -209,9 +209,9 @@ def _stages(cache: SemanticCache, exact: TieredCache, texts: list[str]) -> dict[
         "signature": _timed(signature, texts),
         "touch": _timed(lambda t: records.touch(found[t][0][0], time.time()), texts),
     }
-    engine = getattr(model, "_model", None)
-    if engine is not None:
-        stages["tokenize"] = _timed(lambda t: engine.token_count(t, True), texts)
+    token_ids = getattr(model, "token_ids", None)  # the default engine's tokeniser
+    if token_ids is not None:
+        stages["tokenize"] = _timed(token_ids, texts)
     keys = [cache_key(_body(text), endpoint="chat", model=MODEL, tenant=TENANT) for text in texts]
     entry = exact.l1.get(keys[0]) or _answer(texts[0])
     stages["replay_json"] = _timed(lambda _: answer_body(entry), texts)
@@ -235,7 +235,7 @@ async def run(
     store_questions = [f"{q} (variant {n})" for n in range(3000) for q in questions][:3000]
     with tempfile.TemporaryDirectory(prefix="hasten-semstages-") as directory:
         config = SemanticStoreConfig(path=Path(directory) / "semantic.sqlite3")
-        cache = SemanticCache(E5Embedder(num_threads=num_threads), config)
+        cache = SemanticCache(build_embedder("e5", num_threads=num_threads), config)
         exact = TieredCache(MemoryLRU(256 * 1024 * 1024))
         tier = SemanticTier(cache, exact)
         await cache.embedder.embed("warm-up: load the embedder")
@@ -246,7 +246,10 @@ async def run(
         await tier.aclose()
         store_side = await _import_compare(Path(directory), _RandomEmbedder(), store_questions, 3)
         e5_import = await _import_compare(
-            Path(directory), E5Embedder(num_threads=num_threads), questions[:e5_import_size], 1
+            Path(directory),
+            build_embedder("e5", num_threads=num_threads),
+            questions[:e5_import_size],
+            1,
         )
     return {
         "import_store_side": store_side,

@@ -20,13 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from hasten.semantic.embedder import E5Embedder
+from hasten.semantic.e5_onnx import E5OnnxEmbedder
 
 DATA = Path("/work/shared/data/semcache/gptcache_mock_pairs.jsonl")
 SETTLE_S = 0.5
 
 
-def _phase(embedder: E5Embedder, texts: list[str]) -> dict[str, Any]:
+def _phase(embedder: E5OnnxEmbedder, texts: list[str]) -> dict[str, Any]:
     latencies = []
     for text in texts:
         started = time.perf_counter()
@@ -40,7 +40,7 @@ def _phase(embedder: E5Embedder, texts: list[str]) -> dict[str, Any]:
 
 
 def _run(num_threads: int, texts: list[str], num_texts: int) -> dict[str, Any]:
-    embedder = E5Embedder(num_threads=num_threads)
+    embedder = E5OnnxEmbedder(num_threads=num_threads)
     embedder.embed(["warm up"])
     report = {"idle": _phase(embedder, texts[:num_texts])}
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
