@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
+from hasten.local.threads import StepMode, ThreadTuner
 from hasten.semantic.e5_onnx import E5OnnxEmbedder
 
 # Whitespace runs, leading and trailing spaces, normalised forms (NFKC-like fullwidth and
@@ -77,6 +79,30 @@ def test_thread_count_is_measured_unless_fixed(embedder: E5OnnxEmbedder) -> None
         tuned.embed(["How many threads should a small encoder use on two cores?"])
     assert tuned.tuner.probe_every_steps > 0 and tuned.tuner.best_modes()
     assert embedder.tuner.probe_every_steps == 0 and embedder.tuner.max_threads == 1
+
+
+class _RecordingTuner(ThreadTuner):
+    def __init__(self) -> None:
+        super().__init__(2, probe_every_steps=1)
+        self.samples: list[float] = []
+
+    def record(
+        self, num_tokens: int, is_splittable: bool, mode: StepMode, elapsed_s: float
+    ) -> None:
+        self.samples.append(elapsed_s)
+        super().record(num_tokens, is_splittable, mode, elapsed_s)
+
+
+def test_runs_after_an_idle_gap_are_not_compared() -> None:
+    tuned = E5OnnxEmbedder()
+    tuned.tuner = tuner = _RecordingTuner()
+    for _ in range(3):  # each after a pause: cold, chosen without a probe, not recorded
+        time.sleep(0.05)
+        tuned.embed(["a cold question"])
+    assert tuner.samples == []
+    for _ in range(4):  # back to back: measured
+        tuned.embed(["a warm question"])
+    assert len(tuner.samples) == 4
 
 
 def test_usearch_loaded_first_does_not_crash_onnxruntime() -> None:
