@@ -73,8 +73,7 @@ class ThreadTuner:
     def choose(self, num_tokens: int, is_splittable: bool = False) -> StepMode:
         """``is_splittable``: the step holds several sequences of one token each."""
         if self.probe_every_steps == 0:
-            threads = self.single_token_threads if num_tokens == 1 else self.max_threads
-            return StepMode(threads)
+            return self._fixed_mode(num_tokens)
         bucket = self._bucket(num_tokens, is_splittable)
         bucket.probing = None
         for arm in bucket.arms:
@@ -88,9 +87,11 @@ class ThreadTuner:
         """The current choice for such a step, without counting it towards any probe (for
         a step whose cost will not be recorded)."""
         if self.probe_every_steps == 0:
-            threads = self.single_token_threads if num_tokens == 1 else self.max_threads
-            return StepMode(threads)
+            return self._fixed_mode(num_tokens)
         return self._bucket(num_tokens, is_splittable).best.mode
+
+    def _fixed_mode(self, num_tokens: int) -> StepMode:
+        return StepMode(self.single_token_threads if num_tokens == 1 else self.max_threads)
 
     def record(
         self, num_tokens: int, is_splittable: bool, mode: StepMode, elapsed_s: float

