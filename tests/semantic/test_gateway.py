@@ -108,9 +108,16 @@ def test_the_calibrated_default_serves_with_its_risk(sim: ServerThread, tmp_path
         # Spacing aside the same question (not the same body: no exact hit): served, with its
         # calibrated risk. A paraphrase is not: no evidence here makes one 95% safe.
         assert _ask(client, PARAPHRASE).headers["x-hasten-cache"] == "miss"
+        _wait_indexed(gateway, 2)
+        stats = httpx.get(f"{gateway.url}/admin/cache/stats", headers=ADMIN).json()["semantic"]
         again = _ask(client, " What is the  capital of France?")
         assert again.headers["x-hasten-cache"] == "semantic"
         assert 0.0 <= float(again.headers["x-hasten-semantic-risk"]) < 0.05
+        # Decided by the text: only a repeat can be served at 0.95, so nothing was embedded.
+        assert again.headers["x-hasten-semantic-similarity"] == "1.0000"
+        after = httpx.get(f"{gateway.url}/admin/cache/stats", headers=ADMIN).json()["semantic"]
+        assert after["embedded_texts"] == stats["embedded_texts"]
+        assert after["by_script"]["latin"]["not_repeated"] == 2  # the first two questions
         # Another capital: the guard or the risk refuses it.
         other = _ask(client, "What is the capital of Germany?")
         assert other.headers["x-hasten-cache"] == "miss"

@@ -96,8 +96,14 @@ def signature(text: str) -> TextSignature:
         # An entity always counts as mentioned by its own text, whatever the tokenisation.
         words=frozenset(_stem(part) for w in words for part in {w, *w.split(".")}) | entities,
         squashed=_squash(text),
-        normalized=" ".join(text.split()),
+        normalized=" ".join(text.split()),  # = normalized_text: ``text`` is NFKC already
     )
+
+
+def normalized_text(text: str) -> str:
+    """``text`` as ``signature`` compares it for identity: NFKC, whitespace runs made single
+    spaces (case counts)."""
+    return " ".join(unicodedata.normalize("NFKC", text).split())
 
 
 def near_miss(first: str, second: str) -> str | None:

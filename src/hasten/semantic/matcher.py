@@ -19,6 +19,9 @@ BELOW_THRESHOLD = "below_threshold"
 GUARD = "guard"
 AMBIGUOUS = "ambiguous"
 RISKY = "risky"  # calibrated: the chance of a wrong answer is above the operator's tolerance
+# Calibrated, where only a repeated question can be served (``MatchPolicy.serves_only_repeats``)
+# and none is stored: decided from the text, without an embedding.
+NOT_REPEATED = "not_repeated"
 # The verifier's verdicts on a close call.
 AGREED = "agreed"
 DISAGREED = "disagreed"
@@ -60,6 +63,28 @@ class MatchPolicy:
     # the ratio test are then unused (the margin to the runner-up is part of the evidence).
     calibration: Calibration | None = None
     max_risk: float = 0.05
+
+    def serves_only_repeats(self, script: str, *, has_verifier: bool) -> bool:
+        """Whether, in ``script``, no evidence but identical text (``guard.normalized_text``)
+        can reach the target, the verifier's included: then a lookup needs no embedding to
+        decide, only the stored questions' texts."""
+        calibration = self.calibration
+        if calibration is None:
+            return False
+        precision = 1.0 - self.max_risk
+        if calibration.can_reach(precision, script, is_verified=False):
+            return False
+        return not (
+            has_verifier
+            and calibration.verified
+            and calibration.can_reach(precision, script, is_verified=True)
+        )
+
+    @property
+    def serves_repeats(self) -> bool:
+        """Whether a repeated question is precise enough for the target (calibrated)."""
+        calibration = self.calibration
+        return calibration is not None and 1.0 - calibration.identical_precision < self.max_risk
 
     @property
     def floor(self) -> float:

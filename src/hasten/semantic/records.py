@@ -6,6 +6,7 @@ Blocking; used only from the semantic store's worker thread. Vectors are stored 
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -18,6 +19,7 @@ import numpy.typing as npt
 import orjson
 
 from hasten.semantic.budget import Observation
+from hasten.semantic.guard import normalized_text
 
 _TABLE = "hasten_semantic_v1"
 _SCHEMA = f"""
@@ -47,7 +49,10 @@ CREATE INDEX IF NOT EXISTS {_TABLE}_hits ON {_TABLE} (num_hits, accessed_at);
 CREATE TABLE IF NOT EXISTS {_TABLE}_meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
 """
 # Columns added after the first release: files written before them get them on open.
-_ADDED_COLUMNS = {"answer_class": "INTEGER", "alias_of": "INTEGER"}
+_ADDED_COLUMNS = {"answer_class": "INTEGER", "alias_of": "INTEGER", "text_key": "INTEGER"}
+# A repeated question (``text_key``: its normalised text's hash) is found without a vector.
+_TEXT_INDEX = f"CREATE INDEX IF NOT EXISTS {_TABLE}_text ON {_TABLE} (partition, text_key)"
+_ROWS_PER_BACKFILL = 1000
 # Partial: only aliases are in it, so an entry's removal finds its aliases without a scan.
 _ALIAS_INDEX = (
     f"CREATE INDEX IF NOT EXISTS {_TABLE}_alias ON {_TABLE} (alias_of) WHERE alias_of IS NOT NULL"
@@ -83,6 +88,8 @@ class Records:
         self.conn.executescript(_SCHEMA)
         self._add_missing_columns()
         self.conn.execute(_ALIAS_INDEX)  # after the column exists in files from before it
+        self._fill_text_keys()
+        self.conn.execute(_TEXT_INDEX)
 
     def _add_missing_columns(self) -> None:
         for column, kind in _ADDED_COLUMNS.items():
@@ -93,6 +100,16 @@ class Records:
             except sqlite3.OperationalError:
                 if column not in self._columns():  # else another process added it first
                     raise
+
+    def _fill_text_keys(self) -> None:
+        """Gives rows written before ``text_key`` existed theirs (once per file)."""
+        select = f"SELECT id, text FROM {_TABLE} WHERE text_key IS NULL LIMIT {_ROWS_PER_BACKFILL}"
+        while rows := self.conn.execute(select).fetchall():
+            with self.transaction():
+                self.conn.executemany(
+                    f"UPDATE {_TABLE} SET text_key = ? WHERE id = ?",
+                    ((text_key(text), entry_id) for entry_id, text in rows),
+                )
 
     def _columns(self) -> set[str]:
         return {row[1] for row in self.conn.execute(f"PRAGMA table_info({_TABLE})")}
@@ -148,8 +165,8 @@ class Records:
         size_bytes = len(blob) + len(text.encode()) + len(answer_key) + _ROW_OVERHEAD_BYTES
         cursor = self.conn.execute(
             f"INSERT INTO {_TABLE} (id, partition, tenant, model, text, vector, answer_key,"
-            " created_at, expires_at, accessed_at, size_bytes, answer_class, alias_of)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " created_at, expires_at, accessed_at, size_bytes, answer_class, alias_of, text_key)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 entry_id,
                 partition,
@@ -164,6 +181,7 @@ class Records:
                 size_bytes,
                 answer_class,
                 alias_of,
+                text_key(text),
             ),
         )
         return int(cursor.lastrowid or 0)
@@ -192,6 +210,18 @@ class Records:
             tuple(ids),
         )
         return {int(row[0]): _stored_entry(row) for row in rows}
+
+    def entries_with_text(self, partition: str, text: str) -> list[StoredEntry]:
+        """The partition's rows whose question is ``text`` again (``normalized_text``), by id."""
+        normalized = normalized_text(text)
+        rows = self.conn.execute(
+            f"SELECT id, partition, text, answer_key, expires_at, observations,"
+            f" coalesce(answer_class, id), alias_of FROM {_TABLE}"
+            " WHERE partition = ? AND text_key = ? ORDER BY id",
+            (partition, text_key(text)),
+        )
+        found = (_stored_entry(row) for row in rows)  # compared: two texts' keys may collide
+        return [entry for entry in found if normalized_text(entry.text) == normalized]
 
     def partition_vectors(
         self, partition: str, dim: int
@@ -280,6 +310,12 @@ class Records:
 
     def delete(self, ids: Iterable[int]) -> None:
         self.conn.executemany(f"DELETE FROM {_TABLE} WHERE id = ?", ((i,) for i in ids))
+
+
+def text_key(text: str) -> int:
+    """A 64-bit key of the question as ``normalized_text`` makes it (a signed SQLite integer)."""
+    digest = hashlib.blake2b(normalized_text(text).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
 def _where(*conditions: tuple[str, str, object]) -> tuple[str, list[object]]:

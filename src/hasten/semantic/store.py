@@ -48,10 +48,10 @@ import orjson
 from hasten.semantic import budget as budget_mod
 from hasten.semantic import freshness, matcher
 from hasten.semantic.calibrated import CALIBRATIONS
-from hasten.semantic.calibration import Calibration
+from hasten.semantic.calibration import SCRIPTS, Calibration, script_of
 from hasten.semantic.embedder import AsyncEmbedder, Embedder
 from hasten.semantic.graphs import GraphFiles
-from hasten.semantic.guard import signature
+from hasten.semantic.guard import normalized_text, signature
 from hasten.semantic.index import VectorIndex
 from hasten.semantic.judge_rules import JudgeCase
 from hasten.semantic.near import NOTHING, LookupResult, SemanticMatch, near_miss
@@ -151,6 +151,15 @@ class SemanticCache:
                 seed=config.seed,
             )
         )
+        # Scripts whose lookups are decided from the text alone: the target admits nothing
+        # but a repeated question there, so embedding the query could not change the answer.
+        has_verifier = verifier is not None
+        self._repeat_only_scripts = frozenset(
+            script
+            for script in SCRIPTS
+            if self.budget is None
+            and self.policy.serves_only_repeats(script, has_verifier=has_verifier)
+        )
         self._clock = clock
         self._dim = model.dim
         self._embedder_name = model.name
@@ -182,12 +191,22 @@ class SemanticCache:
         self, body: Mapping[str, Any], *, model: str, tenant: str
     ) -> SemanticMatch | None:
         """A cached question meaning the same as the request's last user turn, or None."""
-        return (await self.lookup_near(body, model=model, tenant=tenant)).match
+        result = await self.lookup_near(body, model=model, tenant=tenant, is_near_needed=False)
+        return result.match
 
     async def lookup_near(
-        self, body: Mapping[str, Any], *, model: str, tenant: str, trace: Stage = NO_STAGE
+        self,
+        body: Mapping[str, Any],
+        *,
+        model: str,
+        tenant: str,
+        trace: Stage = NO_STAGE,
+        is_near_needed: bool = True,
     ) -> LookupResult:
-        """``lookup``, plus the entry it came close to when it serves nothing (``near``)."""
+        """``lookup``, plus the entry it came close to when it serves nothing (``near``).
+
+        Without ``is_near_needed``, a question in a script where the target admits only a
+        repeated question is looked up by its text, not embedded (``near`` is then None)."""
         query = split_chat(body, model=model, tenant=tenant)
         if query is None:
             self.counters["skipped_not_cacheable"] += 1
@@ -199,6 +218,12 @@ class SemanticCache:
             self.budget.note_lookup()
         self.start()
         try:
+            if not is_near_needed:
+                script = script_of(normalized_text(query.text))
+                if script in self._repeat_only_scripts:
+                    return await self._run(
+                        self._repeat_lookup_sync, query.partition_key, query.text, script
+                    )
             with trace.child("embedding") as embedding:
                 vector = await self.embedder.embed(query.text)
                 embedding.set("hasten.embedder", self._embedder_name)
@@ -556,6 +581,36 @@ class SemanticCache:
             verdict=verdict,
         )
         return LookupResult(match)
+
+    def _repeat_lookup_sync(self, partition: str, text: str, script: str) -> LookupResult:
+        """The decision where only a repeated question can be served: the oldest live entry
+        whose question is ``text`` again (whitespace runs aside), as the embedding path
+        would find it (an identical text embeds identically, the lowest id wins a tie)."""
+        records = self._open()
+        now = self._clock()
+        stored = records.entries_with_text(partition, text)
+        self._upkeep.drop_expired(records, [e for e in stored if e.expires_at <= now])
+        live = [entry for entry in stored if entry.expires_at > now]
+        best = live[0] if live and self.policy.serves_repeats else None
+        reason = matcher.HIT if best is not None else matcher.NOT_REPEATED
+        self.counters[f"lookup_{reason}"] += 1
+        self._by_script[script][reason] += 1
+        if best is None:
+            return NOTHING
+        records.touch(best.entry_id, now)
+        self.counters["hits"] += 1
+        verdict = None
+        if best.alias_of is not None:
+            verdict = ALIAS
+            self.judge_counts[script]["alias_hits"] += 1
+        assert self.policy.calibration is not None  # serves_repeats
+        risk = 1.0 - self.policy.calibration.identical_precision
+        # The texts are the same: 1.0 is their similarity (the embedder was not asked).
+        return LookupResult(
+            SemanticMatch(
+                best.entry_id, 1.0, best.answer_key, risk=risk, script=script, verdict=verdict
+            )
+        )
 
     def _second_opinion(
         self,

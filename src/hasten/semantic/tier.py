@@ -114,7 +114,14 @@ class SemanticTier:
         """A hit to serve, or what the upstream's fresh answer is to be compared with
         (``trace``: the lookup's span, under which the embedding gets its own)."""
         try:
-            result = await self.cache.lookup_near(body, model=model, tenant=tenant, trace=trace)
+            # Only the judge needs the near miss (found by embedding) when nothing is served.
+            result = await self.cache.lookup_near(
+                body,
+                model=model,
+                tenant=tenant,
+                trace=trace,
+                is_near_needed=self.judge is not None,
+            )
         except Exception:
             _log.exception("semantic lookup failed; answering from upstream")
             return _NOT_FOUND

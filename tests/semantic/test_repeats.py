@@ -1,0 +1,188 @@
+"""Where the target admits only a repeated question, a lookup is decided by the text alone:
+no embedding, the same decision, in the same partition, expired rows dropped, old files
+given their text keys."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from hasten.semantic import matcher
+from hasten.semantic.calibrated import E5
+from hasten.semantic.calibration import CJK, LATIN, OTHER, Calibration, ScriptModel
+from hasten.semantic.judge_rules import JudgeCase
+from hasten.semantic.records import text_key
+from hasten.semantic.store import ALIAS, SemanticCache, SemanticStoreConfig
+from tests.support.semantic import Clock, WordsEmbedder, chat
+
+# Like the shipped tables: no non-identical evidence is ever better than 0.85 precise.
+MODEL = ScriptModel(
+    weights=(0.0, 1.0, 0.0, 0.0, 0.0),
+    bins=((0.0, 0.0), (0.2, 0.85)),
+    center=0.9,
+    scale=0.05,
+    min_similarity=0.5,
+)
+REPEATS_ONLY = Calibration(WordsEmbedder.name, {LATIN: MODEL}, identical_precision=0.97)
+
+
+def make(
+    tmp_path: Path, *, target: float = 0.95, clock: Clock | None = None
+) -> tuple[SemanticCache, WordsEmbedder]:
+    embedder = WordsEmbedder()
+    config = SemanticStoreConfig(path=tmp_path / "semantic.sqlite3", target_precision=target)
+    cache = SemanticCache(embedder, config, clock=clock or Clock(), calibration=REPEATS_ONLY)
+    return cache, embedder
+
+
+async def test_a_repeated_question_hits_without_embedding(tmp_path: Path) -> None:
+    cache, embedder = make(tmp_path)
+    await cache.insert(chat("How do I cook rice?"), model="m", tenant="t", answer_key="k1")
+    num_embedded = len(embedder.batches)
+    match = await cache.lookup(chat("  How do I\ncook   rice?"), model="m", tenant="t")
+    assert match is not None and match.answer_key == "k1"
+    assert match.similarity == 1.0 and match.risk == pytest.approx(0.03)
+    assert match.script == LATIN and match.verdict is None
+    # A paraphrase, or the same words cased otherwise, is not served: and not embedded.
+    assert await cache.lookup(chat("how do i cook rice?"), model="m", tenant="t") is None
+    assert await cache.lookup(chat("Rice: how do I cook it?"), model="m", tenant="t") is None
+    assert len(embedder.batches) == num_embedded
+    assert cache.counters["lookup_hit"] == 1 and cache.counters["hits"] == 1
+    assert cache.counters["lookup_not_repeated"] == 2
+    assert cache.script_stats()[LATIN]["not_repeated"] == 2
+    await cache.close()
+
+
+async def test_the_embedding_path_decides_the_same(tmp_path: Path) -> None:
+    """``lookup_near`` (which names a near miss, so embeds) serves the same repeat."""
+    cache, _ = make(tmp_path)
+    await cache.insert(chat("How do I cook rice?"), model="m", tenant="t", answer_key="k1")
+    by_text = await cache.lookup(chat("How do I\tcook rice?"), model="m", tenant="t")
+    await cache.close()
+    reopened, embedder = make(tmp_path)  # nothing embedded yet
+    result = await reopened.lookup_near(chat("How do I\tcook rice?"), model="m", tenant="t")
+    assert embedder.batches == [1]
+    assert by_text is not None and result.match is not None
+    assert (result.match.entry_id, result.match.answer_key, result.match.risk) == (
+        by_text.entry_id,
+        by_text.answer_key,
+        by_text.risk,
+    )
+    assert result.match.similarity == pytest.approx(1.0, abs=1e-3)  # stored as float16
+    await reopened.close()
+
+
+async def test_a_lower_target_embeds(tmp_path: Path) -> None:
+    cache, embedder = make(tmp_path, target=0.8)
+    await cache.insert(chat("How do I cook rice?"), model="m", tenant="t", answer_key="k1")
+    num_embedded = len(embedder.batches)
+    await cache.lookup(chat("How do I cook brown rice?"), model="m", tenant="t")
+    assert len(embedder.batches) == num_embedded + 1
+    await cache.close()
+
+
+async def test_repeats_stay_in_their_partition(tmp_path: Path) -> None:
+    cache, _ = make(tmp_path)
+    question = "What is our refund policy?"
+    await cache.insert(chat(question), model="m", tenant="a", answer_key="a1")
+    assert await cache.lookup(chat(question), model="m", tenant="b") is None
+    assert await cache.lookup(chat(question), model="m2", tenant="a") is None
+    assert await cache.lookup(chat(question, system="Be terse."), model="m", tenant="a") is None
+    assert await cache.lookup(chat(question, temperature=0.5), model="m", tenant="a") is None
+    found = await cache.lookup(chat(question), model="m", tenant="a")
+    assert found is not None and found.answer_key == "a1"
+    await cache.close()
+
+
+async def test_the_oldest_live_repeat_wins_and_expired_ones_go(tmp_path: Path) -> None:
+    clock = Clock()
+    cache, _ = make(tmp_path, clock=clock)
+    await cache.insert(chat("Capital of Peru?"), model="m", tenant="t", answer_key="old", ttl_s=10)
+    await cache.insert(chat("Capital of  Peru?"), model="m", tenant="t", answer_key="new", ttl_s=60)
+    first = await cache.lookup(chat("Capital of Peru?"), model="m", tenant="t")
+    assert first is not None and first.answer_key == "old"
+    clock.now += 30
+    second = await cache.lookup(chat("Capital of Peru?"), model="m", tenant="t")
+    assert second is not None and second.answer_key == "new"
+    assert cache.counters["expired"] == 1 and await cache.count_entries() == 1
+    clock.now += 60
+    assert await cache.lookup(chat("Capital of Peru?"), model="m", tenant="t") is None
+    await cache.close()
+
+
+async def test_an_alias_is_served_as_one(tmp_path: Path) -> None:
+    cache, _ = make(tmp_path)
+    entry_id = await cache.insert(
+        chat("How do I cook rice?"), model="m", tenant="t", answer_key="k"
+    )
+    assert entry_id is not None
+    stored = await cache.lookup(chat("How do I cook rice?"), model="m", tenant="t")
+    assert stored is not None
+    partition = _partition_of(tmp_path, entry_id)
+    case = JudgeCase("t", partition, "m", "rice, how?", "How do I cook rice?", entry_id, "k", 0.2)
+    assert await cache.add_alias(case, ttl_s=60) is not None
+    match = await cache.lookup(chat("rice,  how?"), model="m", tenant="t")
+    assert match is not None and match.answer_key == "k" and match.verdict == ALIAS
+    assert cache.script_stats()[LATIN]["hit"] == 2
+    assert cache.judge_counts[LATIN]["alias_hits"] == 1
+    await cache.close()
+
+
+async def test_an_old_file_gets_its_text_keys(tmp_path: Path) -> None:
+    cache, _ = make(tmp_path)
+    await cache.insert(chat("How do I cook rice?"), model="m", tenant="t", answer_key="k1")
+    await cache.close()
+    with sqlite3.connect(tmp_path / "semantic.sqlite3") as conn:  # as before the column
+        conn.execute("UPDATE hasten_semantic_v1 SET text_key = NULL")
+    reopened, _ = make(tmp_path)
+    match = await reopened.lookup(chat("How do I cook rice?"), model="m", tenant="t")
+    assert match is not None and match.answer_key == "k1"
+    await reopened.close()
+
+
+async def test_a_text_key_collision_is_not_a_hit(tmp_path: Path) -> None:
+    cache, _ = make(tmp_path)
+    await cache.insert(chat("How do I cook rice?"), model="m", tenant="t", answer_key="k1")
+    await cache.close()
+    with sqlite3.connect(tmp_path / "semantic.sqlite3") as conn:
+        conn.execute("UPDATE hasten_semantic_v1 SET text_key = ?", (text_key("Other text"),))
+    reopened, _ = make(tmp_path)
+    assert await reopened.lookup(chat("Other text"), model="m", tenant="t") is None
+    await reopened.close()
+
+
+def test_text_keys_follow_the_identity_rule() -> None:
+    assert text_key(" a\u3000b\n\tc ") == text_key("a b c")  # NFKC and whitespace runs
+    assert text_key("ＡＢＣ") == text_key("ABC")
+    assert text_key("abc") != text_key("ABC")  # case counts, as for identical text
+
+
+def test_the_shipped_table_serves_only_repeats_at_the_default() -> None:
+    """The premise of the text path, for the default embedder: at 0.95 no script's
+    non-identical evidence (verified or not) reaches the target; at 0.8 Latin does."""
+    default = matcher.MatchPolicy(1.0, calibration=E5, max_risk=0.05)
+    for script in (LATIN, CJK, OTHER):
+        assert default.serves_only_repeats(script, has_verifier=True)
+    assert default.serves_repeats
+    lower = matcher.MatchPolicy(1.0, calibration=E5, max_risk=0.2)
+    assert not lower.serves_only_repeats(LATIN, has_verifier=False)
+    stricter = matcher.MatchPolicy(1.0, calibration=E5, max_risk=0.02)
+    assert not stricter.serves_repeats  # 0.98 is above identical text's bound: nothing hits
+    assert not matcher.MatchPolicy(0.9).serves_only_repeats(LATIN, has_verifier=False)
+
+
+async def test_a_target_above_the_repeat_bound_serves_nothing(tmp_path: Path) -> None:
+    cache, embedder = make(tmp_path, target=0.99)
+    await cache.insert(chat("How do I cook rice?"), model="m", tenant="t", answer_key="k1")
+    num_embedded = len(embedder.batches)
+    assert await cache.lookup(chat("How do I cook rice?"), model="m", tenant="t") is None
+    assert len(embedder.batches) == num_embedded
+    await cache.close()
+
+
+def _partition_of(tmp_path: Path, entry_id: int) -> str:
+    with sqlite3.connect(tmp_path / "semantic.sqlite3") as conn:
+        row = conn.execute("SELECT partition FROM hasten_semantic_v1 WHERE id = ?", (entry_id,))
+        return str(row.fetchone()[0])
