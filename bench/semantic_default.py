@@ -13,8 +13,11 @@ first alternates), each timed by the client over its own keep-alive connection:
   the upstream and stored;
 - ``paraphrase``: its ``b``: at the default no paraphrase is safe enough to serve (no
   evidence of e5 reaches 0.95 precision), so a miss too, stored;
-- ``repeat``: ``a`` again with one space doubled: not an exact hit (the body differs), the
-  same question by the default's rule: what the default serves by meaning.
+- ``repeat_soon``: ``a`` again with one space doubled: not an exact hit (the body differs),
+  the same question by the default's rule: what the default serves by meaning. Its text is
+  still among the embedder's remembered ones (the last 1,024), so neither side embeds it;
+- ``repeat_later``: the same, after both gateways restarted on their files: a question
+  asked long ago, whose embedding nobody remembers.
 After each miss the bench waits until both gateways have indexed the answer, so every
 request is timed on its own path (the insert embeds the question after the answer, on both
 sides; only where the lookup does it differs). Reports p50 / p99 per kind and side and the
@@ -39,6 +42,7 @@ import httpx
 import numpy as np
 from server_process import clean_environment, invocation, rev_source
 
+from hasten.semantic.freshness import FreshnessPolicy, ttl_s
 from tests.support.servers import GatewayProcess, SimulatorProcess
 
 DATA_DIR = Path("/work/shared/data/semcache")
@@ -48,13 +52,15 @@ ADMIN_HEADERS = {"authorization": f"Bearer {ADMIN_KEY}"}
 MAX_INDEX_WAIT_POLLS = 1000
 INDEX_POLL_S = 0.005
 SIDES = ("this", "rev")
-KINDS = ("miss", "paraphrase", "repeat")
+KINDS = ("miss", "paraphrase", "repeat_soon", "repeat_later")
 
 
-def _config(sim_url: str, semantic_path: Path) -> str:
+def _config(sim_url: str, workdir: Path, side: str) -> str:
+    """The exact answers in SQLite too: a restart keeps every tier."""
     return (
         f'[upstreams.sim]\nurl = "{sim_url}"\n[models."*"]\nupstream = "sim"\n'
-        f'[cache]\nbackend = "memory"\n[semantic]\nenabled = true\npath = "{semantic_path}"\n'
+        f'[cache]\nbackend = "sqlite"\nsqlite_path = "{workdir / side}-exact.sqlite3"\n'
+        f'[semantic]\nenabled = true\npath = "{workdir / side}-semantic.sqlite3"\n'
     )
 
 
@@ -92,6 +98,13 @@ def _rows(pairs: str, limit: int, seed: int) -> list[dict[str, Any]]:
     path = DATA_DIR / f"{pairs}.jsonl"
     rows = [json.loads(line) for line in path.open(encoding="utf-8") if line.strip()]
     rows = [row for row in rows if row["label"] == 1 and row["a"].strip() != row["b"].strip()]
+    # Questions about "now" are never stored by meaning: they would never be indexed.
+    freshness = FreshnessPolicy()
+    rows = [
+        row
+        for row in rows
+        if min(ttl_s(row[side], model="sim-model", policy=freshness) for side in "ab") > 0
+    ]
     seen: set[str] = set()
     unique = []
     for row in rows:  # each question asked once as a miss
@@ -114,46 +127,73 @@ def _percentiles(values: list[float]) -> dict[str, float]:
     }
 
 
+class _Sides:
+    """The two gateways and a client each; restartable on the same files."""
+
+    def __init__(self, stack: ExitStack, workdir: Path, sim_url: str, rev_src: Path) -> None:
+        self._stack = stack
+        env = {**clean_environment(), "HASTEN_ADMIN_API_KEY": ADMIN_KEY}
+        self._envs = {"this": env, "rev": {**env, "PYTHONPATH": str(rev_src)}}
+        self._configs = {}
+        for side in SIDES:
+            config = workdir / f"{side}.toml"
+            config.write_text(_config(sim_url, workdir, side))
+            self._configs[side] = config
+        self._gateways: dict[str, GatewayProcess] = {}
+        self.clients: dict[str, httpx.Client] = {}
+
+    def start(self) -> None:
+        for side in SIDES:
+            args = ("--host", "127.0.0.1", "--config", str(self._configs[side]))
+            gateway = GatewayProcess(*args, "--log-level", "warning", env=self._envs[side])
+            self._stack.callback(gateway.stop)
+            self._gateways[side] = gateway
+            url = gateway.start(READY_TIMEOUT_S).url
+            self.clients[side] = httpx.Client(base_url=url, timeout=60.0)
+            _ask(self.clients[side], "warm-up: load the embedder")
+
+    def stop(self) -> None:
+        for side in SIDES:
+            self.clients.pop(side).close()
+            self._gateways.pop(side).stop()
+
+
 def measure(rev: str, pairs: str, limit: int, ttft_ms: float, seed: int) -> dict[str, Any]:
     rows = _rows(pairs, limit, seed)
-    env = {**clean_environment(), "HASTEN_ADMIN_API_KEY": ADMIN_KEY}
     latencies: dict[str, dict[str, list[float]]] = {s: {k: [] for k in KINDS} for s in SIDES}
     outcomes: dict[str, dict[str, dict[str, int]]] = {s: {k: {} for k in KINDS} for s in SIDES}
+
+    def ask(side: str, kind: str, text: str) -> None:
+        outcome, elapsed_ms = _ask(sides.clients[side], text)
+        latencies[side][kind].append(elapsed_ms)
+        outcomes[side][kind][outcome] = outcomes[side][kind].get(outcome, 0) + 1
+
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hasten-semdef-")))
         rev_src = stack.enter_context(rev_source(rev, workdir))
         flags = ("--ttft-ms", str(ttft_ms), "--decode-ms", "0", "--output-tokens", "32")
         sim = stack.enter_context(SimulatorProcess(*flags))
-        clients: dict[str, httpx.Client] = {}
-        for side in SIDES:
-            config = workdir / f"{side}.toml"
-            config.write_text(_config(sim.url, workdir / f"{side}.sqlite3"))
-            side_env = {**env, "PYTHONPATH": str(rev_src)} if side == "rev" else env
-            args = ("--host", "127.0.0.1", "--config", str(config), "--log-level", "warning")
-            gateway = GatewayProcess(*args, env=side_env)
-            stack.callback(gateway.stop)
-            url = gateway.start(READY_TIMEOUT_S).url
-            clients[side] = stack.enter_context(httpx.Client(base_url=url, timeout=60.0))
-        for client in clients.values():
-            _ask(client, "warm-up: load the embedder")
+        sides = _Sides(stack, workdir, sim.url, rev_src)
+        sides.start()
         num_entries = 1
-        _wait_indexed(clients, num_entries)
+        _wait_indexed(sides.clients, num_entries)
         for number, row in enumerate(rows):
             order = SIDES if number % 2 == 0 else SIDES[::-1]
             for kind, text in (("miss", row["a"]), ("paraphrase", row["b"])):
                 for side in order:
-                    outcome, elapsed_ms = _ask(clients[side], text)
-                    latencies[side][kind].append(elapsed_ms)
-                    counts = outcomes[side][kind]
-                    counts[outcome] = counts.get(outcome, 0) + 1
+                    ask(side, kind, text)
                 num_entries += 1
-                _wait_indexed(clients, num_entries)
+                _wait_indexed(sides.clients, num_entries)
             for side in order:
-                outcome, elapsed_ms = _ask(clients[side], _repeat(row["a"]))
-                latencies[side]["repeat"].append(elapsed_ms)
-                counts = outcomes[side]["repeat"]
-                counts[outcome] = counts.get(outcome, 0) + 1
-        stats = {side: _semantic_stats(client) for side, client in clients.items()}
+                ask(side, "repeat_soon", _repeat(row["a"]))
+        # Hours later, as it were: restarted gateways remember no embedding of the questions.
+        sides.stop()
+        sides.start()
+        for number, row in enumerate(rows):
+            for side in SIDES if number % 2 == 0 else SIDES[::-1]:
+                ask(side, "repeat_later", _repeat(row["a"]))
+        stats = {side: _semantic_stats(client) for side, client in sides.clients.items()}
+        sides.stop()
     return {
         "rev": rev,
         "pairs": pairs,
@@ -165,16 +205,14 @@ def measure(rev: str, pairs: str, limit: int, ttft_ms: float, seed: int) -> dict
         },
         "this_minus_rev_median_ms": {
             kind: round(
-                float(np.median(np.subtract(latencies["this"][kind], latencies["rev"][kind]))),
-                2,
+                float(np.median(np.subtract(latencies["this"][kind], latencies["rev"][kind]))), 2
             )
             for kind in KINDS
         },
         "outcomes": outcomes,
-        "semantic_stats": {
+        "semantic_stats_after_restart": {
             side: {
                 "embedded_texts": stats[side]["embedded_texts"],
-                "embed_batches": stats[side]["embed_batches"],
                 "by_script": stats[side]["by_script"],
             }
             for side in SIDES
