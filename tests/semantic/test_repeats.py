@@ -136,6 +136,7 @@ async def test_an_old_file_gets_its_text_keys(tmp_path: Path) -> None:
     await cache.close()
     with sqlite3.connect(tmp_path / "semantic.sqlite3") as conn:  # as before the column
         conn.execute("UPDATE hasten_semantic_v1 SET text_key = NULL")
+        conn.execute("DELETE FROM hasten_semantic_v1_meta WHERE name = 'text_keys_filled'")
     reopened, _ = make(tmp_path)
     match = await reopened.lookup(chat("How do I cook rice?"), model="m", tenant="t")
     assert match is not None and match.answer_key == "k1"

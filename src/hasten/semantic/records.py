@@ -53,6 +53,7 @@ _ADDED_COLUMNS = {"answer_class": "INTEGER", "alias_of": "INTEGER", "text_key": 
 # A repeated question (``text_key``: its normalised text's hash) is found without a vector.
 _TEXT_INDEX = f"CREATE INDEX IF NOT EXISTS {_TABLE}_text ON {_TABLE} (partition, text_key)"
 _ROWS_PER_BACKFILL = 1000
+_TEXT_KEYS_FILLED = "text_keys_filled"
 # Partial: only aliases are in it, so an entry's removal finds its aliases without a scan.
 _ALIAS_INDEX = (
     f"CREATE INDEX IF NOT EXISTS {_TABLE}_alias ON {_TABLE} (alias_of) WHERE alias_of IS NOT NULL"
@@ -102,7 +103,10 @@ class Records:
                     raise
 
     def _fill_text_keys(self) -> None:
-        """Gives rows written before ``text_key`` existed theirs (once per file)."""
+        """Gives rows written before ``text_key`` existed theirs, once per file (the search
+        for them reads every row: not on every open of a large file)."""
+        if self.get_meta(_TEXT_KEYS_FILLED) is not None:
+            return
         select = f"SELECT id, text FROM {_TABLE} WHERE text_key IS NULL LIMIT {_ROWS_PER_BACKFILL}"
         while rows := self.conn.execute(select).fetchall():
             with self.transaction():
@@ -110,6 +114,7 @@ class Records:
                     f"UPDATE {_TABLE} SET text_key = ? WHERE id = ?",
                     ((text_key(text), entry_id) for entry_id, text in rows),
                 )
+        self.set_meta(_TEXT_KEYS_FILLED, b"1")  # every insert since writes its key
 
     def _columns(self) -> set[str]:
         return {row[1] for row in self.conn.execute(f"PRAGMA table_info({_TABLE})")}
