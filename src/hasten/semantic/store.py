@@ -584,8 +584,8 @@ class SemanticCache:
 
     def _repeat_lookup_sync(self, partition: str, text: str, script: str) -> LookupResult:
         """The decision where only a repeated question can be served: the oldest live entry
-        whose question is ``text`` again (whitespace runs aside), as the embedding path
-        would find it (an identical text embeds identically, the lowest id wins a tie)."""
+        whose question is ``text`` again (whitespace runs aside). The embedding path serves
+        the same row: a text equal but for spacing is its nearest (ties go to the lowest id)."""
         records = self._open()
         now = self._clock()
         stored = records.entries_with_text(partition, text)
