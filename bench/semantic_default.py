@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 import numpy as np
+from semantic_http import percentiles
 from server_process import clean_environment, invocation, rev_source
 
 from hasten.semantic.freshness import FreshnessPolicy, ttl_s
@@ -117,16 +118,6 @@ def _rows(pairs: str, limit: int, seed: int) -> list[dict[str, Any]]:
     return unique
 
 
-def _percentiles(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {"n": 0}
-    return {
-        "n": len(values),
-        "p50": round(float(np.percentile(values, 50)), 2),
-        "p99": round(float(np.percentile(values, 99)), 2),
-    }
-
-
 class _Sides:
     """The two gateways and a client each; restartable on the same files."""
 
@@ -201,7 +192,7 @@ def measure(rev: str, pairs: str, limit: int, ttft_ms: float, seed: int) -> dict
         "mean_chars": round(float(np.mean([len(row["a"]) for row in rows])), 1),
         "ttft_ms": ttft_ms,
         "latency_ms": {
-            side: {kind: _percentiles(latencies[side][kind]) for kind in KINDS} for side in SIDES
+            side: {kind: percentiles(latencies[side][kind]) for kind in KINDS} for side in SIDES
         },
         "this_minus_rev_median_ms": {
             kind: round(

@@ -51,7 +51,8 @@ ADMIN_HEADERS = {"authorization": f"Bearer {ADMIN_KEY}"}
 MIN_SIMILARITY = 0.96
 
 
-def _percentiles(values: list[float]) -> dict[str, float]:
+def percentiles(values: list[float]) -> dict[str, float]:
+    """n, p50 and p99 of ``values`` (ms), rounded for a report."""
     if not values:
         return {"n": 0}
     return {
@@ -208,7 +209,7 @@ def run(pairs: str, limit: int | None, ttft_ms: float, seed: int, embedder: str)
         "mean_chars": round(float(np.mean([len(text) for text in paraphrases])), 1),
         "ttft_ms": ttft_ms,
         "indexed": num_indexed,
-        "latency_ms": {name: _percentiles(values) for name, values in sorted(latencies.items())},
+        "latency_ms": {name: percentiles(values) for name, values in sorted(latencies.items())},
         "paraphrase_phase": _embedding_share(before["semantic"], after["semantic"]),
         "semantic_stats": {k: v for k, v in stats.items() if isinstance(v, int | float | str)},
     }
