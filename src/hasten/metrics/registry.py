@@ -192,7 +192,8 @@ def _histograms(base: tuple[str, ...], tenant: tuple[str, ...]) -> tuple[Histogr
         ),
         HistogramFamily(
             "hasten_semantic_lookup_seconds",
-            "A semantic-tier lookup: embedding the question and searching",
+            "A semantic-tier lookup: embedding the question and searching (or, where only "
+            "a repeat is served, reading it by its text)",
             ("model", *tenant),
             LATENCY_BUCKETS_S,
         ),
