@@ -56,12 +56,13 @@ async def test_a_repeated_question_hits_without_embedding(tmp_path: Path) -> Non
 
 
 async def test_the_embedding_path_decides_the_same(tmp_path: Path) -> None:
-    """``lookup_near`` (which names a near miss, so embeds) serves the same repeat."""
+    """At 0.8 this table's Latin evidence can reach the target, so every lookup embeds; a
+    repeat is served there as the text path serves it at 0.95."""
     cache, _ = make(tmp_path)
     await cache.insert(chat("How do I cook rice?"), model="m", tenant="t", answer_key="k1")
     by_text = await cache.lookup(chat("How do I\tcook rice?"), model="m", tenant="t")
     await cache.close()
-    reopened, embedder = make(tmp_path)  # nothing embedded yet
+    reopened, embedder = make(tmp_path, target=0.8)  # nothing embedded yet
     result = await reopened.lookup_near(chat("How do I\tcook rice?"), model="m", tenant="t")
     assert embedder.batches == [1]
     assert by_text is not None and result.match is not None
@@ -72,6 +73,24 @@ async def test_the_embedding_path_decides_the_same(tmp_path: Path) -> None:
     )
     assert result.match.similarity == pytest.approx(1.0, abs=1e-3)  # stored as float16
     await reopened.close()
+
+
+async def test_a_judge_embeds_only_what_is_not_a_repeat(tmp_path: Path) -> None:
+    """``lookup_near`` (the judge's: it needs the near miss) serves a repeat by its text and
+    embeds the rest, each lookup counted once."""
+    cache, embedder = make(tmp_path)
+    await cache.insert(chat("How do I cook rice?"), model="m", tenant="t", answer_key="k1")
+    num_embedded = len(embedder.batches)
+    repeat = await cache.lookup_near(chat("How do I  cook rice?"), model="m", tenant="t")
+    assert repeat.match is not None and repeat.match.similarity == 1.0
+    assert len(embedder.batches) == num_embedded
+    near = await cache.lookup_near(chat("How do I cook brown rice?"), model="m", tenant="t")
+    assert near.match is None and near.near is not None and near.near.answer_key == "k1"
+    assert len(embedder.batches) == num_embedded + 1
+    reasons = cache.script_stats()[LATIN]
+    assert reasons["hits"] == 1 and reasons["misses"] == 1
+    assert "not_repeated" not in reasons
+    await cache.close()
 
 
 async def test_a_lower_target_embeds(tmp_path: Path) -> None:

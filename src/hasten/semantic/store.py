@@ -205,8 +205,9 @@ class SemanticCache:
     ) -> LookupResult:
         """``lookup``, plus the entry it came close to when it serves nothing (``near``).
 
-        Without ``is_near_needed``, a question in a script where the target admits only a
-        repeated question is looked up by its text, not embedded (``near`` is then None)."""
+        In a script where the target admits only a repeated question, the question is looked
+        up by its text first: a repeat is served without an embedding, and without
+        ``is_near_needed`` so is a miss (``near`` is then None)."""
         query = split_chat(body, model=model, tenant=tenant)
         if query is None:
             self.counters["skipped_not_cacheable"] += 1
@@ -218,12 +219,17 @@ class SemanticCache:
             self.budget.note_lookup()
         self.start()
         try:
-            if not is_near_needed:
-                script = script_of(normalized_text(query.text))
-                if script in self._repeat_only_scripts:
-                    return await self._run(
-                        self._repeat_lookup_sync, query.partition_key, query.text, script
-                    )
+            script = script_of(normalized_text(query.text))
+            if script in self._repeat_only_scripts:
+                args = (query.partition_key, query.text, script)
+                repeat = await self._run(self._repeat_lookup_sync, *args)
+                if repeat is not None:
+                    return repeat
+                if not is_near_needed:
+                    self.counters[f"lookup_{matcher.NOT_REPEATED}"] += 1
+                    self._by_script[script][matcher.NOT_REPEATED] += 1
+                    return NOTHING
+                # No repeat, and the judge wants the near miss: only the embedding finds it.
             with trace.child("embedding") as embedding:
                 vector = await self.embedder.embed(query.text)
                 embedding.set("hasten.embedder", self._embedder_name)
@@ -582,21 +588,21 @@ class SemanticCache:
         )
         return LookupResult(match)
 
-    def _repeat_lookup_sync(self, partition: str, text: str, script: str) -> LookupResult:
-        """The decision where only a repeated question can be served: the oldest live entry
-        whose question is ``text`` again (whitespace runs aside). The embedding path serves
-        the same row: a text equal but for spacing is its nearest (ties go to the lowest id)."""
+    def _repeat_lookup_sync(self, partition: str, text: str, script: str) -> LookupResult | None:
+        """The hit where only a repeated question can be served: the oldest live entry whose
+        question is ``text`` again (whitespace runs aside); None if there is none. The
+        embedding path serves the same row: a text equal but for spacing is its nearest
+        (ties go to the lowest id)."""
         records = self._open()
         now = self._clock()
         stored = records.entries_with_text(partition, text)
         self._upkeep.drop_expired(records, [e for e in stored if e.expires_at <= now])
         live = [entry for entry in stored if entry.expires_at > now]
-        best = live[0] if live and self.policy.serves_repeats else None
-        reason = matcher.HIT if best is not None else matcher.NOT_REPEATED
-        self.counters[f"lookup_{reason}"] += 1
-        self._by_script[script][reason] += 1
-        if best is None:
-            return NOTHING
+        if not live or not self.policy.serves_repeats:
+            return None
+        best = live[0]
+        self.counters[f"lookup_{matcher.HIT}"] += 1
+        self._by_script[script][matcher.HIT] += 1
         records.touch(best.entry_id, now)
         self.counters["hits"] += 1
         verdict = None

@@ -114,7 +114,8 @@ class SemanticTier:
         """A hit to serve, or what the upstream's fresh answer is to be compared with
         (``trace``: the lookup's span, under which the embedding gets its own)."""
         try:
-            # Only the judge needs the near miss (found by embedding) when nothing is served.
+            # Only the judge needs the near miss (found by embedding) when nothing is served:
+            # without it, a miss where only repeats are served is decided by the text alone.
             result = await self.cache.lookup_near(
                 body,
                 model=model,
