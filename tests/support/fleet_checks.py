@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any
 
@@ -202,7 +202,7 @@ async def _kill_the_leader(
 
 @dataclass(frozen=True, slots=True)
 class RoutingResult:
-    preferred_before: dict[int, str]  # per replica: who answered its last warm-up request
+    preferred_before: dict[int, str]  # per replica: who answered most of its warm-up
     first_tried_degraded: list[bool]  # per request of replica 1's 10: was b tried?
     num_after: int  # requests to replicas 2 and 3 after replica 1 learned
     num_after_to_degraded: int  # of those, how many were sent to b
@@ -214,7 +214,7 @@ def degraded_routing(fleet: Fleet) -> RoutingResult:
     3 the next 10."""
     # A gap the machine's noise cannot close: 150 ms against none.
     reset(fleet, a={"ttft_base_ms": 150}, b={"ttft_base_ms": 0})
-    preferred: dict[int, str] = {}
+    answered: dict[int, Counter[str]] = defaultdict(Counter)
     tried = []
     with new_sync_client() as client:
         for i in range(15):
@@ -222,7 +222,10 @@ def degraded_routing(fleet: Fleet) -> RoutingResult:
             response = post(client, fleet.url, body)
             response.raise_for_status()
             index = fleet.replica_index(response.headers[REPLICA_HEADER])
-            preferred[index] = response.headers["x-hasten-upstream"]
+            answered[index][response.headers["x-hasten-upstream"]] += 1
+        # What each replica prefers: the deployment most of its warm-up went to (one request
+        # on a loaded machine may still go elsewhere while the estimates settle).
+        preferred = {index: counts.most_common(1)[0][0] for index, counts in answered.items()}
         fleet.set_sim("b", ttft_base_ms=DEGRADED_TTFT_MS)
         for i in range(10):
             b_before = fleet.chat_calls("b")
