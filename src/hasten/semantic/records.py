@@ -216,14 +216,14 @@ class Records:
         )
         return {int(row[0]): _stored_entry(row) for row in rows}
 
-    def entries_with_text(self, partition: str, text: str) -> list[StoredEntry]:
-        """The partition's rows whose question is ``text`` again (``normalized_text``), by id."""
-        normalized = normalized_text(text)
+    def entries_with_text(self, partition: str, normalized: str) -> list[StoredEntry]:
+        """The partition's rows whose question, made ``normalized_text``, is ``normalized``
+        (already made so), by id."""
         rows = self.conn.execute(
             f"SELECT id, partition, text, answer_key, expires_at, observations,"
             f" coalesce(answer_class, id), alias_of FROM {_TABLE}"
             " WHERE partition = ? AND text_key = ? ORDER BY id",
-            (partition, text_key(text)),
+            (partition, _key(normalized)),
         )
         found = (_stored_entry(row) for row in rows)  # compared: two texts' keys may collide
         return [entry for entry in found if normalized_text(entry.text) == normalized]
@@ -319,7 +319,11 @@ class Records:
 
 def text_key(text: str) -> int:
     """A 64-bit key of the question as ``normalized_text`` makes it (a signed SQLite integer)."""
-    digest = hashlib.blake2b(normalized_text(text).encode(), digest_size=8).digest()
+    return _key(normalized_text(text))
+
+
+def _key(normalized: str) -> int:
+    digest = hashlib.blake2b(normalized.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
 
 

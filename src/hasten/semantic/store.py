@@ -38,7 +38,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -219,17 +219,18 @@ class SemanticCache:
             self.budget.note_lookup()
         self.start()
         try:
-            script = script_of(normalized_text(query.text))
-            if script in self._repeat_only_scripts:
-                args = (query.partition_key, query.text, script)
-                repeat = await self._run(self._repeat_lookup_sync, *args)
-                if repeat is not None:
-                    return repeat
-                if not is_near_needed:
-                    self.counters[f"lookup_{matcher.NOT_REPEATED}"] += 1
-                    self._by_script[script][matcher.NOT_REPEATED] += 1
-                    return NOTHING
-                # No repeat, and the judge wants the near miss: only the embedding finds it.
+            if self._repeat_only_scripts:
+                normalized = normalized_text(query.text)
+                script = script_of(normalized)
+                if script in self._repeat_only_scripts:
+                    args = (query.partition_key, normalized, script)
+                    repeat = await self._run(self._repeat_lookup_sync, *args)
+                    if repeat is not None:
+                        return repeat
+                    if not is_near_needed:
+                        self._count_decision(script, matcher.NOT_REPEATED)
+                        return NOTHING
+                    # No repeat, and the judge wants the near miss: only the embedding finds it.
             with trace.child("embedding") as embedding:
                 vector = await self.embedder.embed(query.text)
                 embedding.set("hasten.embedder", self._embedder_name)
@@ -554,8 +555,7 @@ class SemanticCache:
         choice = matcher.choose(signature(text), candidates, policy)
         if self.verifier is not None and matcher.needs_second_opinion(choice, policy):
             choice = self._second_opinion(choice, text, live, policy)
-        self.counters[f"lookup_{choice.reason}"] += 1
-        self._by_script[choice.script or "latin"][choice.reason] += 1
+        self._count_decision(choice.script or "latin", choice.reason)
         if choice.guard_reason is not None:
             self.counters[f"guard_{choice.guard_reason}"] += 1
         best = choice.candidate
@@ -572,51 +572,53 @@ class SemanticCache:
             if action == budget_mod.EXPLORE:
                 match = SemanticMatch(best.entry_id, best.similarity, best.answer_key, True)
                 return LookupResult(match, near_miss(best, floor))
-        records.touch(best.entry_id, now)
-        self.counters["hits"] += 1
-        verdict = choice.verdict
-        if live[best.entry_id].alias_of is not None:  # a verified alias (``aliases``)
-            verdict = ALIAS
-            self.judge_counts[choice.script or "latin"]["alias_hits"] += 1
         match = SemanticMatch(
             best.entry_id,
             best.similarity,
             best.answer_key,
             risk=choice.risk,
             script=choice.script,
-            verdict=verdict,
+            verdict=choice.verdict,
         )
-        return LookupResult(match)
+        return self._served(records, live[best.entry_id], match, now)
 
-    def _repeat_lookup_sync(self, partition: str, text: str, script: str) -> LookupResult | None:
+    def _repeat_lookup_sync(
+        self, partition: str, normalized: str, script: str
+    ) -> LookupResult | None:
         """The hit where only a repeated question can be served: the oldest live entry whose
-        question is ``text`` again (whitespace runs aside); None if there is none. The
+        question is ``normalized`` (``normalized_text``) too; None if there is none. The
         embedding path serves the same row: a text equal but for spacing is its nearest
         (ties go to the lowest id)."""
+        if not self.policy.serves_repeats:  # a target above even a repeat's bound
+            return None
         records = self._open()
         now = self._clock()
-        stored = records.entries_with_text(partition, text)
+        stored = records.entries_with_text(partition, normalized)
         self._upkeep.drop_expired(records, [e for e in stored if e.expires_at <= now])
         live = [entry for entry in stored if entry.expires_at > now]
-        if not live or not self.policy.serves_repeats:
+        if not live:
             return None
-        best = live[0]
-        self.counters[f"lookup_{matcher.HIT}"] += 1
-        self._by_script[script][matcher.HIT] += 1
-        records.touch(best.entry_id, now)
-        self.counters["hits"] += 1
-        verdict = None
-        if best.alias_of is not None:
-            verdict = ALIAS
-            self.judge_counts[script]["alias_hits"] += 1
+        self._count_decision(script, matcher.HIT)
         assert self.policy.calibration is not None  # serves_repeats
         risk = 1.0 - self.policy.calibration.identical_precision
         # The texts are the same: 1.0 is their similarity (the embedder was not asked).
-        return LookupResult(
-            SemanticMatch(
-                best.entry_id, 1.0, best.answer_key, risk=risk, script=script, verdict=verdict
-            )
-        )
+        match = SemanticMatch(live[0].entry_id, 1.0, live[0].answer_key, risk=risk, script=script)
+        return self._served(records, live[0], match, now)
+
+    def _count_decision(self, script: str, reason: str) -> None:
+        self.counters[f"lookup_{reason}"] += 1
+        self._by_script[script][reason] += 1
+
+    def _served(
+        self, records: Records, entry: StoredEntry, match: SemanticMatch, now: float
+    ) -> LookupResult:
+        """A hit on ``entry``: touched, counted, and named an alias's when it is one."""
+        records.touch(entry.entry_id, now)
+        self.counters["hits"] += 1
+        if entry.alias_of is not None:  # a verified alias (``aliases``)
+            self.judge_counts[match.script or "latin"]["alias_hits"] += 1
+            match = replace(match, verdict=ALIAS)
+        return LookupResult(match)
 
     def _second_opinion(
         self,
