@@ -191,9 +191,12 @@ async def _import(gateway: Gateway, raw: bytes) -> dict[str, Any]:
         gateway.cache.put(key, entry)
         to_index.append(NewEntry(body, model.name, namespace, key, model.cache.ttl_s))
         num_imported += 1
-    if gateway.semantic is not None:
-        await gateway.semantic.remember_many(to_index)
-    return {"imported": num_imported}
+    if gateway.semantic is None:
+        return {"imported": num_imported}
+    await gateway.semantic.remember_many(to_index)
+    # Rows a repeat finds by text at once, whose vectors are still being filled in (poll
+    # /admin/cache/stats: semantic.vectors_pending) before paraphrases can find them.
+    return {"imported": num_imported, "vectors_pending": gateway.semantic.cache.num_vectors_pending}
 
 
 def _chat_body(item: dict[str, Any], number: int) -> dict[str, Any]:

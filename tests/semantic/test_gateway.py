@@ -212,12 +212,39 @@ def test_import_warms_and_persists_across_restart(sim: ServerThread, tmp_path: P
             content=lines,
             headers=ADMIN,
         )
-        assert result.json() == {"imported": 1}
+        assert result.json() == {"imported": 1, "vectors_pending": 0}  # at 0.96: embedded now
     with running_gateway(config) as gateway:
         client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="k", max_retries=0)
         reply = _ask(client, "What is the height of Mount Everest?")
         assert reply.headers["x-hasten-cache"] == "semantic"
         assert reply.parse().choices[0].message.content == "8,849 metres."
+    assert sim_stats(sim.url)["num_requests"] == 0
+
+
+def test_an_import_at_the_default_is_served_by_text_before_its_vectors(
+    sim: ServerThread, tmp_path: Path
+) -> None:
+    config = _config(sim.url, tmp_path, min_similarity=None)
+    lines = b"".join(
+        b'{"question": "Which river flows through city %d?", "answer": "River %d.", '
+        b'"model": "sim-model", "tenant": "%s"}\n' % (i, i, K_TENANT.encode())
+        for i in range(3)
+    )
+    with running_gateway(config) as gateway:
+        result = httpx.post(f"{gateway.url}/admin/cache/import", content=lines, headers=ADMIN)
+        assert result.json() == {"imported": 3, "vectors_pending": 3}
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="k", max_retries=0)
+        reply = _ask(client, "Which river flows  through city 2?")  # not the exact body
+        assert reply.headers["x-hasten-cache"] == "semantic"
+        assert reply.headers["x-hasten-semantic-similarity"] == "1.0000"
+        assert reply.parse().choices[0].message.content == "River 2."
+        for _ in range(500):  # the vectors follow in the background
+            stats = httpx.get(f"{gateway.url}/admin/cache/stats", headers=ADMIN).json()
+            if stats["semantic"]["vectors_pending"] == 0:
+                break
+            time.sleep(0.02)
+        assert stats["semantic"]["vectors_pending"] == 0
+        assert stats["semantic"]["vectors_filled"] == 3
     assert sim_stats(sim.url)["num_requests"] == 0
 
 

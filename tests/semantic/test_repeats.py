@@ -4,7 +4,9 @@ given their text keys."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,8 @@ from hasten.semantic.calibrated import E5
 from hasten.semantic.calibration import CJK, LATIN, OTHER, Calibration, ScriptModel
 from hasten.semantic.judge_rules import JudgeCase
 from hasten.semantic.records import text_key
-from hasten.semantic.store import ALIAS, SemanticCache, SemanticStoreConfig
+from hasten.semantic.embedder import Vectors
+from hasten.semantic.store import ALIAS, NewEntry, SemanticCache, SemanticStoreConfig
 from tests.support.semantic import Clock, WordsEmbedder, chat
 
 # Like the shipped tables: no non-identical evidence is ever better than 0.85 precise.
@@ -206,3 +209,85 @@ def _partition_of(tmp_path: Path, entry_id: int) -> str:
     with sqlite3.connect(tmp_path / "semantic.sqlite3") as conn:
         row = conn.execute("SELECT partition FROM hasten_semantic_v1 WHERE id = ?", (entry_id,))
         return str(row.fetchone()[0])
+
+
+def _imports(num: int, tenant: str = "t") -> list[NewEntry]:
+    return [
+        NewEntry(chat(f"Imported question number {i}?"), "m", tenant, f"k{i}") for i in range(num)
+    ]
+
+
+async def test_an_import_is_served_by_text_at_once_and_by_meaning_once_filled(
+    tmp_path: Path,
+) -> None:
+    """Where only repeats are served, an import stores its rows without embedding them (a
+    repeat is found by its text); the vectors follow in the background, a few a model call."""
+    cache, embedder = make(tmp_path)
+    assert await cache.insert_many(_imports(40)) == 40
+    assert embedder.batches == [] and cache.stats()["vectors_pending"] == 40
+    found = await cache.lookup(chat("Imported question  number 7?"), model="m", tenant="t")
+    assert found is not None and found.answer_key == "k7" and found.similarity == 1.0
+    await cache.wait_for_vectors()
+    assert cache.stats()["vectors_pending"] == 0 and cache.counters["vectors_filled"] == 40
+    assert sum(embedder.batches) == 40 and max(embedder.batches) <= 8
+    await cache.close()
+    lower, _ = make(tmp_path, target=0.8)  # every lookup embeds: the vectors must be right
+    result = await lower.lookup_near(chat("Imported question number 33?"), model="m", tenant="t")
+    assert result.match is not None and result.match.answer_key == "k33"
+    assert result.match.similarity == pytest.approx(1.0, abs=1e-3)
+    await lower.close()
+
+
+async def test_a_lower_target_embeds_an_import_at_once(tmp_path: Path) -> None:
+    cache, embedder = make(tmp_path, target=0.8)
+    assert await cache.insert_many(_imports(20)) == 20
+    assert sum(embedder.batches) == 20 and cache.stats()["vectors_pending"] == 0
+    await cache.close()
+
+
+async def test_rows_still_waiting_at_close_get_their_vectors_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    cache, _ = make(tmp_path)
+    await cache.insert_many(_imports(30))
+    await cache.close()  # before the filler ran
+    reopened, embedder = make(tmp_path, target=0.8)
+    result = await reopened.lookup_near(chat("Imported question number 3?"), model="m", tenant="t")
+    assert result.match is None  # not in the index until filled: a lost hit, never a wrong one
+    await reopened.wait_for_vectors()
+    assert reopened.stats()["vectors_pending"] == 0 and reopened.counters["vectors_filled"] == 30
+    assert sum(embedder.batches) == 30  # the lookup's embedding is remembered for its row
+    again = await reopened.lookup(chat("Imported question number 3?"), model="m", tenant="t")
+    assert again is not None and again.answer_key == "k3"
+    await reopened.close()
+
+
+async def test_a_row_removed_while_waiting_is_not_filled(tmp_path: Path) -> None:
+    cache, _ = make(tmp_path)
+    await cache.insert_many([*_imports(10, tenant="gone"), *_imports(5, tenant="kept")])
+    await cache.invalidate(tenant="gone")
+    await cache.wait_for_vectors()
+    assert cache.counters["vectors_filled"] == 5 and await cache.count_entries() == 5
+    await cache.close()
+
+
+async def test_a_broken_model_leaves_the_rows_waiting_and_is_not_asked_per_lookup(
+    tmp_path: Path,
+) -> None:
+    class Broken(WordsEmbedder):
+        def embed(self, texts: Sequence[str]) -> Vectors:
+            self.batches.append(len(texts))
+            raise OSError("model gone")
+
+    embedder = Broken()
+    config = SemanticStoreConfig(path=tmp_path / "semantic.sqlite3")
+    cache = SemanticCache(embedder, config, clock=Clock(), calibration=REPEATS_ONLY)
+    assert await cache.insert_many(_imports(12)) == 12
+    await cache.wait_for_vectors()
+    assert cache.counters["vector_fill_errors"] == 1 and cache.stats()["vectors_pending"] == 12
+    for _ in range(5):  # served by text meanwhile; no fill retried on each lookup
+        found = await cache.lookup(chat("Imported question number 1?"), model="m", tenant="t")
+        assert found is not None and found.answer_key == "k1"
+    await asyncio.sleep(0)
+    assert embedder.batches == [8]
+    await cache.close()

@@ -2,6 +2,8 @@
 
 Blocking; used only from the semantic store's worker thread. Vectors are stored as float16
 (half the bytes, cosine error ~1e-4), so any ANN index can be rebuilt from this file alone.
+A row may wait for its vector (an empty blob: imported where only repeats are served, found
+by its text meanwhile); such rows are in no index until ``set_vector`` gives them one.
 """
 
 from __future__ import annotations
@@ -58,6 +60,10 @@ _TEXT_KEYS_FILLED = "text_keys_filled"
 _ALIAS_INDEX = (
     f"CREATE INDEX IF NOT EXISTS {_TABLE}_alias ON {_TABLE} (alias_of) WHERE alias_of IS NOT NULL"
 )
+# Partial: only rows waiting for their vector are in it, so finding them never scans.
+_PENDING_INDEX = (
+    f"CREATE INDEX IF NOT EXISTS {_TABLE}_pending ON {_TABLE} (id) WHERE length(vector) = 0"
+)
 _IDS_PER_QUERY = 500
 # Rough per-row overhead of SQLite plus the in-memory index (graph links, id maps).
 _ROW_OVERHEAD_BYTES = 256
@@ -91,6 +97,7 @@ class Records:
         self.conn.execute(_ALIAS_INDEX)  # after the column exists in files from before it
         self._fill_text_keys()
         self.conn.execute(_TEXT_INDEX)
+        self.conn.execute(_PENDING_INDEX)
 
     def _add_missing_columns(self) -> None:
         for column, kind in _ADDED_COLUMNS.items():
@@ -155,7 +162,7 @@ class Records:
         tenant: str,
         model: str,
         text: str,
-        vector: npt.NDArray[np.float32],
+        vector: npt.NDArray[np.float32] | None,
         answer_key: str,
         now: float,
         ttl_s: float,
@@ -164,9 +171,10 @@ class Records:
         alias_of: int | None = None,
     ) -> int:
         """A new row; ``entry_id`` None lets SQLite pick (local mode), else it is kept as is.
+        ``vector`` None: the row waits for ``set_vector``;
         ``answer_class`` None: the row is its own class (NULL, read back as its id);
         ``alias_of``: the entry a verified alias serves (``aliases``)."""
-        blob = np.asarray(vector, dtype=np.float16).tobytes()
+        blob = b"" if vector is None else _blob(vector)
         size_bytes = len(blob) + len(text.encode()) + len(answer_key) + _ROW_OVERHEAD_BYTES
         cursor = self.conn.execute(
             f"INSERT INTO {_TABLE} (id, partition, tenant, model, text, vector, answer_key,"
@@ -190,6 +198,29 @@ class Records:
             ),
         )
         return int(cursor.lastrowid or 0)
+
+    def set_vector(self, entry_id: int, vector: npt.NDArray[np.float32]) -> bool:
+        """Gives a row waiting for its vector this one; False if it no longer waits (gone)."""
+        blob = _blob(vector)
+        cursor = self.conn.execute(
+            f"UPDATE {_TABLE} SET vector = ?, size_bytes = size_bytes + ?"
+            " WHERE id = ? AND length(vector) = 0",
+            (blob, len(blob), entry_id),
+        )
+        return cursor.rowcount > 0
+
+    def pending(self, limit: int) -> list[tuple[int, str, str]]:
+        """``(id, partition, text)`` of up to ``limit`` rows waiting for a vector, oldest first."""
+        rows = self.conn.execute(
+            f"SELECT id, partition, text FROM {_TABLE} WHERE length(vector) = 0"
+            " ORDER BY id LIMIT ?",
+            (limit,),
+        )
+        return [(int(row[0]), row[1], row[2]) for row in rows]
+
+    def count_pending(self) -> int:
+        row = self.conn.execute(f"SELECT count(*) FROM {_TABLE} WHERE length(vector) = 0")
+        return int(row.fetchone()[0])
 
     def has(self, entry_id: int) -> bool:
         row = self.conn.execute(f"SELECT 1 FROM {_TABLE} WHERE id = ?", (entry_id,))
@@ -232,16 +263,20 @@ class Records:
         self, partition: str, dim: int
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
         rows = self.conn.execute(
-            f"SELECT id, vector FROM {_TABLE} WHERE partition = ? ORDER BY id", (partition,)
+            f"SELECT id, vector FROM {_TABLE} WHERE partition = ? AND length(vector) > 0"
+            " ORDER BY id",
+            (partition,),
         ).fetchall()
         ids = np.array([row[0] for row in rows], dtype=np.int64)
         matrix = np.frombuffer(b"".join(row[1] for row in rows), dtype=np.float16)
         return ids, matrix.reshape(len(rows), dim).astype(np.float32)
 
     def partition_digest(self, partition: str) -> tuple[int, int]:
-        """(row count, sum of ids): tells whether a saved graph still matches the rows."""
+        """(row count, sum of ids) of the rows with a vector: tells whether a saved graph
+        still matches them."""
         row = self.conn.execute(
-            f"SELECT count(*), coalesce(sum(id), 0) FROM {_TABLE} WHERE partition = ?",
+            f"SELECT count(*), coalesce(sum(id), 0) FROM {_TABLE}"
+            " WHERE partition = ? AND length(vector) > 0",
             (partition,),
         ).fetchone()
         return int(row[0]), int(row[1])
@@ -315,6 +350,10 @@ class Records:
 
     def delete(self, ids: Iterable[int]) -> None:
         self.conn.executemany(f"DELETE FROM {_TABLE} WHERE id = ?", ((i,) for i in ids))
+
+
+def _blob(vector: npt.NDArray[np.float32]) -> bytes:
+    return np.asarray(vector, dtype=np.float16).tobytes()
 
 
 def text_key(text: str) -> int:

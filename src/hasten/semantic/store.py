@@ -79,6 +79,10 @@ Vector = npt.NDArray[np.float32]
 ALIAS = "alias"
 # Rows of an import written per transaction (and embedded per call of ``embed_many``).
 _INSERT_CHUNK = 256
+# Rows given their vectors per model call after an import: small, so a lookup that needs the
+# embedder meanwhile waits for at most this many questions (batches gain little per text).
+_FILL_BATCH = 8
+_FILL_RETRY_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +179,11 @@ class SemanticCache:
         self._index = VectorIndex(self._dim, max_flat_entries=config.max_flat_entries)
         self._loaded: set[str] = set()
         self._upkeep = Upkeep(config, self._index, self.counters, dim=self._dim)
+        # Rows waiting for their vector (an import's, where only repeats are served): counted
+        # on the worker thread, given vectors by the ``_fill`` task, which runs while any wait.
+        self._num_pending = 0
+        self._filler: asyncio.Task[None] | None = None
+        self._fill_retry_at = 0.0  # after a failed fill: a broken model is not asked per lookup
         self.replica: SharedReplica | None = None
         if config.redis_url is not None:
             namespace = f"{config.redis_namespace}{model.name}:{model.dim}:"
@@ -182,10 +191,29 @@ class SemanticCache:
             self.replica = SharedReplica(shared, self, self.counters, clock=clock)
 
     def start(self) -> None:
-        """Starts following the shared tier, if any (idempotent; outside an event loop it
-        waits for the first lookup or insert)."""
+        """Starts following the shared tier, if any, and giving rows that wait for their
+        vector one (idempotent; outside an event loop it waits for the first lookup or
+        insert)."""
         if self.replica is not None:
             self.replica.start()
+        filler = self._filler
+        is_due = self._num_pending > 0 and time.monotonic() >= self._fill_retry_at
+        if filler is None or (is_due and filler.done()):
+            with contextlib.suppress(RuntimeError):  # no running loop: the next call starts it
+                self._filler = asyncio.get_running_loop().create_task(self._fill())
+
+    @property
+    def num_vectors_pending(self) -> int:
+        """Rows found only by their text so far: their vectors are being filled in."""
+        return self._num_pending
+
+    async def wait_for_vectors(self) -> None:
+        """Returns once no row waits for its vector (an import's rows are then found by
+        meaning too, not only as repeats)."""
+        self.start()
+        while self._filler is not None and not self._filler.done():
+            await asyncio.shield(self._filler)
+            self.start()  # rows that came while it finished
 
     async def lookup(
         self, body: Mapping[str, Any], *, model: str, tenant: str
@@ -325,13 +353,34 @@ class SemanticCache:
         for start in range(0, len(rows), _INSERT_CHUNK):
             chunk = rows[start : start + _INSERT_CHUNK]
             try:
-                vectors = await self.embedder.embed_many([row.text for row in chunk])
+                vectors = await self._import_vectors(chunk)
                 num_inserted += await self._run(
                     self._insert_many_sync, chunk, vectors, self._clock()
                 )
             except Exception:
                 self._note_error("insert")
+        self.start()  # the rows stored without a vector get theirs in the background
         return num_inserted
+
+    async def _import_vectors(self, rows: Sequence[_Row]) -> list[Vector | None]:
+        """The vectors an import must have now: where only a repeated question is served, a
+        row is found by its text, so its vector (the model's time, ~15 ms a question here)
+        is left to ``_fill`` (None) and the import is bound by the file, not the model."""
+        is_later = [script_of(normalized_text(r.text)) in self._repeat_only_scripts for r in rows]
+        texts = [row.text for row, later in zip(rows, is_later, strict=True) if not later]
+        embedded = iter(await self.embedder.embed_many(texts) if texts else [])
+        return [None if later else next(embedded) for later in is_later]
+
+    async def _fill(self) -> None:
+        """Gives every row waiting for its vector one, a few per model call, until none wait."""
+        while rows := await self._run(self._pending_sync):
+            try:
+                vectors = await self.embedder.embed_many([text for _, _, text in rows])
+                await self._run(self._fill_sync, rows, vectors)
+            except Exception:  # the rows keep waiting: retried by a start after a pause
+                self._note_error("vector_fill")
+                self._fill_retry_at = time.monotonic() + _FILL_RETRY_S
+                return
 
     async def _insert_each(self, items: Sequence[NewEntry]) -> int:
         """With a shared tier every entry needs a shared id and an event of its own: one
@@ -435,6 +484,7 @@ class SemanticCache:
                 round(1.0 - self.policy.max_risk, 6) if self.policy.calibration else None
             ),
             embedder=self._embedder_name,
+            vectors_pending=self._num_pending,
             verifier=None if self.verifier is None else self.verifier.name,
             judge=dict(sum(self.judge_counts.values(), Counter[str]())),
             by_script=self.script_stats(),
@@ -465,9 +515,14 @@ class SemanticCache:
         return {"hits": num_hits, "misses": num_lookups - num_hits, **reasons, **judged}
 
     async def close(self) -> None:
-        """Stops following, saves large partitions' graphs and closes the file."""
+        """Stops following and filling vectors (rows still waiting get theirs after the next
+        start), saves large partitions' graphs and closes the file."""
         if self.replica is not None:
             await self.replica.close()
+        if self._filler is not None:
+            self._filler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._filler
         await self._run(self._close_sync)
         self._executor.shutdown(wait=True)
         await self.embedder.close()
@@ -513,6 +568,7 @@ class SemanticCache:
                     [budget_mod.Observation(s, bool(c)) for s, c in orjson.loads(saved)]
                 )
         self._upkeep.recount(records)
+        self._num_pending = records.count_pending()
         self._records = records
         return records
 
@@ -683,7 +739,9 @@ class SemanticCache:
         root = entry.entry_id if entry.alias_of is None else entry.alias_of
         return self._add_row(records, row, vector, now, entry_id, entry.answer_class, root)
 
-    def _insert_many_sync(self, rows: Sequence[_Row], vectors: Sequence[Vector], now: float) -> int:
+    def _insert_many_sync(
+        self, rows: Sequence[_Row], vectors: Sequence[Vector | None], now: float
+    ) -> int:
         records = self._open()
         added: list[tuple[str, int]] = []
         try:
@@ -698,20 +756,42 @@ class SemanticCache:
             self._upkeep.recount(records)
             raise
         self.counters["inserts"] += len(rows)
+        self._num_pending += sum(vector is None for vector in vectors)
         return len(rows)
+
+    def _pending_sync(self) -> list[tuple[int, str, str]]:
+        records = self._open()
+        self._num_pending = records.count_pending()
+        return records.pending(_FILL_BATCH)
+
+    def _fill_sync(self, rows: Sequence[tuple[int, str, str]], vectors: Sequence[Vector]) -> None:
+        records = self._open()
+        with records.transaction():
+            filled = [
+                (partition, entry_id, vector)
+                for (entry_id, partition, _), vector in zip(rows, vectors, strict=True)
+                if records.set_vector(entry_id, vector)  # else removed while it waited
+            ]
+        for partition, entry_id, vector in filled:
+            if partition in self._loaded:  # else loaded from the file on first use
+                self._index.add(partition, entry_id, vector)
+        self.counters["vectors_filled"] += len(filled)
+        self._num_pending = max(0, self._num_pending - len(rows))
 
     def _add_row(
         self,
         records: Records,
         row: _Row,
-        vector: Vector,
+        vector: Vector | None,
         now: float,
         entry_id: int | None = None,
         answer_class: int | None = None,
         alias_of: int | None = None,
     ) -> int:
-        """One row into the file and the index (its partition loaded first); its id."""
-        self._partition(records, row.partition)
+        """One row into the file and the index (its partition loaded first); its id. Without
+        a vector, into the file only (it waits for ``_fill``)."""
+        if vector is not None:
+            self._partition(records, row.partition)
         entry_id = records.insert(
             partition=row.partition,
             tenant=row.tenant,
@@ -725,7 +805,8 @@ class SemanticCache:
             answer_class=answer_class,
             alias_of=alias_of,
         )
-        self._index.add(row.partition, entry_id, vector)
+        if vector is not None:
+            self._index.add(row.partition, entry_id, vector)
         self._upkeep.note_insert(records, row.text, now)
         return entry_id
 
