@@ -14,9 +14,9 @@ import pytest
 from hasten.semantic import matcher
 from hasten.semantic.calibrated import E5
 from hasten.semantic.calibration import CJK, LATIN, OTHER, Calibration, ScriptModel
+from hasten.semantic.embedder import Vectors
 from hasten.semantic.judge_rules import JudgeCase
 from hasten.semantic.records import text_key
-from hasten.semantic.embedder import Vectors
 from hasten.semantic.store import ALIAS, NewEntry, SemanticCache, SemanticStoreConfig
 from tests.support.semantic import Clock, WordsEmbedder, chat
 
