@@ -378,13 +378,16 @@ def _similar_lengths(
 
 
 def session(onnxruntime: Any, graph: bytes, num_threads: int) -> Any:
-    """An onnxruntime session of ``graph`` on ``num_threads`` (no spinning between ops)."""
+    """An onnxruntime session of ``graph`` on ``num_threads``: its pool spins between the ops
+    of a run and sleeps as soon as the run ends."""
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = num_threads
     options.inter_op_num_threads = 1
-    # No spinning between ops: measured alternating in one process (2 threads, 2 cores),
-    # spinning was no faster (8.48 against 8.52 ms a question) for 15% more CPU, and
-    # without ``force_spinning_stop`` the idle pool thread then burned a core for 20 ms
-    # and more after every run: the core the event loop needs.
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # Spinning between ops: a run has ~150 parallel ops, and waking a sleeping pool thread for
+    # each costs more than the op on a virtual machine (2 threads, 16-token questions, Intel:
+    # 4.4 against 5.5 ms p50; on the AMD machine it was no faster). ``force_spinning_stop``
+    # puts the pool to sleep when the run ends: without it the idle pool thread burned 28 ms
+    # of CPU in the 50 ms after each run, on the core the event loop needs.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1")
+    options.add_session_config_entry("session.force_spinning_stop", "1")
     return onnxruntime.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
