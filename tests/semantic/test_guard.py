@@ -140,6 +140,31 @@ def test_freshness_classes() -> None:
     assert freshness.ttl_s("latest iPhone model", model="m", policy=policy) == 300
     assert freshness.ttl_s("今天有什么新闻", model="m", policy=policy) == 300
     assert freshness.ttl_s("Who wrote Hamlet?", model="m", policy=policy) == 3600
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "What's the live score of the India match?",
+        "live cricket score",
+        "Where can I watch the game live?",
+        "Is the stream live?",
+        "going live on Instagram",
+        "livestream of the election",
+        "live election results",
+    ],
+)
+def test_live_as_in_broadcast_is_volatile(text: str) -> None:
+    assert freshness.classify(text) == freshness.VOLATILE
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["Where do you live?", "What is it like to live in Paris?", "How long do cats live?",
+     "Is 80,000 pounds enough to live in london?", "I live in a live music town"],
+)  # fmt: skip
+def test_live_the_verb_is_not(text: str) -> None:
+    assert freshness.classify(text) == freshness.STABLE
     per_model = freshness.FreshnessPolicy(model_ttl_s={"fast": 60.0})
     assert freshness.ttl_s("Who wrote Hamlet?", model="fast", policy=per_model) == 60
 
