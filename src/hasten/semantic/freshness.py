@@ -20,8 +20,9 @@ VOLATILE = "volatile"
 # nearly all "where to live" questions, whose answers do not change by the minute.
 _LIVE = (
     r"live(?:[- ](?:[\w'-]+\s+){0,2}?|)"
-    r"(?:scores?|stream(?:s|ing)?|results?|updates?|coverage|feeds?|broadcasts?|telecast|news|match(?:es)?|games?|blogs?|tv|events?|prices?|rates?|tickers?|data"
-    r"|chat|commentary|cams?|webcams?|traffic)"
+    r"(?:scores?|stream(?:s|ing)?|results?|updates?|coverage|feeds?|broadcasts?|telecast"
+    r"|news|match(?:es)?|games?|blogs?|tv|events?|prices?|rates?|tickers?|data|chat"
+    r"|commentary|cams?|webcams?|traffic)"
     r"|(?:is|are|was|go|goes|going|went|gone|be|being)\s+live"
     r"|(?:watch|watching|stream|streaming|broadcast|broadcasting|shown|showing|airing)"
     r"\s+(?:[\w'-]+\s+){0,5}?live"
