@@ -27,6 +27,7 @@ from hasten.metrics.endpoint import MetricsApp
 from hasten.metrics.settings import describe_metrics
 from hasten.server import logs
 from hasten.server.connection import bind, uvicorn_server
+from hasten.server.heap import frozen_after_startup
 from hasten.server.logs import LOG_FORMATS
 from hasten.server.workers import WorkerPool, check_workers, install_stop_signals
 
@@ -186,7 +187,8 @@ async def _serve(config: GatewayConfig, *, is_simulator_default: bool) -> None:
             metrics_sock = bind(metrics.host, metrics.port)
             servers.append((uvicorn_server(MetricsApp(app), "warning"), metrics_sock))
         print(_banner(config, sock, supervisor), file=sys.stderr, flush=True)
-        await asyncio.gather(*(server.serve(sockets=[s]) for server, s in servers))
+        async with frozen_after_startup([server for server, _ in servers]):
+            await asyncio.gather(*(server.serve(sockets=[s]) for server, s in servers))
     finally:
         if supervisor is not None:
             await supervisor.aclose()

@@ -37,6 +37,7 @@ from hasten.errors import ConfigError
 from hasten.local.supervisor import describe_exit
 from hasten.server import logs
 from hasten.server.connection import uvicorn_server
+from hasten.server.heap import frozen_after_startup
 
 _log = logging.getLogger("hasten.workers")
 
@@ -304,4 +305,5 @@ async def _serve_worker(
         uvicorn.should_exit = True  # an orphan must not keep holding the port
 
     link.on_parent_gone = parent_gone
-    await uvicorn.serve(sockets=[sock])
+    async with frozen_after_startup([uvicorn]):
+        await uvicorn.serve(sockets=[sock])
