@@ -1,11 +1,15 @@
 """The startup heap moved out of the garbage collector's way once the servers listen.
 
-A gateway builds most of its long-lived objects at startup (config, routes, the tokeniser's
-tables, the metrics registry). CPython's full collections walk every tracked object, so each
-one stalled the event loop for ~20-25 ms here (measured with ``gc.callbacks`` in a gateway
-serving 15,000 sequential requests), and a request in flight waited it out. ``gc.freeze``
-moves what exists at that point to a generation the collector never scans. Garbage made
-after startup is collected as before; frozen objects are still freed by reference counting.
+A gateway builds most of its long-lived objects at startup (config, routes, the metrics
+registry, the tokeniser's tables with the semantic cache on): ~65,000 tracked objects, ~76,000
+with the semantic cache. CPython's full collections walk every tracked object, and the event
+loop waits while they do. Measured in a running gateway (``gc.collect(2)`` timed after a
+load): 17-22 ms a full collection, 27-32 ms with the semantic cache, against 0.2-0.7 ms with
+the startup heap frozen. Full collections are rare (none in 15,000 sequential requests; they
+come as long-lived objects accumulate), but each one stalls every request in flight.
+``gc.freeze`` moves what exists at that point to a generation the collector never scans. Garbage
+made after startup is collected as before, and frozen objects are still freed by reference
+counting.
 """
 
 from __future__ import annotations
