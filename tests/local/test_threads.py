@@ -72,14 +72,3 @@ def test_a_new_bucket_starts_from_its_neighbours_choice() -> None:
     tuner = ThreadTuner(max_threads=2, probe_every_steps=4)
     _run(tuner, 8, {ONE: 0.006, TWO: 0.003}, 50)
     assert tuner.choose(5) == TWO
-
-
-def test_best_mode_answers_without_moving_any_probe() -> None:
-    tuner = ThreadTuner(max_threads=2, probe_every_steps=4, max_probe_every_steps=64)
-    _run(tuner, 8, {ONE: 0.006, TWO: 0.003}, 40)
-    assert tuner.best_mode(8) == TWO
-    for _ in range(500):  # unrecorded steps: no probe comes due, the choice stays
-        assert tuner.best_mode(8) == TWO
-    chosen = _run(tuner, 8, {ONE: 0.006, TWO: 0.003}, 64)
-    assert chosen.count(ONE) <= 2  # the backed-off probe schedule was left as it was
-    assert ThreadTuner(max_threads=2, probe_every_steps=0).best_mode(8) == TWO

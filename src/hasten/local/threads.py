@@ -83,13 +83,6 @@ class ThreadTuner:
                     bucket.probing = arm
         return (bucket.probing or bucket.best).mode
 
-    def best_mode(self, num_tokens: int, is_splittable: bool = False) -> StepMode:
-        """The current choice for such a step, without counting it towards any probe (for
-        a step whose cost will not be recorded)."""
-        if self.probe_every_steps == 0:
-            return self._fixed_mode(num_tokens)
-        return self._bucket(num_tokens, is_splittable).best.mode
-
     def _fixed_mode(self, num_tokens: int) -> StepMode:
         return StepMode(self.single_token_threads if num_tokens == 1 else self.max_threads)
 
