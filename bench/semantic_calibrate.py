@@ -239,10 +239,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--target", type=float, default=0.95)
     parser.add_argument("--min-per-bin", type=int, default=60)
+    parser.add_argument("--verifier", default="use", help="use or nomic: the second opinion")
     args = parser.parse_args()
     limits = {"qqp_dev": args.qqp_limit}
     embedder = vectors_mod.CachedEmbedder("e5", limits=limits)
-    second = vectors_mod.CachedEmbedder("use", limits=limits)
+    second = vectors_mod.CachedEmbedder(args.verifier, limits=limits)
     vectors: dict[str, npt.NDArray[np.float32]] = {}
     second_vectors: dict[str, npt.NDArray[np.float32]] = {}
     pairs_of = {}

@@ -1,6 +1,7 @@
 """Semantic-cache quality in one run, on every evaluation file: hasten's default
-(target_precision 0.95, calibrated), the same with the USE verifier on close calls, the old
-cosine default (0.96), error-budget mode at 0.5%, 1% and 2%, and GPTCache with the same e5
+(target_precision 0.95, calibrated), the same with each verifier on close calls (USE, nomic),
+each also at target 0.85 where close calls exist to verify, the old cosine default (0.96),
+error-budget mode at 0.5%, 1% and 2%, and GPTCache with the same e5
 vectors (bench/gptcache_env.py; its venv bench/.venvs/gptcache is built on first use): at its
 default threshold, and swept, with its best recall at precision >= 0.95.
 
@@ -9,7 +10,7 @@ default threshold, and swept, with its best recall at precision >= 0.95.
 Protocol v2 of ../shared/data/semcache/README.md (``hasten.semantic.evaluate``; each result
 keeps v1's figures under "v1"); qqp_dev is a seeded ``--limit`` sample, the other files are
 whole. Embeddings come from bench/semantic_vectors.py's cache in /tmp (the first run embeds).
-The verifier's added latency on a hit is timed apart, with the real model, on close calls.
+Each verifier's added latency on a hit is timed apart, with the real model, on close calls.
 Prints one summary line, then JSON.
 """
 
@@ -32,13 +33,16 @@ import semantic_vectors as vectors_mod
 from bench_venv import VenvInstall
 
 from hasten.semantic import evaluate
-from hasten.semantic.verifier import UseVerifier
+from hasten.semantic.verifier import NomicVerifier, UseVerifier, Verifier
 
 BUDGETS = (0.005, 0.01, 0.02)
+VERIFIERS = ("use", "nomic")
+# A lower target where the calibration leaves close calls to verify (at 0.95 none exist).
+LOW_TARGET = 0.85
 
 
 class CachedVerifier:
-    """The USE verifier answering from cached vectors (its latency is measured apart)."""
+    """A verifier answering from cached vectors (its latency is measured apart)."""
 
     def __init__(self, vectors: vectors_mod.CachedEmbedder) -> None:
         self._vectors = vectors
@@ -49,9 +53,18 @@ class CachedVerifier:
         return float(np.dot(rows[0], rows[1]))
 
 
-def _verifier_latency(pairs: Sequence[evaluate.Pair], num_pairs: int = 200) -> dict[str, Any]:
-    """The real verifier's time per close call (two texts; the stored one often remembered)."""
-    model = UseVerifier()
+def _verifier_latency(
+    kind: str, pairs: Sequence[evaluate.Pair], num_pairs: int = 200
+) -> dict[str, Any]:
+    """The real verifier's time per close call (two texts; the stored one often remembered),
+    on one thread as the gateway runs it."""
+    model: Verifier
+    if kind == "nomic":
+        nomic = NomicVerifier(num_threads=1)
+        nomic.wait_ready()
+        model = nomic
+    else:
+        model = UseVerifier()
     model.similarity("warm up", "the model")
     timings = []
     for pair in pairs[:num_pairs]:
@@ -106,13 +119,21 @@ def _dataset(
     limit: int | None,
     passes: int,
     memo: vectors_mod.CachedEmbedder,
-    second: CachedVerifier,
+    seconds: dict[str, CachedVerifier],
     gptcache: VenvInstall | None,
 ) -> dict[str, Any]:
     path = bench.DATA_DIR / f"{dataset}.jsonl"
     pairs = evaluate.load_pairs(path, limit=limit, seed=0)
     default = asyncio.run(evaluate._run(_args(path, limit, sweep=True), pairs, memo))
-    verified = asyncio.run(evaluate._run(_args(path, limit), pairs, memo, second))
+    low = _args(path, limit, target_precision=LOW_TARGET)
+    verified: dict[str, Any] = {f"hasten_at_{LOW_TARGET}": _point(
+        asyncio.run(evaluate._run(low, pairs, memo))
+    )}  # fmt: skip
+    for kind, second in seconds.items():
+        at_default = asyncio.run(evaluate._run(_args(path, limit), pairs, memo, second))
+        at_low = asyncio.run(evaluate._run(low, pairs, memo, second))
+        verified[f"hasten_default_with_{kind}_verifier"] = _point(at_default)
+        verified[f"hasten_at_{LOW_TARGET}_with_{kind}_verifier"] = _point(at_low)
     cosine = asyncio.run(
         evaluate._run(_args(path, limit, min_similarity=0.96, sweep=True), pairs, memo)
     )
@@ -123,7 +144,7 @@ def _dataset(
     row: dict[str, Any] = {
         "num_pairs": len(pairs),
         "hasten_default": _point(default) | {"target_precision": default["target_precision"]},
-        "hasten_default_with_use_verifier": _point(verified),
+        **verified,
         "hasten_cosine_0.96": _point(cosine),
         "hasten_default_risk_sweep": [
             {k: r[k] for k in ("target_precision", "precision", "recall", "hits")}
@@ -153,11 +174,17 @@ def _summary(report: dict[str, Any]) -> str:
     parts = []
     for dataset, row in report["datasets"].items():
         ours = row["hasten_default"]
-        use = row["hasten_default_with_use_verifier"]
+        low = {
+            kind: row[f"hasten_at_{LOW_TARGET}" + (f"_with_{kind}_verifier" if kind else "")]
+            for kind in ("", *VERIFIERS)
+        }
+        at_low = ", ".join(
+            f"{kind or 'e5'} P {p['precision']:.3f} R {p['recall']:.3f}" for kind, p in low.items()
+        )
         budget = next(b for b in row["error_budget"] if b["budget"] == 0.01)
         parts.append(
             f"{dataset}: P {ours['precision']:.3f} R {ours['recall']:.3f}"
-            f" (+USE: P {use['precision']:.3f} R {use['recall']:.3f})"
+            f" (at {LOW_TARGET}: {at_low})"
             f" | 1% budget fhr {max(budget['false_hit_rate_per_pass']):.4f}"
             f" hits {budget['hit_rate_per_pass'][-1]:.3f}" + _gptcache_summary(row.get("gptcache"))
         )
@@ -178,16 +205,20 @@ def main() -> None:
               f" {' '.join(gptcache_env.VENV.requirements)}", file=sys.stderr)  # fmt: skip
     limits = {"qqp_dev": args.limit}
     memo = vectors_mod.CachedEmbedder("e5", limits=limits)
-    second = CachedVerifier(vectors_mod.CachedEmbedder("use", limits=limits))
+    seconds = {
+        kind: CachedVerifier(vectors_mod.CachedEmbedder(kind, limits=limits)) for kind in VERIFIERS
+    }
     started = time.perf_counter()
     datasets = {
-        dataset: _dataset(dataset, limits.get(dataset), args.passes, memo, second, gptcache)
+        dataset: _dataset(dataset, limits.get(dataset), args.passes, memo, seconds, gptcache)
         for dataset in bench.DATASETS
     }
     qqp = evaluate.load_pairs(bench.DATA_DIR / "qqp_dev.jsonl", limit=args.limit, seed=0)
     report = {
         "elapsed_s": round(time.perf_counter() - started, 1),
-        "verifier_latency_per_close_call": _verifier_latency(qqp),
+        "verifier_latency_per_close_call": {
+            kind: _verifier_latency(kind, qqp) for kind in VERIFIERS
+        },
         "gptcache_install": None
         if gptcache is None
         else {

