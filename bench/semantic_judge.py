@@ -12,10 +12,11 @@ store's own code); pass 2 shows what the aliases serve. The misses' own question
 inserted (unlike the gateway), so pass 2 isolates what the aliases add.
 
 Judges: ``oracle`` (the dev labels: yes exactly when serving the near entry is right under
-protocol v2), an upper bound; ``verifier`` (the USE verifier's cosine >= yes-similarity,
-from bench/semantic_vectors.py's cached vectors). The dev files carry no answers, so the
-answer agreement is simulated two ways: ``agree=oracle`` (an ideal deterministic upstream:
-two answers agree exactly when one question's answer serves the other) and ``agree=always``
+protocol v2), an upper bound; ``verifier`` (the ``--verifier`` model's cosine, USE by
+default or nomic, >= its yes-similarity, from bench/semantic_vectors.py's cached vectors).
+The dev files carry no answers, so the answer agreement is simulated two ways:
+``agree=oracle`` (an ideal deterministic upstream: two answers agree exactly when one
+question's answer serves the other) and ``agree=always``
 (answers always agree: the judge alone decides, a worst case). A real upstream lies between.
 Prints one summary line, then JSON.
 """
@@ -39,7 +40,7 @@ import semantic_vectors as vectors_mod
 
 from hasten.semantic import evaluate
 from hasten.semantic.embedder import AsyncEmbedder, Embedder
-from hasten.semantic.judge import VERIFIER_YES_SIMILARITY
+from hasten.semantic.judge import yes_similarity_of
 from hasten.semantic.judge_rules import JudgeCase, is_judgeable
 from hasten.semantic.partition import split_chat
 from hasten.semantic.store import NewEntry, SemanticCache
@@ -48,7 +49,7 @@ from hasten.semantic.store_config import SemanticStoreConfig
 _MODEL, _TENANT = "eval-model", "eval"
 # (asked, stored, whether serving stored is right by the labels) -> yes?
 Judge = Callable[[str, str, bool], bool]
-YES_SIMILARITIES = (0.8, 0.9)
+YES_SIMILARITIES = {"use": (0.8, 0.9), "nomic": (0.85, 0.9, 0.93, 0.95)}
 
 
 def _body(text: str) -> dict[str, Any]:
@@ -142,6 +143,8 @@ def _dataset(
     band: float,
     memo: vectors_mod.CachedEmbedder,
     use: vectors_mod.CachedEmbedder,
+    yes_similarity: float,
+    sweep: Sequence[float],
 ) -> dict[str, Any]:
     pairs = evaluate.load_pairs(bench.DATA_DIR / f"{dataset}.jsonl", limit=limit, seed=0)
 
@@ -152,7 +155,7 @@ def _dataset(
         print(f"{dataset}: {result}", file=sys.stderr, flush=True)  # progress (bounded run)
         return result
 
-    verifier = _verifier_judge(use, VERIFIER_YES_SIMILARITY)
+    verifier = _verifier_judge(use, yes_similarity)
     return {
         "num_pairs": len(pairs),
         "default": run(None),
@@ -165,7 +168,7 @@ def _dataset(
                 for k, v in run(_verifier_judge(use, s), oracle_agreement=False).items()
                 if k in ("precision", "recall", "judged", "yes", "yes_precision", "aliases")
             }
-            for s in YES_SIMILARITIES
+            for s in sweep
         },
     }
 
@@ -178,7 +181,7 @@ def _band_sweep(
     use: vectors_mod.CachedEmbedder,
 ) -> None:
     keep = ("precision", "recall", "judged", "yes", "yes_precision", "aliases")
-    verifier = _verifier_judge(use, VERIFIER_YES_SIMILARITY)
+    verifier = _verifier_judge(use, yes_similarity_of(use.name))
     rows: dict[str, Any] = {}
     for dataset in datasets:
         path = bench.DATA_DIR / f"{dataset}.jsonl"
@@ -201,7 +204,7 @@ def _summary(report: dict[str, Any]) -> str:
         parts.append(
             f"{dataset}: default P {d['precision']:.3f} R {d['recall']:.3f}"
             f" | oracle judge P {o['precision']:.3f} R {o['recall']:.3f}"
-            f" | USE judge P {v['precision']:.3f}-{w['precision']:.3f}"
+            f" | {report['verifier']} judge P {v['precision']:.3f}-{w['precision']:.3f}"
             f" R {w['recall']:.3f}-{v['recall']:.3f}"
         )
     return "semantic judge (pass 2): " + "; ".join(parts)
@@ -216,20 +219,25 @@ def main() -> None:
         "--band-sweep", type=float, nargs="*", default=None,
         help="only the oracle and the USE judge (answers always agreeing) at these bands",
     )  # fmt: skip
+    parser.add_argument("--verifier", default="use", help="the local judge: use or nomic")
     args = parser.parse_args()
     limits = {"qqp_dev": args.limit}
     memo = vectors_mod.CachedEmbedder("e5", limits=limits)
-    use = vectors_mod.CachedEmbedder("use", limits=limits)
+    use = vectors_mod.CachedEmbedder(args.verifier, limits=limits)
+    yes_similarity = yes_similarity_of(use.name)
+    sweep = YES_SIMILARITIES[args.verifier]
     if args.band_sweep:
         _band_sweep(args.datasets, limits, args.band_sweep, memo, use)
         return
     started = time.perf_counter()
     datasets = {
-        name: _dataset(name, limits.get(name), args.band, memo, use) for name in args.datasets
+        name: _dataset(name, limits.get(name), args.band, memo, use, yes_similarity, sweep)
+        for name in args.datasets
     }
     report = {
         "band": args.band,
-        "verifier_yes_similarity": VERIFIER_YES_SIMILARITY,
+        "verifier": args.verifier,
+        "verifier_yes_similarity": yes_similarity,
         "elapsed_s": round(time.perf_counter() - started, 1),
         "datasets": datasets,
     }

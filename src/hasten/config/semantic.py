@@ -40,7 +40,8 @@ class SemanticConfig:
     # The asynchronous judge (``semantic.judge``): near misses whose risk is within
     # ``judge_band`` above the serving bound are judged in the background; a yes whose fresh
     # answer agrees makes a verified alias. ``upstream``: a one-token yes/no asked of
-    # ``judge_model`` (None: the request's own model); ``verifier``: the local USE model.
+    # ``judge_model`` (None: the request's own model); ``verifier``: the local verifier
+    # (``verifier``, else USE).
     judge: str = "off"
     judge_model: str | None = None
     judge_band: float = 0.45

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from hasten.semantic import nomic
 from hasten.semantic.judge_rules import (
     JudgeCase,
     SpendBudget,
@@ -42,6 +43,15 @@ NUM_VERDICTS_KEPT = 4096
 # hardly above the share of right pairs in the band (0.76): a weak judge, which is why an
 # alias also needs the answers to agree, and why the judge is off by default.
 VERIFIER_YES_SIMILARITY = 0.85
+# nomic-embed-text-v1.5's cosines of paraphrases sit higher: its own cut-off, measured the
+# same way (bench/semantic_judge.py --verifier nomic; docs/benchmarks.md).
+NOMIC_YES_SIMILARITY = 0.9
+_YES_SIMILARITY_BY_VERIFIER = {nomic.NAME: NOMIC_YES_SIMILARITY}
+
+
+def yes_similarity_of(verifier_name: str) -> float:
+    """The similarity at which a verifier's judge says yes (USE's for unknown names)."""
+    return _YES_SIMILARITY_BY_VERIFIER.get(verifier_name, VERIFIER_YES_SIMILARITY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,11 +222,14 @@ class VerifierJudge:
         verifier: Verifier,
         run: Callable[[Callable[[], float]], Awaitable[float]],
         *,
-        yes_similarity: float = VERIFIER_YES_SIMILARITY,
+        yes_similarity: float | None = None,
     ) -> None:
+        """``yes_similarity``: None for the verifier's own (``yes_similarity_of``)."""
         self._verifier = verifier
         self._run = run
-        self.yes_similarity = yes_similarity
+        self.yes_similarity = (
+            yes_similarity_of(verifier.name) if yes_similarity is None else yes_similarity
+        )
 
     @property
     def name(self) -> str:
