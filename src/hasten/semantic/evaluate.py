@@ -30,11 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from hasten.config.semantic import EMBEDDERS
+from hasten.config.semantic import EMBEDDERS, VERIFIERS
 from hasten.semantic.embedder import AsyncEmbedder, Embedder, Vectors, build_embedder
 from hasten.semantic.store import SemanticCache
 from hasten.semantic.store_config import SemanticStoreConfig
-from hasten.semantic.verifier import Verifier, build_verifier
+from hasten.semantic.verifier import NomicVerifier, Verifier, build_verifier
 
 _MODEL = "eval-model"
 _TENANT = "eval"
@@ -295,7 +295,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sweep", action="store_true", help="also report other cut-offs")
     parser.add_argument("--protocol", choices=("v2", "v1"), default="v2", help="cache layout")
     parser.add_argument(
-        "--verifier", choices=("none", "use"), default="none", help="second opinion on close calls"
+        "--verifier", choices=VERIFIERS, default="none", help="second opinion on close calls"
     )
 
 
@@ -328,6 +328,8 @@ async def _run(
     model = model if model is not None else build_embedder(args.embedder)
     if second is None:
         second = build_verifier(getattr(args, "verifier", "none"))
+        if isinstance(second, NomicVerifier):
+            second.wait_ready()  # an evaluation waits; the gateway serves while it loads
     protocol = getattr(args, "protocol", "v2")
     # Remember every text so extra passes (error-budget learning) do not embed again.
     embedder = AsyncEmbedder(model, num_remembered=2 * len(pairs) + 16)
