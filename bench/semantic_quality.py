@@ -57,10 +57,10 @@ def _verifier_latency(
     kind: str, pairs: Sequence[evaluate.Pair], num_pairs: int = 200
 ) -> dict[str, Any]:
     """The real verifier's time per close call (two texts; the stored one often remembered),
-    on one thread as the gateway runs it."""
+    with the thread count the gateway gives it (USE 1, nomic 2)."""
     model: Verifier
     if kind == "nomic":
-        nomic = NomicVerifier(num_threads=1)
+        nomic = NomicVerifier()
         nomic.wait_ready()
         model = nomic
     else:
