@@ -4,7 +4,8 @@ model of the race ``Dispatch`` runs. No sockets and no sleeps, so many seeds tak
 
 Eight clients in a closed loop send 2000 streamed requests to three deployments (TTFT
 log-normal around 300 ms, sigma 0.2, 3% stragglers at 10x, fresh per attempt; 20 tokens at
-10 ms, 10x for a straggler); half-way through, deployment ``c`` degrades to 1500 ms. Each
+10 ms, 10x for a straggler); half-way through, deployment ``c`` degrades to 1500 ms. A hedge
+the budget refuses is asked for again ``hedge_retry_s`` later, as ``Dispatch`` does. Each
 seed runs once without hedging and once with it; printed per configuration: the median over
 seeds of p99 and p99.9 TTFT and of the ratios no hedging / hedging, the share of seeds that
 reach the goals (p99 >= 3.97x, p99.9 >= 4x, extra upstream requests <= 5%), and hedges by
@@ -58,6 +59,7 @@ class _Request:
     attempts: list[_Attempt] = field(default_factory=list)
     num_chances: int = 0
     hedge_started_s: float | None = None
+    retry_s: float = 0.0  # a hedge the budget refused is asked for again from then
     is_done: bool = False
 
 
@@ -132,7 +134,7 @@ class Simulation:
         self.push(now_s + ttft_ms / 1000.0, "token", request, attempt)
         self.schedule_hedge(request, now_s)
 
-    def hedge_due_s(self, request: _Request) -> float | None:
+    def hedge_due_s(self, request: _Request, now_s: float) -> float | None:
         """``Dispatch._hedge_at_s``, on this model's state."""
         live = [a for a in request.attempts if a.is_live]
         hedge = self.pool.routing.hedge
@@ -141,33 +143,39 @@ class Simulation:
         if request.num_chances == 0:
             if len(live) != 1:
                 return None
-            return live[0].started_s + self.pool.hedge_delay_s(live[0].name)
+            due_s = live[0].started_s + self.pool.hedge_delay_s(live[0].name, now_s)
+            return max(due_s, request.retry_s)
         if request.hedge_started_s is None:
             return None
-        return request.hedge_started_s + self.pool.second_hedge_gap_s()
+        return max(request.hedge_started_s + self.pool.second_hedge_gap_s(), request.retry_s)
 
     def schedule_hedge(self, request: _Request, now_s: float) -> None:
-        due_s = self.hedge_due_s(request)
+        due_s = self.hedge_due_s(request, now_s)
         if due_s is not None:
             self.push(max(now_s, due_s), "hedge", request, None)
 
     def maybe_hedge(self, request: _Request, now_s: float) -> None:
-        due_s = self.hedge_due_s(request)
+        due_s = self.hedge_due_s(request, now_s)
         if due_s is None:
             return
         if now_s < due_s:  # the delay moved since it was scheduled
             self.push(due_s, "hedge", request, None)
             return
-        request.num_chances += 1
-        level = request.num_chances
+        level = request.num_chances + 1
         tries = {name: sum(a.name == name for a in request.attempts) for name in NAMES}
         target = self.pool.hedge_target(request.order, tries, now_s, level=level)
-        if target is not None and self.pool.try_hedge(now_s, level=level):
+        if target is None:
+            request.num_chances = level
+            self.schedule_hedge(request, now_s)
+        elif self.pool.try_hedge(now_s, level=level):
+            request.num_chances = level
+            request.retry_s = 0.0
             self.result.hedges_by_level[level] += 1
             if level == 1:
                 request.hedge_started_s = now_s
             self.start(request, target, level, now_s)
-        else:
+        else:  # refused by the budget: asked again later, as Dispatch does
+            request.retry_s = now_s + self.pool.hedge_retry_s()
             self.schedule_hedge(request, now_s)
 
     def win(self, request: _Request, winner: _Attempt, now_s: float) -> None:
@@ -209,6 +217,7 @@ class Row:
     p999_ratio: float
     extra_pct: float
     hedges_by_level: dict[int, int]
+    max_ms: float  # the slowest request's TTFT: where the tail ends
 
     @property
     def is_goal(self) -> bool:
@@ -226,7 +235,15 @@ def one_seed(hedge: HedgeConfig, num_requests: int, seed: int) -> Row:
     plain_p99, plain_p999 = quantiles(plain.ttft_ms)
     p99, p999 = quantiles(hedged.ttft_ms)
     extra_pct = 100.0 * (hedged.num_attempts / num_requests - 1.0)
-    return Row(p99, p999, plain_p99 / p99, plain_p999 / p999, extra_pct, hedged.hedges_by_level)
+    return Row(
+        p99,
+        p999,
+        plain_p99 / p99,
+        plain_p999 / p999,
+        extra_pct,
+        hedged.hedges_by_level,
+        max(hedged.ttft_ms),
+    )
 
 
 def evaluate(label: str, hedge: HedgeConfig, num_seeds: int, num_requests: int) -> None:
@@ -243,6 +260,9 @@ def evaluate(label: str, hedge: HedgeConfig, num_seeds: int, num_requests: int) 
         f"  p99.9 {median([r.p999_ms for r in rows]):5.0f} ms"
         f" ({median([r.p999_ratio for r in rows]):.2f}x)"
         f"  extra {median([r.extra_pct for r in rows]):.2f}%"
+        f" (max {max(r.extra_pct for r in rows):.2f}%)"
+        f"  slowest {median([r.max_ms for r in rows]):5.0f} ms"
+        f" (max {max(r.max_ms for r in rows):5.0f})"
         f"  hedges {median([r.hedges_by_level[1] for r in rows]):.0f}"
         f" + {median([r.hedges_by_level[2] for r in rows]):.0f}"
         f"  seeds at goal: p99 {num_p99}/{len(rows)}, p99.9 {num_p999}/{len(rows)},"

@@ -53,7 +53,8 @@ def gateway_toml(sims: dict[str, str]) -> str:
         lines.extend([f'[models."{model}".routing]', *routing])
         lines.extend([f'[models."{model}".routing.hedge]', f"enabled = {str(hedge).lower()}"])
         # A bucket, not the sliding window: room at the cold start and when c degrades
-        # (docs/benchmarks.md, "Two hedges: the p99.9 bound").
+        # (docs/benchmarks.md, "Two hedges: the p99.9 bound"), within a hard cap of
+        # max(burst, 5% of the requests since the start) hedges (routing/budget.py).
         lines.extend(["max_delay_ms = 1000", f"budget_burst = {HEDGE_BUDGET_BURST:g}", ""])
 
     route("sim-model", TAIL_SIMS, ["affinity = false"], True)

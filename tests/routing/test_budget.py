@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from hasten.routing.budget import FleetCounts, HedgeBudget
 
 
@@ -44,14 +46,49 @@ def test_a_partial_fill_leaves_the_rest_of_the_budget_to_others() -> None:
 def test_a_bucket_starts_full_and_saves_unspent_credit_up_to_its_burst() -> None:
     budget = HedgeBudget(0.05, window_s=10.0, burst=3.0)
     assert [budget.try_spend(0.0) for _ in range(4)] == [True, True, True, False]  # no traffic
-    for _ in range(20):
-        budget.record_request(1.0)  # earns one hedge
+    for _ in range(80):
+        budget.record_request(1.0)  # earns four hedges, one past the three spent
     assert [budget.try_spend(1.0) for _ in range(2)] == [True, False]
     for _ in range(1000):
         budget.record_request(100.0)  # 50 hedges' worth, saved up to 3
     assert sum(budget.try_spend(100.0) for _ in range(10)) == 3
     snapshot = budget.snapshot(100.0)
     assert snapshot["burst"] == 3.0 and snapshot["credit"] == 0.0
+    assert snapshot["requests_total"] == 1080 and snapshot["hedges_total"] == 7
+
+
+def test_the_starting_burst_is_repaid_before_the_bucket_pays_again() -> None:
+    budget = HedgeBudget(0.05, window_s=10.0, burst=20.0)
+    assert sum(budget.try_spend(0.0) for _ in range(20)) == 20  # the cold start's burst
+    for _ in range(399):
+        budget.record_request(1.0)  # the bucket is full again; the hard cap is not
+    assert budget.snapshot(1.0)["credit"] == pytest.approx(20 - 0.05)
+    assert budget.available(1.0) == budget.remaining(1.0) == 0.0
+    assert not budget.try_spend(1.0)
+    budget.record_request(1.0)  # 400 requests: 5% of them is the 20 spent
+    assert not budget.try_spend(1.0)
+    for _ in range(20):
+        budget.record_request(1.0)
+    assert budget.try_spend(1.0)  # 420 requests: 21 hedges
+    assert not budget.try_spend(1.0)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_hedges_never_exceed_the_burst_or_the_ratio_of_requests_so_far(seed: int) -> None:
+    rng = random.Random(seed)
+    burst = rng.choice([1.0, 5.0, 20.0])
+    budget = HedgeBudget(0.05, window_s=30.0, burst=burst)
+    num_requests = num_hedges = 0
+    now_s = 0.0
+    for _ in range(5000):
+        now_s += rng.expovariate(50.0)
+        if rng.random() < 0.8:
+            budget.record_request(now_s)
+            num_requests += 1
+        else:  # hedges wanted in bursts, as when a deployment degrades
+            num_hedges += sum(budget.try_spend(now_s) for _ in range(rng.randint(1, 6)))
+        assert num_hedges <= max(burst, 0.05 * num_requests) + 1e-9
+    assert num_hedges >= 0.8 * 0.05 * num_requests - burst  # and it is spent, not hoarded
 
 
 def test_a_bucket_keeps_a_reserve_from_a_partial_fill() -> None:

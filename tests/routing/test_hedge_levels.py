@@ -1,8 +1,9 @@
 """Two hedges in virtual time: the pool alone, driven by a small discrete-event model of the
 race ``Dispatch`` runs (hedge when late, again when the hedge is late too, first token wins,
-losers cancelled). Eight clients in a closed loop against three deployments (log-normal TTFT
-around 300 ms, 3% stragglers at 10x, fresh per attempt); half-way through, ``c`` degrades to
-5x. No sockets and no sleeps, so the outcome does not depend on the machine's load.
+losers cancelled, a hedge the budget refused asked for again). Eight clients in a closed loop
+against three deployments (log-normal TTFT around 300 ms, 3% stragglers at 10x, fresh per
+attempt); half-way through, ``c`` degrades to 5x. No sockets and no sleeps, so the outcome
+does not depend on the machine's load.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class _Request:
     attempts: list[_Attempt] = field(default_factory=list)
     num_chances: int = 0
     hedge_started_s: float | None = None
+    retry_s: float = 0.0  # a hedge the budget refused is asked for again from then
     is_done: bool = False
 
 
@@ -93,33 +95,39 @@ class _Race:
         attempt = _Attempt(name, now_s)
         request.attempts.append(attempt)
         self.push(now_s + ttft_s, "token", request, attempt)
-        due_s = self.due_s(request)
+        due_s = self.due_s(request, now_s)
         if due_s is not None:
             self.push(due_s, "hedge", request, None)
 
-    def due_s(self, request: _Request) -> float | None:
+    def due_s(self, request: _Request, now_s: float) -> float | None:
         live = [a for a in request.attempts if a.is_live]
         if request.num_chances >= self.pool.routing.hedge.max_hedges:
             return None
         if request.num_chances == 0:
-            return live[0].started_s + self.pool.hedge_delay_s(live[0].name)
+            due_s = live[0].started_s + self.pool.hedge_delay_s(live[0].name, now_s)
+            return max(due_s, request.retry_s)
         if request.hedge_started_s is None:
             return None
-        return request.hedge_started_s + self.pool.second_hedge_gap_s()
+        return max(request.hedge_started_s + self.pool.second_hedge_gap_s(), request.retry_s)
 
     def maybe_hedge(self, request: _Request, now_s: float) -> None:
-        due_s = self.due_s(request)
+        due_s = self.due_s(request, now_s)
         if due_s is None:
             return
         if now_s < due_s:
             self.push(due_s, "hedge", request, None)
             return
-        request.num_chances += 1
-        level = request.num_chances
+        level = request.num_chances + 1
         tries = {n: sum(a.name == n for a in request.attempts) for n in NAMES}
         target = self.pool.hedge_target(request.order, tries, now_s, level=level)
-        if target is None or not self.pool.try_hedge(now_s, level=level):
+        if target is None:
+            request.num_chances = level
             return
+        if not self.pool.try_hedge(now_s, level=level):  # asked again later, as Dispatch does
+            request.retry_s = now_s + self.pool.hedge_retry_s()
+            self.push(request.retry_s, "hedge", request, None)
+            return
+        request.num_chances = level
         fastest_ms = fastest_typical_ms(d.estimate for d in self.pool.deployments.values())
         avoided = {
             n for n, d in self.pool.deployments.items() if is_avoided(d.estimate, fastest_ms)
@@ -150,17 +158,24 @@ class _Race:
         self.push(now_s + DECODE_S, "end", request, None)
 
 
-def test_two_hedges_keep_every_answer_clear_of_a_straggler_within_the_budget() -> None:
+def test_two_hedges_keep_answers_clear_of_stragglers_within_the_hard_budget() -> None:
     one = [_Race(1, seed).run() for seed in SEEDS]
     two = [_Race(2, seed).run() for seed in SEEDS]
-    for race in two:
+    for race in one + two:
         assert len(race.outcome.ttft_s) == NUM_REQUESTS
-        # Both levels count against one budget: 5% of requests, plus what the bucket saved.
-        assert race.pool.num_hedges <= 0.05 * NUM_REQUESTS + BURST
+        # Both levels count against one budget: the bucket's burst counts inside the 5%.
+        assert race.pool.num_hedges <= max(BURST, 0.05 * NUM_REQUESTS)
+        # A hedge the budget refused was asked for again: no straggler on the degraded c
+        # (15 s) is left to run its course.
+        assert max(race.outcome.ttft_s) < 5.0
+    for race in two:
         # Neither level went to the degraded c while a healthy deployment could take it.
         assert race.outcome.avoided_targets == 0
     assert sum(race.pool.num_second_hedges for race in two) > 0
-    # Without a second hedge some request waits for a straggler (3 s and more) when its
-    # hedge straggles too; with one, none does.
-    assert max(max(race.outcome.ttft_s) for race in one) > 2.5
-    assert max(max(race.outcome.ttft_s) for race in two) < 2.5
+
+    # Without a second hedge more requests wait for a straggler (2.5 s and more) when their
+    # hedge straggles too. Not none with it: the hard cap refuses some hedges.
+    def num_late(races: list[_Race]) -> int:
+        return sum(t > 2.5 for race in races for t in race.outcome.ttft_s)
+
+    assert num_late(two) < num_late(one)

@@ -3,6 +3,7 @@ hedges and deadlines, against a scripted transport; every path leaves in-flight 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import random
 import time
@@ -291,7 +292,27 @@ async def test_no_second_hedge_when_the_budget_is_spent() -> None:
     assert isinstance(outcome, Won) and outcome.name == "b"
     assert outcome.headers["x-hasten-hedge"] == "won"  # a denied second leaves it as it was
     assert transport.sent_to("c") == []
-    assert pool.budget.num_denied == 1 and pool.num_second_hedges == 0
+    # Asked again while the first hedge ran, refused each time.
+    assert pool.budget.num_denied >= 1 and pool.num_second_hedges == 0
+
+
+async def test_a_refused_hedge_is_asked_for_again_and_sent_once_the_budget_has_room() -> None:
+    transport = ScriptedTransport({"a": [SLOW], "b": [Reply()]})
+    dispatch, pool = _dispatch(
+        transport,
+        {"a": upstream("a"), "b": upstream("b")},
+        routing=RoutingConfig(hedge=dataclasses.replace(HEDGE_SOON, budget=0.5)),
+        deployments=PRIMARY_THEN_HEDGE,
+    )
+    task = asyncio.create_task(dispatch.run())
+    while pool.budget.num_denied == 0:  # one request in the window: half a hedge
+        await asyncio.sleep(0.005)
+    assert transport.sent_to("b") == []
+    _with_room(pool, 2)
+    outcome = await task
+    assert isinstance(outcome, Won) and outcome.name == "b"
+    assert outcome.headers["x-hasten-hedge"] == "won"
+    assert pool.num_hedges == 1 and pool.deployments["a"].num_cancelled == 1
 
 
 async def test_a_first_hedge_that_fails_is_followed_by_the_second_on_time() -> None:

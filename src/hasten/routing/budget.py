@@ -11,13 +11,20 @@ at a cold start (no traffic in the window yet) and when a deployment degrades (e
 on it wants a hedge at once); on the routing benchmark in virtual time those refusals, not
 the workload, set p99.9 (docs/benchmarks.md, "Two hedges: the p99.9 bound").
 
+The bucket alone lets a run spend its starting burst on top of the ratio (5% + 20 hedges over
+2000 requests: up to 6%), so it also has a hard cap: hedges since the start are at most
+max(burst, ratio x requests since the start). A budget of 5% then means at most 5% extra
+requests over any run longer than burst / ratio requests, not 5% on average; within the
+first burst / ratio requests, at most ``burst`` hedges. A hedge needs room under both.
+
 Shared by a fleet of replicas (``apply_fleet``, fed by ``hasten.fleet.routing``), the window's
 counts are the fleet's, as of the last sync, plus this replica's own since. Every replica
 sees the same headroom between two syncs, so each may spend only its share of it (the
 headroom over the number of replicas) plus what its own new requests earn: together they
 cannot spend more than the fleet has. In token-bucket mode each replica keeps its own bucket,
 earning from its own requests, but saves at most ``burst`` over the number of replicas (and
-at least one hedge), so the fleet's burst is ``burst`` (or one hedge per replica).
+at least one hedge), so the fleet's burst is ``burst`` (or one hedge per replica); that share
+is also the floor of its hard cap.
 """
 
 from __future__ import annotations
@@ -45,6 +52,9 @@ class HedgeBudget:
         self.ratio = ratio
         self.burst = burst
         self._credit = burst  # token-bucket mode: the hedges it can pay for now
+        # Token-bucket mode's hard cap: requests and hedges since the start (this replica's).
+        self.num_requests_total = 0
+        self.num_hedges_total = 0
         self._bucket_s = window_s / NUM_BUCKETS
         self._epochs = [-1] * NUM_BUCKETS
         self._num_requests = [0] * NUM_BUCKETS
@@ -77,6 +87,7 @@ class HedgeBudget:
     def record_request(self, now_s: float) -> None:
         self._num_requests[self._bucket(now_s)] += 1
         self._num_unsynced[0] += 1
+        self.num_requests_total += 1
         if self.burst > 0:
             self._credit = min(self._burst_cap(now_s), self._credit + self.ratio)
 
@@ -89,7 +100,7 @@ class HedgeBudget:
         fleet = self._fresh_fleet(now_s)
         if self.burst > 0:
             # A partial fill keeps a reserve of (1 - max_fill) x burst in the bucket.
-            is_room = self._credit - 1.0 >= (1.0 - max_fill) * self._burst_cap(now_s)
+            is_room = self.available(now_s) - 1.0 >= (1.0 - max_fill) * self._burst_cap(now_s)
         elif fleet is not None:
             is_room = self._is_fleet_room(fleet, max_fill)
         else:
@@ -100,9 +111,19 @@ class HedgeBudget:
             return False
         if self.burst > 0:
             self._credit -= 1.0
+        self.num_hedges_total += 1
         self._num_hedges[self._bucket(now_s)] += 1
         self._num_unsynced[1] += 1
         return True
+
+    def available(self, now_s: float) -> float:
+        """Token-bucket mode: the hedges it can pay for now, the bucket's credit within the
+        hard cap max(burst, ratio x requests since the start) less the hedges since the start.
+        Sliding-window mode: the window's headroom (``remaining``)."""
+        if self.burst <= 0:
+            return self.remaining(now_s)
+        cap = max(self._burst_cap(now_s), self.ratio * self.num_requests_total)
+        return min(self._credit, cap - self.num_hedges_total)
 
     def _is_fleet_room(self, fleet: FleetCounts, max_fill: float) -> bool:
         return self._fleet_allowance(fleet, max_fill) >= 1.0
@@ -151,7 +172,9 @@ class HedgeBudget:
         """How many more hedges the window allows now (fractional: the budget's headroom);
         shared by a fleet, this replica's part of it (its share plus its own earnings)."""
         fleet = self._fresh_fleet(now_s)
-        if fleet is not None and self.burst <= 0:
+        if self.burst > 0:
+            return max(0.0, self.available(now_s))
+        if fleet is not None:
             return max(0.0, self._fleet_allowance(fleet, 1.0))
         num_requests, num_hedges = self._totals(now_s)
         return max(0.0, self.ratio * num_requests - num_hedges)
@@ -165,6 +188,9 @@ class HedgeBudget:
             "denied": self.num_denied,
             "burst": self.burst,
             "credit": round(self._credit, 3) if self.burst > 0 else None,
+            "available": round(self.available(now_s), 3) if self.burst > 0 else None,
+            "requests_total": self.num_requests_total,
+            "hedges_total": self.num_hedges_total,
             "fleet": None if self._fleet is None else self._fleet_snapshot(self._fleet),
         }
 

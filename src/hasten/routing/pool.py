@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from hasten.routing.affinity import HashRing, bounded_capacity, choose_bounded
 from hasten.routing.budget import HedgeBudget
 from hasten.routing.deployment import Deployment
-from hasten.routing.estimates import healthy_quantile_ms, nearest_rank
+from hasten.routing.estimates import healthy_pooled, nearest_rank
 from hasten.routing.exploration import fastest_typical_ms, is_avoided, may_explore
+from hasten.routing.hedge_delay import RESERVE_SHARE, first_hedge_delay_ms, scarcity
 from hasten.routing.homes import HomeTable
 from hasten.routing.settings import DeploymentConfig, RoutingConfig
 from hasten.routing.shared import ObservationKind, Outbox, Trip
@@ -72,6 +73,9 @@ class DeploymentPool:
         self.num_second_hedges = 0
         self.outbox: Outbox | None = None  # set while the fleet shares routing state
         self.num_remote_observations = 0
+        # The pooled samples the hedge delays rank, sorted, and what they were sorted from.
+        self._pooled_key: tuple[tuple[int, float | None], ...] | None = None
+        self._pooled: list[float] = []
 
     # --- deciding ---------------------------------------------------------------------
 
@@ -196,18 +200,32 @@ class DeploymentPool:
         hedge = self.routing.hedge
         return max(hedge.quantile, 1.0 - BUDGET_FILL * hedge.budget)
 
-    def hedge_delay_s(self, name: str) -> float:
+    def hedge_delay_s(self, name: str, now_s: float | None = None) -> float:
         """Adaptive: the TTFT quantile the budget affords, clamped to [min, max] delay.
 
         The quantile is over the pooled samples of the well-measured deployments about as
-        fast as the fastest (``healthy_quantile_ms``): the hedge goes elsewhere, so a degraded
+        fast as the fastest (``healthy_pooled``): the hedge goes elsewhere, so a degraded
         (or new) deployment's own slow or unknown p96 must not postpone it. Before
         any deployment has ``min_samples``, the fleet's samples pooled are the prior: with
         few of them the nearest rank is their maximum, a conservative delay, but a far
-        earlier one than ``max_delay_ms`` for a cold start.
+        earlier one than ``max_delay_ms`` for a cold start. Never later than twice the pooled
+        median, and, given ``now_s``, postponed while a token bucket runs short (see
+        ``hedge_delay``); without it, the delay a full budget would use (what sorts a
+        cancelled attempt's bound into the tail or not).
         """
         del name  # every deployment is hedged on the fleet's clock
-        return self._pooled_delay_s(self.hedge_quantile())
+        pooled = self._pooled_samples()
+        hedge = self.routing.hedge
+        if pooled is None:
+            return hedge.max_delay_ms / 1000.0
+        shortage = 0.0
+        if now_s is not None and self.budget.burst > 0:
+            reserve = RESERVE_SHARE * self.budget.burst
+            shortage = scarcity(self.budget.available(now_s), reserve)
+        delay_ms = first_hedge_delay_ms(
+            nearest_rank(pooled, self.hedge_quantile()), nearest_rank(pooled, 0.5), shortage
+        )
+        return self._clamped_s(delay_ms)
 
     def second_hedge_gap_s(self) -> float:
         """How long after the first hedge the second fires (``max_hedges = 2``): the pooled
@@ -215,24 +233,51 @@ class DeploymentPool:
         first delay. The first hedge is a fresh draw from that distribution, so past this it
         is late too, and the primary, older still, is almost surely a straggler."""
         quantile = self.routing.hedge.second_quantile
-        return self._pooled_delay_s(self.hedge_quantile() if quantile is None else quantile)
+        pooled = self._pooled_samples()
+        if pooled is None:
+            return self.routing.hedge.max_delay_ms / 1000.0
+        return self._clamped_s(
+            nearest_rank(pooled, self.hedge_quantile() if quantile is None else quantile)
+        )
 
-    def _pooled_delay_s(self, quantile: float) -> float:
+    def hedge_retry_s(self) -> float:
+        """How long a hedge the budget refused waits before it asks again: the pooled median
+        TTFT (clamped like the delays), a typical request's time, over which the requests
+        that arrive earn the budget more. Refused once and for all, a straggler's hedge left
+        it at its full TTFT (15 s for a straggler on a degraded deployment, in virtual time)."""
+        pooled = self._pooled_samples()
+        if pooled is None:
+            return self.routing.hedge.max_delay_ms / 1000.0
+        return self._clamped_s(nearest_rank(pooled, 0.5))
+
+    def _clamped_s(self, delay_ms: float) -> float:
         hedge = self.routing.hedge
+        return min(hedge.max_delay_ms, max(hedge.min_delay_ms, delay_ms)) / 1000.0
+
+    def _pooled_samples(self) -> list[float] | None:
+        """The sorted TTFT samples the delays rank (see ``hedge_delay_s``); None: too few yet.
+        Sorted again only when a sample or a typical value changed since the last call."""
         estimates = [d.estimate for d in self.deployments.values()]
+        key = tuple((e.num_samples, e.typical_ttft_ms) for e in estimates)
+        if key == self._pooled_key:
+            return self._pooled or None
+        min_samples = self.routing.hedge.min_samples
         measured = [
             (e.typical_ttft_ms or 0.0, e.recent_samples())
             for e in estimates
-            if e.num_samples >= hedge.min_samples
+            if e.num_samples >= max(1, min_samples)
         ]
         if measured:
-            delay_ms = healthy_quantile_ms(measured, quantile)
+            pooled = healthy_pooled(measured)
         else:
-            pooled = sorted(s for e in estimates for s in e.recent_samples())
-            if len(pooled) < hedge.min_samples or not pooled:
-                return hedge.max_delay_ms / 1000.0
-            delay_ms = nearest_rank(pooled, quantile)
-        return min(hedge.max_delay_ms, max(hedge.min_delay_ms, delay_ms)) / 1000.0
+            pooled = []
+            for estimate in estimates:
+                pooled.extend(estimate.recent_samples())
+            pooled.sort()
+            if len(pooled) < min_samples:
+                pooled = []
+        self._pooled_key, self._pooled = key, pooled
+        return pooled or None
 
     def hedge_target(
         self, order: Sequence[str], num_tries: Mapping[str, int], now_s: float, *, level: int = 1
@@ -408,7 +453,8 @@ class DeploymentPool:
             "hedge_budget": self.budget.snapshot(now_s),
             "hedge_quantile": self.hedge_quantile(),
             "hedge_delay_ms": {
-                name: round(self.hedge_delay_s(name) * 1000.0, 2) for name in self.deployments
+                name: round(self.hedge_delay_s(name, now_s) * 1000.0, 2)
+                for name in self.deployments
             },
             "max_hedges": hedge.max_hedges,
             "second_hedge_gap_ms": round(self.second_hedge_gap_s() * 1000.0, 2),

@@ -140,6 +140,7 @@ class Dispatch:
         self._last_buffered: tuple[str, BufferedResponse] | None = None
         self._num_hedge_chances = 0  # hedge levels decided (fired, denied or nowhere to go)
         self._hedge_started_s: float | None = None  # when the first hedge was sent
+        self._hedge_retry_s = 0.0  # a hedge the budget refused is asked for again from then
         self._decision = Decision()
         self._deadline_s = self._started_s
 
@@ -372,10 +373,12 @@ class Dispatch:
             if len(self._running) != 1:
                 return None
             info = next(iter(self._running.values()))
-            return info.started_s + self._pool.hedge_delay_s(info.name)
-        if self._hedge_started_s is None:  # the first was denied or had nowhere to go
+            # Given the time, the pool postpones the hedge while the budget runs short.
+            due_s = info.started_s + self._pool.hedge_delay_s(info.name, time.monotonic())
+            return max(due_s, self._hedge_retry_s)
+        if self._hedge_started_s is None:  # the first had nowhere to go
             return None
-        return self._hedge_started_s + self._pool.second_hedge_gap_s()
+        return max(self._hedge_started_s + self._pool.second_hedge_gap_s(), self._hedge_retry_s)
 
     def _next_wakeup_s(self) -> float:
         times = [self._deadline_s]
@@ -389,17 +392,21 @@ class Dispatch:
         hedge_at_s = self._hedge_at_s()
         if hedge_at_s is None or now_s < hedge_at_s:
             return
-        self._num_hedge_chances += 1  # one chance per level, or the wait loop would spin
-        level = self._num_hedge_chances
+        level = self._num_hedge_chances + 1
         target = self._pool.hedge_target(self._order, self._num_tries, now_s, level=level)
         if target is None:
+            self._num_hedge_chances = level  # one chance per level, or the wait loop would spin
             return
         if not self._pool.try_hedge(now_s, level=level):
-            # A second hedge denied leaves the first's outcome as the header says it (the
-            # budget counts the denial): one hedge sent reads as it always did.
+            # Refused by the budget (which counts each refusal): asked again a little later,
+            # when the requests since have earned more, so a straggler's wait still ends. A
+            # second hedge denied leaves the first's outcome as the header says it.
+            self._hedge_retry_s = now_s + self._pool.hedge_retry_s()
             if level == 1:
                 self._decision.hedge = "denied"
             return
+        self._num_hedge_chances = level
+        self._hedge_retry_s = 0.0
         self._decision.hedge = "fired" if level == 1 else "fired:2"
         if level == 1:
             self._hedge_started_s = now_s
