@@ -92,7 +92,7 @@ def _model(kind: str) -> Embedder:
     if kind == "use":
         return UseVerifier(num_threads=1)
     if kind == "nomic":
-        verifier = NomicVerifier(num_threads=2)
+        verifier = NomicVerifier(num_threads=2, call_timeout_s=300.0)
         verifier.wait_ready()
         return verifier
     return build_embedder(kind, num_threads=2)

@@ -21,6 +21,7 @@ native code the gateway must survive; the ``semantic-nomic`` extra (``make seman
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import replace
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -94,15 +95,16 @@ class NomicVerifier:
     once. While the child is loading or down, ``similarity`` raises (the store counts a
     verifier error and the close call stays a miss)."""
 
-    def __init__(self, *, num_threads: int = 2) -> None:
+    def __init__(self, *, num_threads: int = 2, call_timeout_s: float | None = None) -> None:
         """Two threads by default: a close call (two questions, 137M parameters) takes
         about half as long as on one, and close calls are rare next to lookups."""
         from hasten.semantic import nomic
         from hasten.semantic.gguf_embedder import ChildSettings, GgufEmbedder
 
-        self._child = GgufEmbedder(
-            nomic.NAME, nomic.prepare_model, settings=ChildSettings(num_threads=num_threads)
-        )
+        settings = ChildSettings(num_threads=num_threads)
+        if call_timeout_s is not None:  # benchmarks embedding whole files in big batches
+            settings = replace(settings, call_timeout_s=call_timeout_s)
+        self._child = GgufEmbedder(nomic.NAME, nomic.prepare_model, settings=settings)
         self._child.start()
         prefix = nomic.PREFIX
         self._vectors = RecentVectors(
