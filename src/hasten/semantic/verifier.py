@@ -21,8 +21,8 @@ native code the gateway must survive; the ``semantic-nomic`` extra (``make seman
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import replace
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Protocol
 
 import numpy as np
