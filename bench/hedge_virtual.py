@@ -174,8 +174,12 @@ class Simulation:
             if level == 1:
                 request.hedge_started_s = now_s
             self.start(request, target, level, now_s)
-        else:  # refused by the budget: asked again later, as Dispatch does
-            request.retry_s = now_s + self.pool.hedge_retry_s()
+        else:  # refused by the budget: with a bucket, asked again later, as Dispatch does
+            retry_s = self.pool.hedge_retry_s()
+            if retry_s is None:
+                request.num_chances = level
+            else:
+                request.retry_s = now_s + retry_s
             self.schedule_hedge(request, now_s)
 
     def win(self, request: _Request, winner: _Attempt, now_s: float) -> None:

@@ -82,3 +82,5 @@ def test_a_refused_hedge_asks_again_after_a_typical_request() -> None:
     now_s = teach(pool, "a", 250.0, 30, 0.0)
     teach(pool, "b", 350.0, 30, now_s)
     assert pool.hedge_retry_s() == pytest.approx(0.25)  # the pooled median (lower of two)
+    window = make_pool(("a", "b"), routing=RoutingConfig(hedge=HedgeConfig(is_enabled=True)))
+    assert window.hedge_retry_s() is None  # the sliding window: refused for good

@@ -124,7 +124,9 @@ class _Race:
             request.num_chances = level
             return
         if not self.pool.try_hedge(now_s, level=level):  # asked again later, as Dispatch does
-            request.retry_s = now_s + self.pool.hedge_retry_s()
+            retry_s = self.pool.hedge_retry_s()
+            assert retry_s is not None  # a token bucket
+            request.retry_s = now_s + retry_s
             self.push(request.retry_s, "hedge", request, None)
             return
         request.num_chances = level

@@ -240,11 +240,16 @@ class DeploymentPool:
             nearest_rank(pooled, self.hedge_quantile() if quantile is None else quantile)
         )
 
-    def hedge_retry_s(self) -> float:
+    def hedge_retry_s(self) -> float | None:
         """How long a hedge the budget refused waits before it asks again: the pooled median
         TTFT (clamped like the delays), a typical request's time, over which the requests
         that arrive earn the budget more. Refused once and for all, a straggler's hedge left
-        it at its full TTFT (15 s for a straggler on a degraded deployment, in virtual time)."""
+        it at its full TTFT (15 s for a straggler on a degraded deployment, in virtual time).
+        None (refused for good) with the sliding window, which makes room only as old traffic
+        ages out: there a hedge asked for again takes the room of newer requests' first
+        hedges (hedge_virtual.py, 30 seeds: p99 947 ms against 865 without)."""
+        if self.budget.burst <= 0:
+            return None
         pooled = self._pooled_samples()
         if pooled is None:
             return self.routing.hedge.max_delay_ms / 1000.0

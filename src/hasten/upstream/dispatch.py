@@ -398,10 +398,15 @@ class Dispatch:
             self._num_hedge_chances = level  # one chance per level, or the wait loop would spin
             return
         if not self._pool.try_hedge(now_s, level=level):
-            # Refused by the budget (which counts each refusal): asked again a little later,
-            # when the requests since have earned more, so a straggler's wait still ends. A
-            # second hedge denied leaves the first's outcome as the header says it.
-            self._hedge_retry_s = now_s + self._pool.hedge_retry_s()
+            # Refused by the budget (which counts each refusal): with a token bucket, asked
+            # again a little later, when the requests since have earned more, so a straggler's
+            # wait still ends. A second hedge denied leaves the first's outcome as the header
+            # says it.
+            retry_s = self._pool.hedge_retry_s()
+            if retry_s is None:
+                self._num_hedge_chances = level
+            else:
+                self._hedge_retry_s = now_s + retry_s
             if level == 1:
                 self._decision.hedge = "denied"
             return
