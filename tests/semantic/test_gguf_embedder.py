@@ -88,6 +88,20 @@ def test_a_crashed_child_costs_one_call_and_is_restarted(embedder: GgufEmbedder)
     assert rows.shape == (1, nomic.DIM) and embedder.pid not in (None, pid)
 
 
+def test_calls_while_the_model_loads_fail_at_once_and_leave_the_load_alone() -> None:
+    child = GgufEmbedder(nomic.NAME, gguf.slow_nomic_model)
+    child.start()
+    pid = child.pid
+    started = time.monotonic()
+    with pytest.raises(EmbedderUnavailable, match="still loading"):
+        child.embed(["too early"])
+    assert time.monotonic() - started < 1.0  # no wait on the store's worker thread
+    child.wait_ready()
+    assert child.embed(["in time"]).shape == (1, nomic.DIM)
+    assert child.pid == pid and child.num_starts == 1
+    child.close()
+
+
 def test_a_model_that_cannot_load_turns_the_embedder_off() -> None:
     child = GgufEmbedder("broken", gguf.broken_model)
     with pytest.raises(EmbedderUnavailable, match="damaged"):
@@ -97,20 +111,41 @@ def test_a_model_that_cannot_load_turns_the_embedder_off() -> None:
     assert child.num_starts == 1
 
 
-def test_a_hung_child_is_killed_within_the_call_timeout() -> None:
+def test_a_child_that_never_loads_is_killed_after_the_start_timeout() -> None:
     child = GgufEmbedder(
         "hanging",
         gguf.hanging_model,
-        settings=ChildSettings(call_timeout_s=0.25, per_text_timeout_s=0.25, restart=QUICK_RESTART),
+        settings=ChildSettings(start_timeout_s=0.5, restart=QUICK_RESTART),
     )
     child.start()
     pid = child.pid
-    with pytest.raises(EmbedderUnavailable, match=r"within 0\.5 s"):
+    with pytest.raises(EmbedderUnavailable, match="still loading"):
+        child.embed(["anything"])
+    time.sleep(0.6)
+    with pytest.raises(EmbedderUnavailable, match=r"did not load within 0\.5 s"):
         child.embed(["anything"])
     assert child.pid is None and pid is not None
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
     child.close()
+
+
+def test_a_call_without_an_answer_in_time_kills_the_child(embedder: GgufEmbedder) -> None:
+    """A hung call (here: one the child cannot finish within a too short timeout) ends the
+    child; the next call starts a new one."""
+    hurried = GgufEmbedder(
+        nomic.NAME,
+        gguf.nomic_model,
+        settings=ChildSettings(call_timeout_s=0.0, per_text_timeout_s=1e-6, restart=QUICK_RESTART),
+    )
+    hurried.wait_ready()
+    pid = hurried.pid
+    with pytest.raises(EmbedderUnavailable, match="did not answer within"):
+        hurried.embed(["a question long enough to take more than a few microseconds " * 20])
+    assert hurried.pid is None and pid is not None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    hurried.close()
 
 
 def test_client_controlled_sizes_are_bounded(embedder: GgufEmbedder) -> None:

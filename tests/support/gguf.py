@@ -20,3 +20,9 @@ def broken_model(num_threads: int) -> Path:
 def hanging_model(num_threads: int) -> Path:
     time.sleep(3600)
     raise AssertionError("unreachable")
+
+
+def slow_nomic_model(num_threads: int) -> Path:
+    """The real model after a slow start, as a first start that extracts and quantises."""
+    time.sleep(2.0)
+    return nomic.prepare_model(num_threads)

@@ -3,10 +3,11 @@
 The child (``_serve``) prepares its model file, loads it (``gguf_encoder``), embeds a
 one-text self-test and reports ready; then it answers lists of texts over a pipe with float32
 rows. The parent (``GgufEmbedder``) is called from one worker thread (the semantic store's),
-never the event loop. A call that finds the child dead, or that gets no answer within
-its timeout, raises ``EmbedderUnavailable`` (the store then treats the close call as
-a miss) and the child is started again after the backoff of ``local.supervisor``'s
-``RestartPolicy``; once that policy gives up, every call raises at once.
+never the event loop. A call while the child still loads fails at once (the load goes on).
+A call that finds the child dead, or that gets no answer within its timeout, raises
+``EmbedderUnavailable`` (the store then treats the close call as a miss), and the child is
+started again after the backoff of ``local.supervisor``'s ``RestartPolicy``; once that
+policy gives up, every call raises at once.
 """
 
 from __future__ import annotations
@@ -136,10 +137,11 @@ class GgufEmbedder:
                 if self._is_given_up or time.monotonic() < self._not_before_s:
                     raise EmbedderUnavailable(f"{self.name} is down")
                 self._spawn()
+            if not self._is_ready:
+                self._check_loaded()
             timeout_s = (
                 self._settings.call_timeout_s + len(texts) * self._settings.per_text_timeout_s
             )
-            self._await_ready(timeout_s)
             conn = self._conn
             assert conn is not None
             try:
@@ -173,6 +175,19 @@ class GgufEmbedder:
         self._started_s = time.monotonic()
         self._is_ready = False
         self.num_starts += 1
+
+    def _check_loaded(self) -> None:
+        """A call while the child loads fails at once and leaves the load alone, unless the
+        load has outlasted ``start_timeout_s``."""
+        conn = self._conn
+        if conn is not None and conn.poll(0):
+            self._await_ready(0.0)
+            return
+        limit_s = self._settings.start_timeout_s
+        if time.monotonic() - self._started_s < limit_s:
+            raise EmbedderUnavailable(f"{self.name} is still loading")
+        self._on_failure(f"not loaded within {limit_s:g} s")
+        raise EmbedderUnavailable(f"{self.name} did not load within {limit_s:g} s")
 
     def _await_ready(self, timeout_s: float) -> None:
         if self._is_ready:
