@@ -111,6 +111,21 @@ class GgufEmbedder:
     def pid(self) -> int | None:
         return None if self._process is None else self._process.pid
 
+    @property
+    def is_ready(self) -> bool:
+        """Whether the child is loaded now; never waits (a caller holding the child counts
+        as not ready)."""
+        if not self._lock.acquire(blocking=False):
+            return self._is_ready
+        try:
+            conn = self._conn
+            if not self._is_ready and conn is not None and conn.poll(0):
+                with contextlib.suppress(EmbedderUnavailable):
+                    self._await_ready(0.0)
+            return self._is_ready
+        finally:
+            self._lock.release()
+
     def start(self) -> None:
         """Starts the child (it loads in the background; ``wait_ready`` waits for it)."""
         with self._lock:

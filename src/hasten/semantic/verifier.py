@@ -121,6 +121,11 @@ class NomicVerifier:
 
         return nomic.DIM
 
+    @property
+    def is_ready(self) -> bool:
+        """Whether the model is loaded now (never waits)."""
+        return self._child.is_ready
+
     def wait_ready(self, timeout_s: float | None = None) -> None:
         """Blocks until the model is loaded (benchmarks and tests; the gateway does not)."""
         self._child.wait_ready(timeout_s)
