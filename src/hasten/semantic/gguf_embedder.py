@@ -8,6 +8,10 @@ A call that finds the child dead, or that gets no answer within its timeout, rai
 ``EmbedderUnavailable`` (the store then treats the close call as a miss), and the child is
 started again after the backoff of ``local.supervisor``'s ``RestartPolicy``; once that
 policy gives up, every call raises at once.
+
+The child is started with multiprocessing's ``spawn``, which imports the parent's main
+script again: a program of its own that builds this embedder (rather than ``hasten serve``)
+needs the usual ``if __name__ == "__main__":`` guard, as the benchmarks have.
 """
 
 from __future__ import annotations
