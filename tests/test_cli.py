@@ -133,7 +133,10 @@ def test_check_config_describes_hedging(tmp_path: Path, capsys: pytest.CaptureFi
     assert _cli_main(["check-config", str(path)]) == 0
     out = capsys.readouterr().out
     assert "hedging: up to 2, the first at a pooled TTFT quantile (>= p95, 50-2000 ms)" in out
-    assert "then a second as long later; budget 5% (a bucket of 10 hedges)" in out
+    assert (
+        "then a second as long later; budget 5% (a bucket of 10 hedges; since the start "
+        "at most the larger of 10 and 5% of requests)"
+    ) in out
     path = _write(tmp_path, text.replace("budget_burst = 10", "second_quantile = 0.8"))
     assert _cli_main(["check-config", str(path)]) == 0
     assert "then a second p80 later; budget 5% (over 30s)" in capsys.readouterr().out

@@ -81,7 +81,8 @@ def _describe(path: str, config: GatewayConfig) -> str:
         hedge = route.routing.hedge
         if hedge.is_enabled:
             budget = (
-                f"a bucket of {hedge.budget_burst:g} hedges"
+                f"a bucket of {hedge.budget_burst:g} hedges; since the start at most the "
+                f"larger of {hedge.budget_burst:g} and {100 * hedge.budget:g}% of requests"
                 if hedge.budget_burst > 0
                 else f"over {hedge.budget_window_s:g}s"
             )

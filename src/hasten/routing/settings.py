@@ -49,7 +49,9 @@ class HedgeConfig:
     min_samples: int = 10  # below this many TTFT samples the delay is max_delay_ms
     budget: float = DEFAULT_HEDGE_BUDGET  # extra requests as a share of requests
     budget_window_s: float = 30.0
-    budget_burst: float = 0.0  # > 0: a token bucket saving up to this many hedges (budget.py)
+    # > 0: a token bucket saving up to this many hedges, and hedges since the start capped at
+    # max(burst, budget x requests) (budget.py)
+    budget_burst: float = 0.0
 
 
 @dataclass(frozen=True)
