@@ -230,3 +230,15 @@ async def test_resolve_without_virtual_keys_is_caller() -> None:
     auth = Authenticator(())
     assert (await auth.resolve(b"Bearer anything")).tenant == auth.caller(b"Bearer anything").tenant
     assert (await auth.resolve(None)).tenant == PUBLIC_TENANT
+
+
+def test_a_pass_through_key_names_one_tenant_built_once_and_the_memo_is_bounded() -> None:
+    auth = Authenticator(())
+    first = auth.caller(b"Bearer sk-one")
+    assert auth.caller(b"Bearer sk-one") is first  # built once per key, not per request
+    assert first.tenant == "key-" + hashlib.blake2b(b"sk-one", digest_size=8).hexdigest()
+    assert auth.caller(b"Bearer sk-two").tenant != first.tenant
+    for i in range(5000):
+        auth.caller(b"Bearer sk-%d" % i)
+    assert len(auth._anonymous) <= 4096
+    assert auth.caller(b"Bearer sk-one") == first  # rebuilt alike after the memo was dropped

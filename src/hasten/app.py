@@ -477,8 +477,9 @@ async def _send_error(send: Send, exc: HastenError, request_id: str, started_s: 
 def _stamp(start: Message, started_s: float) -> None:
     """Gives responses that did not set them (health, models, admin) the standard headers."""
     headers = start["headers"]
-    if any(name == b"x-hasten-cache" for name, _ in headers):
-        return
+    for name, _ in headers:
+        if name == b"x-hasten-cache":
+            return
     gateway_ms = (time.perf_counter() - started_s) * 1000.0
     start["headers"] = [
         *headers,

@@ -21,6 +21,9 @@ ADMIN_KEY_HINT = (
 )
 
 
+_MAX_ANONYMOUS_CALLERS = 4096
+
+
 def _digest(key: bytes) -> bytes:
     return hashlib.sha256(key).digest()
 
@@ -76,6 +79,8 @@ class Authenticator:
         self._virtual = virtual
         self.is_enforcing = bool(keys) or virtual is not None
         self.has_admin_key = self._admin is not None
+        # Pass-through tenants by the hash that names them: one Caller per key, not per request.
+        self._anonymous: dict[bytes, Caller] = {}
 
     def tenant_for(self, authorization: bytes | None) -> str:
         """The tenant of a model request (the admin key is refused)."""
@@ -124,15 +129,23 @@ class Authenticator:
             if self.is_enforcing:
                 raise Unauthorized("missing API key: send 'Authorization: Bearer <key>'")
             return Caller(tenant=PUBLIC_TENANT)
-        digest = _digest(token)
         if not self.is_enforcing:
-            if self._admin is not None and hmac.compare_digest(self._admin, digest):
+            if self._admin is not None and hmac.compare_digest(self._admin, _digest(token)):
                 return ADMIN
-            return Caller("key-" + hashlib.blake2b(token, digest_size=8).hexdigest())
-        known = self._known(digest)
+            return self._anonymous_caller(token)
+        known = self._known(_digest(token))
         if known is None:
             raise Unauthorized("invalid API key")
         return known
+
+    def _anonymous_caller(self, token: bytes) -> Caller:
+        name = hashlib.blake2b(token, digest_size=8).digest()
+        caller = self._anonymous.get(name)
+        if caller is None:
+            if len(self._anonymous) >= _MAX_ANONYMOUS_CALLERS:
+                self._anonymous.clear()  # a bound, not an LRU: rebuilding one costs a microsecond
+            caller = self._anonymous[name] = Caller("key-" + name.hex())
+        return caller
 
     def _known(self, digest: bytes) -> Caller | None:
         """The admin key or a static key with this digest."""

@@ -122,3 +122,14 @@ def test_a_stream_answer_keeps_its_merged_body_in_memory_only() -> None:
     assert CachedAnswer.decode(merged.encode()).body is None
     with pytest.raises(ValueError):
         CachedAnswer.from_body(b"{}", endpoint="chat", ttl_s=1.0).with_body(b"{}")
+
+
+def test_the_usage_is_read_once_from_the_body_or_the_last_event() -> None:
+    usage = b'"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}'
+    body = CachedAnswer.from_body(b'{"id":"x",' + usage + b"}", endpoint="chat", ttl_s=60)
+    assert body.usage == (7, 3)
+    chunks = [b'{"choices":[]}', b'{"choices":[],' + usage + b"}"]
+    stream = CachedAnswer.from_chunks(chunks, endpoint="chat", ttl_s=60)
+    assert stream.usage == (7, 3) and stream.usage_tail == chunks[-1]
+    assert CachedAnswer.decode(stream.encode()).usage == (7, 3)  # derived, not stored
+    assert CachedAnswer.from_chunks([b"{}"], endpoint="chat", ttl_s=60).usage == (None, None)

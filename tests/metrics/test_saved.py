@@ -5,8 +5,11 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hasten.metrics.saved import (
+    ESTIMATES_REUSE_S,
     DeploymentEstimate,
     SavedTime,
     expected_upstream_s,
@@ -46,6 +49,31 @@ def test_unavailable_and_unmeasured_deployments_are_left_out() -> None:
     assert expected_upstream_s([_estimate(0.3, is_available=False)], 0) == pytest.approx(0.3)
     # Without a TPOT estimate only the TTFT counts (an underestimate, never an overestimate).
     assert expected_upstream_s([_estimate(0.3)], 100) == pytest.approx(0.3)
+
+
+def _by_the_rule(estimates: list[DeploymentEstimate], num_tokens: int) -> float | None:
+    """The module docstring's rule, step by step."""
+    known = [e for e in estimates if e.ttft_s is not None]
+    usable = [e for e in known if e.is_available] or known
+    if not usable:
+        return None
+    best = min(e.priority for e in usable)
+    return min(
+        (e.ttft_s or 0.0) + (e.tpot_s or 0.0) * max(0, num_tokens)
+        for e in usable
+        if e.priority == best
+    )
+
+
+_seconds = st.none() | st.floats(min_value=0.0, max_value=100.0)
+_estimates = st.builds(DeploymentEstimate, _seconds, _seconds, st.integers(0, 3), st.booleans())
+
+
+@given(st.lists(_estimates, max_size=6), st.integers(-5, 5000))
+def test_expected_latency_follows_the_rule(
+    estimates: list[DeploymentEstimate], num_tokens: int
+) -> None:
+    assert expected_upstream_s(estimates, num_tokens) == _by_the_rule(estimates, num_tokens)
 
 
 def test_saving_is_floored_at_zero_and_absent_without_an_estimate() -> None:
@@ -89,3 +117,18 @@ def test_saved_time_reads_the_live_pool_estimates() -> None:
         pool.on_first_token("a", ttft_ms, 101.0, is_probe=False)
     assert saved.hedge_s("m", "a", 600.0) == pytest.approx((300.0 + 900.0) / 2 / 1000.0)
     assert saved.hedge_s("m", "unknown", 600.0) is None
+
+
+def test_the_estimates_are_read_again_once_the_pool_learns_or_they_age() -> None:
+    pool = _pool()
+    saved = SavedTime(_Pools(pool))
+    pool.on_first_token("a", 400.0, 100.0, is_probe=False)
+    assert saved.answer_s("m", 0, 0.0, now_s=100.0) == pytest.approx(0.4)
+    # Behind the pool's back (no version change): the reading is reused while it is fresh.
+    pool.deployments["a"].estimate.observe_probe(900.0)
+    assert saved.answer_s("m", 0, 0.0, now_s=100.0 + ESTIMATES_REUSE_S / 2) == pytest.approx(0.4)
+    assert saved.answer_s("m", 0, 0.0, now_s=100.0 + ESTIMATES_REUSE_S) == pytest.approx(0.9)
+    # Anything the pool learns is read at once.
+    pool.on_probe("a", 100.0 + ESTIMATES_REUSE_S, 2000.0, "")
+    later = saved.answer_s("m", 0, 0.0, now_s=100.0 + ESTIMATES_REUSE_S)
+    assert later is not None and later > 0.9

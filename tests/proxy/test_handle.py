@@ -57,6 +57,7 @@ class InProcess:
     def __init__(self, config: GatewayConfig, transport: ScriptedTransport) -> None:
         self.app = HastenApp(config, transport=transport)
         self.router = CountingRouter(config)
+        self.num_receives = 0  # of the last request
 
     async def __aenter__(self) -> InProcess:
         gateway = await self.app.startup()
@@ -71,8 +72,10 @@ class InProcess:
             {"type": "http.request", "body": orjson.dumps(body), "more_body": False}
         ]
         connected = asyncio.Event()  # never set: the client stays until the answer is done
+        self.num_receives = 0
 
         async def receive() -> Message:
+            self.num_receives += 1
             if messages:
                 return messages.pop(0)
             await connected.wait()
@@ -113,6 +116,48 @@ async def test_a_miss_resolves_its_model_once_for_the_cache_and_the_upstream() -
         assert headers[b"x-hasten-cache"] == b"hit"  # "fast" and "gpt" share one entry
         assert gateway.router.resolved == ["fast", "gpt"]
         assert len(transport.sent) == 1
+
+
+async def test_only_an_answer_that_can_wait_listens_for_the_client_going_away() -> None:
+    # Listening for a disconnect takes a task per request; an L1 hit never waits, so it never
+    # asks for more than the body. Everything that can wait (here the upstream) listens.
+    transport = ScriptedTransport({"a": [Reply(chunks=ANSWER_STREAM)]})
+    async with InProcess(_config(), transport) as gateway:
+        _, headers, _ = await gateway.post(_chat("gpt", temperature=0))
+        assert headers[b"x-hasten-cache"] == b"miss" and gateway.num_receives == 2
+        for stream in (False, True):
+            _, headers, _ = await gateway.post(_chat("gpt", temperature=0, stream=stream))
+            assert headers[b"x-hasten-cache"] == b"hit" and gateway.num_receives == 1
+
+
+async def test_a_paced_replay_stops_when_the_client_goes_away() -> None:
+    cache = CacheConfig(backend="memory", replay="paced", replay_chunk_interval_ms=50.0)
+    transport = ScriptedTransport({"a": [Reply(chunks=ANSWER_STREAM)]})
+    async with InProcess(replace(_config(), cache=cache), transport) as gateway:
+        _, _, whole = await gateway.post(_chat("gpt", temperature=0, stream=True))
+        body = orjson.dumps(_chat("gpt", temperature=0, stream=True))
+        messages: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
+        gone = asyncio.Event()
+
+        async def receive() -> Message:
+            if messages:
+                return messages.pop(0)
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        sent: list[Message] = []
+
+        async def send(message: Message) -> None:
+            sent.append(message)
+            gone.set()  # the client leaves as soon as the answer starts
+
+        scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions",
+                 "headers": [], "query_string": b""}  # fmt: skip
+        await asyncio.wait_for(gateway.app(scope, receive, send), timeout=5)
+        assert dict(sent[0]["headers"])[b"x-hasten-cache"] == b"hit"
+        replayed = b"".join(m.get("body", b"") for m in sent[1:])
+        assert whole.startswith(replayed) and len(replayed) < len(whole)
+        assert all(m.get("more_body", False) for m in sent[1:])  # never ended as complete
 
 
 async def test_a_streamed_bypass_resolves_its_model_once() -> None:

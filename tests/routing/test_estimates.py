@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hasten.routing.estimates import LatencyEstimate, second_largest
 
@@ -77,3 +79,22 @@ def test_probe_rtt_is_a_prior_and_a_floor() -> None:
     assert estimate.ttft_ms(0.0) == 40.0
     estimate.observe_ttft(10.0, 0.0)
     assert estimate.ttft_ms(0.0) == 40.0
+
+
+_times_s = st.floats(min_value=0.0, max_value=1000.0)
+_samples_ms = st.floats(min_value=0.0, max_value=60_000.0)
+
+
+@given(st.lists(st.tuples(_times_s, _samples_ms), max_size=12), _times_s)
+def test_slowness_is_the_second_largest_sample_faded_to_now(
+    samples: list[tuple[float, float]], now_s: float
+) -> None:
+    # Found once per sample and faded in one step: the same as fading each sample every time
+    # (a sample from a clock ahead of now_s does not fade).
+    estimate = LatencyEstimate(ewma_decay_s=10.0, penalty_decay_s=5.0)
+    for at_s, ttft_ms in samples:
+        estimate.observe_censored(ttft_ms, at_s)
+        assert estimate.slowness_ms(now_s) >= 0.0  # asked between samples too
+    # The last 8 samples are the evidence (NUM_EVIDENCE_SAMPLES).
+    expected = second_largest(t * math.exp(-max(0.0, now_s - a) / 5.0) for a, t in samples[-8:])
+    assert estimate.slowness_ms(now_s) == pytest.approx(expected, rel=1e-9, abs=1e-9)

@@ -12,6 +12,7 @@ from typing import Literal
 import orjson
 
 from hasten.errors import DamagedCacheEntry, OutdatedCacheEntry
+from hasten.metrics.usage import usage_tokens
 
 AnswerKind = Literal["json", "stream"]
 
@@ -43,6 +44,9 @@ class CachedAnswer:
     body: bytes | None = None
     chunks: Sequence[bytes] | None = None
     size_bytes: int = field(init=False, compare=False)
+    # (input, output) tokens of the answer's usage, None where absent: read once here, not
+    # on every hit (the time-saved estimate and the metrics need them).
+    usage: tuple[int | None, int | None] = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.kind == "json":
@@ -60,6 +64,14 @@ class CachedAnswer:
         object.__setattr__(
             self, "size_bytes", payload_bytes + len(self.endpoint) + _FIXED_SIZE_BYTES
         )
+        object.__setattr__(self, "usage", usage_tokens(self.usage_tail))
+
+    @property
+    def usage_tail(self) -> bytes:
+        """Where the answer's usage is: the body, else the last event of the stream."""
+        if self.body is not None:
+            return self.body
+        return self.chunks[-1] if self.chunks else b""
 
     @classmethod
     def from_body(

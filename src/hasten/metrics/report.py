@@ -80,9 +80,8 @@ def answer_saved(
     metrics = gateway.metrics
     if metrics is None:
         return None
-    tail = entry.body if entry.body is not None else (entry.chunks or (b"",))[-1]
-    ex.usage_tail = tail  # the tokens, even when the client's copy has no usage
-    num_tokens = usage_tokens(tail)[1] or 0
+    ex.usage_tail = entry.usage_tail  # the tokens, even when the client's copy has no usage
+    num_tokens = entry.usage[1] or 0
     waited_s = time.perf_counter() - ex.started_s + replay_s
     saved_s = metrics.saved.answer_s(ex.model.route.name, num_tokens, waited_s, time.monotonic())
     return _saved_header(ex, saved_s)

@@ -29,17 +29,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from hasten.metrics.outcome import RequestOutcome
     from hasten.routing.pool import DeploymentPool
 
 
-@dataclass(frozen=True, slots=True)
-class DeploymentEstimate:
-    """What the router believes about one deployment right now."""
+class DeploymentEstimate(NamedTuple):
+    """What the router believes about one deployment right now (a tuple: one is built per
+    deployment on every cache hit)."""
 
     ttft_s: float | None
     tpot_s: float | None
@@ -49,16 +48,20 @@ class DeploymentEstimate:
 
 def expected_upstream_s(estimates: Sequence[DeploymentEstimate], num_tokens: int) -> float | None:
     """The first-ranked deployment's expected latency for ``num_tokens`` output tokens."""
-    known = [e for e in estimates if e.ttft_s is not None]
-    usable = [e for e in known if e.is_available] or known
-    if not usable:
-        return None
-    best = min(e.priority for e in usable)
-    return min(
-        (e.ttft_s or 0.0) + (e.tpot_s or 0.0) * max(0, num_tokens)
-        for e in usable
-        if e.priority == best
-    )
+    # One pass: the usable tier is the least (unavailable, priority) among the measured.
+    num_tokens = max(0, num_tokens)
+    best_rank: tuple[bool, int] | None = None
+    best_s = 0.0
+    for e in estimates:
+        if e.ttft_s is None:
+            continue
+        rank = (not e.is_available, e.priority)
+        latency_s = e.ttft_s + (e.tpot_s or 0.0) * num_tokens
+        if best_rank is None or rank < best_rank:
+            best_rank, best_s = rank, latency_s
+        elif rank == best_rank and latency_s < best_s:
+            best_s = latency_s
+    return None if best_rank is None else best_s
 
 
 def saved_s(expected_s: float | None, waited_s: float) -> float | None:
@@ -76,31 +79,62 @@ def pool_estimates(pool: DeploymentPool, now_s: float) -> list[DeploymentEstimat
     """The pool's deployments as ``DeploymentEstimate``; reads only, decides nothing."""
     result = []
     for d in pool.deployments.values():
-        ttft_ms = d.estimate.ttft_ms(now_s)
-        tpot_ms = d.estimate.tpot_ms
+        estimate = d.estimate
+        ttft_ms = estimate.ttft_ms(now_s)
+        tpot_ms = estimate.tpot_ms
         result.append(
             DeploymentEstimate(
-                ttft_s=None if ttft_ms is None else ttft_ms / 1000.0,
-                tpot_s=None if tpot_ms is None else tpot_ms / 1000.0,
-                priority=d.config.priority,
-                is_available=d.breaker.is_available(now_s),
+                None if ttft_ms is None else ttft_ms / 1000.0,
+                None if tpot_ms is None else tpot_ms / 1000.0,
+                d.config.priority,
+                d.breaker.is_available(now_s),
             )
         )
     return result
 
 
+# A pool's estimates are read again after this long even when it learnt nothing: they fade
+# with time (seconds), and an open breaker half-opens on a clock.
+ESTIMATES_REUSE_S = 0.01
+
+
 class SavedTime:
-    """The rule above applied to the live pools of an ``UpstreamClient`` (``pools_of``)."""
+    """The rule above applied to the live pools of an ``UpstreamClient`` (``pools_of``).
+
+    Every cache hit asks this before its answer goes out, so a pool's estimates are read once
+    and reused until the pool learns something (its ``version``) or ``ESTIMATES_REUSE_S``
+    passes: reading them costs more than the rest of a hit's own bookkeeping.
+    """
 
     def __init__(self, pools_of: PoolSource) -> None:
         self._pools_of = pools_of
+        # Route name -> (pool, its version, when read, what was read).
+        self._read: dict[str, tuple[DeploymentPool, int, float, list[DeploymentEstimate]]] = {}
 
     def answer_s(self, model: str, num_tokens: int, waited_s: float, now_s: float) -> float | None:
         """A cache hit's saving (``model`` is the route name, as the pools are keyed)."""
         pool = self._pools_of.existing_pool(model)
         if pool is None:
             return None
-        return saved_s(expected_upstream_s(pool_estimates(pool, now_s), num_tokens), waited_s)
+        return saved_s(
+            expected_upstream_s(self._estimates(model, pool, now_s), num_tokens), waited_s
+        )
+
+    def _estimates(
+        self, model: str, pool: DeploymentPool, now_s: float
+    ) -> list[DeploymentEstimate]:
+        read = self._read.get(model)
+        if read is not None:
+            read_pool, version, read_s, estimates = read
+            if (
+                read_pool is pool
+                and version == pool.version
+                and 0 <= now_s - read_s < ESTIMATES_REUSE_S
+            ):
+                return estimates
+        estimates = pool_estimates(pool, now_s)
+        self._read[model] = (pool, pool.version, now_s, estimates)
+        return estimates
 
     def coalesced_s(self, model: str, outcome: RequestOutcome) -> float | None:
         return self.answer_s(model, outcome.tokens_out or 0, outcome.e2e_s, time.monotonic())

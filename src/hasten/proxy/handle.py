@@ -120,10 +120,19 @@ class Exchange:
     caller: Caller | None = None  # the key's limits and allowed models (hasten.limits)
     limit: Enforcement | None = None  # set for a limited key: admit() before answering
     resume: str = ""  # how a broken stream was continued (hasten.proxy.resumer)
+    # Listens for the client going away from the first wait on; an L1 hit never waits, so it
+    # never pays for the listening task (see ``listen``).
+    watcher: DisconnectWatcher | None = None
 
     @property
     def is_upstream_stream(self) -> bool:
         return self.is_stream or self.is_assembled
+
+    def listen(self) -> None:
+        """From now on a disconnect ends the answer (before anything that can wait: the
+        upstream, the L2 or semantic lookup, a limit's admission, a paced replay)."""
+        if self.watcher is not None:
+            self.watcher.arm()
 
     def base_headers(self, cache_label: bytes, ttfb_ms: float | None) -> Headers:
         gateway_ms = (time.perf_counter() - self.started_s) * 1000.0 - (ttfb_ms or 0.0)
@@ -154,7 +163,7 @@ async def handle(
         describe_request(trace, endpoint.name, exchange.body)
         # The key's limits (hasten.limits): a no-op for a key without any.
         async with gateway.limiter.enforce(exchange):
-            with DisconnectWatcher(receive):
+            with DisconnectWatcher(receive, is_armed=False) as exchange.watcher:
                 if not gateway.observers:
                     await _dispatch(gateway, exchange)
                     return
@@ -267,6 +276,8 @@ def _resolve(
 
 async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
     decision = _decide(gateway, ex)
+    if gateway.cache is None or not decision.is_lookup:
+        ex.listen()  # only a lookup can answer without waiting
     if gateway.cache is None or not (decision.is_lookup or decision.is_store):
         gateway.stats.count("bypass", tenant=ex.tenant)
         ex.trace.set("hasten.cache", "bypass")
@@ -284,6 +295,7 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
     early = None
     if fleet is not None and decision.is_lookup and not gateway.coalescer.is_flying(flight_key):
         early = fleet.early(flight_key)  # asked at the L1 miss, so it overlaps what follows
+        ex.listen()
     try:
         await _lookup_and_serve(gateway, ex, decision, key, namespace, flight_key, early)
     finally:
@@ -304,7 +316,7 @@ async def _lookup_and_serve(
     found = None
     if decision.is_lookup:
         with ex.trace.child("cache.lookup") as lookup:
-            on_l1_miss = None if early is None else early.ask
+            on_l1_miss = ex.listen if early is None else early.ask
             entry = await gateway.cache.get(
                 key, max_age_s=decision.max_age_s, on_l1_miss=on_l1_miss
             )
@@ -313,10 +325,13 @@ async def _lookup_and_serve(
             gateway.stats.count("hit", tenant=ex.tenant)
             ex.cache_label = HIT
             ex.trace.set("hasten.cache", "hit")
+            if ex.limit is not None:
+                ex.listen()
             await _admit(ex, is_hit=True)
             with ex.trace.child("cache.replay"):
                 await _serve_hit(gateway, ex, entry, b"hit", key=key)
             return
+        ex.listen()
         # Admitted as a miss before the semantic lookup: a key over its limit must not
         # make the gateway embed its questions (a semantic hit is refunded at the end).
         await _admit(ex, is_hit=False)
@@ -719,6 +734,7 @@ async def _serve_hit(
     if not is_paced:
         await send_body(ex.send, b"".join(frames), more_body=False)
         return
+    ex.listen()
     for i, frame in enumerate(frames):
         if i:
             await asyncio.sleep(interval_s)

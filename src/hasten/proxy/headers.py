@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from hasten.asgi import JSON_CONTENT_TYPE, SSE_HEADERS, Headers, Scope, header
+from hasten.asgi import JSON_CONTENT_TYPE, SSE_HEADERS, Headers, Scope
 from hasten.errors import InvalidRequest
 
 # Upstream response headers worth passing back (rate limits, request ids, timings).
@@ -31,10 +31,11 @@ _PASSED_HEADERS = frozenset(
     }
 )
 _CONTROL_CHARACTERS = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
-_FORWARDED_REQUEST_HEADERS = (b"openai-organization", b"openai-project", b"openai-beta")
+_FORWARDED_REQUEST_HEADERS = frozenset({b"openai-organization", b"openai-project", b"openai-beta"})
 # W3C trace context: passed on as sent unless the gateway traces (hasten.telemetry), when
 # each upstream attempt carries its own span's traceparent instead.
-_WITH_TRACE_HEADERS = (*_FORWARDED_REQUEST_HEADERS, b"traceparent", b"tracestate")
+_WITH_TRACE_HEADERS = _FORWARDED_REQUEST_HEADERS | {b"traceparent", b"tracestate"}
+_AUTHORIZATION = b"authorization"
 
 
 def upstream_headers(
@@ -44,14 +45,14 @@ def upstream_headers(
         "content-type": "application/json",
         "accept": "text/event-stream" if ex_is_stream else "application/json",
     }
-    for name in _WITH_TRACE_HEADERS if is_trace_forwarded else _FORWARDED_REQUEST_HEADERS:
-        value = header(scope, name)
-        if value is not None:
-            headers[name.decode()] = _forwardable(name, value)
-    if is_passthrough:
-        authorization = header(scope, b"authorization")
-        if authorization is not None:
-            headers["authorization"] = _forwardable(b"authorization", authorization)
+    forwarded = _WITH_TRACE_HEADERS if is_trace_forwarded else _FORWARDED_REQUEST_HEADERS
+    # One pass over the request's headers (this runs for every request); a repeated header
+    # is forwarded with its first value, as ``header`` reads it.
+    for name, value in scope["headers"]:
+        if name in forwarded or (is_passthrough and name == _AUTHORIZATION):
+            text = name.decode()
+            if text not in headers:
+                headers[text] = _forwardable(name, value)
     return headers
 
 

@@ -64,6 +64,8 @@ class LatencyEstimate:
         self.num_samples = 0
         self._recent: deque[float] = deque(maxlen=NUM_RECENT_SAMPLES)
         self._sorted: list[float] | None = None
+        # (newest sample time, second-largest sample faded to it): see _faded_second_ms.
+        self._second: tuple[float, float] | None = None
 
     @property
     def typical_ttft_ms(self) -> float | None:
@@ -77,13 +79,31 @@ class LatencyEstimate:
     def slowness_ms(self, now_s: float, waiting_ms: Iterable[float] = ()) -> float:
         """Corroborated slowness: the second-slowest recent sample (fading with age), or the
         median wait of the requests still waiting when there are two or more."""
-        faded = (
-            ttft_ms * math.exp(-max(0.0, now_s - at_s) / self._penalty_decay_s)
-            for at_s, ttft_ms in self._evidence
-        )
         waiting = list(waiting_ms)
         waited_ms = lower_median(waiting) if len(waiting) >= 2 else 0.0
-        return max(second_largest(faded), waited_ms)
+        return max(self._faded_second_ms(now_s), waited_ms)
+
+    def _faded_second_ms(self, now_s: float) -> float:
+        # Every sample fades by the same factor per second, so which one is second-largest
+        # changes with the evidence, not with time: found once per new sample, then faded in
+        # one step (the router asks this for every deployment on every request).
+        decay_s = self._penalty_decay_s
+        second = self._second
+        if second is None:
+            newest_s = max((at_s for at_s, _ in self._evidence), default=0.0)
+            faded = (t * math.exp((at_s - newest_s) / decay_s) for at_s, t in self._evidence)
+            second = self._second = (newest_s, second_largest(faded))
+        newest_s, second_ms = second
+        if now_s >= newest_s:
+            return second_ms * math.exp((newest_s - now_s) / decay_s)
+        # A clock behind the newest sample: samples from its future do not fade at all.
+        return second_largest(
+            t * math.exp(-max(0.0, now_s - at_s) / decay_s) for at_s, t in self._evidence
+        )
+
+    def _add_evidence(self, now_s: float, ttft_ms: float) -> None:
+        self._evidence.append((now_s, ttft_ms))
+        self._second = None
 
     def ttft_ms(self, now_s: float, waiting_ms: Iterable[float] = ()) -> float | None:
         """The estimate used for choosing; None before any sample, probe or waiting request."""
@@ -101,7 +121,7 @@ class LatencyEstimate:
         self._sorted = None
 
     def _learn(self, ttft_ms: float, now_s: float) -> None:
-        self._evidence.append((now_s, ttft_ms))
+        self._add_evidence(now_s, ttft_ms)
         ewma = self._ttft_ewma_ms
         if ewma is None:
             self._ttft_ewma_ms = ttft_ms
@@ -135,13 +155,13 @@ class LatencyEstimate:
             # degraded one whose tries are hedged away at the delay would otherwise learn the
             # delay as its TTFT and be tried again and again. It is fresh evidence that it is
             # still slow, though (no drift back yet), and a tail sample for the quantiles.
-            self._evidence.append((now_s, elapsed_ms))
+            self._add_evidence(now_s, elapsed_ms)
             self._touch(now_s)
             self.num_samples += 1
             self._recent.append(elapsed_ms)
             self._sorted = None
         elif self._ttft_ewma_ms is None or elapsed_ms > self._ttft_ewma_ms:
-            self._evidence.append((now_s, elapsed_ms))
+            self._add_evidence(now_s, elapsed_ms)
 
     def observe_tpot(self, tpot_ms: float) -> None:
         current = self.tpot_ms

@@ -73,6 +73,9 @@ class DeploymentPool:
         self.num_second_hedges = 0
         self.outbox: Outbox | None = None  # set while the fleet shares routing state
         self.num_remote_observations = 0
+        # Counts what this pool learns (samples, failures, probes, attempts): a reader that
+        # keeps figures derived from the estimates (hasten.metrics.saved) knows when they moved.
+        self.version = 0
         # The pooled samples the hedge delays rank, sorted, and what they were sorted from.
         self._pooled_key: tuple[tuple[int, float | None], ...] | None = None
         self._pooled: list[float] = []
@@ -331,6 +334,7 @@ class DeploymentPool:
 
     def on_attempt_start(self, name: str, now_s: float) -> bool:
         """Counts an attempt in flight; True if it is a half-open breaker probe."""
+        self.version += 1
         deployment = self.deployments[name]
         deployment.num_in_flight += 1
         deployment.waiting_since_s.append(now_s)
@@ -350,6 +354,7 @@ class DeploymentPool:
         is_probe: bool,
         started_s: float | None = None,
     ) -> None:
+        self.version += 1
         deployment = self.deployments[name]
         deployment.stop_waiting(started_s)
         deployment.num_wins += 1
@@ -362,6 +367,7 @@ class DeploymentPool:
         self, name: str, now_s: float, *, is_probe: bool, started_s: float | None = None
     ) -> None:
         """A final non-2xx answer (a 400, say): alive and well, latency not comparable."""
+        self.version += 1
         deployment = self.deployments[name]
         deployment.stop_waiting(started_s)
         deployment.breaker.record_success(now_s, is_probe=is_probe)
@@ -377,6 +383,7 @@ class DeploymentPool:
         retry_after_s: float | None = None,
         started_s: float | None = None,
     ) -> None:
+        self.version += 1
         deployment = self.deployments[name]
         deployment.stop_waiting(started_s)
         deployment.num_failures += 1
@@ -416,6 +423,7 @@ class DeploymentPool:
         started_s: float | None = None,
     ) -> None:
         """A hedge loser: neither success nor failure, but its TTFT was at least this."""
+        self.version += 1
         deployment = self.deployments[name]
         deployment.stop_waiting(started_s)
         deployment.num_cancelled += 1
@@ -432,6 +440,7 @@ class DeploymentPool:
         deployment.estimate.observe_censored(elapsed_ms, now_s, is_tail=is_tail)
 
     def on_stream_end(self, name: str, now_s: float, *, tpot_ms: float | None, error: str) -> None:
+        self.version += 1
         deployment = self.deployments[name]
         if tpot_ms is not None:
             deployment.estimate.observe_tpot(tpot_ms)
@@ -442,6 +451,7 @@ class DeploymentPool:
             self._record_failure(deployment, now_s, is_probe=False, reason=error)
 
     def on_probe(self, name: str, now_s: float, rtt_ms: float | None, error: str) -> None:
+        self.version += 1
         deployment = self.deployments[name]
         if rtt_ms is not None:
             deployment.estimate.observe_probe(rtt_ms)

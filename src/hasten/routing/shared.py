@@ -134,6 +134,7 @@ def merge_remote(pool: DeploymentPool, summary: Summary, now_s: float) -> int:
     exported again: only the pool's own hooks fill its outbox); returns how many breakers it
     opened. Deployments this pool does not have are skipped."""
     tail_ms: float | None = None
+    pool.version += 1
     for observation in summary.observations:
         deployment = pool.deployments.get(observation.deployment)
         if deployment is None:
