@@ -236,6 +236,12 @@ class HastenApp:
     ) -> None:
         path: str = scope["path"]
         method: str = scope["method"]
+        endpoint = _ENDPOINTS.get(path)  # the model endpoints first: nearly every request
+        if endpoint is not None:
+            if method != "POST":
+                raise MethodNotAllowed(f"{method} is not allowed on {path}; use POST", allow="POST")
+            await handle(gateway, endpoint, scope, receive, send, request_id)
+            return
         if path in admin.PATHS:
             await admin.handle(gateway, scope, receive, send)
             return
@@ -247,12 +253,6 @@ class HastenApp:
             return
         if path in dashboard.PATHS and gateway.dashboard is not None:
             await gateway.dashboard.handle(gateway, scope, send)
-            return
-        endpoint = _ENDPOINTS.get(path)
-        if endpoint is not None:
-            if method != "POST":
-                raise MethodNotAllowed(f"{method} is not allowed on {path}; use POST", allow="POST")
-            await handle(gateway, endpoint, scope, receive, send, request_id)
             return
         if path not in _GET_PATHS:
             raise NotFound(f"Unknown path {path}", code="unknown_url")

@@ -123,3 +123,20 @@ def test_policy_is_frozen() -> None:
     with pytest.raises(AttributeError):
         policy.ttl_s = 1.0  # type: ignore[misc]
     assert (policy.is_enabled, policy.is_deterministic_only, policy.ttl_s) == (True, True, 3600.0)
+
+
+@given(
+    st.sampled_from([0, 0.0, 0.7, None, 1]),
+    st.sampled_from([None, 7]),
+    st.floats(min_value=1.0, max_value=1e6),
+    st.booleans(),
+)
+def test_no_header_decides_as_empty_directives(
+    temperature: float | None, seed: int | None, ttl_s: float, is_enabled: bool
+) -> None:
+    # A request without Cache-Control takes a shortcut; it must decide as the full rule does.
+    body = {"temperature": temperature, "seed": seed}
+    policy = ModelCachePolicy(is_enabled=is_enabled, ttl_s=ttl_s)
+    assert decide(body, policy, parse_cache_control(None)) == decide(
+        body, policy, CacheDirectives()
+    )

@@ -40,10 +40,13 @@ class CacheDecision:
     ttl_s: float = 0.0
 
 
+_NO_DIRECTIVES = CacheDirectives()
+
+
 def parse_cache_control(header: str | None) -> CacheDirectives:
     """Parses a request ``Cache-Control`` header; unknown or malformed parts are ignored."""
     if not header:
-        return CacheDirectives()
+        return _NO_DIRECTIVES  # most requests: nothing to build
     is_no_cache = False
     is_no_store = False
     max_age_s: float | None = None
@@ -98,6 +101,8 @@ def decide(
         return CacheDecision(is_lookup=False, is_store=False, reason="disabled")
     if policy.is_deterministic_only and not is_deterministic(body):
         return CacheDecision(is_lookup=False, is_store=False, reason="non-deterministic")
+    if directives is _NO_DIRECTIVES:  # most requests
+        return CacheDecision(True, True, "cacheable", None, policy.ttl_s)
     skipped: list[str] = []
     if directives.is_no_cache:
         skipped.append("no-cache")
@@ -114,3 +119,4 @@ def decide(
         max_age_s=directives.max_age_s,
         ttl_s=policy.ttl_s,
     )
+

@@ -289,13 +289,14 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
     key = namespaced_key(request, namespace)
     # What /admin/cache/invalidate takes as "key"; it only ever names the caller's entry.
     ex.extra_headers = (*ex.extra_headers, (b"x-hasten-cache-key", request.encode()))
-    can_add_usage = ex.model.has_stream_options
-    flight_key = _flight_key(ex, key, decision, can_add_usage)
+    flight_key = None  # what a miss needs; built up front only for the fleet's early ask
     fleet = gateway.fleet_flights
     early = None
-    if fleet is not None and decision.is_lookup and not gateway.coalescer.is_flying(flight_key):
-        early = fleet.early(flight_key)  # asked at the L1 miss, so it overlaps what follows
-        ex.listen()
+    if fleet is not None and decision.is_lookup:
+        flight_key = _flight_key(ex, key, decision)
+        if not gateway.coalescer.is_flying(flight_key):
+            early = fleet.early(flight_key)  # asked at the L1 miss, so it overlaps what follows
+            ex.listen()
     try:
         await _lookup_and_serve(gateway, ex, decision, key, namespace, flight_key, early)
     finally:
@@ -309,7 +310,7 @@ async def _lookup_and_serve(
     decision: CacheDecision,
     key: str,
     namespace: str,
-    flight_key: str,
+    flight_key: str | None,
     early: EarlyLease | None,
 ) -> None:
     assert gateway.cache is not None
@@ -363,6 +364,8 @@ async def _lookup_and_serve(
     stored = _Stored(gateway, ex, key, namespace, found) if decision.is_store else None
     can_add_usage = ex.model.has_stream_options
     ex.is_usage_added = ex.is_stream and decision.is_store and not ex.wants_usage and can_add_usage
+    if flight_key is None:
+        flight_key = _flight_key(ex, key, decision)
     run = _flight_run(gateway, ex, stored, flight_key, decision.is_lookup, early)
     flight, is_new = gateway.coalescer.join(flight_key, run)
     if not is_new:
@@ -417,13 +420,13 @@ def _flight_run(
     return fleet_pump
 
 
-def _flight_key(ex: Exchange, key: str, decision: CacheDecision, can_add_usage: bool) -> str:
+def _flight_key(ex: Exchange, key: str, decision: CacheDecision) -> str:
     """Requests with one key share a flight only if one upstream call can answer them all."""
     if not decision.is_lookup:
         return f"solo:{ex.request_id}"  # a no-cache request asked for its own fresh answer
     if not ex.is_upstream_stream:
         return f"{key}:0"
-    if decision.is_store and can_add_usage:
+    if decision.is_store and ex.model.has_stream_options:
         return f"{key}:1"  # usage always asked for: each client keeps or drops the event
     # Not stored, or to an upstream that takes no ``stream_options``: sent as the client
     # sent it, so it is shared only by requests that made the same usage choice (an
