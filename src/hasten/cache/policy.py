@@ -119,4 +119,3 @@ def decide(
         max_age_s=directives.max_age_s,
         ttl_s=policy.ttl_s,
     )
-
