@@ -177,17 +177,17 @@ class DisconnectWatcher:
     def __init__(self, receive: Receive, *, is_armed: bool = True) -> None:
         self.is_disconnected = False
         self.is_finished = False
-        task = asyncio.current_task()
-        assert task is not None
-        self._task = task
+        self._task: asyncio.Task[Any] | None = None  # the one it cancels, found when armed
         self._receive = receive
         self._watch: asyncio.Task[None] | None = None
         if is_armed:
             self.arm()
 
     def arm(self) -> None:
-        """Starts listening for the disconnect, if not yet."""
+        """Starts listening for the disconnect, if not yet (from the task serving the request)."""
         if self._watch is None and not self.is_finished:
+            self._task = asyncio.current_task()
+            assert self._task is not None
             self._watch = asyncio.get_running_loop().create_task(self._listen())
 
     async def sleep(self, delay_s: float) -> None:
@@ -201,7 +201,7 @@ class DisconnectWatcher:
                 pass
         except Exception:  # a receive that fails means the request is over for us too
             pass
-        if not self.is_finished:
+        if not self.is_finished and self._task is not None:
             self.is_disconnected = True
             self._task.cancel(DISCONNECTED)
 
@@ -227,5 +227,6 @@ class DisconnectWatcher:
             isinstance(exc, asyncio.CancelledError) and DISCONNECTED in exc.args
         ):
             return  # another failure (or cancellation) came first: it stands
+        assert self._task is not None  # set when armed, and only an armed watcher disconnects
         self._task.uncancel()
         raise ClientGone from None
