@@ -16,6 +16,7 @@ from hasten.cache.replay import (
     chunks_to_body,
     is_usage_chunk,
     sse_frames,
+    sse_stream,
 )
 
 texts = st.text(max_size=40)
@@ -406,3 +407,10 @@ def test_malformed_body_raises_value_error(body: bytes) -> None:
 def test_unknown_endpoint() -> None:
     with pytest.raises(ValueError):
         chunks_to_body([], "embeddings")
+
+
+@given(st.lists(st.binary(max_size=40), max_size=8), st.booleans())
+def test_the_joined_stream_is_the_frames_joined(chunks: list[bytes], include_usage: bool) -> None:
+    for stream in (chunks, [*chunks, OPENAI_STREAM[-1]]):  # ending in a usage chunk, too
+        joined = b"".join(sse_frames(stream, include_usage))
+        assert sse_stream(stream, include_usage) == joined

@@ -328,6 +328,16 @@ def sse_frames(chunks: Sequence[bytes], include_usage: bool) -> list[bytes]:
     return frames
 
 
+def sse_stream(chunks: Sequence[bytes], include_usage: bool) -> bytes:
+    """``sse_frames`` joined, built in one pass (an instant replay sends them as one)."""
+    count = len(chunks)
+    if not include_usage and count and is_usage_chunk(chunks[-1]):
+        count -= 1
+    if not count:
+        return _DONE_FRAME
+    return b"".join((b"data: ", b"\n\ndata: ".join(chunks[:count]), b"\n\n", _DONE_FRAME))
+
+
 def answer_body(answer: CachedAnswer) -> bytes:
     """The answer as a non-streamed response body, whatever form it was stored in."""
     if answer.body is not None:
@@ -342,6 +352,14 @@ def answer_frames(answer: CachedAnswer, *, include_usage: bool) -> list[bytes]:
         return sse_frames(answer.chunks, include_usage)
     assert answer.body is not None
     return sse_frames(body_to_chunks(answer.body, answer.endpoint), include_usage)
+
+
+def answer_stream(answer: CachedAnswer, *, include_usage: bool) -> bytes:
+    """``answer_frames`` as one byte string."""
+    if answer.chunks is not None:
+        return sse_stream(answer.chunks, include_usage)
+    assert answer.body is not None
+    return sse_stream(body_to_chunks(answer.body, answer.endpoint), include_usage)
 
 
 def _check_endpoint(endpoint: str) -> None:

@@ -42,7 +42,7 @@ from hasten.cache import (
     parse_cache_control,
     request_key,
 )
-from hasten.cache.replay import answer_body, answer_frames
+from hasten.cache.replay import answer_body, answer_frames, answer_stream
 from hasten.errors import ClientGone, HastenError
 from hasten.fleet.coalesce import EarlyLease, FleetJob
 from hasten.gateway import Gateway
@@ -716,8 +716,11 @@ async def _serve_hit(
     # The answer's bytes before the head: its server-timing then counts the replay's work.
     body = b""
     frames: list[bytes] = []
-    if ex.is_stream:
+    is_paced = ex.is_stream and gateway.config.cache.replay != "instant"
+    if is_paced:
         frames = answer_frames(entry, include_usage=ex.wants_usage)
+    elif ex.is_stream:
+        body = answer_stream(entry, include_usage=ex.wants_usage)
     else:
         body = answer_body(entry)
         if entry.body is None and key is not None and gateway.cache is not None:
@@ -725,7 +728,6 @@ async def _serve_hit(
     headers = ex.base_headers(label, None)
     if extra_headers:
         headers.extend(extra_headers)
-    is_paced = ex.is_stream and gateway.config.cache.replay != "instant"
     interval_s = gateway.config.cache.replay_chunk_interval_ms / 1000.0 if is_paced else 0.0
     saved = answer_saved(gateway, ex, entry, interval_s * max(0, len(frames) - 1))
     if saved is not None:
@@ -735,7 +737,7 @@ async def _serve_hit(
         return
     await start_sse(ex.send, headers)
     if not is_paced:
-        await send_body(ex.send, b"".join(frames), more_body=False)
+        await send_body(ex.send, body, more_body=False)
         return
     ex.listen()
     for i, frame in enumerate(frames):
