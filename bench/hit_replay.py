@@ -4,7 +4,9 @@ Answers are stored as streams; a non-stream client's hit is served a JSON body. 
 the same hit of a gateway running this checkout and one running ``--rev`` (its ``src/``
 from a temporary git worktree, on PYTHONPATH), request by request in turns
 (bench/fleet_paired.py), for answers of each ``--tokens`` length from a zero-latency
-simulator, and reports the median per-pair difference. Prints one summary line and JSON.
+simulator, and reports the median per-pair difference. Both gateways start through
+``hasten.cli.main``, so commits without ``hasten/__main__.py`` (4044c49, the code issue 15
+was filed on) run too. Prints one summary line and JSON.
 
     .venv/bin/python bench/hit_replay.py --rev 912b3e5 --tokens 20 200 --pairs 400
 """
@@ -28,6 +30,7 @@ from hasten.loadgen.cli import run_coroutine
 from tests.support.servers import GatewayProcess, SimulatorProcess
 
 READY_TIMEOUT_S = 120.0
+_RUN_CLI = "import sys; from hasten.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
 def _config(sim_url: str) -> str:
@@ -50,6 +53,8 @@ def measure(rev: str, token_counts: list[int], num_pairs: int, num_runs: int) ->
             for side, env in (("rev", {"PYTHONPATH": str(rev_src)}), ("this", {})):
                 args = ("--host", "127.0.0.1", "--config", str(path), "--log-level", "warning")
                 gateway = GatewayProcess(*args, env=env)
+                # Through the CLI's main, not ``-m hasten``: older commits have no __main__.
+                gateway.command = [sys.executable, "-c", _RUN_CLI, *gateway.command[3:]]
                 stack.callback(gateway.stop)
                 targets[f"{side}:{num_tokens}"] = f"{gateway.start(READY_TIMEOUT_S).url}/v1"
         pairs = [(f"this:{n}", f"rev:{n}") for n in token_counts]
