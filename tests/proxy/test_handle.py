@@ -68,23 +68,32 @@ class InProcess:
         await self.app.shutdown()
 
     async def post(self, body: dict[str, Any]) -> tuple[int, dict[bytes, bytes], bytes]:
+        sent = await self.exchange(body)
+        answer = b"".join(m.get("body", b"") for m in sent[1:])
+        return sent[0]["status"], dict(sent[0]["headers"]), answer
+
+    async def exchange(self, body: dict[str, Any], *, is_leaving: bool = False) -> list[Message]:
+        """The messages sent for ``body``; with ``is_leaving`` the client disconnects as soon
+        as the answer starts, otherwise it stays until the answer is done."""
         messages: list[Message] = [
             {"type": "http.request", "body": orjson.dumps(body), "more_body": False}
         ]
-        connected = asyncio.Event()  # never set: the client stays until the answer is done
+        gone = asyncio.Event()
         self.num_receives = 0
 
         async def receive() -> Message:
             self.num_receives += 1
             if messages:
                 return messages.pop(0)
-            await connected.wait()
+            await gone.wait()
             return {"type": "http.disconnect"}
 
         sent: list[Message] = []
 
         async def send(message: Message) -> None:
             sent.append(message)
+            if is_leaving:
+                gone.set()
 
         scope = {
             "type": "http",
@@ -93,9 +102,8 @@ class InProcess:
             "headers": [(b"content-type", b"application/json")],
             "query_string": b"",
         }
-        await self.app(scope, receive, send)
-        answer = b"".join(m.get("body", b"") for m in sent[1:])
-        return sent[0]["status"], dict(sent[0]["headers"]), answer
+        await asyncio.wait_for(self.app(scope, receive, send), timeout=30)
+        return sent
 
 
 def _chat(model: str, **extra: Any) -> dict[str, Any]:
@@ -135,25 +143,7 @@ async def test_a_paced_replay_stops_when_the_client_goes_away() -> None:
     transport = ScriptedTransport({"a": [Reply(chunks=ANSWER_STREAM)]})
     async with InProcess(replace(_config(), cache=cache), transport) as gateway:
         _, _, whole = await gateway.post(_chat("gpt", temperature=0, stream=True))
-        body = orjson.dumps(_chat("gpt", temperature=0, stream=True))
-        messages: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
-        gone = asyncio.Event()
-
-        async def receive() -> Message:
-            if messages:
-                return messages.pop(0)
-            await gone.wait()
-            return {"type": "http.disconnect"}
-
-        sent: list[Message] = []
-
-        async def send(message: Message) -> None:
-            sent.append(message)
-            gone.set()  # the client leaves as soon as the answer starts
-
-        scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions",
-                 "headers": [], "query_string": b""}  # fmt: skip
-        await asyncio.wait_for(gateway.app(scope, receive, send), timeout=5)
+        sent = await gateway.exchange(_chat("gpt", temperature=0, stream=True), is_leaving=True)
         assert dict(sent[0]["headers"])[b"x-hasten-cache"] == b"hit"
         replayed = b"".join(m.get("body", b"") for m in sent[1:])
         assert whole.startswith(replayed) and len(replayed) < len(whole)
