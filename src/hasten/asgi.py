@@ -108,8 +108,14 @@ async def send_response(
 ) -> None:
     """A whole response: ``headers`` as given, then Content-Length."""
     content_length = (b"content-length", str(len(body)).encode())
-    await start_stream(send, status, [*headers, content_length])
-    await send_body(send, body, more_body=False)
+    # The two messages sent here directly: every answer from the cache goes this way.
+    try:
+        await send(
+            {"type": "http.response.start", "status": status, "headers": [*headers, content_length]}
+        )
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+    except OSError as exc:
+        raise ClientGone from exc
 
 
 async def send_json(
