@@ -320,22 +320,23 @@ def _is_usage_only(chunk: bytes) -> bool:
 
 def sse_frames(chunks: Sequence[bytes], include_usage: bool) -> list[bytes]:
     """``data: ...`` frames ending with ``[DONE]``; the trailing usage chunk only on request."""
-    count = len(chunks)
-    if not include_usage and count and is_usage_chunk(chunks[-1]):
-        count -= 1
-    frames = [b"data: " + chunks[i] + b"\n\n" for i in range(count)]
+    frames = [b"data: " + chunk + b"\n\n" for chunk in _replayed(chunks, include_usage)]
     frames.append(_DONE_FRAME)
     return frames
 
 
 def sse_stream(chunks: Sequence[bytes], include_usage: bool) -> bytes:
     """``sse_frames`` joined, built in one pass (an instant replay sends them as one)."""
-    count = len(chunks)
-    if not include_usage and count and is_usage_chunk(chunks[-1]):
-        count -= 1
-    if not count:
+    replayed = _replayed(chunks, include_usage)
+    if not replayed:
         return _DONE_FRAME
-    return b"".join((b"data: ", b"\n\ndata: ".join(chunks[:count]), b"\n\n", _DONE_FRAME))
+    return b"".join((b"data: ", b"\n\ndata: ".join(replayed), b"\n\n", _DONE_FRAME))
+
+
+def _replayed(chunks: Sequence[bytes], include_usage: bool) -> Sequence[bytes]:
+    if not include_usage and chunks and is_usage_chunk(chunks[-1]):
+        return chunks[:-1]
+    return chunks
 
 
 def answer_body(answer: CachedAnswer) -> bytes:
@@ -348,18 +349,19 @@ def answer_body(answer: CachedAnswer) -> bytes:
 
 def answer_frames(answer: CachedAnswer, *, include_usage: bool) -> list[bytes]:
     """The answer as SSE frames, whatever form it was stored in."""
-    if answer.chunks is not None:
-        return sse_frames(answer.chunks, include_usage)
-    assert answer.body is not None
-    return sse_frames(body_to_chunks(answer.body, answer.endpoint), include_usage)
+    return sse_frames(_stream_chunks(answer), include_usage)
 
 
 def answer_stream(answer: CachedAnswer, *, include_usage: bool) -> bytes:
     """``answer_frames`` as one byte string."""
+    return sse_stream(_stream_chunks(answer), include_usage)
+
+
+def _stream_chunks(answer: CachedAnswer) -> Sequence[bytes]:
     if answer.chunks is not None:
-        return sse_stream(answer.chunks, include_usage)
+        return answer.chunks
     assert answer.body is not None
-    return sse_stream(body_to_chunks(answer.body, answer.endpoint), include_usage)
+    return body_to_chunks(answer.body, answer.endpoint)
 
 
 def _check_endpoint(endpoint: str) -> None:
