@@ -15,6 +15,7 @@ from hasten.limits.limiter import Limiter
 from hasten.metrics.outcome import Observer
 from hasten.policy import PolicyBook
 from hasten.proxy.flight import Coalescer
+from hasten.proxy.fronts import FrontMemo
 from hasten.routing.models import ModelRouter
 from hasten.telemetry.tracing import Tracing
 from hasten.upstream.client import UpstreamClient
@@ -75,6 +76,7 @@ class Gateway:
     semantic: SemanticTier | None = None
     policies: PolicyBook = field(default_factory=PolicyBook)
     coalescer: Coalescer = field(default_factory=Coalescer)
+    fronts: FrontMemo = field(default_factory=FrontMemo)  # bodies seen before, resolved
     stats: Stats = field(default_factory=Stats)
     request_ids: RequestIds = field(default_factory=RequestIds)
     tracing: Tracing = field(default_factory=Tracing)

@@ -54,6 +54,7 @@ from hasten.metrics.track import ResponseTrack
 from hasten.policy import POLICY_HEADER
 from hasten.proxy.assemble import Assembly, as_stream_request, assemble, is_assembled
 from hasten.proxy.flight import Flight
+from hasten.proxy.fronts import Front
 from hasten.proxy.headers import assembled_headers, response_headers, upstream_headers
 from hasten.proxy.recorder import Recorder
 from hasten.proxy.resumer import StreamResume, resume_header
@@ -120,6 +121,7 @@ class Exchange:
     caller: Caller | None = None  # the key's limits and allowed models (hasten.limits)
     limit: Enforcement | None = None  # set for a limited key: admit() before answering
     resume: str = ""  # how a broken stream was continued (hasten.proxy.resumer)
+    front: Front | None = None  # what the body resolved to (hasten.proxy.fronts)
     # Listens for the client going away from the first wait on; an L1 hit never waits, so it
     # never pays for the listening task (see ``listen``).
     watcher: DisconnectWatcher | None = None
@@ -186,9 +188,49 @@ async def _exchange(
     assert tenant is not None
     scope[TENANT_SCOPE_KEY] = tenant
     raw = await read_body(receive, scope, gateway.config.server.max_body_bytes)
+    front = gateway.fronts.get(endpoint.name, tenant, raw)
+    if front is None:
+        front = _front(gateway, endpoint, raw, caller, request_id)
+    else:
+        check_model(caller, front.body["model"], front.model.name)
+    body = front.body
+    scope[MODEL_SCOPE_KEY] = body["model"]
+    # With tracing on, each attempt sends its own span's traceparent instead of the client's.
+    is_trace_forwarded = not gateway.tracing.is_enabled
+    return Exchange(
+        scope,
+        send,
+        endpoint,
+        body,
+        raw,
+        front.model,
+        tenant,
+        front.is_stream,
+        front.wants_usage,
+        started_s,
+        request_id,
+        front.extra_headers,
+        upstream_headers(
+            scope,
+            front.is_stream or front.is_assembled,
+            not gateway.auth.is_enforcing,
+            is_trace_forwarded,
+        ),
+        is_rewritten=front.is_rewritten,
+        is_assembled=front.is_assembled,
+        caller=caller,
+        front=front,
+    )
+
+
+def _front(
+    gateway: Gateway, endpoint: Endpoint, raw: bytes, caller: Caller, request_id: str
+) -> Front:
+    """The body parsed, checked and resolved; kept for its repeats (hasten.proxy.fronts)."""
+    tenant = caller.tenant
+    assert tenant is not None
     body = parse_body(raw, gateway.config.server.max_json_depth)
     endpoint.check(body)
-    scope[MODEL_SCOPE_KEY] = body["model"]
     model, extra_headers = _resolve(gateway, body, request_id)
     check_model(caller, body["model"], model.name)  # a key's allowed models (404 otherwise)
     # Before the cache key is built: the key, the flight and upstream all see what is sent.
@@ -197,29 +239,34 @@ async def _exchange(
         body = applied.body
         extra_headers = (*extra_headers, (POLICY_HEADER, applied.header))
     is_stream = endpoint.is_streamable and body.get("stream") is True
-    # With tracing on, each attempt sends its own span's traceparent instead of the client's.
-    is_trace_forwarded = not gateway.tracing.is_enabled
-    assembled = is_assembled(endpoint, is_stream, model)
-    return Exchange(
-        scope,
-        send,
-        endpoint,
+    decision = decide(body, _cache_policy(endpoint, model), parse_cache_control(None))
+    keys = None
+    if gateway.cache is not None and (decision.is_lookup or decision.is_store):
+        keys = _cache_keys(gateway, endpoint, body, model, tenant)
+    front = Front(
         body,
-        raw,
         model,
-        tenant,
+        extra_headers,
+        applied is not None,
         is_stream,
         is_stream and _asks_usage(body),
-        started_s,
-        request_id,
-        extra_headers,
-        upstream_headers(
-            scope, is_stream or assembled, not gateway.auth.is_enforcing, is_trace_forwarded
-        ),
-        is_rewritten=applied is not None,
-        is_assembled=assembled,
-        caller=caller,
+        is_assembled(endpoint, is_stream, model),
+        decision,
+        keys,
     )
+    # A hybrid choice is logged per request, so its requests are resolved each time.
+    if not (gateway.config.hybrid is not None and body["model"] == gateway.config.hybrid.model):
+        gateway.fronts.put(endpoint.name, tenant, raw, front)
+    return front
+
+
+def _cache_keys(
+    gateway: Gateway, endpoint: Endpoint, body: dict[str, Any], model: ResolvedModel, tenant: str
+) -> tuple[str, str]:
+    """The request key (what /admin/cache/invalidate takes) and the key stored under."""
+    namespace = "*" if gateway.config.cache.is_shared_across_tenants else tenant
+    request = request_key(body, endpoint=endpoint.name, model=model.name)
+    return request, namespaced_key(request, namespace)
 
 
 async def _observed(gateway: Gateway, ex: Exchange) -> None:
@@ -275,7 +322,9 @@ def _resolve(
 
 
 async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
-    decision = _decide(gateway, ex)
+    front = ex.front
+    is_directed = header(ex.scope, b"cache-control") is not None
+    decision = _decide(gateway, ex) if is_directed or front is None else front.decision
     if gateway.cache is None or not decision.is_lookup:
         ex.listen()  # only a lookup can answer without waiting
     if gateway.cache is None or not (decision.is_lookup or decision.is_store):
@@ -285,8 +334,10 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
         await _forward_direct(gateway, ex)
         return
     namespace = "*" if gateway.config.cache.is_shared_across_tenants else ex.tenant
-    request = request_key(ex.body, endpoint=ex.endpoint.name, model=ex.model.name)
-    key = namespaced_key(request, namespace)
+    keys = front.keys if front is not None else None
+    if keys is None:
+        keys = _cache_keys(gateway, ex.endpoint, ex.body, ex.model, ex.tenant)
+    request, key = keys
     # What /admin/cache/invalidate takes as "key"; it only ever names the caller's entry.
     ex.extra_headers = (*ex.extra_headers, (b"x-hasten-cache-key", request.encode()))
     flight_key = None  # what a miss needs; built up front only for the fleet's early ask
@@ -472,8 +523,11 @@ class _Stored:
 
 def _decide(gateway: Gateway, ex: Exchange) -> CacheDecision:
     directives = parse_cache_control(_header_str(ex.scope, b"cache-control"))
-    policy = _EMBEDDING_POLICY if ex.endpoint is EMBEDDINGS else ex.model.cache
-    return decide(ex.body, policy, directives)
+    return decide(ex.body, _cache_policy(ex.endpoint, ex.model), directives)
+
+
+def _cache_policy(endpoint: Endpoint, model: ResolvedModel) -> ModelCachePolicy:
+    return _EMBEDDING_POLICY if endpoint is EMBEDDINGS else model.cache
 
 
 def _header_str(scope: Scope, name: bytes) -> str | None:
