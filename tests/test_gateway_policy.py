@@ -154,6 +154,12 @@ def test_tenant_and_model_policies_combine(sim: ServerThread, recorder: BodyReco
         assert clamped.headers["x-hasten-policy"] == "set seed=2, max_tokens 8->4(cap)"
         web_again = post(gateway, chat_body("r", max_tokens=8), WEB_KEY)
         assert web_again.headers["x-hasten-policy"] == "set seed=1"
+        # Repeats take each tenant's kept front (hasten.proxy.fronts), with its own policy.
+        for key, applied in (
+            (WEB_KEY, "set seed=1, max_tokens=9(default)"),
+            (BATCH_KEY, "set seed=2, max_tokens=4(default)"),
+        ):
+            assert post(gateway, chat_body("q"), key).headers["x-hasten-policy"] == applied
 
 
 def test_without_a_policy_the_client_bytes_go_upstream_untouched(

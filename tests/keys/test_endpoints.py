@@ -151,6 +151,23 @@ def test_patch_changes_models_and_limits_at_once(gateway: ServerThread) -> None:
     assert _chat(gateway.url, secret, model="other-model").status_code == 200
 
 
+def test_a_narrowed_key_is_refused_the_very_request_it_sent_before(gateway: ServerThread) -> None:
+    # The same bytes again take the front kept for them (hasten.proxy.fronts), and the key's
+    # models are still checked on each request; a second key of the tenant shares the front.
+    created = _create(gateway.url)
+    other = _create(gateway.url, models=["sim-model"])["secret"]
+    for _ in range(2):
+        answered = _chat(gateway.url, created["secret"], model="other-model", temperature=0)
+        assert answered.status_code == 200
+    assert _chat(gateway.url, other, model="other-model", temperature=0).status_code == 404
+    patched = httpx.patch(
+        f"{gateway.url}/admin/keys/{created['id']}", json={"models": ["sim-model"]}, headers=ADMIN
+    )
+    assert patched.status_code == 200, patched.text
+    refused = _chat(gateway.url, created["secret"], model="other-model", temperature=0)
+    assert refused.status_code == 404 and refused.json()["error"]["code"] == "model_not_found"
+
+
 def test_who_may_manage_keys(gateway: ServerThread) -> None:
     secret = _create(gateway.url)["secret"]
     url = f"{gateway.url}/admin/keys"

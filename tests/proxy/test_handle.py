@@ -67,12 +67,20 @@ class InProcess:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.app.shutdown()
 
-    async def post(self, body: dict[str, Any]) -> tuple[int, dict[bytes, bytes], bytes]:
-        sent = await self.exchange(body)
+    async def post(
+        self, body: dict[str, Any], headers: tuple[tuple[bytes, bytes], ...] = ()
+    ) -> tuple[int, dict[bytes, bytes], bytes]:
+        sent = await self.exchange(body, headers=headers)
         answer = b"".join(m.get("body", b"") for m in sent[1:])
         return sent[0]["status"], dict(sent[0]["headers"]), answer
 
-    async def exchange(self, body: dict[str, Any], *, is_leaving: bool = False) -> list[Message]:
+    async def exchange(
+        self,
+        body: dict[str, Any],
+        *,
+        is_leaving: bool = False,
+        headers: tuple[tuple[bytes, bytes], ...] = (),
+    ) -> list[Message]:
         """The messages sent for ``body``; with ``is_leaving`` the client disconnects as soon
         as the answer starts, otherwise it stays until the answer is done."""
         messages: list[Message] = [
@@ -99,7 +107,7 @@ class InProcess:
             "type": "http",
             "method": "POST",
             "path": "/v1/chat/completions",
-            "headers": [(b"content-type", b"application/json")],
+            "headers": [(b"content-type", b"application/json"), *headers],
             "query_string": b"",
         }
         await asyncio.wait_for(self.app(scope, receive, send), timeout=30)
@@ -168,3 +176,50 @@ async def test_a_hybrid_request_resolves_only_the_route_it_was_given() -> None:
         status, headers, _ = await gateway.post(_chat("auto"))
         assert status == 200 and headers[b"x-hasten-hybrid"].startswith(b"cloud")
         assert gateway.router.resolved == ["auto@cloud"]
+
+
+async def test_a_repeated_body_is_resolved_once_and_keyed_the_same() -> None:
+    transport = ScriptedTransport({"a": [Reply(chunks=ANSWER_STREAM)]})
+    async with InProcess(_config(), transport) as gateway:
+        _, miss, first = await gateway.post(_chat("gpt", temperature=0))
+        for _ in range(2):
+            status, hit, body = await gateway.post(_chat("gpt", temperature=0))
+            assert status == 200 and hit[b"x-hasten-cache"] == b"hit" and body == first
+            assert hit[b"x-hasten-cache-key"] == miss[b"x-hasten-cache-key"]
+        assert gateway.router.resolved == ["gpt"]  # the repeats took the kept front
+        assert len(gateway.app.gateway.fronts) == 1  # type: ignore[union-attr]
+
+
+async def test_a_repeat_still_obeys_its_cache_control() -> None:
+    # The kept front holds the decision for a request without Cache-Control only.
+    replies = [Reply(chunks=ANSWER_STREAM), Reply(chunks=ANSWER_STREAM)]
+    transport = ScriptedTransport({"a": replies})
+    async with InProcess(_config(), transport) as gateway:
+        await gateway.post(_chat("gpt", temperature=0))
+        no_cache = ((b"cache-control", b"no-cache"),)
+        _, headers, _ = await gateway.post(_chat("gpt", temperature=0), no_cache)
+        assert headers[b"x-hasten-cache"] == b"bypass" and len(transport.sent) == 2
+        _, headers, _ = await gateway.post(_chat("gpt", temperature=0))
+        assert headers[b"x-hasten-cache"] == b"hit" and len(transport.sent) == 2
+
+
+async def test_a_body_refused_by_validation_is_not_kept() -> None:
+    transport = ScriptedTransport({"a": []})
+    async with InProcess(_config(), transport) as gateway:
+        for _ in range(2):
+            status, _, body = await gateway.post(_chat("gpt", temperature="hot"))
+            assert status == 400 and orjson.loads(body)["error"]["param"] == "temperature"
+        assert len(gateway.app.gateway.fronts) == 0  # type: ignore[union-attr]
+        assert not transport.sent
+
+
+async def test_a_hybrid_body_is_decided_on_every_request() -> None:
+    hybrid = HybridConfig(model="auto", policy="cloud-only", cloud_model="gpt")
+    config = with_hybrid_routes(replace(_config(), hybrid=hybrid))
+    transport = ScriptedTransport({"a": [Reply(chunks=ANSWER_STREAM), Reply(chunks=ANSWER_STREAM)]})
+    async with InProcess(config, transport) as gateway:
+        for _ in range(2):
+            _, headers, _ = await gateway.post(_chat("auto"))
+            assert headers[b"x-hasten-hybrid"].startswith(b"cloud")
+        assert gateway.router.resolved == ["auto@cloud", "auto@cloud"]
+        assert len(gateway.app.gateway.fronts) == 0  # type: ignore[union-attr]
