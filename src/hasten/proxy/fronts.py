@@ -24,11 +24,12 @@ from hasten.cache import CacheDecision
 from hasten.routing.models import ResolvedModel
 
 # Bounds on what one gateway keeps, whatever its clients send: bodies up to
-# MAX_BODY_BYTES, at most MAX_ENTRIES of them and MAX_BYTES of body bytes in all. A
-# parsed body takes a few times its bytes in objects, so a full memo holds tens of MB.
+# MAX_BODY_BYTES, at most MAX_ENTRIES of them and MAX_BYTES of body bytes in all. A parsed
+# chat body takes up to ~10x its bytes in objects (a dict per tiny message), so a memo full
+# of hostile bodies holds ~20 MB; typical ones (0.2-2 KB) fit by the thousand.
 MAX_BODY_BYTES = 16 * 1024
 MAX_ENTRIES = 2048
-MAX_BYTES = 4 * 1024 * 1024
+MAX_BYTES = 2 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
