@@ -78,6 +78,9 @@ def test_json_logs_are_one_object_per_line(sim: ServerThread, tmp_path: Path) ->
     assert EVIL_MODEL in refused["message"]  # exact text, escaped by JSON itself
     assert refused["status"] == 404 and refused["request_id"]
     assert {"ts", "level", "logger"} <= set(refused)
+    # The refused request's access record names the model it asked for, too.
+    refusals = [r for r in records if r["logger"] == "hasten.access" and r["status"] == 404]
+    assert [r["model"] for r in refusals] == [EVIL_MODEL]
     (access,) = [r for r in records if r.get("request_id") == request_id]
     assert access["logger"] == "hasten.access" and access["status"] == 200
     assert (access["model"], access["cache"], access["upstream"]) == ("sim-model", "bypass", "sim")

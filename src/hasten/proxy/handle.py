@@ -190,11 +190,11 @@ async def _exchange(
     raw = await read_body(receive, scope, gateway.config.server.max_body_bytes)
     front = gateway.fronts.get(endpoint.name, tenant, raw)
     if front is None:
-        front = _front(gateway, endpoint, raw, caller, request_id)
+        front = _front(gateway, endpoint, raw, caller, scope, request_id)
     else:
+        scope[MODEL_SCOPE_KEY] = front.body["model"]
         check_model(caller, front.body["model"], front.model.name)
     body = front.body
-    scope[MODEL_SCOPE_KEY] = body["model"]
     # With tracing on, each attempt sends its own span's traceparent instead of the client's.
     is_trace_forwarded = not gateway.tracing.is_enabled
     return Exchange(
@@ -224,13 +224,19 @@ async def _exchange(
 
 
 def _front(
-    gateway: Gateway, endpoint: Endpoint, raw: bytes, caller: Caller, request_id: str
+    gateway: Gateway,
+    endpoint: Endpoint,
+    raw: bytes,
+    caller: Caller,
+    scope: Scope,
+    request_id: str,
 ) -> Front:
     """The body parsed, checked and resolved; kept for its repeats (hasten.proxy.fronts)."""
     tenant = caller.tenant
     assert tenant is not None
     body = parse_body(raw, gateway.config.server.max_json_depth)
     endpoint.check(body)
+    scope[MODEL_SCOPE_KEY] = body["model"]  # the access record's, refused past here or not
     model, extra_headers = _resolve(gateway, body, request_id)
     check_model(caller, body["model"], model.name)  # a key's allowed models (404 otherwise)
     # Before the cache key is built: the key, the flight and upstream all see what is sent.
