@@ -45,9 +45,19 @@ def _gateway_ms(response: httpx.Response) -> float | None:
 
 
 async def _one(
-    client: httpx.AsyncClient, base_url: str, content: str, headers: Mapping[str, str]
+    client: httpx.AsyncClient,
+    base_url: str,
+    content: str,
+    headers: Mapping[str, str],
+    is_stream: bool = False,
 ) -> tuple[float, float | None]:
-    body = {"model": MODEL, "temperature": 0, "messages": [{"role": "user", "content": content}]}
+    body: dict[str, Any] = {
+        "model": MODEL,
+        "temperature": 0,
+        "messages": [{"role": "user", "content": content}],
+    }
+    if is_stream:
+        body["stream"] = True  # read whole: the client's time is to the stream's end
     started = time.perf_counter()
     response = await client.post(f"{base_url}/chat/completions", json=body, headers=dict(headers))
     elapsed_ms = (time.perf_counter() - started) * 1000.0
@@ -62,21 +72,25 @@ async def measure_paired(
     num_pairs: int,
     headers: Mapping[str, str],
     tag: str = "",
+    is_stream: bool = False,
 ) -> Paired:
     """``kind`` "miss": a fresh prompt per index (the same for every target); "hit": one
     prompt, asked once first so every later ask is an L1 hit. ``tag`` sets one measurement's
-    prompts apart from another's, so a target measured twice misses both times."""
+    prompts apart from another's, so a target measured twice misses both times.
+    ``is_stream``: asked as streams (each read to its end)."""
     names = list(targets)
     paired = Paired({n: [] for n in names}, {n: [] for n in names})
     clients = {name: httpx.AsyncClient(timeout=30.0) for name in names}
     try:
         for name in names:  # a connection each, and for hits the entry, before counting
-            await _one(clients[name], targets[name], HIT_PROMPT, headers)
+            await _one(clients[name], targets[name], HIT_PROMPT, headers, is_stream)
         for index in range(num_pairs):
             order = names[index % len(names) :] + names[: index % len(names)]
             content = HIT_PROMPT if kind == "hit" else f"fleet cost: miss {tag} {index}"
             for name in order:
-                client_ms, gateway_ms = await _one(clients[name], targets[name], content, headers)
+                client = clients[name]
+                asked = _one(client, targets[name], content, headers, is_stream)
+                client_ms, gateway_ms = await asked
                 await asyncio.sleep(GAP_S)
                 paired.client_ms[name].append(client_ms)
                 if gateway_ms is not None:

@@ -4,7 +4,8 @@ Answers are stored as streams; a non-stream client's hit is served a JSON body. 
 the same hit of a gateway running this checkout and one running ``--rev`` (its ``src/``
 from a temporary git worktree, on PYTHONPATH), request by request in turns
 (bench/fleet_paired.py), for answers of each ``--tokens`` length from a zero-latency
-simulator, and reports the median per-pair difference. Both gateways start through
+simulator (``--stream``: asked as streams, each read to its end), and reports the median
+per-pair difference. Both gateways start through
 ``hasten.cli.main``, so commits without ``hasten/__main__.py`` (4044c49, the code issue 15
 was filed on) run too. Prints one summary line and JSON.
 
@@ -40,7 +41,9 @@ def _config(sim_url: str) -> str:
     )
 
 
-def measure(rev: str, token_counts: list[int], num_pairs: int, num_runs: int) -> dict[str, Any]:
+def measure(
+    rev: str, token_counts: list[int], num_pairs: int, num_runs: int, is_stream: bool = False
+) -> dict[str, Any]:
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hasten-hits-")))
         rev_src = stack.enter_context(rev_source(rev, workdir))
@@ -61,7 +64,12 @@ def measure(rev: str, token_counts: list[int], num_pairs: int, num_runs: int) ->
         runs = []
         for number in range(num_runs):
             asked = measure_paired(
-                targets, kind="hit", num_pairs=num_pairs, headers={}, tag=str(number)
+                targets,
+                kind="hit",
+                num_pairs=num_pairs,
+                headers={},
+                tag=str(number),
+                is_stream=is_stream,
             )
             paired = run_coroutine(asked)
             medians = {
@@ -69,7 +77,13 @@ def measure(rev: str, token_counts: list[int], num_pairs: int, num_runs: int) ->
                 for name, values in paired.client_ms.items()
             }
             runs.append({"paired": paired_figures(paired, pairs), "median_client_ms": medians})
-    return {"rev": rev, "tokens": token_counts, "num_pairs": num_pairs, "runs": runs}
+    return {
+        "rev": rev,
+        "tokens": token_counts,
+        "num_pairs": num_pairs,
+        "is_stream": is_stream,
+        "runs": runs,
+    }
 
 
 def summary_line(result: dict[str, Any]) -> str:
@@ -78,7 +92,8 @@ def summary_line(result: dict[str, Any]) -> str:
         label = f"this:{num_tokens} - rev:{num_tokens}"
         deltas = [f"{run['paired'][label]['client_ms']:+.3f}" for run in result["runs"]]
         parts.append(f"{num_tokens} tokens {' / '.join(deltas)} ms")
-    return f"hit_replay vs {result['rev']}: a non-stream exact hit, " + "; ".join(parts)
+    kind = "stream" if result.get("is_stream") else "non-stream"
+    return f"hit_replay vs {result['rev']}: a {kind} exact hit, " + "; ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,8 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, nargs="+", default=[20, 200])
     parser.add_argument("--pairs", type=int, default=400)
     parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--stream", action="store_true", help="a stream client's hit")
     args = parser.parse_args(argv)
-    result = measure(args.rev, args.tokens, args.pairs, args.runs)
+    result = measure(args.rev, args.tokens, args.pairs, args.runs, args.stream)
     result["command"] = invocation(argv)
     print(summary_line(result))
     print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
