@@ -121,7 +121,7 @@ class Exchange:
     caller: Caller | None = None  # the key's limits and allowed models (hasten.limits)
     limit: Enforcement | None = None  # set for a limited key: admit() before answering
     resume: str = ""  # how a broken stream was continued (hasten.proxy.resumer)
-    front: Front | None = None  # what the body resolved to (hasten.proxy.fronts)
+    front: Front = field(kw_only=True)  # what the body resolved to (hasten.proxy.fronts)
     # Listens for the client going away from the first wait on; an L1 hit never waits, so it
     # never pays for the listening task (see ``listen``).
     watcher: DisconnectWatcher | None = None
@@ -270,9 +270,12 @@ def _cache_keys(
     gateway: Gateway, endpoint: Endpoint, body: dict[str, Any], model: ResolvedModel, tenant: str
 ) -> tuple[str, str]:
     """The request key (what /admin/cache/invalidate takes) and the key stored under."""
-    namespace = "*" if gateway.config.cache.is_shared_across_tenants else tenant
     request = request_key(body, endpoint=endpoint.name, model=model.name)
-    return request, namespaced_key(request, namespace)
+    return request, namespaced_key(request, _namespace(gateway, tenant))
+
+
+def _namespace(gateway: Gateway, tenant: str) -> str:
+    return "*" if gateway.config.cache.is_shared_across_tenants else tenant
 
 
 async def _observed(gateway: Gateway, ex: Exchange) -> None:
@@ -328,9 +331,7 @@ def _resolve(
 
 
 async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
-    front = ex.front
-    is_directed = header(ex.scope, b"cache-control") is not None
-    decision = _decide(gateway, ex) if is_directed or front is None else front.decision
+    decision = _decide(ex)
     if gateway.cache is None or not decision.is_lookup:
         ex.listen()  # only a lookup can answer without waiting
     if gateway.cache is None or not (decision.is_lookup or decision.is_store):
@@ -339,9 +340,9 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
         await _admit(ex, is_hit=False)
         await _forward_direct(gateway, ex)
         return
-    namespace = "*" if gateway.config.cache.is_shared_across_tenants else ex.tenant
-    keys = front.keys if front is not None else None
-    if keys is None:
+    namespace = _namespace(gateway, ex.tenant)
+    keys = ex.front.keys
+    if keys is None:  # not cacheable without Cache-Control, but this request's directives
         keys = _cache_keys(gateway, ex.endpoint, ex.body, ex.model, ex.tenant)
     request, key = keys
     # What /admin/cache/invalidate takes as "key"; it only ever names the caller's entry.
@@ -527,8 +528,12 @@ class _Stored:
             semantic.verify(found.to_verify, self._key)
 
 
-def _decide(gateway: Gateway, ex: Exchange) -> CacheDecision:
-    directives = parse_cache_control(_header_str(ex.scope, b"cache-control"))
+def _decide(ex: Exchange) -> CacheDecision:
+    """The front's decision, unless the request's Cache-Control says otherwise."""
+    cache_control = _header_str(ex.scope, b"cache-control")
+    if cache_control is None:
+        return ex.front.decision
+    directives = parse_cache_control(cache_control)
     return decide(ex.body, _cache_policy(ex.endpoint, ex.model), directives)
 
 
