@@ -391,6 +391,18 @@ def test_openai_sdk_accepts_replayed_shapes() -> None:
         [b"[1,2]"],
         [b'{"choices":[1]}'],
         [b'{"choices":[{"delta":{"tool_calls":5}}]}'],
+        # Shapes that merge piece by piece but make no body: text that is not a string,
+        # choice indexes that do not sort together.
+        [b'{"choices":[{"index":0,"delta":{"content":5}}]}'],
+        [
+            b'{"choices":[{"index":0,"delta":{"content":"a"}}]}',
+            b'{"choices":[{"index":0,"delta":{"content":[1]}}]}',
+        ],
+        [b'{"choices":[{"index":0,"delta":{"refusal":{"a":1}}}]}'],
+        [
+            b'{"choices":[{"index":0,"delta":{"role":"assistant","content":"a"}}]}',
+            b'{"choices":[{"index":"1","delta":{"content":"b"}}]}',
+        ],
     ],
 )
 def test_malformed_chunks_raise_value_error(chunks: list[bytes]) -> None:
@@ -402,6 +414,13 @@ def test_malformed_chunks_raise_value_error(chunks: list[bytes]) -> None:
 def test_malformed_body_raises_value_error(body: bytes) -> None:
     with pytest.raises(ValueError):
         body_to_chunks(body, "chat")
+
+
+@pytest.mark.parametrize("text", [b"5", b"[1]", b'{"a":1}'])
+def test_completion_text_that_is_not_a_string_raises_value_error(text: bytes) -> None:
+    chunk = b'{"choices":[{"index":0,"text":' + text + b"}]}"
+    with pytest.raises(ValueError):
+        chunks_to_body([chunk, b'{"choices":[{"index":0,"text":"a"}]}'], "completions")
 
 
 def test_unknown_endpoint() -> None:

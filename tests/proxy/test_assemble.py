@@ -26,7 +26,13 @@ from hasten.errors import UpstreamError
 from hasten.proxy.assemble import STREAM_ERROR_CODE, Assembly, as_stream_request, assemble
 from hasten.simulator import SimConfig, build_app
 from hasten.upstream.integrity import StreamGuard
-from tests.support.gateway import BodyRecorder, make_config, running_gateway, sim_stats
+from tests.support.gateway import (
+    BodyRecorder,
+    make_config,
+    read_request,
+    running_gateway,
+    sim_stats,
+)
 from tests.support.servers import ServerThread
 
 MEMORY_CACHE = CacheConfig(backend="memory")
@@ -384,6 +390,8 @@ ASSEMBLY_STREAMS = {
     "trailing_blank_lines": _SIM_STREAM + b"\n\n\n",
     "foreign_shape": b"data: [1, 2]\n\ndata: [DONE]\n\n",
     "choices_not_a_list": b'data: {"id":"x","choices":7}\n\ndata: [DONE]\n\n',
+    "content_not_a_string": _SIM_STREAM.replace(b'"content":"answer 0"', b'"content":5', 1),
+    "indexes_that_do_not_sort": _SIM_STREAM.replace(b'"index":2', b'"index":"2"', 1),
     "only_done": b"data: [DONE]\n\n",
     "empty": b"",
 }
@@ -400,6 +408,10 @@ def test_assembly_from_the_guards_events_is_assemble_of_the_bytes(name: str) -> 
         pieces = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
         assert _outcome(functools.partial(_guarded, pieces, "chat")) == expected
     assert name not in ("whole", "crlf", "comments") or expected[0] == "body"
+    assert name not in ("content_not_a_string", "indexes_that_do_not_sort") or expected == (
+        "error",
+        f"502 {STREAM_ERROR_CODE} upstream stream is not an OpenAI completion stream",
+    )
 
 
 def test_a_streamed_answer_is_merged_once_for_every_later_non_stream_hit(
@@ -437,3 +449,89 @@ def test_a_streamed_answer_is_merged_once_for_every_later_non_stream_hit(
         for choice in orjson.loads(event)["choices"]
     ]
     assert "".join(pieces) == miss.json()["choices"][0]["message"]["content"]
+
+
+class OddUpstream:
+    """Answers every request the same way: a stream whose text is a number (its events are
+    JSON, so a stream client gets it as sent, but it merges into no body), or, asked
+    whole, a body whose choices are no list (it splits into no stream)."""
+
+    def __init__(self) -> None:
+        self.num_calls = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        request = orjson.loads(await read_request(receive))
+        self.num_calls += 1
+        head = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+        if request.get("stream"):
+            events = [
+                {**head, "choices": [{"index": 0, "delta": {"content": 5}}]},
+                {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+            ]
+            body = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events)
+            body, content_type = body + b"data: [DONE]\n\n", b"text/event-stream"
+        else:
+            body = orjson.dumps({**head, "object": "chat.completion", "choices": 7})
+            content_type = b"application/json"
+        headers = [(b"content-type", content_type)]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _stats(gateway: ServerThread) -> dict[str, int]:
+    return httpx.get(f"{gateway.url}/stats").json()["requests"]  # type: ignore[no-any-return]
+
+
+def test_a_stream_that_merges_into_no_body_is_a_502_and_is_not_stored() -> None:
+    upstream = OddUpstream()
+    with ServerThread(upstream) as server:
+        config = make_config({"odd": server.url + "/v1"}, cache=MEMORY_CACHE)
+        body = {"model": "m", "messages": _MESSAGES, "temperature": 0}
+        with running_gateway(config) as gateway:
+            url = f"{gateway.url}/v1/chat/completions"
+            answers = [httpx.post(url, json=body, timeout=30) for _ in range(2)]
+            stats = _stats(gateway)
+    for answer in answers:
+        assert answer.status_code == 502, answer.text
+        error = answer.json()["error"]
+        assert error["code"] == STREAM_ERROR_CODE and error["type"] == "upstream_error"
+    assert upstream.num_calls == 2  # the first answer was not stored
+    assert stats.get("unservable_entries", 0) == 0
+
+
+@pytest.mark.parametrize("is_stream_upstream", [True, False])
+def test_a_stored_answer_with_no_form_for_the_next_client_is_dropped_not_served(
+    is_stream_upstream: bool,
+) -> None:
+    # Streamed upstream, a stream client stores a stream a non-stream client cannot be
+    # given; asked whole, a non-stream client stores a body no stream can be made of.
+    upstream = OddUpstream()
+    with ServerThread(upstream) as server:
+        config = make_config(
+            {"odd": server.url + "/v1"},
+            cache=MEMORY_CACHE,
+            is_stream_upstream=is_stream_upstream,
+        )
+        body = {"model": "m", "messages": _MESSAGES, "temperature": 0}
+        with running_gateway(config) as gateway:
+            url = f"{gateway.url}/v1/chat/completions"
+            first = httpx.post(url, json={**body, "stream": is_stream_upstream}, timeout=30)
+            stored = httpx.post(url, json={**body, "stream": is_stream_upstream}, timeout=30)
+            other = httpx.post(url, json={**body, "stream": not is_stream_upstream}, timeout=30)
+            stats = _stats(gateway)
+    assert first.status_code == 200 and first.headers["x-hasten-cache"] == "miss"
+    assert stored.status_code == 200 and stored.headers["x-hasten-cache"] == "hit"
+    # The other kind of client is not served the entry: it is dropped, and the request
+    # goes upstream, whose answer (the same odd one) that client gets as it can: a
+    # non-stream client the assembly's 502, a stream client the stream as it came.
+    if is_stream_upstream:
+        assert other.status_code == 502, other.text
+        assert other.json()["error"]["code"] == STREAM_ERROR_CODE
+    else:
+        assert other.status_code == 200 and other.headers["x-hasten-cache"] == "miss"
+        assert '"content":5' in other.text
+    assert upstream.num_calls == 2
+    assert stats["unservable_entries"] == 1
+    assert stats["hit"] == 1

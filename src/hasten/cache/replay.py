@@ -84,10 +84,13 @@ class BodyMerge:
         for name in ("system_fingerprint", "service_tier"):
             if name in head:
                 body[name] = head[name]
-        body["choices"] = [
-            choices[index].to_chat(index) if is_chat else choices[index].to_completion(index)
-            for index in sorted(choices)
-        ]
+        try:
+            body["choices"] = [
+                choices[index].to_chat(index) if is_chat else choices[index].to_completion(index)
+                for index in sorted(choices)
+            ]
+        except TypeError as exc:  # text that is not a string, indexes that do not sort
+            raise ValueError("stream chunks do not have the OpenAI shape") from exc
         if self._usage is not None:
             body["usage"] = self._usage
         return orjson.dumps(body)

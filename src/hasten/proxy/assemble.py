@@ -125,6 +125,14 @@ class Assembly:
     def end(self, tail: bytes) -> None:
         self._has_pending = bool(tail.strip())
 
+    def is_whole(self) -> bool:
+        """Whether ``body`` gives a body (the stream may be stored for later clients)."""
+        try:
+            self.body()
+        except UpstreamError:
+            return False
+        return True
+
     def body(self) -> bytes:
         """The assembled JSON body; raises ``UpstreamError`` (502) as ``assemble`` does."""
         if self._error is not None:

@@ -379,8 +379,11 @@ async def _lookup_and_serve(
             entry = await gateway.cache.get(
                 key, max_age_s=decision.max_age_s, on_l1_miss=on_l1_miss
             )
-            lookup.set("hasten.cache.is_hit", entry is not None)
-        if entry is not None:
+            replay = None if entry is None else _replay(gateway, ex, entry, key)
+            if entry is not None and replay is None:
+                await _drop_unservable(gateway, key)
+            lookup.set("hasten.cache.is_hit", replay is not None)
+        if replay is not None:
             gateway.stats.count("hit", tenant=ex.tenant)
             ex.cache_label = HIT
             ex.trace.set("hasten.cache", "hit")
@@ -388,7 +391,7 @@ async def _lookup_and_serve(
                 ex.listen()
             await _admit(ex, is_hit=True)
             with ex.trace.child("cache.replay"):
-                await _serve_hit(gateway, ex, entry, b"hit", key=key)
+                await _serve_hit(gateway, ex, replay, b"hit")
             return
         ex.listen()
         # Admitted as a miss before the semantic lookup: a key over its limit must not
@@ -406,13 +409,14 @@ async def _lookup_and_serve(
                 )
                 lookup.set("hasten.cache.is_hit", found.hit is not None)
             ex.semantic_s = time.perf_counter() - looked_s
-            if found.hit is not None:
+            hit = found.hit
+            replay = None if hit is None else _replay(gateway, ex, hit.entry)
+            if hit is not None and replay is not None:
                 gateway.stats.count("semantic_hit", tenant=ex.tenant)
                 ex.cache_label = SEMANTIC
                 ex.trace.set("hasten.cache", "semantic")
                 with ex.trace.child("cache.replay"):
-                    hit = found.hit
-                    await _serve_hit(gateway, ex, hit.entry, b"semantic", hit.headers())
+                    await _serve_hit(gateway, ex, replay, b"semantic", hit.headers())
                 return
     if not decision.is_lookup:
         await _admit(ex, is_hit=False)
@@ -705,8 +709,11 @@ async def _pump(gateway: Gateway, ex: Exchange, flight: Flight, stored: _Stored 
         call.close()
         _note_resume(ex, resume)
     flight.finish()
-    if stored is not None and (resume is None or resume.is_cacheable):
-        stored.commit()
+    if stored is None or not (resume is None or resume.is_cacheable):
+        return
+    if flight.assembly is not None and not flight.assembly.is_whole():
+        return  # its client gets a 502: a later one must not be served the same from cache
+    stored.commit()
 
 
 def _note_resume(ex: Exchange, resume: StreamResume | None) -> None:
@@ -766,42 +773,74 @@ async def _serve_flight(gateway: Gateway, ex: Exchange, flight: Flight, label: b
         ex.usage_tail = b"".join(flight.chunks[-2:])  # the client's copy has no usage
 
 
+@dataclass(frozen=True, slots=True)
+class _Replay:
+    """A cached answer in the form its client reads: one body (JSON, or the whole SSE
+    stream), or SSE frames to pace."""
+
+    entry: CachedAnswer
+    body: bytes
+    frames: list[bytes] | None = None
+
+
+def _replay(
+    gateway: Gateway, ex: Exchange, entry: CachedAnswer, key: str | None = None
+) -> _Replay | None:
+    """``entry`` rendered for this client, or None when it has no such form.
+
+    An answer is stored in the form its first client read; the other form is built from
+    it, and an upstream's answer need not allow that (a stream whose text pieces are not
+    strings merges into no body). ``key``: the exact cache's key of ``entry``, where the
+    body merged from a stream answer is kept for the next non-stream hit.
+    """
+    try:
+        if ex.is_stream and gateway.config.cache.replay != "instant":
+            frames = answer_frames(entry, include_usage=ex.wants_usage)
+            return _Replay(entry, b"", frames)
+        if ex.is_stream:
+            return _Replay(entry, answer_stream(entry, include_usage=ex.wants_usage))
+        body = answer_body(entry)
+    except ValueError:
+        return None
+    if entry.body is None and key is not None and gateway.cache is not None:
+        gateway.cache.keep_body(key, entry, body)  # merged once, not on every hit
+    return _Replay(entry, body)
+
+
+async def _drop_unservable(gateway: Gateway, key: str) -> None:
+    """An entry this client cannot be given is dropped: the request goes upstream as a
+    miss, and its answer may replace the entry."""
+    assert gateway.cache is not None
+    _log.warning("cache entry %s has no form for this client; dropped", key[:16])
+    gateway.stats.count("unservable_entries")
+    await gateway.cache.delete(key)
+
+
 async def _serve_hit(
     gateway: Gateway,
     ex: Exchange,
-    entry: CachedAnswer,
+    replay: _Replay,
     label: bytes,
     extra_headers: list[tuple[bytes, bytes]] | None = None,
-    *,
-    key: str | None = None,
 ) -> None:
-    """Replays a cached answer; ``key``: the exact cache's key of ``entry``, where the body
-    merged from a stream answer is kept for the next non-stream hit."""
+    """Sends a cached answer rendered by ``_replay``."""
+    entry, body, frames = replay.entry, replay.body, replay.frames
     describe_cached(ex.trace, entry)
-    # The answer's bytes before the head: its server-timing then counts the replay's work.
-    body = b""
-    frames: list[bytes] = []
-    is_paced = ex.is_stream and gateway.config.cache.replay != "instant"
-    if is_paced:
-        frames = answer_frames(entry, include_usage=ex.wants_usage)
-    elif ex.is_stream:
-        body = answer_stream(entry, include_usage=ex.wants_usage)
-    else:
-        body = answer_body(entry)
-        if entry.body is None and key is not None and gateway.cache is not None:
-            gateway.cache.keep_body(key, entry, body)  # merged once, not on every hit
     headers = ex.base_headers(label, None)
     if extra_headers:
         headers.extend(extra_headers)
-    interval_s = gateway.config.cache.replay_chunk_interval_ms / 1000.0 if is_paced else 0.0
-    saved = answer_saved(gateway, ex, entry, interval_s * max(0, len(frames) - 1))
+    interval_s = 0.0
+    if frames is not None:
+        interval_s = gateway.config.cache.replay_chunk_interval_ms / 1000.0
+    num_gaps = 0 if frames is None else max(0, len(frames) - 1)
+    saved = answer_saved(gateway, ex, entry, interval_s * num_gaps)
     if saved is not None:
         headers.append(saved)
     if not ex.is_stream:
         await send_json(ex.send, 200, body, headers)
         return
     await start_sse(ex.send, headers)
-    if not is_paced:
+    if frames is None:
         await send_body(ex.send, body, more_body=False)
         return
     ex.listen()
