@@ -773,7 +773,7 @@ async def _serve_flight(gateway: Gateway, ex: Exchange, flight: Flight, label: b
         ex.usage_tail = b"".join(flight.chunks[-2:])  # the client's copy has no usage
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built on every hit, and frozen costs 3x to build
 class _Replay:
     """A cached answer in the form its client reads: one body (JSON, or the whole SSE
     stream), or SSE frames to pace."""
