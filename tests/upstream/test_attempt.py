@@ -19,6 +19,7 @@ from hasten.upstream.attempt import (
     Ready,
     run_attempt,
 )
+from hasten.upstream.integrity import MAX_EVENT_BYTES
 from tests.support.scripted import Reply, ScriptedTransport, delta, sse, upstream
 
 ROLE_ONLY = {"choices": [{"index": 0, "delta": {"role": "assistant"}}]}
@@ -207,3 +208,14 @@ async def test_a_whole_json_answer_cut_mid_json_fails_and_may_be_retried() -> No
     outcome = await run_attempt(transport, _spec(is_stream=False))
     assert isinstance(outcome, Failed) and outcome.reason == "malformed"
     assert outcome.is_retryable_here
+
+
+async def test_a_stream_that_holds_too_much_before_its_first_token_fails() -> None:
+    # One comment that never ends: nothing to check yet, all of it held.
+    piece = b": " + b"x" * (1024 * 1024)
+    chunks = (piece,) * (MAX_EVENT_BYTES // len(piece) + 2)
+    transport = ScriptedTransport({"a": [Reply(chunks=chunks)]})
+    outcome = await run_attempt(transport, _spec(is_stream=True))
+    assert isinstance(outcome, Failed) and outcome.reason == "malformed"
+    assert outcome.error is not None and "before the first token" in outcome.error.message
+    assert transport.responses[0].is_closed

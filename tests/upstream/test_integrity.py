@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from hasten.errors import UpstreamError
-from hasten.upstream.integrity import StreamGuard, check_json_body, is_event_stream
+from hasten.upstream.integrity import (
+    MAX_EVENT_BYTES,
+    StreamGuard,
+    check_json_body,
+    is_event_stream,
+)
 from tests.support.scripted import delta, sse
 
 ONE, TWO = sse(delta("one"), delta("two"))
@@ -67,3 +72,22 @@ def test_a_last_event_without_its_blank_line_passes_as_it_came() -> None:
     guard = StreamGuard()
     assert guard.feed(ONE + b"data: [DONE]\n") == ONE
     assert guard.finish() == b"data: [DONE]\n"
+
+
+def test_an_event_that_never_ends_is_an_error_once_over_the_bound() -> None:
+    guard = StreamGuard()
+    piece = b"data: " + b"x" * (1024 * 1024)
+    assert guard.feed(ONE + piece) == ONE
+    with pytest.raises(UpstreamError) as caught:
+        for _ in range(MAX_EVENT_BYTES // len(piece) + 1):
+            assert guard.feed(piece) == b""
+    assert caught.value.code == "upstream_malformed"
+    assert str(MAX_EVENT_BYTES) in caught.value.message
+
+
+def test_an_event_up_to_the_bound_passes_whole() -> None:
+    guard = StreamGuard()
+    event = b'data: "' + b"x" * (MAX_EVENT_BYTES - 16) + b'"\n\n'
+    half = len(event) // 2
+    assert guard.feed(event[:half]) == b""
+    assert guard.feed(event[half:]) == event

@@ -18,7 +18,7 @@ import orjson
 from hasten.config import UpstreamConfig
 from hasten.errors import HastenError, UpstreamConnectError, UpstreamError, UpstreamTimeout
 from hasten.proxy.sse import DONE, SSEDecoder, event_data
-from hasten.upstream.integrity import check_json_body, is_json_content, malformed
+from hasten.upstream.integrity import MAX_EVENT_BYTES, check_json_body, is_json_content, malformed
 from hasten.upstream.retry import is_retryable_status, parse_retry_after_s
 from hasten.upstream.transport import Transport, UpstreamRequest, UpstreamResponse
 
@@ -213,10 +213,12 @@ async def _await_first_token(
     rest = response.iter_chunks(upstream.timeouts.idle_s)
     watch = FirstTokenWatch()
     head: list[bytes] = []
+    num_head_bytes = 0
     is_handed_over = False
     try:
         async for chunk in rest:
             head.append(chunk)
+            num_head_bytes += len(chunk)
             if watch.feed(chunk):
                 is_handed_over = True
                 ttft_ms = (time.perf_counter() - started_s) * 1000.0
@@ -228,6 +230,9 @@ async def _await_first_token(
                 return Failed("stream_error_event", error)
             if watch.is_malformed:
                 return Failed("malformed", malformed("an event that is not JSON"))
+            if num_head_bytes > MAX_EVENT_BYTES:  # all of it held, none of it a token
+                error = malformed(f"over {MAX_EVENT_BYTES} bytes before the first token")
+                return Failed("malformed", error)
     except HastenError as exc:
         return Failed("stream_error", exc)
     finally:

@@ -21,6 +21,10 @@ from hasten.errors import UpstreamError
 from hasten.proxy.sse import DONE, SSEDecoder, last_event_end
 
 MALFORMED_CODE = "upstream_malformed"
+# What an upstream can make the gateway hold before it has a whole event to check: one
+# event (a token's delta, a tool call, the usage) is a few KiB; a stream that never ends an
+# event would otherwise grow the held bytes without bound.
+MAX_EVENT_BYTES = 16 * 1024 * 1024
 
 
 def _content_type(headers: Mapping[str, str]) -> str:
@@ -82,6 +86,8 @@ class StreamGuard:
         else:
             end = last_event_end(data)
             data, self._tail = data[:end], data[end:]
+            if len(self._tail) > MAX_EVENT_BYTES:
+                raise malformed(f"an event of over {MAX_EVENT_BYTES} bytes")
             if not data:
                 return data
         if b"\r" in data:  # CR line ends: the decoder knows them
