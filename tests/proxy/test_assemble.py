@@ -28,8 +28,8 @@ from hasten.simulator import SimConfig, build_app
 from hasten.upstream.integrity import StreamGuard
 from tests.support.gateway import (
     BodyRecorder,
+    OddUpstream,
     make_config,
-    read_request,
     running_gateway,
     sim_stats,
 )
@@ -449,35 +449,6 @@ def test_a_streamed_answer_is_merged_once_for_every_later_non_stream_hit(
         for choice in orjson.loads(event)["choices"]
     ]
     assert "".join(pieces) == miss.json()["choices"][0]["message"]["content"]
-
-
-class OddUpstream:
-    """Answers every request the same way: a stream whose text is a number (its events are
-    JSON, so a stream client gets it as sent, but it merges into no body), or, asked
-    whole, a body whose choices are no list (it splits into no stream)."""
-
-    def __init__(self) -> None:
-        self.num_calls = 0
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        request = orjson.loads(await read_request(receive))
-        self.num_calls += 1
-        head = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
-        if request.get("stream"):
-            events = [
-                {**head, "choices": [{"index": 0, "delta": {"content": 5}}]},
-                {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
-            ]
-            body = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events)
-            body, content_type = body + b"data: [DONE]\n\n", b"text/event-stream"
-        else:
-            body = orjson.dumps({**head, "object": "chat.completion", "choices": 7})
-            content_type = b"application/json"
-        headers = [(b"content-type", content_type)]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
 
 
 def _stats(gateway: ServerThread) -> dict[str, int]:

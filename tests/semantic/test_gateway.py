@@ -18,6 +18,7 @@ from hasten.config.semantic import SemanticConfig
 from hasten.semantic import nomic
 from hasten.simulator import SimConfig, build_app
 from tests.support.gateway import (
+    OddUpstream,
     ScriptedUpstream,
     completion,
     make_config,
@@ -99,6 +100,26 @@ def test_paraphrase_hits_stream_and_not(sim: ServerThread, tmp_path: Path) -> No
         )
         assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == answer
         assert sim_stats(sim.url)["num_requests"] == 1
+
+
+def test_a_semantic_hit_with_no_form_for_its_client_goes_upstream(tmp_path: Path) -> None:
+    # A stream client stores an answer whose text is a number: it merges into no body, so a
+    # non-stream paraphrase is not served it (no 500) but asked upstream as a miss.
+    upstream = OddUpstream()
+    with ServerThread(upstream) as up, running_gateway(_config(up.url, tmp_path)) as gateway:
+        url = f"{gateway.url}/v1/chat/completions"
+        body = {"model": "sim-model", "temperature": 0}
+        question = [{"role": "user", "content": QUESTION}]
+        first = httpx.post(url, json={**body, "messages": question, "stream": True}, timeout=30)
+        assert first.status_code == 200 and first.headers["x-hasten-cache"] == "miss"
+        _wait_indexed(gateway, 1)
+        paraphrase = [{"role": "user", "content": PARAPHRASE}]
+        again = httpx.post(url, json={**body, "messages": paraphrase}, timeout=30)
+        stats = httpx.get(f"{gateway.url}/stats", headers=ADMIN).json()["requests"]
+    assert again.status_code == 502, again.text
+    assert again.json()["error"]["code"] == "upstream_stream_error"
+    assert upstream.num_calls == 2
+    assert stats["unservable_entries"] == 1 and "semantic_hit" not in stats
 
 
 def test_the_calibrated_default_serves_with_its_risk(sim: ServerThread, tmp_path: Path) -> None:

@@ -411,6 +411,9 @@ async def _lookup_and_serve(
             ex.semantic_s = time.perf_counter() - looked_s
             hit = found.hit
             replay = None if hit is None else _replay(gateway, ex, hit.entry)
+            if hit is not None and replay is None:
+                _log.warning("semantic hit has no form for this client; asked upstream")
+                gateway.stats.count("unservable_entries")
             if hit is not None and replay is not None:
                 gateway.stats.count("semantic_hit", tenant=ex.tenant)
                 ex.cache_label = SEMANTIC
