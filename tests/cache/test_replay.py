@@ -18,6 +18,7 @@ from hasten.cache.replay import (
     sse_frames,
     sse_stream,
 )
+from hasten.proxy.sse import SSEDecoder
 
 texts = st.text(max_size=40)
 usages = st.fixed_dictionaries(
@@ -433,3 +434,12 @@ def test_the_joined_stream_is_the_frames_joined(chunks: list[bytes], include_usa
     for stream in (chunks, [*chunks, OPENAI_STREAM[-1]]):  # ending in a usage chunk, too
         joined = b"".join(sse_frames(stream, include_usage))
         assert sse_stream(stream, include_usage) == joined
+
+
+def test_a_payload_of_several_lines_is_framed_one_data_line_each() -> None:
+    # SSE joins an event's data lines with \\n; the decoder hands such a payload over as is.
+    payload = b'{"id":"c",\n"choices":[]}'
+    chunks = [b'{"id":"c","choices":[]}', payload]
+    for frames in (b"".join(sse_frames(chunks, True)), sse_stream(chunks, True)):
+        assert b'data: {"id":"c",\ndata: "choices":[]}\n\n' in frames
+        assert SSEDecoder().feed(frames) == [*chunks, b"[DONE]"]

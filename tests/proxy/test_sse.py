@@ -392,3 +392,13 @@ async def test_flight_readers_with_and_without_usage() -> None:
     assert list(await live) == [expected, stream]
     assert flight.usage_at == {2: 1}
     assert await read(True) == expected  # a late reader replays the recording the same way
+
+
+def test_a_byte_order_mark_at_the_start_is_stripped() -> None:
+    bom = "\ufeff".encode()
+    stream = bom + b'data: {"a":1}\n\ndata: [DONE]\n\n'
+    for cut in range(len(bom), len(stream)):  # the BOM itself arrives whole, first
+        decoder = SSEDecoder()
+        assert decoder.feed(stream[:cut]) + decoder.feed(stream[cut:]) == [b'{"a":1}', b"[DONE]"]
+    # Only at the start: later, it is part of a line (a field this decoder does not know).
+    assert SSEDecoder().feed(b"data: [DONE]\n\n" + bom + b"data: x\n\n") == [b"[DONE]"]

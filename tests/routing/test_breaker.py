@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hasten.routing.breaker import BreakerState, CircuitBreaker
+from hasten.routing.breaker import MAX_RETRY_AFTER_PAUSE_S, BreakerState, CircuitBreaker
 from tests.support.routing import BREAKER
 
 
@@ -47,3 +47,12 @@ def test_retry_after_opens_at_once_for_that_long() -> None:
     breaker.record_failure(0.0, is_probe=False, reason="429", retry_after_s=30.0)
     assert breaker.state(29.0) is BreakerState.OPEN
     assert breaker.state(30.0) is BreakerState.HALF_OPEN
+
+
+def test_a_retry_after_pause_is_bounded() -> None:
+    breaker = CircuitBreaker(BREAKER)
+    breaker.record_failure(0.0, is_probe=False, reason="429", retry_after_s=1e12)
+    assert breaker.state(MAX_RETRY_AFTER_PAUSE_S - 1.0) is BreakerState.OPEN
+    assert breaker.state(MAX_RETRY_AFTER_PAUSE_S) is BreakerState.HALF_OPEN
+    breaker.record_failure(1.0, is_probe=False, reason="429", retry_after_s=1e12)  # while open
+    assert breaker.state(1.0 + MAX_RETRY_AFTER_PAUSE_S) is BreakerState.HALF_OPEN

@@ -177,6 +177,13 @@ def test_garbage_status_line_is_an_upstream_error() -> None:
     assert type(parsed.error) is UpstreamError
 
 
+@pytest.mark.parametrize("status", [b"000", b"099"])
+def test_a_status_below_100_is_an_error_not_an_interim_answer(status: bytes) -> None:
+    parsed = feed([b"HTTP/1.1 " + status + b" Odd\r\nContent-Length: 0\r\n\r\n"])
+    assert parsed.error is not None and "invalid status" in str(parsed.error)
+    assert not parsed.is_keep_alive
+
+
 def test_upgrade_is_refused() -> None:
     parsed = feed([b"HTTP/1.1 101 Switching\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n"])
     assert parsed.error is not None and "switched protocols" in str(parsed.error)

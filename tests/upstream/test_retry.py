@@ -243,3 +243,16 @@ def test_retry_delay_properties(
             assert delay <= ceiling
         else:
             assert retry_after <= delay <= max(ceiling, retry_after)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"retry-after": "inf"},
+        {"retry-after": "NaN"},
+        {"retry-after-ms": "1e400"},
+        {"retry-after-ms": "-inf"},
+    ],
+)
+def test_a_retry_after_that_is_no_time_is_absent(headers: dict[str, str]) -> None:
+    assert parse_retry_after_s(headers) is None

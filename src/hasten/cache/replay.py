@@ -323,7 +323,7 @@ def _is_usage_only(chunk: bytes) -> bool:
 
 def sse_frames(chunks: Sequence[bytes], include_usage: bool) -> list[bytes]:
     """``data: ...`` frames ending with ``[DONE]``; the trailing usage chunk only on request."""
-    frames = [b"data: " + chunk + b"\n\n" for chunk in _replayed(chunks, include_usage)]
+    frames = [b"data: " + _lines(chunk) + b"\n\n" for chunk in _replayed(chunks, include_usage)]
     frames.append(_DONE_FRAME)
     return frames
 
@@ -333,7 +333,16 @@ def sse_stream(chunks: Sequence[bytes], include_usage: bool) -> bytes:
     replayed = _replayed(chunks, include_usage)
     if not replayed:
         return _DONE_FRAME
-    return b"".join((b"data: ", b"\n\ndata: ".join(replayed), b"\n\n", _DONE_FRAME))
+    joined = b"\n\ndata: ".join(replayed)
+    if joined.count(b"\n") != 2 * (len(replayed) - 1):  # a payload of several lines
+        joined = b"\n\ndata: ".join(map(_lines, replayed))
+    return b"".join((b"data: ", joined, b"\n\n", _DONE_FRAME))
+
+
+def _lines(payload: bytes) -> bytes:
+    """A payload's lines each on a ``data:`` line of their own: an event's data may span
+    lines (SSE joins them with \\n), and one ``data:`` line cannot hold them."""
+    return payload.replace(b"\n", b"\ndata: ") if b"\n" in payload else payload
 
 
 def _replayed(chunks: Sequence[bytes], include_usage: bool) -> Sequence[bytes]:

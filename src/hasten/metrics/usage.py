@@ -6,9 +6,15 @@ import re
 
 _USAGE = b'"usage"'
 # OpenAI writes prompt_tokens first: one search finds both; the others are the fallback.
-_BOTH = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)\s*,\s*"completion_tokens"\s*:\s*(\d+)')
-_PROMPT = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
-_COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+# A count is an integer of at most 15 digits (a float up to it is exact); anything else
+# (1e3, 10.0, a thousand digits) is no count this reads: int() of a long digit run raises,
+# and a huge one overflows the float sums it feeds.
+_COUNT = rb"(\d{1,15})(?![\d.eE])"
+_BOTH = re.compile(
+    rb'"prompt_tokens"\s*:\s*' + _COUNT + rb'\s*,\s*"completion_tokens"\s*:\s*' + _COUNT
+)
+_PROMPT = re.compile(rb'"prompt_tokens"\s*:\s*' + _COUNT)
+_COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*' + _COUNT)
 
 
 def usage_tokens(data: bytes) -> tuple[int | None, int | None]:

@@ -15,6 +15,7 @@ from hasten.cache.replay import is_usage_chunk
 
 DONE = b"[DONE]"
 _DATA_PREFIX = b"data: "
+_BOM = "\ufeff".encode()
 # An event ends at a blank line: two line ends in a row, each CRLF, LF or CR. A CR that
 # is half of a CRLF must not count as a line end of its own, hence the lookahead.
 _EVENT_END = re.compile(rb"((?:\r\n|\r(?!\n)|\n)(?:\r\n|\r|\n))")
@@ -25,13 +26,19 @@ EVENT_END_SUFFIXES = (b"\n\n", b"\r\r", b"\r\n\r\n")
 class SSEDecoder:
     """Feeds raw bytes, returns complete ``data:`` payloads (multi-line data joined by \\n)."""
 
-    __slots__ = ("_buffer", "_is_skipping_lf")
+    __slots__ = ("_buffer", "_is_skipping_lf", "_is_started")
 
     def __init__(self) -> None:
         self._buffer = b""
         self._is_skipping_lf = False
+        self._is_started = False
 
     def feed(self, data: bytes) -> list[bytes]:
+        if not self._is_started and data:
+            # The spec strips one byte order mark at the start of the stream; left in, it
+            # would make the first field "\ufeffdata" and drop that event.
+            self._is_started = True
+            data = data.removeprefix(_BOM)
         if self._is_skipping_lf or b"\r" in data:
             data = self._normalize(data)
         buffer = self._buffer + data if self._buffer else data

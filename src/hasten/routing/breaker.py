@@ -14,6 +14,10 @@ from enum import StrEnum
 
 from hasten.routing.settings import BreakerConfig
 
+# The longest pause a Retry-After can impose on a deployment: an upstream (or whatever sits
+# in front of it) asking for a day must not take it out of the rotation until a restart.
+MAX_RETRY_AFTER_PAUSE_S = 3600.0
+
 
 class BreakerState(StrEnum):
     CLOSED = "closed"
@@ -75,6 +79,8 @@ class CircuitBreaker:
         self.release_probe(is_probe)
         self._outcomes.append(True)
         self.num_consecutive_failures += 1
+        if retry_after_s is not None:
+            retry_after_s = min(retry_after_s, MAX_RETRY_AFTER_PAUSE_S)
         state = self.state(now_s)
         if state is BreakerState.OPEN:
             # Late results of requests sent before the trip must not extend the cooldown,

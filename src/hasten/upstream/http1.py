@@ -196,6 +196,8 @@ class Http1Connection(asyncio.Protocol):
         parser = self._parser
         assert parser is not None
         status = parser.get_status_code()
+        if status < 100:  # not a status at all: waiting for a "real" one would hang
+            raise UpstreamError(f"upstream sent an invalid status code {status}")
         if status < 200:
             # An interim answer (100 Continue, 103 Early Hints): the real one follows.
             self.headers, self._num_head_bytes, self._num_headers = {}, 0, 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+import math
 import random
 import time
 from collections.abc import Mapping
@@ -21,17 +22,22 @@ def parse_retry_after_s(headers: Mapping[str, str], *, now_s: float | None = Non
     millis = headers.get("retry-after-ms")
     if millis is not None:
         try:
-            return max(0.0, float(millis) / 1000.0)
+            seconds = float(millis) / 1000.0
         except ValueError:
             pass
+        else:
+            return max(0.0, seconds) if math.isfinite(seconds) else None
     value = headers.get("retry-after")
     if value is None:
         return None
     value = value.strip()
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        # "inf" or "nan" is no time to wait: treated as absent, not as forever.
+        return max(0.0, seconds) if math.isfinite(seconds) else None
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
