@@ -412,9 +412,8 @@ async def _lookup_and_serve(
             hit = found.hit
             replay = None if hit is None else _replay(gateway, ex, hit.entry)
             if hit is not None and replay is None:
-                _log.warning("semantic hit has no form for this client; asked upstream")
-                gateway.stats.count("unservable_entries")
-            if hit is not None and replay is not None:
+                _note_unservable(gateway, "a semantic hit")  # asked upstream below
+            elif hit is not None and replay is not None:
                 gateway.stats.count("semantic_hit", tenant=ex.tenant)
                 ex.cache_label = SEMANTIC
                 ex.trace.set("hasten.cache", "semantic")
@@ -814,9 +813,13 @@ async def _drop_unservable(gateway: Gateway, key: str) -> None:
     """An entry this client cannot be given is dropped: the request goes upstream as a
     miss, and its answer may replace the entry."""
     assert gateway.cache is not None
-    _log.warning("cache entry %s has no form for this client; dropped", key[:16])
-    gateway.stats.count("unservable_entries")
+    _note_unservable(gateway, f"cache entry {key[:16]}")
     await gateway.cache.delete(key)
+
+
+def _note_unservable(gateway: Gateway, what: str) -> None:
+    _log.warning("%s has no form for this client; asked upstream instead", what)
+    gateway.stats.count("unservable_entries")
 
 
 async def _serve_hit(
@@ -832,9 +835,7 @@ async def _serve_hit(
     headers = ex.base_headers(label, None)
     if extra_headers:
         headers.extend(extra_headers)
-    interval_s = 0.0
-    if frames is not None:
-        interval_s = gateway.config.cache.replay_chunk_interval_ms / 1000.0
+    interval_s = 0.0 if frames is None else gateway.config.cache.replay_chunk_interval_ms / 1000.0
     num_gaps = 0 if frames is None else max(0, len(frames) - 1)
     saved = answer_saved(gateway, ex, entry, interval_s * num_gaps)
     if saved is not None:
