@@ -33,6 +33,7 @@ from hasten.proxy.handle import MODEL_SCOPE_KEY, TENANT_SCOPE_KEY, handle
 from hasten.proxy.validation import CHAT, COMPLETIONS, EMBEDDINGS, Endpoint
 from hasten.routing.models import ModelRouter
 from hasten.served import served_config
+from hasten.server.heap import freeze_startup_heap
 from hasten.telemetry.tracing import Tracing
 from hasten.upstream.client import UpstreamClient
 from hasten.upstream.lean import LeanTransport
@@ -76,6 +77,7 @@ class HastenApp:
         peers: Peers | None = None,
         worker_index: int | None = None,
         tracing: Tracing | None = None,
+        is_heap_frozen: bool = False,
     ) -> None:
         # Any parsed config can be served: the app adds what needs no process (hybrid routes).
         self.config = served_config(config)
@@ -84,6 +86,8 @@ class HastenApp:
         self._peers = peers
         self._worker_index = worker_index
         self._tracing = tracing  # None: as [telemetry] says (tests pass their own)
+        # A served gateway freezes its startup heap (hasten.server.heap) once built.
+        self._is_heap_frozen = is_heap_frozen
         self._openapi = openapi_json()
         self.gateway: Gateway | None = None
         self._startup_lock = asyncio.Lock()
@@ -93,6 +97,8 @@ class HastenApp:
         async with self._startup_lock:
             if self.gateway is None:
                 self.gateway = self._build()
+                if self._is_heap_frozen:
+                    freeze_startup_heap()  # before any task it starts can be stalled by it
                 _share_routing(self.gateway)
                 if self._peers is not None and self.gateway.cache is not None:
                     self._peers.attach(self.gateway.cache)
