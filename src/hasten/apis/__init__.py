@@ -12,6 +12,9 @@ parsed JSON and bytes out, ``hasten.errors`` for what a client did wrong.
     responses_chat  Responses <-> Chat Completions: requests, answers, streams, errors
     messages_chat   Messages <-> Chat Completions: requests, answers, streams, errors
 
+Translations build new dicts but may share nested values (a tool's schema, metadata) with
+the request they read: copy before changing one in place.
+
 A fourth API would be one more module like ``responses`` (its wire format) and one like
 ``responses_chat`` (its translation to and from chat, the pivot every API meets at).
 """
