@@ -611,6 +611,19 @@ def test_stop_reasons_both_ways(finish: str, stop: str) -> None:
     assert messages_body_to_chat(message, created=NOW)["choices"][0]["finish_reason"] == finish
 
 
+def test_a_named_stop_string_is_a_stop_sequence() -> None:
+    body = chat_body({"role": "assistant", "content": "x"})
+    body["choices"][0]["stop_reason"] = "END"  # vLLM names the stop string that matched
+    message = chat_body_to_messages(body, message_id=MESSAGE_ID)
+    assert (message["stop_reason"], message["stop_sequence"]) == ("stop_sequence", "END")
+    stream = ChatToMessagesStream(model="local")
+    stream.feed(chunk({"content": "x"}))
+    finish = chunk({}, "stop")
+    finish["choices"][0]["stop_reason"] = "END"
+    stream.feed(finish)
+    assert stream.finish()[-2]["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "END"}
+
+
 def test_message_as_a_chat_answer() -> None:
     message = messages.new_message(
         message_id=MESSAGE_ID,

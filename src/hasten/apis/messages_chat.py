@@ -46,7 +46,9 @@ Answers: ``chat_body_to_messages`` and ``ChatToMessagesStream`` (an Anthropic cl
 chat upstream), ``messages_body_to_chat`` and ``MessagesToChatStream`` (a chat client, an
 Anthropic upstream). Stop reasons:
 stop <-> end_turn (stop_sequence and pause_turn read as stop), length <-> max_tokens
-(and model_context_window_exceeded), tool_calls <-> tool_use, content_filter <-> refusal.
+(and model_context_window_exceeded), tool_calls <-> tool_use, content_filter <-> refusal;
+a chat choice naming the stop string that ended it (vLLM's ``stop_reason``) gives
+``stop_sequence`` and that string.
 """
 
 from __future__ import annotations
@@ -606,16 +608,21 @@ def chat_body_to_messages(
                 }
             )
         stop_reason = messages_stop_reason(choice.get("finish_reason"))
+        matched = choice.get("stop_reason")
     except (KeyError, IndexError, TypeError, AttributeError, orjson.JSONDecodeError) as exc:
         raise ValueError("not a chat completion body") from exc
     if message.get("refusal") and stop_reason == "end_turn":
         stop_reason = "refusal"
+    stop_sequence = None
+    if stop_reason == "end_turn" and isinstance(matched, str) and matched:
+        stop_reason, stop_sequence = "stop_sequence", matched
     chat_model = chat.get("model")
     return new_message(
         message_id=message_id,
         model=chat_model if isinstance(chat_model, str) else (model or ""),
         content=blocks,
         stop_reason=stop_reason,
+        stop_sequence=stop_sequence,
         usage=from_chat(chat.get("usage")),
     )
 
@@ -737,6 +744,7 @@ class ChatToMessagesStream:
         self._calls: dict[int, dict[str, Any]] = {}  # chat tool call index -> state
         self._open_call: int | None = None
         self._finish_reason: str | None = None
+        self._stop_sequence: str | None = None
         self._has_refusal = False
         self._is_started = False
         self._is_ended = False
@@ -771,8 +779,11 @@ class ChatToMessagesStream:
         stop_reason = messages_stop_reason(self._finish_reason)
         if self._has_refusal and stop_reason == "end_turn":
             stop_reason = "refusal"
+        stop_sequence = None
+        if stop_reason == "end_turn" and self._stop_sequence:
+            stop_reason, stop_sequence = "stop_sequence", self._stop_sequence
         usage = to_messages(self._usage) if self._usage is not None else {"output_tokens": 0}
-        delta = {"stop_reason": stop_reason, "stop_sequence": None}
+        delta = {"stop_reason": stop_reason, "stop_sequence": stop_sequence}
         self._events.append({"type": messages.MESSAGE_DELTA, "delta": delta, "usage": usage})
         self._events.append({"type": messages.MESSAGE_STOP})
         self._is_ended = True
@@ -813,6 +824,9 @@ class ChatToMessagesStream:
                 self._call(call)
             if choice.get("finish_reason"):
                 self._finish_reason = choice["finish_reason"]
+                matched = choice.get("stop_reason")
+                if isinstance(matched, str) and matched:
+                    self._stop_sequence = matched
 
     def _open_block(self, block: dict[str, Any]) -> None:
         self._close_block()
