@@ -456,12 +456,22 @@ class StreamMerge:
     """Fed a stream's parsed events in order; ``body()`` is the Message a non-stream call
     returns (tool inputs parsed from their JSON deltas, usage merged as the SDK does)."""
 
-    __slots__ = ("_blocks", "_failed", "_has_delta", "_json", "_message", "_stopped", "_usage")
+    __slots__ = (
+        "_blocks",
+        "_failed",
+        "_has_delta",
+        "_json",
+        "_message",
+        "_stopped",
+        "_texts",
+        "_usage",
+    )
 
     def __init__(self) -> None:
         self._message: dict[str, Any] | None = None
         self._blocks: dict[int, dict[str, Any]] = {}
         self._json: dict[int, list[str]] = {}
+        self._texts: dict[tuple[int, str], list[str]] = {}
         self._usage: dict[str, Any] = {}
         self._has_delta = False
         self._stopped = False
@@ -488,7 +498,10 @@ class StreamMerge:
             block = event["content_block"]
             if not isinstance(block, dict):
                 raise TypeError("content_block")
-            self._blocks[_index(event)] = copy.deepcopy(block)
+            index = _index(event)
+            self._blocks[index] = copy.deepcopy(block)
+            for name in ("text", "thinking"):
+                self._texts.pop((index, name), None)
         elif kind == BLOCK_DELTA:
             self._delta(_index(event), event["delta"])
         elif kind == BLOCK_STOP:
@@ -518,15 +531,23 @@ class StreamMerge:
         block = self._blocks[index]
         kind = delta["type"]
         if kind == "text_delta":
-            block["text"] += _text(delta["text"])
+            self._piece(index, block, "text", delta["text"])
         elif kind == "input_json_delta":
             self._json.setdefault(index, []).append(_text(delta["partial_json"]))
         elif kind == "thinking_delta":
-            block["thinking"] += _text(delta["thinking"])
+            self._piece(index, block, "thinking", delta["thinking"])
         elif kind == "signature_delta":
             block["signature"] = _text(delta["signature"])
         elif kind == "citations_delta":
             block.setdefault("citations", []).append(delta["citation"])
+
+    def _piece(self, index: int, block: dict[str, Any], name: str, piece: Any) -> None:
+        """Kept in a list, joined when read: adding to a string per delta copies the whole
+        text each time (quadratic in a long answer)."""
+        pieces = self._texts.get((index, name))
+        if pieces is None:
+            pieces = self._texts[(index, name)] = [_text(block[name])]
+        pieces.append(_text(piece))
 
     def _stop_block(self, index: int) -> None:
         block = self._blocks[index]
@@ -549,6 +570,8 @@ class StreamMerge:
         if self._message is None:
             return None
         message = dict(self._message)
+        for (index, name), pieces in self._texts.items():
+            self._blocks[index][name] = "".join(pieces)
         message["content"] = [copy.deepcopy(self._blocks[i]) for i in sorted(self._blocks)]
         message["usage"] = dict(self._usage)
         return message

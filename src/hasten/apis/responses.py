@@ -584,13 +584,18 @@ def error_body(
 
 class StreamMerge:
     """Fed a stream's parsed events in order; ``body()`` is the Response object a
-    non-stream call returns, ``snapshot()`` the response as far as it has come."""
+    non-stream call returns, ``snapshot()`` the response as far as it has come.
 
-    __slots__ = ("_failed", "_final", "_items", "_response")
+    Deltas are kept as lists of pieces and joined when the output is read: adding to a
+    string per delta would copy the whole text each time (quadratic in a long answer)."""
+
+    __slots__ = ("_failed", "_final", "_items", "_pieces", "_response")
 
     def __init__(self) -> None:
         self._response: dict[str, Any] | None = None
         self._items: dict[int, dict[str, Any]] = {}
+        # output index -> (content index, or -1 for the item itself; field) -> pieces
+        self._pieces: dict[int, dict[tuple[int, str], list[str]]] = {}
         self._final: dict[str, Any] | None = None
         self._failed = False
 
@@ -603,39 +608,49 @@ class StreamMerge:
 
     def _add(self, event: Mapping[str, Any]) -> None:
         kind = event["type"]
-        if kind in (CREATED, IN_PROGRESS, QUEUED):
+        if kind in (TEXT_DELTA, REASONING_DELTA):  # deltas first: the hot path
+            self._delta(event, _index(event, "content_index"), "text")
+        elif kind == ARGUMENTS_DELTA:
+            self._delta(event, -1, "arguments")
+        elif kind == REFUSAL_DELTA:
+            self._delta(event, _index(event, "content_index"), "refusal")
+        elif kind in (CREATED, IN_PROGRESS, QUEUED):
             self._response = _require_response(event)
         elif kind in (ITEM_ADDED, ITEM_DONE):
             item = event["item"]
             if not isinstance(item, dict):
                 raise TypeError("item")
-            self._items[_index(event, "output_index")] = copy.deepcopy(item)
+            index = _index(event, "output_index")
+            self._items[index] = copy.deepcopy(item)
+            self._pieces.pop(index, None)  # the item as given is the item
         elif kind == PART_ADDED:
             item = self._items[_index(event, "output_index")]
             item.setdefault("content", []).append(dict(event["part"]))
-        elif kind == TEXT_DELTA:
-            self._part(event)["text"] += _text(event["delta"])
-        elif kind == REFUSAL_DELTA:
-            self._part(event)["refusal"] += _text(event["delta"])
-        elif kind == REASONING_DELTA:
-            self._part(event)["text"] += _text(event["delta"])
-        elif kind == ARGUMENTS_DELTA:
-            self._items[_index(event, "output_index")]["arguments"] += _text(event["delta"])
         elif kind in COMPLETE_EVENTS:
             self._final = _require_response(event)
         elif kind in (FAILED, ERROR):
             self._failed = True
 
-    def _part(self, event: Mapping[str, Any]) -> dict[str, Any]:
-        item = self._items[_index(event, "output_index")]
-        part: dict[str, Any] = item["content"][_index(event, "content_index")]
-        return part
+    def _delta(self, event: Mapping[str, Any], content_index: int, name: str) -> None:
+        index = _index(event, "output_index")
+        fields_pieces = self._pieces.setdefault(index, {})
+        pieces = fields_pieces.get((content_index, name))
+        if pieces is None:
+            item = self._items[index]
+            target = item if content_index < 0 else item["content"][content_index]
+            pieces = fields_pieces[(content_index, name)] = [_text(target[name])]
+        pieces.append(_text(event["delta"]))
 
     @property
     def is_whole(self) -> bool:
         return self._final is not None and not self._failed
 
     def output(self) -> list[dict[str, Any]]:
+        for index, fields_pieces in self._pieces.items():
+            item = self._items[index]
+            for (content_index, name), pieces in fields_pieces.items():
+                target = item if content_index < 0 else item["content"][content_index]
+                target[name] = "".join(pieces)
         return [self._items[index] for index in sorted(self._items)]
 
     def snapshot(self) -> dict[str, Any] | None:

@@ -684,9 +684,21 @@ def chat_error_to_responses(status: int, body: bytes) -> bytes:
 
 
 class _Item:
-    """One output item being streamed: a message, a reasoning item or a function call."""
+    """One output item being streamed: a message, a reasoning item or a function call.
 
-    __slots__ = ("arguments", "call_id", "data", "index", "is_open", "name", "pending")
+    Its texts grow as lists of pieces, joined into ``data`` by ``sync`` when it is read:
+    adding to a string per delta would copy the whole text each time."""
+
+    __slots__ = (
+        "argument_pieces",
+        "call_id",
+        "data",
+        "index",
+        "is_open",
+        "name",
+        "pending",
+        "pieces",
+    )
 
     def __init__(self, index: int, data: dict[str, Any]) -> None:
         self.index = index
@@ -694,8 +706,16 @@ class _Item:
         self.is_open = True
         self.call_id: str | None = None
         self.name: str | None = None
-        self.arguments = ""
+        self.pieces: list[list[str]] = []  # per content part
+        self.argument_pieces: list[str] = []
         self.pending = ""
+
+    def sync(self) -> dict[str, Any]:
+        for part, pieces in zip(self.data.get("content") or (), self.pieces, strict=False):
+            part["refusal" if part["type"] == "refusal" else "text"] = "".join(pieces)
+        if self.data.get("type") == "function_call":
+            self.data["arguments"] = "".join(self.argument_pieces)
+        return self.data
 
 
 class ChatToResponsesStream:
@@ -787,7 +807,7 @@ class ChatToResponsesStream:
     def _response(
         self, status: str, reason: str | None = None, error: dict[str, Any] | None = None
     ) -> dict[str, Any]:
-        output = [copy.deepcopy(item.data) for item in self._items]
+        output = [copy.deepcopy(item.sync()) for item in self._items]
         return new_response(
             self.request,
             response_id=self.response_id,
@@ -801,19 +821,30 @@ class ChatToResponsesStream:
         )
 
     def _feed(self, chunk: Mapping[str, Any]) -> None:
-        if isinstance(chunk.get("model"), str) and chunk["model"]:
-            self.model = chunk["model"]
-        usage = from_chat(chunk.get("usage"))
-        if usage is not None:
-            self._usage = usage
+        model = chunk.get("model")
+        if model and model != self.model and isinstance(model, str):
+            self.model = model
+        if chunk.get("usage") is not None:
+            usage = from_chat(chunk["usage"])
+            if usage is not None:
+                self._usage = usage
         for choice in chunk.get("choices") or ():
             if choice.get("index", 0) != 0:
                 continue  # one answer per response: n > 1 is refused on the way in
             delta = choice.get("delta") or {}
+            content = delta.get("content")
+            if (
+                len(delta) == 1
+                and type(content) is str
+                and not choice.get("logprobs")
+                and not choice.get("finish_reason")
+            ):
+                if content:  # a plain text token: most chunks of most streams
+                    self._text(content, [])
+                continue
             reasoning = delta.get("reasoning_content") or delta.get("reasoning")
             if isinstance(reasoning, str) and reasoning:
                 self._reasoning(reasoning)
-            content = delta.get("content")
             if isinstance(content, str) and content:
                 logprobs = (choice.get("logprobs") or {}).get("content") or []
                 self._text(content, [_logprob(entry) for entry in logprobs])
@@ -853,11 +884,12 @@ class ChatToResponsesStream:
         self._content = self._open(data)
         return self._content
 
-    def _part(self, item: _Item, kind: str) -> tuple[int, dict[str, Any]]:
-        """The item's open part of ``kind`` (a new one if its last part is another kind)."""
+    def _part(self, item: _Item, kind: str) -> int:
+        """The index of the item's open part of ``kind`` (a new one if its last part is
+        another kind)."""
         parts: list[dict[str, Any]] = item.data["content"]
         if parts and parts[-1]["type"] == kind:
-            return len(parts) - 1, parts[-1]
+            return len(parts) - 1
         if kind == "output_text":
             part = _text_part("")
         elif kind == "refusal":
@@ -865,31 +897,36 @@ class ChatToResponsesStream:
         else:
             part = {"type": kind, "text": ""}
         parts.append(part)
+        item.pieces.append([])
         where = self._where(item, content_index=len(parts) - 1)
         self._sequence.add(responses.PART_ADDED, **where, part=copy.deepcopy(part))
-        return len(parts) - 1, part
+        return len(parts) - 1
+
+    def _delta(self, item_kind: str, part_kind: str, event_kind: str, text: str) -> int:
+        item = self._content_item(item_kind)
+        index = self._part(item, part_kind)
+        item.pieces[index].append(text)
+        self._sequence.add(
+            event_kind,
+            item_id=item.data["id"],
+            output_index=item.index,
+            content_index=index,
+            delta=text,
+        )
+        return index
 
     def _text(self, text: str, logprobs: list[dict[str, Any]]) -> None:
-        item = self._content_item("message")
-        index, part = self._part(item, "output_text")
-        part["text"] += text
-        part["logprobs"].extend(logprobs)
-        where = self._where(item, content_index=index)
-        self._sequence.add(responses.TEXT_DELTA, **where, delta=text, logprobs=logprobs)
+        index = self._delta("message", "output_text", responses.TEXT_DELTA, text)
+        self._sequence.events[-1]["logprobs"] = logprobs
+        if logprobs:
+            assert self._content is not None
+            self._content.data["content"][index]["logprobs"].extend(logprobs)
 
     def _refusal(self, text: str) -> None:
-        item = self._content_item("message")
-        index, part = self._part(item, "refusal")
-        part["refusal"] += text
-        where = self._where(item, content_index=index)
-        self._sequence.add(responses.REFUSAL_DELTA, **where, delta=text)
+        self._delta("message", "refusal", responses.REFUSAL_DELTA, text)
 
     def _reasoning(self, text: str) -> None:
-        item = self._content_item("reasoning")
-        index, part = self._part(item, "reasoning_text")
-        part["text"] += text
-        where = self._where(item, content_index=index)
-        self._sequence.add(responses.REASONING_DELTA, **where, delta=text)
+        self._delta("reasoning", "reasoning_text", responses.REASONING_DELTA, text)
 
     def _close_content(self, status: str) -> None:
         item = self._content
@@ -897,6 +934,7 @@ class ChatToResponsesStream:
             return
         self._content = None
         item.is_open = False
+        item.sync()
         for index, part in enumerate(item.data["content"]):
             where = self._where(item, content_index=index)
             kind = part["type"]
@@ -928,6 +966,8 @@ class ChatToResponsesStream:
         if item.name is None and function.get("name"):
             item.name = function["name"]
         piece = function.get("arguments") or ""
+        if not isinstance(piece, str):
+            raise TypeError("arguments")
         if item.index < 0:
             item.pending += piece
             if item.name is None:
@@ -947,15 +987,15 @@ class ChatToResponsesStream:
             self._items[item.index] = item
             piece, item.pending = item.pending, ""
         if piece:
-            item.arguments += piece
-            item.data["arguments"] = item.arguments
+            item.argument_pieces.append(piece)
             self._sequence.add(responses.ARGUMENTS_DELTA, **self._where(item), delta=piece)
 
     def _close_call(self, item: _Item, status: str) -> None:
         item.is_open = False
         item.data["status"] = status
+        arguments = item.sync()["arguments"]
         where = self._where(item)
-        self._sequence.add(responses.ARGUMENTS_DONE, **where, arguments=item.arguments)
+        self._sequence.add(responses.ARGUMENTS_DONE, **where, arguments=arguments)
         self._sequence.add(
             responses.ITEM_DONE, output_index=item.index, item=copy.deepcopy(item.data)
         )
