@@ -14,11 +14,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 from hasten import admin, dashboard
-from hasten.asgi import Message, Receive, Scope, Send, header, send_error, send_json
-from hasten.auth import Authenticator, Caller
+from hasten.auth import Authenticator
 from hasten.cache import TieredCache, build_cache
 from hasten.config import GatewayConfig
-from hasten.config.served import served_config
 from hasten.dashboard.window import RollingWindow
 from hasten.errors import ClientGone, HastenError, MethodNotAllowed, NotFound
 from hasten.fleet.coalesce import FleetCoalescer
@@ -26,7 +24,6 @@ from hasten.fleet.link import FleetLink
 from hasten.fleet.routing import RoutingSync
 from hasten.gateway import EngineStatus, Gateway, Stats
 from hasten.keys import endpoints as key_endpoints
-from hasten.keys.access import visible_models
 from hasten.keys.factory import build_key_directory
 from hasten.limits.limiter import Limiter
 from hasten.metrics.endpoint import OBSERVED_SCOPE_KEY, build_metrics, serve_metrics
@@ -35,10 +32,13 @@ from hasten.policy import POLICY_HEADER, PolicyBook
 from hasten.proxy.handle import MODEL_SCOPE_KEY, TENANT_SCOPE_KEY, handle
 from hasten.proxy.validation import CHAT, COMPLETIONS, EMBEDDINGS, Endpoint
 from hasten.routing.models import ModelRouter
+from hasten.served import served_config
 from hasten.telemetry.tracing import Tracing
 from hasten.upstream.client import UpstreamClient
 from hasten.upstream.lean import LeanTransport
 from hasten.upstream.transport import AiohttpTransport, Transport
+from hasten.values.caller import Caller, visible_models
+from hasten.wire.asgi import Message, Receive, Scope, Send, header, send_error, send_json
 
 if TYPE_CHECKING:
     from hasten.semantic.tier import SemanticTier

@@ -18,17 +18,6 @@ import orjson
 
 from hasten.apis import messages, responses
 from hasten.apis.usage import Usage
-from hasten.asgi import (
-    DisconnectWatcher,
-    Receive,
-    Scope,
-    Send,
-    accept_lifespan,
-    error_headers,
-    read_body,
-    send_error,
-    send_json,
-)
 from hasten.errors import (
     ClientGone,
     HastenError,
@@ -90,6 +79,17 @@ from hasten.simulator.state import SimState
 from hasten.simulator.stats import Outcome
 from hasten.simulator.streaming import stream_schedule
 from hasten.simulator.textgen import embedding_vector, text_tokens
+from hasten.wire.asgi import (
+    DisconnectWatcher,
+    Receive,
+    Scope,
+    Send,
+    accept_lifespan,
+    error_headers,
+    read_body,
+    send_error,
+    send_json,
+)
 
 Handler = Callable[[Scope, Receive, Send, float], Awaitable[Outcome]]
 RequestParser = Callable[[dict[str, object]], GenerationRequest]

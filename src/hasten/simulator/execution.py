@@ -13,7 +13,12 @@ import asyncio
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from hasten.asgi import (
+from hasten.errors import ClientGone, HastenError
+from hasten.simulator.faults import Fault, FaultKind
+from hasten.simulator.payloads import error_event
+from hasten.simulator.stats import Outcome
+from hasten.simulator.streaming import ScheduledEvent
+from hasten.wire.asgi import (
     JSON_CONTENT_TYPE,
     SSE_DONE,
     DisconnectWatcher,
@@ -24,11 +29,6 @@ from hasten.asgi import (
     start_sse,
     start_stream,
 )
-from hasten.errors import ClientGone, HastenError
-from hasten.simulator.faults import Fault, FaultKind
-from hasten.simulator.payloads import error_event
-from hasten.simulator.stats import Outcome
-from hasten.simulator.streaming import ScheduledEvent
 
 SIMULATED_500_MESSAGE = "The server had an error while processing your request."
 # "Never answers": until the client gives up, or this long (nothing waits for ever).
