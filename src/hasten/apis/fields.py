@@ -7,7 +7,8 @@ Anthropic, as each API names them in its own errors).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from hasten.errors import InvalidRequest
@@ -90,3 +91,19 @@ def optional(data: Mapping[str, Any], name: str, check: Check, what: str, param:
     if value is not None and not check(value):
         raise invalid(param, what, value)
     return value
+
+
+@contextmanager
+def translating(param: str) -> Iterator[None]:
+    """Turns a shape a translator did not expect (a checked request can still hold one: a
+    number where an object belongs, a field left out) into a 400 naming ``param``, never
+    a 500."""
+    try:
+        yield
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
+        raise InvalidRequest(
+            f"Invalid '{param}': a value of an unexpected type or a missing field "
+            f"({type(exc).__name__}: {exc}).",
+            param=param,
+            code="invalid_value",
+        ) from exc

@@ -60,6 +60,7 @@ from typing import Any
 import orjson
 
 from hasten.apis import ids, messages, responses
+from hasten.apis.fields import translating
 from hasten.apis.messages import new_message
 from hasten.apis.usage import Usage, from_chat, from_messages, to_chat, to_messages
 from hasten.errors import InvalidRequest
@@ -174,22 +175,30 @@ def messages_request_to_chat(
     if isinstance(system, str):
         chat_messages.append({"role": "system", "content": system})
     elif isinstance(system, list):
-        parts = [{"type": "text", "text": block["text"]} for block in system]
+        with translating("system"):
+            parts = [{"type": "text", "text": block["text"]} for block in system]
         chat_messages.append({"role": "system", "content": parts})
     for index, message in enumerate(body.get("messages") or ()):
-        chat_messages.extend(_message_to_chat(message, f"messages.{index}"))
+        with translating(f"messages.{index}"):
+            chat_messages.extend(_message_to_chat(message, f"messages.{index}"))
     chat["messages"] = chat_messages
     if body.get("tools") is not None:
-        chat["tools"] = [_tool_to_chat(tool, f"tools.{i}") for i, tool in enumerate(body["tools"])]
+        tools = []
+        for i, tool in enumerate(body["tools"]):
+            with translating(f"tools.{i}"):
+                tools.append(_tool_to_chat(tool, f"tools.{i}"))
+        chat["tools"] = tools
     choice = body.get("tool_choice")
     if isinstance(choice, Mapping):
-        chat["tool_choice"] = _tool_choice_to_chat(choice)
+        with translating("tool_choice"):
+            chat["tool_choice"] = _tool_choice_to_chat(choice)
         if choice.get("disable_parallel_tool_use") is not None:
             chat["parallel_tool_calls"] = not choice["disable_parallel_tool_use"]
     if body.get("max_tokens") is not None:
         chat[max_tokens_field] = body["max_tokens"]
     if body.get("stop_sequences") is not None:
-        chat["stop"] = list(body["stop_sequences"])
+        with translating("stop_sequences"):
+            chat["stop"] = list(body["stop_sequences"])
     metadata = body.get("metadata")
     if isinstance(metadata, Mapping) and metadata.get("user_id") is not None:
         chat["user"] = metadata["user_id"]
@@ -341,32 +350,34 @@ def chat_request_to_messages(
     system: list[dict[str, Any]] = []
     strings: list[str] = []
     start = 0
-    while start < len(chat_messages) and chat_messages[start].get("role") in (
-        "system",
-        "developer",
-    ):
-        content = chat_messages[start].get("content")
-        if isinstance(content, str):
-            strings.append(content)
-            system.append({"type": "text", "text": content})
-        else:
-            for index, part in enumerate(content or ()):
-                if part.get("type") != "text":
-                    raise _refuse(
-                        f"messages[{start}].content[{index}].type", "a system prompt is text only"
-                    )
-                system.append({"type": "text", "text": part["text"]})
-                strings.append("")
+    while start < len(chat_messages) and _role(chat_messages[start]) in ("system", "developer"):
+        with translating(f"messages[{start}]"):
+            content = chat_messages[start].get("content")
+            if isinstance(content, str):
+                strings.append(content)
+                system.append({"type": "text", "text": content})
+            else:
+                for index, part in enumerate(content or ()):
+                    if part.get("type") != "text":
+                        raise _refuse(
+                            f"messages[{start}].content[{index}].type",
+                            "a system prompt is text only",
+                        )
+                    system.append({"type": "text", "text": part["text"]})
+                    strings.append("")
         start += 1
     if system:
         is_one_string = len(strings) == 1 and isinstance(chat_messages[0].get("content"), str)
         request["system"] = strings[0] if is_one_string else system
     request["messages"] = _messages_from_chat(chat_messages, start)
     if body.get("tools") is not None:
-        request["tools"] = [
-            _tool_from_chat(tool, f"tools[{i}]") for i, tool in enumerate(body["tools"])
-        ]
-    choice = _tool_choice_from_chat(body.get("tool_choice"))
+        tools = []
+        for i, tool in enumerate(body["tools"]):
+            with translating(f"tools[{i}]"):
+                tools.append(_tool_from_chat(tool, f"tools[{i}]"))
+        request["tools"] = tools
+    with translating("tool_choice"):
+        choice = _tool_choice_from_chat(body.get("tool_choice"))
     parallel = body.get("parallel_tool_calls")
     if parallel is not None and (choice is not None or parallel is False):
         choice = choice or {"type": "auto"}
@@ -384,7 +395,8 @@ def chat_request_to_messages(
         request["stop_sequences"] = list(stop)
     if body.get("user") is not None:
         request["metadata"] = {"user_id": body["user"]}
-    config = _output_config(body)
+    with translating("response_format"):
+        config = _output_config(body)
     if config:
         request["output_config"] = config
     for name, value in body.items():
@@ -439,43 +451,48 @@ def _messages_from_chat(chat_messages: list[Any], start: int) -> list[dict[str, 
     for index in range(start, len(chat_messages)):
         message = chat_messages[index]
         param = f"messages[{index}]"
-        role = message.get("role")
-        if role == "tool":
-            block = {
-                "type": "tool_result",
-                "tool_use_id": message.get("tool_call_id"),
-                "content": _tool_content_from_chat(message.get("content")),
-            }
-            if after_tools:
-                converted[-1]["content"].append(block)
-            else:
-                converted.append({"role": "user", "content": [block]})
-            after_tools = True
-            continue
-        if role == "user":
-            content = message.get("content")
-            if isinstance(content, list):
-                content = [
-                    _part_from_chat(p, f"{param}.content[{i}]") for i, p in enumerate(content)
-                ]
-            if after_tools:
-                blocks = (
-                    [{"type": "text", "text": content}] if isinstance(content, str) else content
+        with translating(param):
+            role = message.get("role")
+            if role == "tool":
+                block = {
+                    "type": "tool_result",
+                    "tool_use_id": message.get("tool_call_id"),
+                    "content": _tool_content_from_chat(message.get("content")),
+                }
+                if after_tools:
+                    converted[-1]["content"].append(block)
+                else:
+                    converted.append({"role": "user", "content": [block]})
+                after_tools = True
+                continue
+            if role == "user":
+                content = message.get("content")
+                if isinstance(content, list):
+                    content = [
+                        _part_from_chat(p, f"{param}.content[{i}]") for i, p in enumerate(content)
+                    ]
+                if after_tools:
+                    blocks = (
+                        [{"type": "text", "text": content}] if isinstance(content, str) else content
+                    )
+                    converted[-1]["content"].extend(blocks)
+                else:
+                    converted.append({"role": "user", "content": content})
+            elif role == "assistant":
+                converted.append(_assistant_from_chat(message, param))
+            elif role in ("system", "developer"):
+                raise _refuse(
+                    f"{param}.role",
+                    "the Messages API has one system prompt, before the conversation",
                 )
-                converted[-1]["content"].extend(blocks)
             else:
-                converted.append({"role": "user", "content": content})
-        elif role == "assistant":
-            converted.append(_assistant_from_chat(message, param))
-        elif role in ("system", "developer"):
-            raise _refuse(
-                f"{param}.role",
-                "the Messages API has one system prompt, before the conversation",
-            )
-        else:
-            raise _refuse(f"{param}.role", f"messages of role '{role}' have no Messages form")
-        after_tools = False
+                raise _refuse(f"{param}.role", f"messages of role '{role}' have no Messages form")
+            after_tools = False
     return converted
+
+
+def _role(message: Any) -> Any:
+    return message.get("role") if isinstance(message, Mapping) else None
 
 
 def _tool_content_from_chat(content: Any) -> Any:

@@ -61,6 +61,7 @@ from typing import Any
 import orjson
 
 from hasten.apis import ids, responses
+from hasten.apis.fields import translating
 from hasten.apis.responses import EventSequence, new_response
 from hasten.apis.usage import Usage, from_chat
 from hasten.errors import InvalidRequest
@@ -175,16 +176,21 @@ def responses_request_to_chat(
         messages.extend(input_to_messages(value))
     chat["messages"] = messages
     if body.get("tools") is not None:
-        chat["tools"] = [_tool_to_chat(tool, f"tools[{i}]") for i, tool in enumerate(body["tools"])]
+        with translating("tools"):
+            tools = list(enumerate(body["tools"]))
+        chat["tools"] = [_tool_to_chat(tool, f"tools[{i}]") for i, tool in tools]
     if body.get("tool_choice") is not None:
-        chat["tool_choice"] = _tool_choice_to_chat(body["tool_choice"])
-    _text_to_chat(body.get("text"), chat)
+        with translating("tool_choice"):
+            chat["tool_choice"] = _tool_choice_to_chat(body["tool_choice"])
+    with translating("text"):
+        _text_to_chat(body.get("text"), chat)
     reasoning = body.get("reasoning")
     if isinstance(reasoning, Mapping) and reasoning.get("effort") is not None:
         chat["reasoning_effort"] = reasoning["effort"]
     if body.get("max_output_tokens") is not None:
         chat[max_tokens_field] = body["max_output_tokens"]
-    include = body.get("include") or ()
+    include = body.get("include")
+    include = include if isinstance(include, list) else ()
     if body.get("top_logprobs") is not None or LOGPROBS_INCLUDE in include:
         chat["logprobs"] = True
         if body.get("top_logprobs") is not None:
@@ -202,40 +208,46 @@ def input_to_messages(items: list[Any]) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     for index, item in enumerate(items):
         param = f"input[{index}]"
-        kind = item.get("type") or ("message" if "role" in item else None)
-        if kind == "message":
-            role = item["role"]
-            if role == "assistant":
-                messages.append(_assistant_message(item.get("content"), param))
-            else:
-                content = _content_to_chat(item.get("content"), f"{param}.content")
-                messages.append({"role": role, "content": content})
-        elif kind == "function_call":
-            call = {
-                "id": item["call_id"],
-                "type": "function",
-                "function": {"name": item["name"], "arguments": item["arguments"]},
-            }
-            last = messages[-1] if messages else None
-            if last is not None and last["role"] == "assistant":
-                last.setdefault("tool_calls", []).append(call)
-            else:
-                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        elif kind == "function_call_output":
-            output = _tool_output_to_chat(item.get("output"), f"{param}.output")
-            messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": output})
-        elif kind == "reasoning":
-            continue
-        elif kind == "item_reference":
-            raise _refuse(
-                f"{param}.type",
-                "an item_reference must be expanded before the request is translated",
-            )
-        else:
-            raise _refuse(
-                f"{param}.type", f"input items of type '{kind}' have no Chat Completions form"
-            )
+        with translating(param):
+            _item_to_messages(item, param, messages)
     return messages
+
+
+def _item_to_messages(item: Any, param: str, messages: list[dict[str, Any]]) -> None:
+    """Appends what one input item stands for to ``messages``."""
+    kind = item.get("type") or ("message" if "role" in item else None)
+    if kind == "message":
+        role = item["role"]
+        if role == "assistant":
+            messages.append(_assistant_message(item.get("content"), param))
+        else:
+            content = _content_to_chat(item.get("content"), f"{param}.content")
+            messages.append({"role": role, "content": content})
+    elif kind == "function_call":
+        call = {
+            "id": item["call_id"],
+            "type": "function",
+            "function": {"name": item["name"], "arguments": item["arguments"]},
+        }
+        last = messages[-1] if messages else None
+        if last is not None and last["role"] == "assistant":
+            last.setdefault("tool_calls", []).append(call)
+        else:
+            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+    elif kind == "function_call_output":
+        output = _tool_output_to_chat(item.get("output"), f"{param}.output")
+        messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": output})
+    elif kind == "reasoning":
+        return
+    elif kind == "item_reference":
+        raise _refuse(
+            f"{param}.type",
+            "an item_reference must be expanded before the request is translated",
+        )
+    else:
+        raise _refuse(
+            f"{param}.type", f"input items of type '{kind}' have no Chat Completions form"
+        )
 
 
 def _assistant_message(content: Any, param: str) -> dict[str, Any]:
@@ -311,6 +323,11 @@ def _tool_output_to_chat(output: Any, param: str) -> Any:
 
 
 def _tool_to_chat(tool: Mapping[str, Any], param: str) -> dict[str, Any]:
+    with translating(param):
+        return _function_tool_to_chat(tool, param)
+
+
+def _function_tool_to_chat(tool: Mapping[str, Any], param: str) -> dict[str, Any]:
     kind = tool.get("type")
     if kind != "function":
         raise _refuse(
@@ -392,15 +409,19 @@ def chat_request_to_responses(body: Mapping[str, Any]) -> dict[str, Any]:
             request[name] = body[name]
     request["input"] = messages_to_input(body.get("messages") or [])
     if body.get("tools") is not None:
-        request["tools"] = [
-            _tool_from_chat(tool, f"tools[{i}]") for i, tool in enumerate(body["tools"])
-        ]
+        tools = []
+        for i, tool in enumerate(body["tools"]):
+            with translating(f"tools[{i}]"):
+                tools.append(_tool_from_chat(tool, f"tools[{i}]"))
+        request["tools"] = tools
     if body.get("tool_choice") is not None:
-        request["tool_choice"] = _tool_choice_from_chat(body["tool_choice"])
+        with translating("tool_choice"):
+            request["tool_choice"] = _tool_choice_from_chat(body["tool_choice"])
     text: dict[str, Any] = {}
     form = body.get("response_format")
-    if isinstance(form, Mapping):
-        text["format"] = _format_from_chat(form)
+    if form is not None:
+        with translating("response_format"):
+            text["format"] = _format_from_chat(form)
     if body.get("verbosity") is not None:
         text["verbosity"] = body["verbosity"]
     if text:
@@ -428,34 +449,40 @@ def messages_to_input(messages: list[Any]) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     for index, message in enumerate(messages):
         param = f"messages[{index}]"
-        role = message.get("role")
-        if role == "assistant":
-            items.extend(_assistant_items(message, param))
-        elif role == "tool":
-            output = message.get("content")
-            if isinstance(output, list):
-                output = [
-                    {"type": "input_text", "text": part.get("text", "")}
-                    for part in output
-                    if isinstance(part, Mapping)
-                ]
-            items.append(
-                {
-                    "type": "function_call_output",
-                    "call_id": message.get("tool_call_id"),
-                    "output": output if output is not None else "",
-                }
-            )
-        elif role in ("system", "developer", "user"):
-            content = message.get("content")
-            if isinstance(content, list):
-                content = [
-                    _part_from_chat(part, f"{param}.content[{i}]") for i, part in enumerate(content)
-                ]
-            items.append({"type": "message", "role": role, "content": content})
-        else:
-            raise _refuse(f"{param}.role", f"messages of role '{role}' have no Responses form")
+        with translating(param):
+            _message_to_items(message, param, items)
     return items
+
+
+def _message_to_items(message: Any, param: str, items: list[dict[str, Any]]) -> None:
+    """Appends the input items one chat message stands for to ``items``."""
+    role = message.get("role")
+    if role == "assistant":
+        items.extend(_assistant_items(message, param))
+    elif role == "tool":
+        output = message.get("content")
+        if isinstance(output, list):
+            output = [
+                {"type": "input_text", "text": part.get("text", "")}
+                for part in output
+                if isinstance(part, Mapping)
+            ]
+        items.append(
+            {
+                "type": "function_call_output",
+                "call_id": message.get("tool_call_id"),
+                "output": output if output is not None else "",
+            }
+        )
+    elif role in ("system", "developer", "user"):
+        content = message.get("content")
+        if isinstance(content, list):
+            content = [
+                _part_from_chat(part, f"{param}.content[{i}]") for i, part in enumerate(content)
+            ]
+        items.append({"type": "message", "role": role, "content": content})
+    else:
+        raise _refuse(f"{param}.role", f"messages of role '{role}' have no Responses form")
 
 
 def _assistant_items(message: Mapping[str, Any], param: str) -> list[dict[str, Any]]:
