@@ -3,11 +3,13 @@ caches see them, the chat request its generator runs on, and the stream it build
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 from typing import Any
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from hasten.apis import messages, responses
 from hasten.errors import InvalidRequest
@@ -24,6 +26,9 @@ from hasten.simulator.native import (
     responses_prompt_tokens,
 )
 from hasten.simulator.textgen import generate_pieces, seed_material
+from tests.apis.test_messages_chat import messages_requests
+from tests.apis.test_responses_chat import responses_requests
+from tests.apis.test_translation_fuzz import mutated
 
 TOOL = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
 
@@ -229,3 +234,17 @@ def test_native_stream_events_and_failure_events() -> None:
     error = orjson.loads(message_stream.wire.error_event(3).split(b"data: ", 1)[1])
     assert messages.event_error(error) is not None
     assert message_stream.wire.done == b""
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(mutated(responses_requests), mutated(messages_requests))
+def test_odd_requests_are_answered_or_400s(
+    responses_body: dict[str, Any], messages_body: dict[str, Any]
+) -> None:
+    """What the API checks let through, the simulator parses or refuses with a 400."""
+    with contextlib.suppress(InvalidRequest):
+        responses.check_request(responses_body)
+        parse_responses(responses_body, [])
+    with contextlib.suppress(InvalidRequest):
+        messages.check_request(messages_body)
+        parse_messages(messages_body)

@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from hasten.apis import messages, responses
+from hasten.apis.fields import translating
 from hasten.apis.messages_chat import (
     ChatToMessagesStream,
     chat_body_to_messages,
@@ -220,7 +221,13 @@ def as_items(value: Any) -> list[Any]:
 
 def parse_responses(body: dict[str, Any], history: list[Any]) -> NativeRequest:
     """A checked Responses request, continued from ``history`` (a stored response's input
-    and output when it names a ``previous_response_id``)."""
+    and output when it names a ``previous_response_id``); an odd shape the check let
+    through is a 400."""
+    with translating("input"):
+        return _parse_responses(body, history)
+
+
+def _parse_responses(body: dict[str, Any], history: list[Any]) -> NativeRequest:
     items = [*history, *as_items(body.get("input"))]
     generation_body = {
         name: body[name] for name in _RESPONSES_GENERATION_FIELDS if body.get(name) is not None
@@ -265,7 +272,12 @@ def _generation_item(item: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def parse_messages(body: dict[str, Any]) -> NativeRequest:
-    """A checked Messages request."""
+    """A checked Messages request; an odd shape the check let through is a 400."""
+    with translating("messages"):
+        return _parse_messages(body)
+
+
+def _parse_messages(body: dict[str, Any]) -> NativeRequest:
     generation_body = {
         name: body[name] for name in _MESSAGES_GENERATION_FIELDS if body.get(name) is not None
     }
