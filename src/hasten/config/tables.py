@@ -24,7 +24,11 @@ from hasten.limits.spec import KeyLimits
 from hasten.local.config import LocalServerConfig, parse_local
 from hasten.metrics.settings import MetricsConfig, parse_metrics
 from hasten.policy.config import ParamPolicy, parse_policy
-from hasten.proxy.validation import DEFAULT_MAX_JSON_DEPTH, MAX_JSON_DEPTH_LIMIT
+from hasten.proxy.validation import (
+    DEFAULT_MAX_JSON_DEPTH,
+    DEFAULT_MAX_MESSAGES,
+    MAX_JSON_DEPTH_LIMIT,
+)
 from hasten.routing.hybrid import HybridConfig, parse_hybrid
 from hasten.routing.settings import (
     DeploymentConfig,
@@ -49,6 +53,10 @@ MAX_NUM_WORKERS = 64
 UPSTREAM_CLIENTS = ("lean", "aiohttp")
 DEFAULT_UPSTREAM_CLIENT = "lean"
 DEFAULT_L1_MAX_BYTES = 64 * 1024 * 1024
+# The most hasten holds of one upstream answer (hasten.upstream.bounded): a 128k-token stream
+# is ~40 MB of events, 2048 embeddings of 3072 dimensions ~34 MB as base64; an answer past
+# it (a broken or hostile upstream's endless body) fails as a 502.
+DEFAULT_MAX_ANSWER_BYTES = 64 * 1024 * 1024
 DEFAULT_TTL_S = 3600.0
 DEFAULT_SQLITE_PATH = "hasten-cache.sqlite3"
 # Where the admin key is read from unless [server] admin_api_key_env names another variable.
@@ -101,6 +109,8 @@ class UpstreamConfig:
     # How this upstream continues an assistant message it is given (a stream resumed by
     # prefill, hasten.proxy.continuation): one of PREFILL_MECHANISMS.
     prefill: str = "none"
+    # The most bytes of one answer (body or stream) hasten reads and holds from it.
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
 
 
 @dataclass(frozen=True)
@@ -157,6 +167,8 @@ class ServerConfig:
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S  # headers to the end of the body
     max_connections_per_client: int = DEFAULT_MAX_CONNECTIONS_PER_CLIENT  # 0: no cap
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    # Messages (chat), prompts (completions) or inputs (embeddings) one request may carry.
+    max_messages: int = DEFAULT_MAX_MESSAGES
     api_keys: tuple[TenantKey, ...] = ()
     # The operator's key for /admin/* and global views; None: the admin API is off.
     admin_api_key: str | None = field(default=None, repr=False)
@@ -268,6 +280,9 @@ def _upstream(name: str, table: TomlTable, env: Mapping[str, str]) -> UpstreamCo
         has_stream_options=table.get("stream_options", bool, True),
         is_stream_upstream=table.get("stream_upstream", bool, True),
         prefill=table.choice("prefill", "none", PREFILL_MECHANISMS),
+        max_answer_bytes=table.integer(
+            "max_answer_bytes", DEFAULT_MAX_ANSWER_BYTES, minimum=64 * 1024
+        ),
     )
     table.finish()
     return config
@@ -407,6 +422,7 @@ def _server(table: TomlTable, env: Mapping[str, str]) -> ServerConfig:
             "max_connections_per_client", d.max_connections_per_client
         ),
         max_json_depth=_max_json_depth(table, d.max_json_depth),
+        max_messages=table.integer("max_messages", d.max_messages, minimum=1),
         api_keys=tuple(keys),
         admin_api_key=_admin_key(table, env, keys),
         log_level=table.get("log_level", str, d.log_level),

@@ -44,6 +44,7 @@ from typing import Any
 import hiredis
 from redis.asyncio import Redis
 
+from hasten.config.tables import DEFAULT_MAX_ANSWER_BYTES
 from hasten.errors import FleetUnavailable, HastenError, UpstreamError
 from hasten.fleet import relay
 from hasten.fleet.link import FAILURES, FleetLink
@@ -120,6 +121,8 @@ class FleetJob:
     # False (``x-hasten-idempotent: false``): a lost leader's call may have run, so a
     # follower ends with an error rather than run the request a second time.
     is_idempotent: bool = True
+    # What a follower holds of the relayed answer at most (the route's max_answer_bytes).
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
 
 
 class EarlyLease:
@@ -510,4 +513,10 @@ def _finish(flight: Flight, commit: Callable[[], None] | None) -> None:
 
 
 def _feed(flight: Flight, job: FleetJob) -> relay.Feed:
-    return relay.Feed(flight, job.recorder, is_sse=job.is_sse, endpoint=job.endpoint)
+    return relay.Feed(
+        flight,
+        job.recorder,
+        is_sse=job.is_sse,
+        endpoint=job.endpoint,
+        max_bytes=job.max_answer_bytes,
+    )

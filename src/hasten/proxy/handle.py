@@ -15,8 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
+from hasten import exactjson
 from hasten.asgi import (
     DisconnectWatcher,
     Headers,
@@ -41,6 +40,7 @@ from hasten.cache import (
     namespaced_key,
     parse_cache_control,
     request_key,
+    with_headers,
 )
 from hasten.cache.replay import answer_body, answer_frames, answer_stream
 from hasten.errors import ClientGone, HastenError
@@ -55,10 +55,22 @@ from hasten.policy import POLICY_HEADER
 from hasten.proxy.assemble import Assembly, as_stream_request, assemble, is_assembled
 from hasten.proxy.flight import Flight
 from hasten.proxy.fronts import Front
-from hasten.proxy.headers import assembled_headers, response_headers, upstream_headers
+from hasten.proxy.headers import (
+    answer_headers,
+    assembled_headers,
+    response_headers,
+    upstream_headers,
+)
 from hasten.proxy.recorder import Recorder
 from hasten.proxy.resumer import StreamResume, resume_header
-from hasten.proxy.validation import CHAT, EMBEDDINGS, Endpoint, parse_body
+from hasten.proxy.validation import (
+    CHAT,
+    EMBEDDINGS,
+    Endpoint,
+    check_num_items,
+    off_loop,
+    parse_body,
+)
 from hasten.routing.hybrid import decide_hybrid
 from hasten.routing.models import ResolvedModel
 from hasten.telemetry.attributes import (
@@ -69,7 +81,7 @@ from hasten.telemetry.attributes import (
 )
 from hasten.telemetry.stage import NO_STAGE, Stage
 from hasten.upstream.client import UpstreamCall
-from hasten.upstream.integrity import EventSink, is_event_stream
+from hasten.upstream.integrity import EventSink
 
 if TYPE_CHECKING:
     from hasten.limits.limiter import Enforcement
@@ -78,6 +90,7 @@ if TYPE_CHECKING:
 _log = logging.getLogger("hasten.proxy")
 
 _EMBEDDING_POLICY = ModelCachePolicy(is_deterministic_only=False)
+_COALESCED_LABEL = COALESCED.encode()
 # Per-request facts the JSON access record shows (hasten.app), kept in the ASGI scope.
 TENANT_SCOPE_KEY = "hasten.tenant"
 MODEL_SCOPE_KEY = "hasten.model"
@@ -190,7 +203,14 @@ async def _exchange(
     raw = await read_body(receive, scope, gateway.config.server.max_body_bytes)
     front = gateway.fronts.get(endpoint.name, tenant, raw)
     if front is None:
-        front = _front(gateway, endpoint, raw, caller, scope, request_id)
+        # A large body is parsed, checked and keyed on a worker thread (never memoised).
+        front = await off_loop(
+            len(raw), lambda: _front(gateway, endpoint, raw, caller, scope, request_id)
+        )
+        # A hybrid choice is logged per request, so its requests are resolved each time.
+        hybrid = gateway.config.hybrid
+        if not (hybrid is not None and front.body["model"] == hybrid.model):
+            gateway.fronts.put(endpoint.name, tenant, raw, front)
     else:
         scope[MODEL_SCOPE_KEY] = front.body["model"]
         check_model(caller, front.body["model"], front.model.name)
@@ -231,10 +251,12 @@ def _front(
     scope: Scope,
     request_id: str,
 ) -> Front:
-    """The body parsed, checked and resolved; kept for its repeats (hasten.proxy.fronts)."""
+    """The body parsed, checked and resolved, to keep for its repeats (hasten.proxy.fronts);
+    off the event loop for a large body (no shared state written)."""
     tenant = caller.tenant
     assert tenant is not None
     body = parse_body(raw, gateway.config.server.max_json_depth)
+    check_num_items(body, endpoint, gateway.config.server.max_messages)
     endpoint.check(body)
     scope[MODEL_SCOPE_KEY] = body["model"]  # the access record's, refused past here or not
     model, extra_headers = _resolve(gateway, body, request_id)
@@ -249,7 +271,7 @@ def _front(
     keys = None
     if gateway.cache is not None and (decision.is_lookup or decision.is_store):
         keys = _cache_keys(gateway, endpoint, body, model, tenant)
-    front = Front(
+    return Front(
         body,
         model,
         extra_headers,
@@ -260,10 +282,6 @@ def _front(
         decision,
         keys,
     )
-    # A hybrid choice is logged per request, so its requests are resolved each time.
-    if not (gateway.config.hybrid is not None and body["model"] == gateway.config.hybrid.model):
-        gateway.fronts.put(endpoint.name, tenant, raw, front)
-    return front
 
 
 def _cache_keys(
@@ -311,10 +329,10 @@ def _upstream_body(ex: Exchange) -> bytes:
         return ex.raw_body
     body = {**ex.body, "model": ex.model.upstream_model} if ex.model.is_renamed else {**ex.body}
     if ex.is_assembled:
-        return orjson.dumps(as_stream_request(body))
+        return exactjson.dumps(as_stream_request(body))
     if ex.is_usage_added:
         body["stream_options"] = {**(ex.body.get("stream_options") or {}), "include_usage": True}
-    return orjson.dumps(body)
+    return exactjson.dumps(body)  # integers past 64 bits as the client wrote them
 
 
 def _resolve(
@@ -345,6 +363,10 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
     if keys is None:  # not cacheable without Cache-Control, but this request's directives
         keys = _cache_keys(gateway, ex.endpoint, ex.body, ex.model, ex.tenant)
     request, key = keys
+    varied = answer_headers(ex.forwarded_headers)
+    if varied:  # an organisation, project or beta the upstream answers for
+        request = with_headers(request, varied)
+        key = namespaced_key(request, namespace)
     # What /admin/cache/invalidate takes as "key"; it only ever names the caller's entry.
     ex.extra_headers = (*ex.extra_headers, (b"x-hasten-cache-key", request.encode()))
     flight_key = None  # what a miss needs; built up front only for the fleet's early ask
@@ -478,6 +500,7 @@ def _flight_run(
             ex.is_upstream_stream,
             ex.endpoint.name,
             _is_idempotent(ex),
+            ex.model.route.max_answer_bytes,
         )
         await fleet.pump(flight, job, early)
 
@@ -651,16 +674,17 @@ async def _send_assembled(
 
 def _assembly(ex: Exchange, call: UpstreamCall) -> Assembly | None:
     """Where a non-stream client's body is merged as the guard checks the call's events."""
-    if not ex.is_assembled or call.status != 200 or not is_event_stream(call.headers):
+    if not ex.is_assembled or call.status != 200:
         return None
     return Assembly(ex.endpoint.name)
 
 
 def _listeners(
-    call: UpstreamCall, recorder: Recorder | None, assembly: Assembly | None
+    ex: Exchange, call: UpstreamCall, recorder: Recorder | None, assembly: Assembly | None
 ) -> EventSink | None:
-    """Who takes the events the call's guard checks: the recorder (then the assembly)."""
-    if recorder is None or call.status != 200 or not is_event_stream(call.headers):
+    """Who takes the events the call's guard checks: the recorder (then the assembly).
+    A stream request's answer is guarded as a stream whatever its content type."""
+    if recorder is None or call.status != 200 or not ex.is_upstream_stream:
         return assembly  # no guard, no events: the recorder decodes the bytes itself
     return recorder.listen(assembly)
 
@@ -699,7 +723,7 @@ async def _pump(gateway: Gateway, ex: Exchange, flight: Flight, stored: _Stored 
             chunks = resume.chunks(call)
         else:
             flight.assembly = _assembly(ex, call)
-            chunks = call.iter_chunks(_listeners(call, recorder, flight.assembly))
+            chunks = call.iter_chunks(_listeners(ex, call, recorder, flight.assembly))
         try:
             async for chunk in chunks:
                 # Recorded first: a chunk completing a usage event is marked before it is read.
@@ -739,6 +763,8 @@ async def _serve_flight(gateway: Gateway, ex: Exchange, flight: Flight, label: b
     if flight.is_relayed and ex.is_upstream_call:  # another replica's call answers it
         ex.is_upstream_call, ex.cache_label = False, COALESCED
         gateway.stats.count("coalesced", tenant=ex.tenant)
+    if ex.cache_label == COALESCED:  # what the metrics say, the client reads too
+        label = _COALESCED_LABEL
     _note_call(ex, flight.headers, flight.upstream_name, flight.ttfb_ms)
     saved = hedge_saved(gateway, ex) if ex.is_upstream_call else None
     if not ex.is_stream or flight.status != 200:

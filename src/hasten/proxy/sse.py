@@ -18,7 +18,7 @@ _DATA_PREFIX = b"data: "
 _BOM = "\ufeff".encode()
 # An event ends at a blank line: two line ends in a row, each CRLF, LF or CR. A CR that
 # is half of a CRLF must not count as a line end of its own, hence the lookahead.
-_EVENT_END = re.compile(rb"((?:\r\n|\r(?!\n)|\n)(?:\r\n|\r|\n))")
+EVENT_END = re.compile(rb"((?:\r\n|\r(?!\n)|\n)(?:\r\n|\r|\n))")
 # Endings that certainly close an event; anything else takes the regex path.
 EVENT_END_SUFFIXES = (b"\n\n", b"\r\r", b"\r\n\r\n")
 
@@ -134,7 +134,7 @@ class UsageStripper:
 
     def _drop_usage_events(self, data: bytes) -> bytes:
         """Drops every usage event from whole events whose line ends may include CRs."""
-        parts = _EVENT_END.split(data)  # event, end, event, end, ..., "" (nothing unfinished)
+        parts = EVENT_END.split(data)  # event, end, event, end, ..., "" (nothing unfinished)
         kept: list[bytes] = []
         is_dropped = False
         for i in range(0, len(parts) - 1, 2):
@@ -163,7 +163,7 @@ def last_event_end(data: bytes) -> int:
         index = data.rfind(b"\n\n")
         return 0 if index < 0 else index + 2
     end = 0
-    for match in _EVENT_END.finditer(data):
+    for match in EVENT_END.finditer(data):
         end = match.end()
     return end
 

@@ -24,8 +24,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import orjson
-
+from hasten import exactjson
 from hasten.config import UpstreamConfig
 from hasten.errors import HastenError, UpstreamError, UpstreamTimeout
 from hasten.routing.pool import DeploymentPool
@@ -297,9 +296,9 @@ class Dispatch:
         key = self._request.affinity_key
         if deployment.is_prompt_cache_key and key is not None and body:
             # OpenAI routes by prompt_cache_key too: the same key keeps its cache warm.
-            parsed = orjson.loads(body)
+            parsed = exactjson.loads(body)  # its integers as sent, whatever their size
             if isinstance(parsed, dict) and "prompt_cache_key" not in parsed:
-                body = orjson.dumps({**parsed, "prompt_cache_key": f"hasten-{key:016x}"})
+                body = exactjson.dumps({**parsed, "prompt_cache_key": f"hasten-{key:016x}"})
         return AttemptSpec(
             self._upstreams[name],
             self._path,
