@@ -698,7 +698,7 @@ async def _stream_body(
         async for chunk in chunks:
             await send_body(send, chunk)
     except HastenError as exc:
-        failure = exc
+        failure = exc.detached()  # its traceback would hold this frame, and it this one
     if failure is None and error is not None:
         failure = error()
     if failure is not None:
@@ -770,7 +770,7 @@ async def _serve_flight(gateway: Gateway, ex: Exchange, flight: Flight, label: b
     if not ex.is_stream or flight.status != 200:
         body = await flight.read_all()
         if flight.error is not None:
-            raise flight.error
+            raise flight.error.copy()  # shared by the flight's waiters
         if ex.is_assembled and flight.status == 200:
             resumed = resume_header(body) if ex.model.route.is_resuming_streams else None
             assembly = flight.assembly

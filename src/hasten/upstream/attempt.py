@@ -134,7 +134,7 @@ def _event_has_output(event: dict[str, Any], watch: FirstTokenWatch) -> bool:
 def _untraced(error: HastenError) -> HastenError:
     """``error`` without its traceback: a failure is kept (the dispatch's last, a flight's
     end) past the frames that raised it, and those frames hold what was read."""
-    return error.with_traceback(None)
+    return error.detached()
 
 
 @dataclass(slots=True)

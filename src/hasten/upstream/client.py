@@ -170,16 +170,17 @@ class UpstreamCall:
                 if guard is not None and (tail := guard.finish()):
                     yield tail
         except TimeoutError:
-            error = UpstreamTimeout(
+            if report is not None:
+                report.finish(TOTAL_TIMEOUT_CODE)
+            else:
+                self._on_failure(TOTAL_TIMEOUT_CODE)
+            # Not bound to a name here: this frame, held by the TimeoutError's traceback
+            # (the new error's context), would hold the new error too, a cycle.
+            raise UpstreamTimeout(
                 f"upstream response exceeded the total timeout of "
                 f"{self.upstream.timeouts.total_s:g} s",
                 code=TOTAL_TIMEOUT_CODE,
-            )
-            if report is not None:
-                report.finish(error.code or "timeout")
-            else:
-                self._on_failure(error.code or "timeout")
-            raise error from None
+            ) from None
         except HastenError as exc:
             if report is not None:
                 report.finish(exc.code or "stream_error")
