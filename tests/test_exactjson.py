@@ -31,7 +31,7 @@ def _reference_duplicate(raw: bytes) -> str | None:
 
 
 def _duplicate(raw: bytes) -> str | None:
-    return exactjson.duplicate_key(raw, exactjson.count_keys(orjson.loads(raw)))
+    return exactjson.duplicate_key(raw, exactjson.shape(orjson.loads(raw)).num_keys)
 
 
 def test_integers_beyond_64_bits_are_read_and_written_exactly() -> None:

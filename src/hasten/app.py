@@ -107,6 +107,7 @@ class HastenApp:
                 l1_max_bytes=cache_config.l1_max_bytes,
                 sqlite_path=cache_config.sqlite_path,
                 redis_url=cache_config.redis_url,
+                sqlite_max_bytes=cache_config.sqlite_max_bytes,
             )
         transport = self._transport or _upstream_transport(self.config.server.upstream_client)
         server = self.config.server
@@ -133,7 +134,7 @@ class HastenApp:
             from hasten.semantic.judge_setup import attach_judge
 
             attach_judge(gateway.semantic, self.config.semantic, gateway.router, gateway.client)
-        gateway.limiter = Limiter(gateway.fleet, self.config.prices)
+        gateway.limiter = Limiter(gateway.fleet, self.config.prices, settings=self.config.limits)
         if gateway.fleet is not None and self.config.fleet.is_coalescing:
             gateway.fleet_flights = FleetCoalescer(gateway.fleet)
         if self.config.metrics.is_enabled:

@@ -8,31 +8,65 @@ than what the client sent: a re-serialised body would carry ``1.1805916207174113
 be forwarded byte for byte to an upstream that may read it the other way. So:
 
 - ``loads`` is orjson's parser (its syntax, its refusals: invalid UTF-8, lone surrogates,
-  NaN, numbers past a double) and, only for a document with a run of 19 digits or more (an
-  integer that might not fit 64 bits), the standard library's reading of the same document
-  for exact integers;
+  NaN, numbers past a double) and, only for a document where orjson read an integral float
+  at or past 2**63 (what it makes of a wider integer), the standard library's reading of
+  the same document, whose integers are exact;
 - ``dumps`` is orjson's writer, falling back to the standard library's for a value holding
   an integer past 64 bits;
-- ``duplicate_key`` finds a key written twice in one object: it compares the keys in the
-  bytes (a regular expression over C) with the keys parsed, and only when they differ reads
-  the document again to name the key.
+- ``duplicate_key`` finds a key written twice in one object: it compares an upper bound of
+  the keys in the bytes (counted in C) with the keys parsed, and only when they differ
+  reads the document again to name the key.
+
+The checks cost a walk of the parsed document and a few byte counts, no regular expression
+over the whole body: a large body is parsed on a worker thread (``hasten.proxy.validation``)
+and a long C call there would hold the GIL, stalling the event loop as much as parsing on
+it.
 """
 
 from __future__ import annotations
 
 import json
-import re
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-# An integer orjson may have read as a float has at least 19 digits (2**63 has 19).
-_LONG_DIGITS = re.compile(rb"\d{19}")
-# The end of a key: a closing quote (after an even run of backslashes, so not an escaped
-# one inside a string), optional whitespace, a colon. Every key of a valid document ends so
-# exactly once; a string *starting* with whitespace and a colon adds a match, never removes
-# one: the count is an upper bound of the keys written, equal to them in practice.
-_KEY_END = re.compile(rb'(?<!\\)(?:\\\\)*"[ \t\n\r]*:')
+# An integral float this wide may be an integer orjson could not keep (it has 64 bits).
+_WIDE = float(2**63)
+# Every key ends with a quote, maybe whitespace, then a colon: each key adds one to one of
+# these counts (a key with whitespace before its colon to the one of that whitespace), and
+# only text inside strings adds more. So their sum bounds the keys written from above.
+_KEY_ENDS = (b'":', b" :", b"\t:", b"\n:", b"\r:")
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What a walk of a parsed document found: its keys (a duplicated key counts once) and
+    whether it holds an integral float at or past 2**63 (perhaps a wider integer)."""
+
+    num_keys: int
+    has_wide_number: bool
+
+
+def shape(value: Any) -> Shape:
+    """The ``Shape`` of a parsed document (recursion bounded by its depth, checked first)."""
+    counts = [0, 0]
+    _walk(value, counts)
+    return Shape(counts[0], counts[1] > 0)
+
+
+def _walk(value: Any, counts: list[int]) -> None:
+    if type(value) is dict:
+        counts[0] += len(value)
+        items = value.values()
+    else:
+        items = value
+    for item in items:
+        kind = type(item)
+        if kind is dict or kind is list:
+            _walk(item, counts)
+        elif kind is float and (item >= _WIDE or item <= -_WIDE) and item.is_integer():
+            counts[1] += 1
 
 
 def loads(raw: bytes) -> Any:
@@ -40,13 +74,20 @@ def loads(raw: bytes) -> Any:
 
     Raises ``orjson.JSONDecodeError`` for what orjson refuses.
     """
-    return exact_integers(raw, orjson.loads(raw))
+    value = orjson.loads(raw)
+    if type(value) is dict or type(value) is list:
+        return exact_integers(raw, value, shape(value))
+    return exact_integers(raw, value, Shape(0, isinstance(value, float) and _is_wide(value)))
 
 
-def exact_integers(raw: bytes, value: Any) -> Any:
-    """``value`` (what orjson parsed ``raw`` to), read again with exact integers when
-    ``raw`` may hold one past 64 bits; ``value`` itself otherwise (the common case)."""
-    if _LONG_DIGITS.search(raw) is None:
+def _is_wide(value: float) -> bool:
+    return (value >= _WIDE or value <= -_WIDE) and value.is_integer()
+
+
+def exact_integers(raw: bytes, value: Any, found: Shape) -> Any:
+    """``value`` (what orjson parsed ``raw`` to, of ``found`` shape), read again with exact
+    integers when it may hold one past 64 bits; ``value`` itself otherwise (nearly always)."""
+    if not found.has_wide_number:
         return value
     # orjson accepted it, so it is valid UTF-8 JSON without NaN or infinities: the standard
     # library reads the same values, its integers exact. It recurses where orjson does not
@@ -87,12 +128,14 @@ def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def duplicate_key(raw: bytes, num_keys: int) -> str | None:
-    """The first key written twice in one object of ``raw`` (a document ``loads`` accepted,
+    """The first key written twice in one object of ``raw`` (a document orjson accepted,
     with ``num_keys`` keys once parsed, which counts a duplicated key once); None if none is.
     """
-    num_written = _KEY_END.subn(b"", raw)[1] if b'"' in raw else 0
+    num_written = sum(raw.count(end) for end in _KEY_ENDS)
     if num_written == num_keys:
         return None  # the upper bound of keys written equals the keys kept: none collapsed
+    # Colons in text (a URL, "Note:", JSON inside a message) make the bound loose: the
+    # standard library, told every pair, decides (and names the key).
     try:
         json.loads(raw, object_pairs_hook=_refuse_duplicates)
     except _Duplicate as exc:
@@ -100,21 +143,3 @@ def duplicate_key(raw: bytes, num_keys: int) -> str | None:
     except RecursionError:
         return None  # the depth check refuses it
     return None
-
-
-def count_keys(value: Any) -> int:
-    """The keys of every object in ``value`` (a parsed document)."""
-    kind = type(value)
-    if kind is dict:
-        num = len(value)
-        for item in value.values():
-            if type(item) is dict or type(item) is list:
-                num += count_keys(item)
-        return num
-    if kind is list:
-        num = 0
-        for item in value:
-            if type(item) is dict or type(item) is list:
-                num += count_keys(item)
-        return num
-    return 0

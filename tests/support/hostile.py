@@ -65,8 +65,8 @@ class HostileUpstream:
         "lying-text-stream",  # the same as text/plain
         "events-after-done",  # a proper stream, then more events after [DONE]
         "no-finish-reason",  # ends with [DONE] but no choice ever finished
-        "no-usage",  # a long proper stream that never sends usage, whatever was asked
-        "usage",  # the same with usage
+        "no-usage",  # a long proper stream (max_tokens honoured) that never sends usage
+        "usage",  # the same with usage, when asked
         "slow-body",  # some JSON, then silence (for timeouts)
         "slow-stream",  # some events, then silence (for timeouts)
     )
@@ -75,7 +75,14 @@ class HostileUpstream:
         self.rate_bytes_per_s = rate_bytes_per_s
         self.calls: Counter[str] = Counter()
         self.requests: list[dict[str, Any]] = []
-        self.num_words = 2000  # of "no-usage" and "usage"
+        # "no-usage" and "usage": words (one token each) per answer unless max_tokens says
+        # fewer, sent words_per_piece at a time every piece_delay_s; what each call sent
+        # (a client that leaves stops it) is in sent_words, by call, with its prompt tokens.
+        self.num_words = 2000
+        self.words_per_piece = 20
+        self.piece_delay_s = 0.001
+        self.prompt_tokens = 10
+        self.sent_words: list[int] = []
         self.slow_bytes = 4 * 1024 * 1024  # what "slow-*" send before going silent
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -131,9 +138,11 @@ class HostileUpstream:
             await _body(send, chunk_event("cut ") + chunk_event("short") + DONE, more=False)
         elif scenario in ("no-usage", "usage"):
             await _start(send, 200, sse_type)
-            words = [f"w{i}" for i in range(self.num_words)]
-            usage = (10, self.num_words) if scenario == "usage" else None
-            await self._paced(send, gone, whole_stream(words, usage=usage))
+            max_tokens = request.get("max_tokens") or request.get("max_completion_tokens")
+            num_words = min(self.num_words, max_tokens or self.num_words)
+            asks_usage = (request.get("stream_options") or {}).get("include_usage") is True
+            usage = (self.prompt_tokens, num_words) if scenario == "usage" else None
+            await self._words(send, gone, num_words, usage if asks_usage else None)
         elif scenario == "slow-body":
             await _start(send, 200, json_type)
             await _body(send, b'{"object": "list", "data": [' + b"1, " * (self.slow_bytes // 3))
@@ -161,14 +170,24 @@ class HostileUpstream:
             ahead_s = num_sent / self.rate_bytes_per_s - (time.monotonic() - started_s)
             await asyncio.sleep(max(0.0, ahead_s))
 
-    async def _paced(self, send: Any, gone: asyncio.Event, body: bytes) -> None:
-        """``body`` in pieces of a few events, so a client can leave midway."""
-        for start in range(0, len(body), 4096):
+    async def _words(
+        self, send: Any, gone: asyncio.Event, num_words: int, usage: tuple[int, int] | None
+    ) -> None:
+        """``num_words`` token events in pieces, then the finish, the usage if any and
+        ``[DONE]``; stops when the client leaves. Counts what it sent in ``sent_words``."""
+        call = len(self.sent_words)
+        self.sent_words.append(0)
+        for start in range(0, num_words, self.words_per_piece):
             if gone.is_set():
                 return
-            await _body(send, body[start : start + 4096])
-            await asyncio.sleep(0.001)
-        await _body(send, b"", more=False)
+            end = min(num_words, start + self.words_per_piece)
+            await _body(send, b"".join(chunk_event(f"w{i} ") for i in range(start, end)))
+            self.sent_words[call] += end - start
+            await asyncio.sleep(self.piece_delay_s)
+        tail = chunk_event("", finish="stop")
+        if usage is not None:
+            tail += usage_event(*usage)
+        await _body(send, tail + DONE, more=False)
 
 
 async def _start(send: Any, status: int, content_type: bytes | None) -> None:

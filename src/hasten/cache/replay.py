@@ -355,6 +355,11 @@ def is_usage_value(chunk: bytes) -> bool:
     return _USAGE_VALUE.search(chunk) is not None
 
 
+def num_usage_values(data: bytes) -> int:
+    """How many ``"usage"`` that are not null ``data`` holds: at least its usage chunks."""
+    return len(_USAGE_VALUE.findall(data))
+
+
 def _is_usage_only(chunk: bytes) -> bool:
     try:
         parsed = orjson.loads(chunk)

@@ -20,6 +20,7 @@ from hasten.config.semantic import SemanticConfig, parse_semantic
 from hasten.config.telemetry import TelemetryConfig, parse_telemetry
 from hasten.errors import ConfigError
 from hasten.limits.prices import ModelPrice, parse_prices
+from hasten.limits.settings import LimitsConfig, parse_limits
 from hasten.limits.spec import KeyLimits
 from hasten.local.config import LocalServerConfig, parse_local
 from hasten.metrics.settings import MetricsConfig, parse_metrics
@@ -59,6 +60,7 @@ DEFAULT_L1_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_ANSWER_BYTES = 64 * 1024 * 1024
 DEFAULT_TTL_S = 3600.0
 DEFAULT_SQLITE_PATH = "hasten-cache.sqlite3"
+DEFAULT_SQLITE_MAX_BYTES = 1024 * 1024 * 1024  # the SQLite tier's stored bytes, at most
 # Where the admin key is read from unless [server] admin_api_key_env names another variable.
 DEFAULT_ADMIN_KEY_ENV = "HASTEN_ADMIN_API_KEY"
 WILDCARD_MODEL = "*"
@@ -137,6 +139,7 @@ class CacheConfig:
     is_enabled: bool = True
     backend: str = "sqlite"
     sqlite_path: str = DEFAULT_SQLITE_PATH
+    sqlite_max_bytes: int = DEFAULT_SQLITE_MAX_BYTES
     redis_url: str | None = None
     l1_max_bytes: int = DEFAULT_L1_MAX_BYTES
     ttl_s: float = DEFAULT_TTL_S
@@ -196,6 +199,7 @@ class GatewayConfig:
     fleet: FleetConfig = field(default_factory=FleetConfig)  # replicas sharing one Redis
     keys: KeysConfig = field(default_factory=KeysConfig)  # virtual keys (hasten.keys)
     prices: Mapping[str, ModelPrice] = field(default_factory=dict)  # [prices."<model>"]
+    limits: LimitsConfig = field(default_factory=LimitsConfig)  # [limits]: reservations
 
     @property
     def is_simulated(self) -> bool:
@@ -366,6 +370,7 @@ def _cache(table: TomlTable) -> CacheConfig:
         is_enabled=table.get("enabled", bool, d.is_enabled),
         backend=table.get("backend", str, d.backend),
         sqlite_path=table.get("sqlite_path", str, d.sqlite_path),
+        sqlite_max_bytes=table.integer("sqlite_max_bytes", d.sqlite_max_bytes, minimum=1),
         redis_url=table.get("redis_url", str, d.redis_url),
         l1_max_bytes=table.integer("l1_max_bytes", d.l1_max_bytes, minimum=0),
         ttl_s=table.number("ttl_s", d.ttl_s),
@@ -536,6 +541,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str]) -> GatewayConf
         root.table("tenants"), server.api_keys, has_virtual_keys=keys.is_enabled
     )
     prices = parse_prices(root.table("prices"))  # what budgets charge (hasten.limits)
+    limits = parse_limits(root.table("limits"))
     root.finish()
     return GatewayConfig(
         semantic=semantic,
@@ -544,6 +550,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str]) -> GatewayConf
         fleet=fleet,
         keys=keys,
         prices=prices,
+        limits=limits,
         server=server,
         upstreams=upstreams,
         models=models,

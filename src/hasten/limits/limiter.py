@@ -18,11 +18,15 @@ the request path.
 What counts: every admitted request counts against requests per minute. An exact-cache hit
 counts against that only: it holds no upstream capacity and spends nothing, so it takes no
 concurrency slot and reserves no tokens. Any other request is admitted against every limit
-before the semantic lookup and the upstream call; tokens and spend count only for a request
-that made the upstream call: a semantic hit or a coalesced follower spends nothing
-upstream, so its reservation is refunded. Without usage in the answer (a stream whose
-client did not ask for it and that the cache did not store), the prompt estimate stands and
-no completion tokens are known.
+before the semantic lookup and the upstream call, reserving what it may use: its prompt
+estimate plus its most output tokens (``max_tokens`` and its kin, else ``[limits]
+default_max_output_tokens``), in tokens and, priced, of the budget. Tokens and spend count
+only for a request that made the upstream call: a semantic hit or a coalesced follower
+spends nothing upstream, so its reservation is refunded. The answer's usage settles it
+(hasten asks the upstream for usage for such a key, and strips it from the copy of a client
+that did not ask); when no usage comes (the client left, the upstream sent none), the
+prompt estimate and the output tokens counted from what was forwarded are charged
+(``hasten.limits.streamed``).
 """
 
 from __future__ import annotations
@@ -37,11 +41,13 @@ from typing import TYPE_CHECKING
 
 from hasten.errors import FleetUnavailable, HastenError
 from hasten.limits import ledger
-from hasten.limits.estimate import estimate_prompt_tokens
+from hasten.limits.estimate import estimate_prompt_tokens, max_output_tokens
 from hasten.limits.headers import denial, rate_header_pairs
 from hasten.limits.prices import ModelPrice, price_of
+from hasten.limits.settings import LimitsConfig
 from hasten.limits.shared import Settlement, SharedLedger
 from hasten.limits.spec import KeyLimits
+from hasten.limits.streamed import OutputCount
 from hasten.limits.tickets import Admission, TicketBook
 from hasten.metrics.usage import usage_tokens
 
@@ -66,9 +72,11 @@ class Limiter:
         fleet: FleetLink | None = None,
         prices: Mapping[str, ModelPrice] | None = None,
         *,
+        settings: LimitsConfig | None = None,
         slot_lease_s: float = SLOT_LEASE_S,
         clock_s: Callable[[], float] = time.time,
     ) -> None:
+        self.settings = settings or LimitsConfig()
         self.slot_lease_ms = slot_lease_s * 1000.0
         self.shared = None if fleet is None else SharedLedger(fleet)
         # Pre-admitted tickets, and each key's bookkeeping off the request path.
@@ -122,31 +130,49 @@ class Limiter:
         return ticket.admission
 
     async def reserve(
-        self, key_id: str, limits: KeyLimits, request_id: str, num_tokens: int
+        self,
+        key_id: str,
+        limits: KeyLimits,
+        request_id: str,
+        num_tokens: int,
+        reserve_usd: float = 0.0,
     ) -> Admission:
         """Admits a request: from a pre-admitted ticket, else in Redis, else (no fleet, or
         Redis away) on this replica."""
         admission = self.take_ticket(key_id, limits, num_tokens)
         if admission is not None:
             return admission
-        return await self.admit_counted(key_id, limits, request_id, num_tokens)
+        return await self.admit_counted(key_id, limits, request_id, num_tokens, reserve_usd)
 
     async def admit_counted(
-        self, key_id: str, limits: KeyLimits, request_id: str, num_tokens: int
+        self,
+        key_id: str,
+        limits: KeyLimits,
+        request_id: str,
+        num_tokens: int,
+        reserve_usd: float = 0.0,
     ) -> Admission:
-        """Admits a request without a ticket: counted in Redis, else (no fleet, or Redis
-        away) on this replica."""
+        """Admits a request without a ticket, reserving ``num_tokens`` and ``reserve_usd``
+        of the budget: counted in Redis, else (no fleet, or Redis away) on this replica."""
         shared = self.shared
         if shared is not None and shared.link.is_up:
             try:
                 verdict = await shared.admit(
-                    key_id, limits, request_id, num_tokens, self.slot_lease_ms
+                    key_id,
+                    limits,
+                    request_id,
+                    num_tokens,
+                    self.slot_lease_ms,
+                    reserve_usd=reserve_usd,
                 )
             except FleetUnavailable:
                 pass
             else:
-                if verdict.is_allowed and limits.max_concurrent is not None:
-                    self._hold(key_id, request_id)
+                is_held = limits.max_concurrent is not None or (
+                    limits.budget_usd is not None and reserve_usd > 0
+                )
+                if verdict.is_allowed and is_held:
+                    self._hold(key_id, request_id)  # its slot, its reservation: renewed
                 headers = rate_header_pairs(limits, verdict)
                 return Admission(verdict, True, num_tokens, request_id, headers)
         self.num_local_admissions += 1
@@ -154,7 +180,9 @@ class Limiter:
         if book is None:
             book = self._ledgers[key_id] = ledger.KeyLedger()
         # A local slot needs no lease: it cannot outlive this process.
-        verdict = ledger.admit(book, limits, self._now_ms(), request_id, num_tokens, math.inf)
+        verdict = ledger.admit(
+            book, limits, self._now_ms(), request_id, num_tokens, math.inf, reserve_usd
+        )
         headers = rate_header_pairs(limits, verdict)
         return Admission(verdict, False, num_tokens, request_id, headers)
 
@@ -167,7 +195,8 @@ class Limiter:
         settlement: Settlement | None,
     ) -> None:
         """After an admitted request was answered (``limits``: what it was admitted under;
-        ``estimate``: its prompt estimate): frees its slot, corrects its tokens and charges
+        ``estimate``: the tokens it asked to reserve): frees its slot and reservation,
+        corrects its tokens and charges
         its cost (``settlement``; None when there is nothing to correct). On this replica at
         once; in Redis in the key's next round trip (``hasten.limits.tickets``), which also
         tops the key's tickets up."""
@@ -225,17 +254,29 @@ class Enforcement:
         "_key_id",
         "_limiter",
         "_limits",
+        "_max_output",
+        "_num_reserved",
         "_request",
+        "_reserve_usd",
         "_tap",
     )
 
     def __init__(self, limiter: Limiter, request: Exchange, key_id: str, limits: KeyLimits) -> None:
         self._limiter, self._request, self._key_id, self._limits = limiter, request, key_id, limits
-        self._estimate = 0
+        self._estimate = 0  # the prompt's tokens, estimated
+        self._max_output: int | None = None  # the most output tokens the request named
+        self._reserve_usd = 0.0  # of the budget, reserved on admission
+        self._num_reserved = 0  # tokens this request asked to reserve (its ticket may hold more)
         self._admission: Admission | None = None
         self._is_hit = False
         self._admitted_limits = limits  # what admit() counted: a hit, its request rate only
         self._tap: _Tap | None = None
+
+    @property
+    def reads_usage(self) -> bool:
+        """Whether the answer's usage settles this request (a token limit or a budget): the
+        upstream is then asked for it whatever the client asked."""
+        return self._limits.tokens_per_minute is not None or self._limits.budget_usd is not None
 
     async def __aenter__(self) -> Enforcement:
         # Admitted by the request path once it knows a hit from a miss (``admit``).
@@ -250,18 +291,19 @@ class Enforcement:
         admitted from a pre-admitted ticket when one is at hand (``hasten.limits.tickets``).
         """
         limits, request, limiter = self._limits, self._request, self._limiter
+        num_tokens = 0
         if is_hit:
             if limits.requests_per_minute is None:
                 self._is_hit = True
                 return  # nothing a hit spends is limited for this key
             limits = limiter.hit_limits(limits)
-        elif limits.tokens_per_minute is not None or limits.budget_usd is not None:
-            self._estimate = estimate_prompt_tokens(request.raw_body)
+        elif self.reads_usage:
+            num_tokens = self._num_reserved = self._reserve()
         # A ticket first, without a coroutine: on a hit this is the whole of the limit's work.
-        admission = limiter.take_ticket(self._key_id, limits, self._estimate)
+        admission = limiter.take_ticket(self._key_id, limits, num_tokens)
         if admission is None:
             admission = await limiter.admit_counted(
-                self._key_id, limits, request.request_id, self._estimate
+                self._key_id, limits, request.request_id, num_tokens, self._reserve_usd
             )
             if not admission.verdict.is_allowed:
                 raise denial(limits, admission.verdict, admission.num_tokens)
@@ -269,10 +311,34 @@ class Enforcement:
         # Every answer's head is built from the exchange's headers (``Exchange.base_headers``),
         # so the rate headers ride there: no wrapper around ``send``.
         request.extra_headers += admission.headers
-        if not is_hit and (limits.tokens_per_minute is not None or limits.budget_usd is not None):
-            # Only a token limit or a budget reads the answer's usage.
+        if not is_hit and self.reads_usage:
+            # Only a token limit or a budget reads the answer's usage (or what it streamed).
             tap = self._tap = _Tap(request.send)
             request.send = tap.send
+
+    def _reserve(self) -> int:
+        """The tokens this request reserves (and, setting ``_reserve_usd``, its share of the
+        budget): its prompt estimate plus its most output tokens. A request that names no
+        most (the configured default stands in) reserves at most the whole bucket; one that
+        names more than the bucket holds is too large, as OpenAI refuses it."""
+        request, limits = self._request, self._limits
+        self._estimate = estimate_prompt_tokens(request.raw_body)
+        max_output = 0
+        if request.endpoint.is_streamable:  # it generates text (embeddings do not)
+            self._max_output = max_output_tokens(request.body)
+            max_output = self._max_output or self._limiter.settings.default_max_output_tokens
+        num_tokens = self._estimate + max_output
+        tpm = limits.tokens_per_minute
+        if tpm is not None and self._max_output is None and self._estimate <= tpm:
+            num_tokens = min(num_tokens, tpm)
+        if limits.budget_usd is not None:
+            price = self._price()
+            self._reserve_usd = 0.0 if price is None else price.cost_usd(self._estimate, max_output)
+        return num_tokens
+
+    def _price(self) -> ModelPrice | None:
+        model = self._request.model
+        return price_of(self._limiter.prices, model.requested, model.name, model.upstream_model)
 
     async def __aexit__(
         self,
@@ -289,7 +355,7 @@ class Enforcement:
         # Redis side is one round trip after the answer (``hasten.limits.tickets``).
         settlement = None if self._is_hit else self._settlement(admission)
         self._limiter.finish(
-            self._key_id, self._admitted_limits, admission, self._estimate, settlement
+            self._key_id, self._admitted_limits, admission, self._num_reserved, settlement
         )
 
     def _settlement(self, admission: Admission) -> Settlement | None:
@@ -298,6 +364,7 @@ class Enforcement:
         token_delta, cost_usd = self._spent(admission.num_tokens)
         if (
             limits.max_concurrent is None
+            and self._reserve_usd <= 0.0
             and (limits.tokens_per_minute is None or token_delta == 0)
             and (limits.budget_usd is None or cost_usd <= 0.0)
         ):
@@ -314,31 +381,40 @@ class Enforcement:
             tail = b"" if self._tap is None else self._tap.prev + self._tap.tail
         tokens_in, tokens_out = usage_tokens(tail)
         if tokens_in is None and tokens_out is None:
-            tokens_in, tokens_out = self._estimate, 0  # no usage: the estimate stands
+            # No usage came: the prompt estimate, and what was forwarded to the client
+            # (an upstream held to a max_tokens wrote no more than that).
+            tokens_in = self._estimate
+            tokens_out = 0 if self._tap is None else self._tap.output.num_tokens
+            if self._max_output is not None:
+                tokens_out = min(tokens_out, self._max_output)
         num_in, num_out = tokens_in or 0, tokens_out or 0
         cost_usd = 0.0
         if self._limits.budget_usd is not None:
-            model = request.model
-            price = price_of(
-                self._limiter.prices, model.requested, model.name, model.upstream_model
-            )
+            price = self._price()
             cost_usd = 0.0 if price is None else price.cost_usd(num_in, num_out)
         return num_in + num_out - num_reserved, cost_usd
 
 
 class _Tap:
     """Wraps ``send`` to keep the last two body chunks (where the usage is, as
-    ``hasten.metrics.track`` finds it)."""
+    ``hasten.metrics.track`` finds it) and to count the output tokens a successful answer
+    carried (``hasten.limits.streamed``)."""
 
-    __slots__ = ("_send", "prev", "tail")
+    __slots__ = ("_is_ok", "_send", "output", "prev", "tail")
 
     def __init__(self, send: Send) -> None:
         self._send = send
         self.prev = self.tail = b""
+        self.output = OutputCount()
+        self._is_ok = False  # a 200: its bytes are checked JSON events or a JSON body
 
     async def send(self, message: Message) -> None:
         if message["type"] == "http.response.body":
             body: bytes = message.get("body", b"")
             if body:
                 self.prev, self.tail = self.tail, body
+                if self._is_ok:
+                    self.output.feed(body)
+        elif message["type"] == "http.response.start":
+            self._is_ok = message["status"] == 200
         await self._send(message)

@@ -63,6 +63,7 @@ from hasten.proxy.headers import (
 )
 from hasten.proxy.recorder import Recorder
 from hasten.proxy.resumer import StreamResume, resume_header
+from hasten.proxy.sse import usage_marks, without_usage
 from hasten.proxy.validation import (
     CHAT,
     EMBEDDINGS,
@@ -352,6 +353,13 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
     decision = _decide(ex)
     if gateway.cache is None or not decision.is_lookup:
         ex.listen()  # only a lookup can answer without waiting
+    # Usage is asked of the upstream for the cache and for a key whose limits read it.
+    ex.is_usage_added = (
+        ex.is_stream
+        and not ex.wants_usage
+        and ex.model.has_stream_options
+        and ((gateway.cache is not None and decision.is_store) or _reads_usage(ex))
+    )
     if gateway.cache is None or not (decision.is_lookup or decision.is_store):
         gateway.stats.count("bypass", tenant=ex.tenant)
         ex.trace.set("hasten.cache", "bypass")
@@ -448,8 +456,6 @@ async def _lookup_and_serve(
     ex.cache_label = MISS if decision.is_lookup else BYPASS
     ex.trace.set("hasten.cache", "miss" if decision.is_lookup else "bypass")
     stored = _Stored(gateway, ex, key, namespace, found) if decision.is_store else None
-    can_add_usage = ex.model.has_stream_options
-    ex.is_usage_added = ex.is_stream and decision.is_store and not ex.wants_usage and can_add_usage
     if flight_key is None:
         flight_key = _flight_key(ex, key, decision)
     run = _flight_run(gateway, ex, stored, flight_key, decision.is_lookup, early)
@@ -463,6 +469,10 @@ async def _lookup_and_serve(
         await _serve_flight(gateway, ex, flight, b"miss" if decision.is_lookup else b"bypass")
     finally:
         gateway.coalescer.leave(flight)
+
+
+def _reads_usage(ex: Exchange) -> bool:
+    return ex.limit is not None and ex.limit.reads_usage
 
 
 async def _admit(ex: Exchange, *, is_hit: bool) -> None:
@@ -517,8 +527,8 @@ def _flight_key(ex: Exchange, key: str, decision: CacheDecision) -> str:
         return f"{key}:1"  # usage always asked for: each client keeps or drops the event
     # Not stored, or to an upstream that takes no ``stream_options``: sent as the client
     # sent it, so it is shared only by requests that made the same usage choice (an
-    # assembled request always asks for usage).
-    return f"{key}:1:{int(ex.wants_usage or ex.is_assembled)}"
+    # assembled request always asks for usage, and so does one for a key's limits).
+    return f"{key}:1:{int(ex.wants_usage or ex.is_assembled or ex.is_usage_added)}"
 
 
 class _Stored:
@@ -635,12 +645,17 @@ async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
             await send_response(ex.send, status, body, headers)
             return
         await start_stream(ex.send, status, headers)
+        usage: list[bytes] = []
+        if ex.is_usage_added:  # asked for a key's limits: not for this client
+            chunks = without_usage(chunks, usage)
         if not ex.trace.is_recording:
             await _stream_body(ex.send, chunks)
-            return
-        tail: list[bytes] = []
-        await _stream_body(ex.send, keep_tail(chunks, tail))
-        describe_answer(ex.trace, status, tail, is_stream=True)
+        else:
+            tail: list[bytes] = []
+            await _stream_body(ex.send, keep_tail(chunks, tail))
+            describe_answer(ex.trace, status, tail, is_stream=True)
+        if ex.is_usage_added:
+            ex.usage_tail = b"".join(usage)
     finally:
         call.close()
         _note_resume(ex, resume)
@@ -725,9 +740,14 @@ async def _pump(gateway: Gateway, ex: Exchange, flight: Flight, stored: _Stored 
             flight.assembly = _assembly(ex, call)
             chunks = call.iter_chunks(_listeners(ex, call, recorder, flight.assembly))
         try:
+            # Usage asked for a key's limits, with nothing recorded: marked from the bytes.
+            marks = usage_marks if recorder is None and ex.is_usage_added else None
             async for chunk in chunks:
                 # Recorded first: a chunk completing a usage event is marked before it is read.
-                flight.push(chunk, 0 if recorder is None else recorder.feed(chunk))
+                if recorder is not None:
+                    flight.push(chunk, recorder.feed(chunk))
+                else:
+                    flight.push(chunk, 0 if marks is None else marks(chunk))
         except HastenError as exc:
             flight.finish(exc)
             return

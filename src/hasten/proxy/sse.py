@@ -10,8 +10,9 @@ not get the usage-only event the gateway asked for on the cache's behalf.
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
 
-from hasten.cache.replay import is_usage_chunk
+from hasten.cache.replay import is_usage_chunk, num_usage_values
 
 DONE = b"[DONE]"
 _DATA_PREFIX = b"data: "
@@ -153,6 +154,28 @@ class UsageStripper:
         """The unfinished event still held when the stream ends, to forward as it came."""
         held, self._held = self._held, b""
         return held
+
+
+def usage_marks(chunk: bytes) -> int:
+    """At least how many usage events ``chunk`` completes, from its bytes alone (for a
+    stream nothing decodes): ``UsageStripper`` drops only the usage events among them."""
+    return num_usage_values(chunk) if b'"usage"' in chunk else 0
+
+
+async def without_usage(chunks: AsyncIterator[bytes], tail: list[bytes]) -> AsyncIterator[bytes]:
+    """``chunks`` minus their usage-only events, for a client that did not ask for usage
+    where hasten asked upstream for it (a key whose limits read it) and nothing recorded the
+    stream to say which chunk holds it; ``tail`` keeps the last two chunks as they came
+    (where the usage is)."""
+    stripper = UsageStripper()
+    async for chunk in chunks:
+        tail[:] = (*tail[-1:], chunk)
+        data = stripper.feed(chunk, usage_marks(chunk))
+        if data:
+            yield data
+    rest = stripper.finish()
+    if rest:
+        yield rest
 
 
 def last_event_end(data: bytes) -> int:

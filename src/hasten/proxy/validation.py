@@ -151,7 +151,8 @@ def parse_body(raw: bytes, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> dict[str,
         _check_depth(body, max_depth)
     # Read as hasten reads it, forwarded as the client wrote it: a key written twice could
     # be read by the upstream the other way (the first value), so it is refused.
-    duplicate = exactjson.duplicate_key(raw, exactjson.count_keys(body))
+    found = exactjson.shape(body)
+    duplicate = exactjson.duplicate_key(raw, found.num_keys)
     if duplicate is not None:
         shown = duplicate if len(duplicate) <= 60 else duplicate[:57] + "..."
         raise InvalidRequest(
@@ -160,7 +161,7 @@ def parse_body(raw: bytes, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> dict[str,
             code="duplicate_key",
         )
     try:
-        exact: dict[str, Any] = exactjson.exact_integers(raw, body)
+        exact: dict[str, Any] = exactjson.exact_integers(raw, body, found)
     except orjson.JSONDecodeError as exc:
         raise InvalidJSON(f"We could not parse the JSON body of your request: {exc}") from None
     return exact
