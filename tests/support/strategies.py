@@ -70,3 +70,37 @@ def json_texts_with_duplicates() -> st.SearchStrategy[bytes]:
     """JSON objects written as text: keys often duplicated (in any object, at any depth, one
     written with \\u escapes and one without), integers of any size, odd whitespace."""
     return _object_text(_json_texts).map(str.encode)
+
+
+# Model requests whose bodies are written as text: the fields of a valid request (so they
+# reach the validators, the cache key, the upstream) and fields drawn from
+# ``json_texts_with_duplicates`` (so a duplicated "model" or "messages", nested duplicates
+# and integers past 64 bits appear at every level). (path, body bytes)
+_FIELDS = {
+    "/v1/chat/completions": (
+        ('"model"', '"sim-model"'),
+        ('"messages"', '[{"role": "user", "content": "fuzz"}]'),
+    ),
+    "/v1/completions": (('"model"', '"sim-model"'), ('"prompt"', '"fuzz"')),
+    "/v1/embeddings": (('"model"', '"sim-model"'), ('"input"', '"fuzz"')),
+    "/admin/cache/invalidate": (('"key"', '"k"'),),
+}
+
+
+@st.composite
+def raw_requests(draw: st.DrawFn) -> tuple[str, bytes]:
+    path = draw(st.sampled_from(sorted(_FIELDS)))
+    members = [f"{name}: {value}" for name, value in _FIELDS[path]]
+    for _ in range(draw(st.integers(0, 3))):
+        kind = draw(st.integers(0, 3))
+        if kind == 0:  # a field of the request written twice
+            name, value = draw(st.sampled_from(_FIELDS[path]))
+            members.append(f"{name}: {value}")
+        elif kind == 1:  # an integer of any size where the request takes one, or not
+            name = draw(st.sampled_from(('"seed"', '"max_tokens"', '"n"', '"x_big"')))
+            members.append(f"{name}: {draw(big_integers)}")
+        else:  # anything, duplicates inside
+            name = json.dumps(draw(st.sampled_from(("extra", "tools", "metadata", "x"))))
+            members.append(f"{name}: {draw(_json_texts)}")
+    order = draw(st.permutations(members))
+    return path, ("{" + ", ".join(order) + "}").encode()
