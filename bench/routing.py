@@ -26,6 +26,7 @@ import litellm_env
 import orjson
 from routing_setup import CACHE_SIMS, HEDGE_BUDGET_BURST, TAIL_SIMS, Fleet, started_fleet
 
+from hasten.apis.chat import CHAT_API
 from hasten.config.routing import HedgeConfig
 from hasten.loadgen.stats import percentile
 from hasten.upstream.attempt import FirstTokenWatch
@@ -62,7 +63,7 @@ async def one_request(
     async with session.post(url, json=body, headers=headers) as response:
         if response.status != 200:
             raise RuntimeError(f"status {response.status}: {(await response.text())[:200]}")
-        watch = FirstTokenWatch()
+        watch = FirstTokenWatch(CHAT_API)
         async for chunk in response.content.iter_any():
             if ttft_ms is None and watch.feed(chunk):
                 ttft_ms = (time.perf_counter() - started_s) * 1000.0

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from hasten.apis.chat import CHAT_API
 from hasten.cache import CachedAnswer, TieredCache
 from hasten.cache.keys import cache_key
 from hasten.cache.memory import MemoryLRU
@@ -214,8 +215,10 @@ def _stages(cache: SemanticCache, exact: TieredCache, texts: list[str]) -> dict[
         stages["tokenize"] = _timed(token_ids, texts)
     keys = [cache_key(_body(text), endpoint="chat", model=MODEL, tenant=TENANT) for text in texts]
     entry = exact.l1.get(keys[0]) or _answer(texts[0])
-    stages["replay_json"] = _timed(lambda _: answer_body(entry), texts)
-    stages["replay_sse"] = _timed(lambda _: answer_frames(entry, include_usage=False), texts)
+    stages["replay_json"] = _timed(lambda _: answer_body(entry, CHAT_API), texts)
+    stages["replay_sse"] = _timed(
+        lambda _: answer_frames(entry, CHAT_API, include_usage=False), texts
+    )
     stages["exact_l1_get"] = _timed(lambda _: exact.l1.get(keys[0]), texts)
     return stages
 

@@ -14,6 +14,7 @@ import openai
 import orjson
 import pytest
 
+from hasten.apis.chat import CHAT_API
 from hasten.config import GatewayConfig
 from hasten.proxy.assemble import assemble
 from hasten.simulator import SimConfig, build_app
@@ -267,7 +268,7 @@ def test_several_choices_and_tool_calls_resume_to_the_uncut_answer(
     body = chat_body(f"resume {sorted(extra)}", stream=True, **extra)
 
     def answer(stream: bytes) -> Any:
-        return orjson.loads(assemble(stream, "chat"))["choices"]
+        return orjson.loads(assemble(stream, CHAT_API))["choices"]
 
     uncut = answer(_stream(healthy.url, body))
     with running_gateway(_config(cutting, healthy)) as gateway:

@@ -16,6 +16,8 @@ import orjson
 from hasten import dashboard
 from hasten.admin import cache as admin
 from hasten.admin import keys as key_endpoints
+from hasten.apis.api import Api
+from hasten.apis.known import APIS, MESSAGES_API
 from hasten.auth import Authenticator
 from hasten.cache import TieredCache, build_cache
 from hasten.config import GatewayConfig
@@ -31,10 +33,10 @@ from hasten.limits.limiter import Limiter
 from hasten.metrics.endpoint import OBSERVED_SCOPE_KEY, build_metrics, serve_metrics
 from hasten.openapi import openapi_json
 from hasten.policy import POLICY_HEADER, PolicyBook
+from hasten.proxy.count import count_tokens
 from hasten.proxy.handle import MODEL_SCOPE_KEY, TENANT_SCOPE_KEY, handle
 from hasten.proxy.pipeline import Pipeline
 from hasten.proxy.stats import Stats
-from hasten.proxy.validation import CHAT, COMPLETIONS, EMBEDDINGS, Endpoint
 from hasten.routing.models import ModelRouter
 from hasten.served import served_config
 from hasten.server.heap import freeze_startup_heap
@@ -62,10 +64,12 @@ class Peers(Protocol):
 
 MODELS_TIMEOUT_S = 5.0
 
-# Both "/v1/x" and "/x": clients differ in whether their base URL ends with /v1.
-_ENDPOINTS: dict[str, Endpoint] = {
-    prefix + e.path: e for e in (CHAT, COMPLETIONS, EMBEDDINGS) for prefix in ("/v1", "")
+# Both "/v1/x" and "/x": clients differ in whether their base URL ends with /v1 (the
+# Anthropic SDK's never does).
+_ENDPOINTS: dict[str, Api] = {
+    prefix + api.path: api for api in APIS.values() for prefix in ("/v1", "")
 }
+_COUNT_TOKENS_PATHS = frozenset({"/v1/messages/count_tokens", "/messages/count_tokens"})
 _GET_PATHS = frozenset({"/healthz", "/readyz", "/v1/models", "/models", "/stats", "/openapi.json"})
 
 
@@ -243,7 +247,7 @@ class HastenApp:
             if gateway.metrics is not None and OBSERVED_SCOPE_KEY not in scope:
                 gateway.metrics.count_error(exc.status_code, exc.code)
             if start is None:
-                await _send_error(tracked_send, exc, request_id, started_s)
+                await _send_error(tracked_send, exc, request_id, started_s, _api_of(scope))
         except ClientGone:
             gateway.stats.count("client_disconnects")
         except Exception:
@@ -253,7 +257,7 @@ class HastenApp:
                 gateway.metrics.count_error(500, None)
             if start is None:
                 error = HastenError("internal server error")
-                await _send_error(tracked_send, error, request_id, started_s)
+                await _send_error(tracked_send, error, request_id, started_s, _api_of(scope))
         finally:
             if self.config.server.log_format == "json":  # the human log stays quiet
                 _log_access(scope, request_id, start, started_s)
@@ -268,6 +272,11 @@ class HastenApp:
             if method != "POST":
                 raise MethodNotAllowed(f"{method} is not allowed on {path}; use POST", allow="POST")
             await handle(gateway.pipeline, endpoint, scope, receive, send, request_id)
+            return
+        if path in _COUNT_TOKENS_PATHS:
+            if method != "POST":
+                raise MethodNotAllowed(f"{method} is not allowed on {path}; use POST", allow="POST")
+            await count_tokens(gateway.pipeline, scope, receive, send)
             return
         if path in admin.PATHS:
             await admin.handle(gateway, scope, receive, send)
@@ -491,14 +500,25 @@ def _log_error(request_id: str, exc: HastenError) -> None:
     )
 
 
-async def _send_error(send: Send, exc: HastenError, request_id: str, started_s: float) -> None:
+async def _send_error(
+    send: Send, exc: HastenError, request_id: str, started_s: float, api: Api
+) -> None:
     gateway_ms = (time.perf_counter() - started_s) * 1000.0
     headers = [
         (b"x-hasten-cache", b"bypass"),  # nothing was served from or stored in the cache
         (b"x-hasten-request-id", request_id.encode()),
         (b"server-timing", f"hasten;dur={gateway_ms:.3f}".encode()),
     ]
-    await send_error(send, exc, headers)
+    await send_error(send, exc, headers, api.render_error(exc))
+
+
+def _api_of(scope: Scope) -> Api:
+    """The client API a path belongs to, whose error shape its clients parse: Anthropic's
+    under /v1/messages, OpenAI's everywhere else."""
+    path: str = scope.get("path", "")
+    if path.startswith(("/v1/messages", "/messages")):
+        return MESSAGES_API
+    return _ENDPOINTS.get(path, APIS["chat"])
 
 
 def _stamp(start: Message, started_s: float) -> None:

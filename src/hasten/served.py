@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from hasten.config.tables import (
+    CLIENT_APIS,
     WILDCARD_MODEL,
     CacheConfig,
     GatewayConfig,
@@ -99,7 +100,8 @@ def _cache_overridden(cache: CacheConfig, overrides: Overrides) -> CacheConfig:
 
 
 def _with_demo_upstream(config: GatewayConfig, url: str) -> GatewayConfig:
-    upstream = UpstreamConfig(name=DEMO_UPSTREAM, url=url)
+    # The simulator speaks every client API natively (hasten.simulator).
+    upstream = UpstreamConfig(name=DEMO_UPSTREAM, url=url, apis=CLIENT_APIS)
     return replace(
         config,
         upstreams={DEMO_UPSTREAM: upstream},

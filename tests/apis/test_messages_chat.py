@@ -14,6 +14,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from hasten.apis import messages
+from hasten.apis.chat import CHAT, BodyMerge
 from hasten.apis.messages import StreamMerge, body_to_events, check_request, frame
 from hasten.apis.messages_chat import (
     DEFAULT_MAX_TOKENS,
@@ -27,7 +28,6 @@ from hasten.apis.messages_chat import (
     messages_request_to_chat,
 )
 from hasten.apis.usage import Usage
-from hasten.cache.replay import CHAT, BodyMerge
 from hasten.errors import InvalidRequest
 from tests.apis.sdk_transport import Canned, anthropic_client, openai_client
 

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hasten.apis import messages, responses
+from hasten.apis.chat import check_chat
 from hasten.apis.messages_chat import (
     ChatToMessagesStream,
     MessagesToChatStream,
@@ -28,7 +29,6 @@ from hasten.apis.responses_chat import (
     responses_request_to_chat,
 )
 from hasten.errors import InvalidRequest
-from hasten.proxy.validation import check_chat
 from tests.apis.test_messages_chat import messages_requests
 from tests.apis.test_responses_chat import chat_requests, responses_requests
 

@@ -19,11 +19,11 @@ import httpx
 import orjson
 import pytest
 
+from hasten.apis.chat import CHAT_API, body_to_chunks, sse_frames
 from hasten.cache import replay
-from hasten.cache.replay import body_to_chunks, sse_frames
 from hasten.config import CacheConfig
 from hasten.errors import UpstreamError
-from hasten.proxy.assemble import STREAM_ERROR_CODE, Assembly, as_stream_request, assemble
+from hasten.proxy.assemble import STREAM_ERROR_CODE, Assembly, assemble
 from hasten.simulator import SimConfig, build_app
 from hasten.upstream.integrity import StreamGuard
 from tests.support.gateway import (
@@ -295,9 +295,9 @@ def _stream(answer: dict[str, Any]) -> bytes:
 
 def test_assemble_merges_a_whole_stream_split_anywhere() -> None:
     stream = _stream(ANSWER)
-    assert orjson.loads(assemble(stream, "chat")) == ANSWER
+    assert orjson.loads(assemble(stream, CHAT_API)) == ANSWER
     pieces = [stream[i : i + 7] for i in range(0, len(stream), 7)]
-    assert assemble(pieces, "chat") == assemble(stream, "chat")
+    assert assemble(pieces, CHAT_API) == assemble(stream, CHAT_API)
 
 
 @pytest.mark.parametrize(
@@ -311,7 +311,7 @@ def test_assemble_merges_a_whole_stream_split_anywhere() -> None:
 )
 def test_assemble_refuses_an_unfinished_or_foreign_stream(stream: bytes) -> None:
     with pytest.raises(UpstreamError) as caught:
-        assemble(stream, "chat")
+        assemble(stream, CHAT_API)
     assert caught.value.status_code == 502 and caught.value.code == STREAM_ERROR_CODE
 
 
@@ -319,22 +319,26 @@ def test_assemble_raises_the_upstreams_error_event() -> None:
     event = {"error": {"message": "overloaded", "type": "server_error", "code": "busy"}}
     stream = _stream(ANSWER).replace(b"data: [DONE]", b"data: " + orjson.dumps(event))
     with pytest.raises(UpstreamError) as caught:
-        assemble(stream + b"data: [DONE]\n\n", "chat")
+        assemble(stream + b"data: [DONE]\n\n", CHAT_API)
     assert "overloaded" in caught.value.message and caught.value.code == "busy"
 
 
+def _as_stream(body: dict[str, Any]) -> dict[str, Any]:
+    return CHAT_API.as_stream(body, with_usage=True)
+
+
 def test_as_stream_request_asks_for_usage_and_keeps_other_stream_options() -> None:
-    assert as_stream_request({"stream": False}) == {
+    assert _as_stream({"stream": False}) == {
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    kept = as_stream_request({"stream_options": {"include_obfuscation": False}})
+    kept = _as_stream({"stream_options": {"include_obfuscation": False}})
     assert kept["stream_options"] == {"include_obfuscation": False, "include_usage": True}
 
 
-def _guarded(pieces: list[bytes], endpoint: str) -> bytes:
+def _guarded(pieces: list[bytes]) -> bytes:
     """What ``Assembly`` builds from a stream's pieces, fed through the guard as a call does."""
-    assembly = Assembly(endpoint)
+    assembly = Assembly(CHAT_API)
     guard = StreamGuard(assembly)
     for piece in pieces:
         guard.feed(piece)
@@ -400,13 +404,13 @@ ASSEMBLY_STREAMS = {
 @pytest.mark.parametrize("name", sorted(ASSEMBLY_STREAMS))
 def test_assembly_from_the_guards_events_is_assemble_of_the_bytes(name: str) -> None:
     stream = ASSEMBLY_STREAMS[name]
-    expected = _outcome(lambda: assemble(stream, "chat"))
+    expected = _outcome(lambda: assemble(stream, CHAT_API))
     rng = random.Random(name)
     for _ in range(25):  # split anywhere, as the network may
         num_cuts = min(max(len(stream) - 1, 0), rng.randint(0, 6))
         cuts = sorted(rng.sample(range(1, len(stream)), num_cuts))
         pieces = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
-        assert _outcome(functools.partial(_guarded, pieces, "chat")) == expected
+        assert _outcome(functools.partial(_guarded, pieces)) == expected
     assert name not in ("whole", "crlf", "comments") or expected[0] == "body"
     assert name not in ("content_not_a_string", "indexes_that_do_not_sort") or expected == (
         "error",
@@ -418,13 +422,14 @@ def test_a_streamed_answer_is_merged_once_for_every_later_non_stream_hit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     merges: list[int] = []
-    merge = replay.chunks_to_body
+    merge = replay.answer_body
 
-    def counted(chunks: Any, endpoint: str) -> bytes:
-        merges.append(1)
-        return merge(chunks, endpoint)
+    def counted(entry: Any, api: Any) -> bytes:
+        if entry.body is None:  # a merge of the stored chunks, not the body kept after one
+            merges.append(1)
+        return merge(entry, api)
 
-    monkeypatch.setattr(replay, "chunks_to_body", counted)
+    monkeypatch.setattr(replay, "answer_body", counted)
     with ServerThread(build_app(SimConfig(output_tokens=30))) as sim:
         config = make_config({"sim": sim.url + "/v1"}, cache=MEMORY_CACHE)
         body = {"model": "sim-model", "messages": _MESSAGES, "temperature": 0}

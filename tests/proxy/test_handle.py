@@ -9,8 +9,8 @@ from typing import Any
 
 import orjson
 
+from hasten.apis.chat import body_to_chunks, sse_frames
 from hasten.app import HastenApp
-from hasten.cache.replay import body_to_chunks, sse_frames
 from hasten.config import CacheConfig, GatewayConfig, ModelRoute
 from hasten.config.hybrid import HybridConfig
 from hasten.local.gateway import with_hybrid_routes

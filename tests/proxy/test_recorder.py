@@ -9,8 +9,8 @@ from typing import cast
 import orjson
 import pytest
 
+from hasten.apis.chat import CHAT_API, body_to_chunks, sse_frames
 from hasten.cache import TieredCache
-from hasten.cache.replay import body_to_chunks, sse_frames
 from hasten.errors import UpstreamError
 from hasten.proxy.recorder import Recorder
 from hasten.upstream.integrity import StreamGuard
@@ -78,7 +78,7 @@ NUM_USAGE_COUNTED = {"error_event": 0, "not_json": 0}
 
 
 def _recorder() -> Recorder:
-    return Recorder(cast(TieredCache, None), "k", "chat", True, ttl_s=60.0)
+    return Recorder(cast(TieredCache, None), "k", CHAT_API, True, ttl_s=60.0)
 
 
 def _record(pieces: list[bytes], *, is_listening: bool) -> tuple[list[int], object]:
@@ -129,7 +129,7 @@ def test_listening_records_what_decoding_the_bytes_records(name: str) -> None:
 
 
 def test_a_non_stream_recorder_does_not_listen() -> None:
-    recorder = Recorder(cast(TieredCache, None), "k", "chat", False, ttl_s=60.0)
+    recorder = Recorder(cast(TieredCache, None), "k", CHAT_API, False, ttl_s=60.0)
     assert recorder.listen() is None
     recorder.feed(orjson.dumps(_ANSWER))
     answer = recorder.answer()

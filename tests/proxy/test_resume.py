@@ -11,6 +11,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hasten.apis.known import api_named
 from hasten.proxy.assemble import assemble
 from hasten.proxy.resume import Splice
 
@@ -64,7 +65,7 @@ def _splice(delivered: bytes, chunks: list[bytes], endpoint: str = "chat") -> tu
 
 
 def _choices(stream: bytes, endpoint: str = "chat") -> Any:
-    body = orjson.loads(assemble(stream, endpoint))
+    body = orjson.loads(assemble(stream, api_named(endpoint)))
     return body["choices"], body.get("usage")
 
 

@@ -14,6 +14,7 @@ import openai
 import orjson
 import pytest
 
+from hasten.apis.chat import CHAT_API
 from hasten.config import ModelRoute, UpstreamConfig
 from hasten.config.cache_policy import ModelCachePolicy
 from hasten.errors import HastenError, UpstreamError, UpstreamTimeout
@@ -105,7 +106,7 @@ def _resume(opener: _Opener, route: Any = None, **extra: Any) -> StreamResume:
 
 
 def _content(stream: bytes) -> str:
-    return str(orjson.loads(assemble(stream, "chat"))["choices"][0]["message"]["content"])
+    return str(orjson.loads(assemble(stream, CHAT_API))["choices"][0]["message"]["content"])
 
 
 def test_an_unbroken_stream_passes_whole_and_nothing_is_reopened() -> None:

@@ -13,19 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hasten.apis.chat import CHAT_API as CHAT
+from hasten.apis.chat import COMPLETIONS_API as COMPLETIONS
+from hasten.apis.chat import check_chat, check_completion
+from hasten.apis.embeddings import EMBEDDINGS_API as EMBEDDINGS
+from hasten.apis.embeddings import check_embedding
 from hasten.errors import HastenError, InvalidRequest
-from hasten.proxy.validation import (
-    CHAT,
-    COMPLETIONS,
-    EMBEDDINGS,
-    OFF_LOOP_BYTES,
-    check_chat,
-    check_completion,
-    check_embedding,
-    check_num_items,
-    off_loop,
-    parse_body,
-)
+from hasten.proxy.validation import OFF_LOOP_BYTES, check_num_items, off_loop, parse_body
 from tests.support.strategies import any_json_values
 
 Check = Callable[[dict[str, Any]], None]
@@ -325,14 +319,14 @@ def test_a_known_integer_beyond_64_bits_is_a_clear_400(param: str) -> None:
 def test_more_messages_than_the_bound_is_a_400() -> None:
     messages = [{"role": "user", "content": "x"}] * 11
     body = {"model": "m", "messages": messages}
-    check_num_items(body, CHAT, 11)
+    check_num_items(body, CHAT.items_param, 11)
     with pytest.raises(InvalidRequest) as info:
-        check_num_items({**body, "messages": messages * 2}, CHAT, 11)
+        check_num_items({**body, "messages": messages * 2}, CHAT.items_param, 11)
     assert info.value.param == "messages" and info.value.code == "too_many_items"
     with pytest.raises(InvalidRequest) as info:
-        check_num_items({"model": "m", "input": ["a"] * 12}, EMBEDDINGS, 11)
+        check_num_items({"model": "m", "input": ["a"] * 12}, EMBEDDINGS.items_param, 11)
     assert info.value.param == "input"
-    check_num_items({"model": "m", "prompt": "one string"}, COMPLETIONS, 1)
+    check_num_items({"model": "m", "prompt": "one string"}, COMPLETIONS.items_param, 1)
 
 
 async def test_a_large_body_is_worked_on_off_the_event_loop() -> None:

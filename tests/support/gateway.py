@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import orjson
 
+from hasten.apis.chat import body_to_chunks, sse_frames
 from hasten.app import HastenApp
-from hasten.cache.replay import body_to_chunks, sse_frames
 from hasten.config import (
     CacheConfig,
     GatewayConfig,
@@ -42,6 +42,7 @@ def make_config(
     models: Sequence[str] = ("*",),
     aliases: dict[str, str] | None = None,
     is_stream_upstream: bool = True,
+    apis: tuple[str, ...] = (),
 ) -> GatewayConfig:
     """A config whose first upstream serves ``models``, falling back to ``fallbacks``."""
     ups = {
@@ -51,6 +52,7 @@ def make_config(
             timeouts=timeouts or TimeoutConfig(),
             retry=retry,
             is_stream_upstream=is_stream_upstream,
+            apis=apis,
         )
         for name, url in upstreams.items()
     }

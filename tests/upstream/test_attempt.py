@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from hasten.apis.chat import CHAT_API
 from hasten.errors import HastenError, UpstreamConnectError, UpstreamTimeout
 from hasten.upstream.attempt import (
     AttemptSpec,
@@ -18,6 +19,7 @@ from hasten.upstream.attempt import (
     Ready,
     run_attempt,
 )
+from hasten.upstream.bridge import NativeOnly
 from hasten.upstream.integrity import MAX_EVENT_BYTES
 from hasten.wire.sse import SSEDecoder
 from tests.support.scripted import Reply, ScriptedTransport, delta, sse, upstream
@@ -28,11 +30,11 @@ ROLE_ONLY = {"choices": [{"index": 0, "delta": {"role": "assistant"}}]}
 def _spec(*, is_stream: bool, deadline_in_s: float = 10.0, body: bytes = b"{}") -> AttemptSpec:
     return AttemptSpec(
         upstream("a"),
-        "/chat/completions",
-        body,
-        {"content-type": "application/json"},
+        NativeOnly("/chat/completions", body, {"content-type": "application/json"}),
+        {},
         time.monotonic() + deadline_in_s,
         is_stream,
+        CHAT_API,
     )
 
 
@@ -115,9 +117,8 @@ async def test_no_try_once_the_deadline_passed() -> None:
 async def test_the_upstream_key_replaces_the_clients_and_an_empty_body_is_a_get() -> None:
     transport = ScriptedTransport({"a": [Reply()]})
     keyed = replace(upstream("a"), api_key="sk-up")
-    spec = AttemptSpec(
-        keyed, "/models", b"", {"authorization": "Bearer client"}, time.monotonic() + 10.0, False
-    )
+    request = NativeOnly("/models", b"", {"authorization": "Bearer client"})
+    spec = AttemptSpec(keyed, request, {}, time.monotonic() + 10.0, False, CHAT_API)
     await run_attempt(transport, spec)
     sent = transport.sent[0]
     assert sent.method == "GET" and sent.body is None
@@ -137,19 +138,19 @@ async def test_the_upstream_key_replaces_the_clients_and_an_empty_body_is_a_get(
     ],
 )
 def test_first_token_watch(event: Mapping[str, object] | str, has_output: bool) -> None:
-    assert FirstTokenWatch().feed(b"".join(sse(event))) is has_output
+    assert FirstTokenWatch(CHAT_API).feed(b"".join(sse(event))) is has_output
 
 
 def test_first_token_watch_across_chunk_boundaries() -> None:
     frame = sse(delta("split"))[0]
-    watch = FirstTokenWatch()
+    watch = FirstTokenWatch(CHAT_API)
     assert not watch.feed(frame[:10])
     assert watch.feed(frame[10:])
 
 
 def _watched(pieces: list[bytes]) -> tuple[int | None, str | None, bool]:
     """Which piece the watch saw the first token in, and what else it noticed."""
-    watch = FirstTokenWatch()
+    watch = FirstTokenWatch(CHAT_API)
     for index, piece in enumerate(pieces):
         if watch.feed(piece):
             return index, watch.error_message, watch.is_malformed
@@ -160,7 +161,7 @@ def _watched(pieces: list[bytes]) -> tuple[int | None, str | None, bool]:
 
 def _decoded_all(pieces: list[bytes]) -> tuple[int | None, str | None, bool]:
     """The same, from every event of every piece decoded before any is looked at."""
-    decoder, reference = SSEDecoder(), FirstTokenWatch()
+    decoder, reference = SSEDecoder(), FirstTokenWatch(CHAT_API)
     for index, piece in enumerate(pieces):
         for payload in decoder.feed(piece):
             if (verdict := reference._verdict(payload)) is not None:

@@ -8,10 +8,12 @@ from typing import Any
 
 import pytest
 
+from hasten.apis.chat import CHAT_API
 from hasten.config import GatewayConfig, ModelRoute
 from hasten.config.routing import RoutingConfig
 from hasten.errors import HastenError, UpstreamConnectError
 from hasten.routing.models import ModelRouter, ResolvedModel
+from hasten.upstream.bridge import NativeOnly
 from hasten.upstream.client import UpstreamClient, request_traits
 from tests.support.scripted import Reply, ScriptedTransport, delta, sse, upstream
 
@@ -25,9 +27,8 @@ def _router(**routes: ModelRoute) -> ModelRouter:
 
 
 async def _open(client: UpstreamClient, model: ResolvedModel, *, is_stream: bool = False) -> Any:
-    return await client.open(
-        model, "/chat/completions", b"{}", {}, parsed=BODY, is_stream=is_stream
-    )
+    request = NativeOnly("/chat/completions", b"{}", {})
+    return await client.open(model, request, CHAT_API, parsed=BODY, is_stream=is_stream)
 
 
 def _in_flight(client: UpstreamClient) -> dict[str, dict[str, int]]:

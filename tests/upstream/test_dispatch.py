@@ -13,11 +13,13 @@ from typing import Any
 import orjson
 import pytest
 
+from hasten.apis.chat import CHAT_API
 from hasten.config import UpstreamConfig
 from hasten.config.routing import DeploymentConfig, HedgeConfig, RoutingConfig
 from hasten.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
 from hasten.routing.pool import DeploymentPool
 from hasten.upstream.attempt import BufferedResponse
+from hasten.upstream.bridge import NativeOnly
 from hasten.upstream.dispatch import Dispatch, GaveUp, RequestTraits, Won
 from tests.support.scripted import (
     QUICK_RETRY,
@@ -49,9 +51,10 @@ def _dispatch(
         pool,
         upstreams,
         request or RequestTraits(),
-        path="/chat/completions",
-        body=orjson.dumps(body or BODY),
-        headers={"content-type": "application/json"},
+        legs=NativeOnly(
+            "/chat/completions", orjson.dumps(body or BODY), {"content-type": "application/json"}
+        ),
+        api=CHAT_API,
         rng=random.Random(1),
     )
     return dispatch, pool
@@ -372,9 +375,8 @@ async def test_excluded_deployments_are_left_out_of_the_ranking() -> None:
             pool,
             upstreams,
             RequestTraits(),
-            path="/chat/completions",
-            body=orjson.dumps(BODY),
-            headers={},
+            legs=NativeOnly("/chat/completions", orjson.dumps(BODY), {}),
+            api=CHAT_API,
             rng=random.Random(1),
             excluded=excluded,
         )

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hasten.apis.chat import CHAT_API
 from hasten.cache import MemoryLRU, TieredCache
 from hasten.proxy.flight import Flight
 from hasten.proxy.recorder import Recorder
@@ -255,7 +256,7 @@ def _stream_bytes(eol: bytes, multiline_usage: bool) -> tuple[bytes, list[bytes]
 def _strip(chunks: list[bytes], eol: bytes, raws: list[bytes]) -> bytes:
     """Runs the recorder (which marks) and the stripper (which drops) like a flight does,
     checking after every chunk that each event the decoder has seen whole was let through."""
-    recorder = Recorder(TieredCache(MemoryLRU(1 << 20)), "k", "chat", True, ttl_s=60)
+    recorder = Recorder(TieredCache(MemoryLRU(1 << 20)), "k", CHAT_API, True, ttl_s=60)
     decoder = SSEDecoder()
     stripper = UsageStripper()
     kept = [raw for i, raw in enumerate(raws) if i != _USAGE_INDEX]
@@ -357,7 +358,7 @@ def test_stripper_with_any_events_and_line_ends(
     kept = b"".join(raw for raw, is_usage in events if not is_usage)
     points = sorted({min(c, len(stream)) for c in cuts})
     chunks = [stream[a:b] for a, b in zip([0, *points], [*points, len(stream)], strict=True)]
-    recorder = Recorder(TieredCache(MemoryLRU(1 << 20)), "k", "chat", True, ttl_s=60)
+    recorder = Recorder(TieredCache(MemoryLRU(1 << 20)), "k", CHAT_API, True, ttl_s=60)
     stripper = UsageStripper()
     out = b"".join([stripper.feed(chunk, recorder.feed(chunk)) for chunk in chunks])
     out += stripper.finish()
@@ -379,7 +380,7 @@ async def test_flight_readers_with_and_without_usage() -> None:
     expected = b"".join(raw for i, raw in enumerate(raws) if i != _USAGE_INDEX)
     cut = stream.index(b'"choices":[]')  # the usage event arrives in two pieces
     flight = Flight()
-    recorder = Recorder(TieredCache(MemoryLRU(1 << 20)), "k", "chat", True, ttl_s=60)
+    recorder = Recorder(TieredCache(MemoryLRU(1 << 20)), "k", CHAT_API, True, ttl_s=60)
 
     async def read(strip: bool) -> bytes:
         chunks = flight.iter_chunks_without_usage() if strip else flight.iter_chunks()

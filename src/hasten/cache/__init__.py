@@ -14,13 +14,7 @@ from hasten.cache.policy import (
     parse_cache_control,
 )
 from hasten.cache.redis_store import RedisStore
-from hasten.cache.replay import (
-    answer_body,
-    answer_frames,
-    body_to_chunks,
-    chunks_to_body,
-    sse_frames,
-)
+from hasten.cache.replay import answer_body, answer_frames
 from hasten.cache.sqlite_store import SQLiteStore
 from hasten.cache.tiered import L2Store, TieredCache
 from hasten.config.cache_policy import ModelCachePolicy
@@ -39,15 +33,12 @@ __all__ = [
     "TieredCache",
     "answer_body",
     "answer_frames",
-    "body_to_chunks",
     "build_cache",
     "cache_key",
-    "chunks_to_body",
     "decide",
     "is_deterministic",
     "namespaced_key",
     "parse_cache_control",
     "request_key",
-    "sse_frames",
     "with_headers",
 ]

@@ -70,6 +70,11 @@ MAX_JSON_DEPTH_LIMIT = 200
 # any API takes (Anthropic's 100 000 messages), and a bound on the work one body is.
 DEFAULT_MAX_MESSAGES = 100_000
 LOG_FORMATS = ("text", "json")
+# Every client API hasten speaks (hasten.apis.known), and what an upstream speaks by default.
+CLIENT_APIS = ("chat", "completions", "embeddings", "responses", "messages")
+COMPATIBLE_APIS = ("chat", "completions", "embeddings")
+OPENAI_APIS = ("chat", "completions", "embeddings", "responses")
+ANTHROPIC_APIS = ("messages",)
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,23 @@ class UpstreamConfig:
     prefill: str = "none"
     # The most bytes of one answer (body or stream) hasten reads and holds from it.
     max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
+    # The client APIs it speaks natively (``api = [...]``; empty: inferred from the URL,
+    # ``speaks``): a request in one of them passes through as sent, any other is translated.
+    apis: tuple[str, ...] = ()
+
+    @property
+    def speaks(self) -> tuple[str, ...]:
+        """The APIs this upstream speaks: as configured, else by its host (Anthropic's
+        speaks Messages only, OpenAI's Chat Completions and Responses too, any other
+        OpenAI-compatible server Chat Completions, Completions and Embeddings)."""
+        if self.apis:
+            return self.apis
+        host = self.url.split("://", 1)[-1].split("/", 1)[0].lower()
+        if host.endswith("anthropic.com"):
+            return ANTHROPIC_APIS
+        if host.endswith("openai.com"):
+            return OPENAI_APIS
+        return COMPATIBLE_APIS
 
 
 @dataclass(frozen=True)
@@ -291,9 +313,21 @@ def _upstream(name: str, table: TomlTable, env: Mapping[str, str]) -> UpstreamCo
         max_answer_bytes=table.integer(
             "max_answer_bytes", DEFAULT_MAX_ANSWER_BYTES, minimum=64 * 1024
         ),
+        apis=_apis(table),
     )
     table.finish()
     return config
+
+
+def _apis(table: TomlTable) -> tuple[str, ...]:
+    """``api = ["chat", "responses"]``: the client APIs an upstream speaks natively."""
+    value = table.get("api", list, [])
+    for name in value:
+        if name not in CLIENT_APIS:
+            raise table.error("api", f"unknown API {name!r} (known: {', '.join(CLIENT_APIS)})")
+    if not value and "api" in table.data:
+        raise table.error("api", "an empty list: name the APIs it speaks, or leave it out")
+    return tuple(dict.fromkeys(value))
 
 
 def _model_cache(table: TomlTable, base: CacheConfig) -> ModelCachePolicy:

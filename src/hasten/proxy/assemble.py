@@ -15,131 +15,110 @@ OpenAI-shaped error. Upstreams with ``stream_upstream = false`` (or without
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
 
-from hasten.cache.replay import BodyMerge, chunks_to_body
+from hasten.apis.api import Api
 from hasten.errors import UpstreamError
-from hasten.proxy.ending import StreamEnd
-from hasten.proxy.validation import Endpoint
 from hasten.routing.models import ResolvedModel
 from hasten.wire.sse import DONE, SSEDecoder
 
 STREAM_ERROR_CODE = "upstream_stream_error"
-_INCLUDE_USAGE = {"include_usage": True}
 
 
-def is_assembled(endpoint: Endpoint, is_stream: bool, model: ResolvedModel) -> bool:
+def is_assembled(api: Api, is_stream: bool, model: ResolvedModel) -> bool:
     """Whether this request goes upstream as a stream its client will get as one body."""
-    return not is_stream and endpoint.is_streamable and model.route.is_stream_upstream
+    return not is_stream and api.is_streamable and model.route.is_stream_upstream
 
 
-def as_stream_request(body: dict[str, Any]) -> dict[str, Any]:
-    """``body`` (a fresh copy the caller owns) turned into the stream request asked upstream."""
-    body["stream"] = True
-    options = body.get("stream_options")
-    body["stream_options"] = (
-        {**options, **_INCLUDE_USAGE} if isinstance(options, dict) else dict(_INCLUDE_USAGE)
-    )
-    return body
-
-
-def assemble(stream: bytes | Iterable[bytes], endpoint: str) -> bytes:
+def assemble(stream: bytes | Iterable[bytes], api: Api) -> bytes:
     """The JSON body a whole upstream stream stands for; ``stream`` is its raw SSE bytes.
 
-    Raises ``UpstreamError`` (502) for a stream that did not end properly
-    (``hasten.proxy.ending``: ``[DONE]``, a finish_reason for every choice; what follows
-    the first ``[DONE]`` is not read), carried an error event (its message and code are the
-    upstream's) or is not OpenAI-shaped.
+    Raises ``UpstreamError`` (502) as ``Assembly.body`` does for the same events: for a
+    stream that carried an error event (its message and code are the upstream's), did not
+    end properly (the API's ``Ending``: for chat ``[DONE]`` after a finish_reason for every
+    choice, nothing after it read) or has not the API's shape.
     """
     decoder = SSEDecoder()
-    payloads: list[bytes] = []
+    assembly = Assembly(api)
     for data in (stream,) if isinstance(stream, bytes) else stream:
-        payloads.extend(decoder.feed(data))
-    has_pending = decoder.has_pending
-    if DONE in payloads:  # nothing after the first [DONE] is of this answer
-        del payloads[payloads.index(DONE) + 1 :]
-        has_pending = False
-    for payload in payloads:
-        if b'"error"' in payload and (error := stream_error(payload)) is not None:
-            raise error  # its own words first: an error event ends the stream
-    if has_pending or not payloads or payloads[-1] != DONE:
-        raise _incomplete()
-    del payloads[-1]
-    try:
-        body = chunks_to_body(payloads, endpoint)
-    except (ValueError, orjson.JSONDecodeError) as exc:
-        raise _shape_error() from exc
-    end = StreamEnd(endpoint)
-    for payload in payloads:
-        end.event(orjson.loads(payload))
-    if not end.is_finished:
-        raise _incomplete()  # a choice without its finish_reason: cut short
-    return body
+        for payload in decoder.feed(data):
+            if payload == DONE:
+                assembly.done()
+                continue
+            try:
+                parsed: Any = orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                parsed = None  # not JSON: not the API's shape
+            assembly.event(payload, parsed)
+    assembly.end(b"x" if decoder.has_pending else b"")
+    return assembly.body()
 
 
 def _incomplete() -> UpstreamError:
     return UpstreamError("upstream stream ended before it was complete", code=STREAM_ERROR_CODE)
 
 
-def _shape_error() -> UpstreamError:
-    return UpstreamError(
-        "upstream stream is not an OpenAI completion stream", code=STREAM_ERROR_CODE
-    )
+def _shape_error(api: Api) -> UpstreamError:
+    shape = "an OpenAI completion" if api.has_done else f"a {api.name} API"
+    return UpstreamError(f"upstream stream is not {shape} stream", code=STREAM_ERROR_CODE)
 
 
 class Assembly:
     """``assemble`` as the events arrive: an ``EventSink`` for the stream's guard.
 
-    ``body`` gives what ``assemble`` gives for the same stream, and refuses it the same way,
-    in the same order: an error event first, then a stream that did not end with
-    ``[DONE]``, then one that is not OpenAI-shaped (a ``[DONE]`` that was not last is one).
+    ``body`` refuses, in this order: an error event first (in its own words), then a stream
+    that did not end properly, then one without the API's shape. What comes after a chat
+    stream's first ``[DONE]`` is not merged.
     """
 
     __slots__ = (
+        "_api",
         "_body",
         "_end",
         "_error",
         "_has_pending",
-        "_is_done",
+        "_is_after_done",
         "_is_misshapen",
         "_merge",
         "_num_events",
     )
 
-    def __init__(self, endpoint: str) -> None:
-        self._merge = BodyMerge(endpoint)
-        self._end = StreamEnd(endpoint)
+    def __init__(self, api: Api) -> None:
+        self._api = api
+        self._merge = api.merge()
+        self._end = api.ending()
         self._error: UpstreamError | None = None
         self._num_events = 0
-        self._is_done = False  # the last event so far was [DONE]
+        self._is_after_done = False
         self._is_misshapen = False
         self._has_pending = False
         self._body: bytes | None = None  # built once, for every waiter of a flight
 
     def event(self, payload: bytes, parsed: Any) -> None:
+        if self._is_after_done:
+            return  # not of this answer
         self._num_events += 1
         self._end.event(parsed)
-        if self._is_done:  # a [DONE] before this event is not JSON to merge
-            self._is_done, self._is_misshapen = False, True
-        if self._error is None and b'"error"' in payload:
-            self._error = event_error(parsed)
+        if self._error is None:
+            self._error = self._api.event_error(parsed)
         if not self._is_misshapen:
             try:
                 self._merge.add(parsed)
-            except ValueError:
+            except (ValueError, AttributeError, TypeError, KeyError):
                 self._is_misshapen = True
 
     def done(self) -> None:
+        if self._is_after_done:
+            return
         self._num_events += 1
-        if self._is_done:
-            self._is_misshapen = True
-        self._is_done = True
+        self._end.done()
+        self._is_after_done = self._api.has_done
 
     def end(self, tail: bytes) -> None:
-        self._has_pending = bool(tail.strip())
+        self._has_pending = bool(tail.strip()) and not self._is_after_done
 
     def is_whole(self) -> bool:
         """Whether ``body`` gives a body (the stream may be stored for later clients)."""
@@ -153,38 +132,17 @@ class Assembly:
         """The assembled JSON body; raises ``UpstreamError`` (502) as ``assemble`` does."""
         if self._error is not None:
             raise self._error
-        if self._has_pending or not self._num_events or not self._is_done:
+        end = self._end
+        if not self._num_events or self._has_pending or not end.is_ended:
             raise _incomplete()
         if self._is_misshapen:
-            raise _shape_error()
+            raise _shape_error(self._api)
         if self._body is None:
             try:
                 body = self._merge.body()
-            except ValueError as exc:
-                raise _shape_error() from exc
-            if not self._end.is_finished:
+            except (ValueError, AttributeError, TypeError, KeyError) as exc:
+                raise _shape_error(self._api) from exc
+            if not end.is_finished:
                 raise _incomplete()  # a choice without its finish_reason: cut short
             self._body = body
         return self._body
-
-
-def stream_error(payload: bytes) -> UpstreamError | None:
-    """The error an upstream's ``{"error": ...}`` event stands for; None for any other event."""
-    try:
-        event = orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        return None  # chunks_to_body refuses it with the shape error
-    return event_error(event)
-
-
-def event_error(event: Any) -> UpstreamError | None:
-    """``stream_error`` of an event already parsed."""
-    error = event.get("error") if isinstance(event, dict) else None
-    if error is None:
-        return None
-    message, code = str(error), STREAM_ERROR_CODE
-    if isinstance(error, Mapping):
-        message = str(error.get("message") or "upstream error")
-        if isinstance(error.get("code"), str) and error["code"]:
-            code = error["code"]
-    return UpstreamError(f"upstream error mid-stream: {message}", code=code)

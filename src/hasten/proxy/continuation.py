@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hasten.cache.replay import CHAT
+from hasten.apis.chat import CHAT
 from hasten.routing.models import Route
 
 REGENERATED = "regenerated"  # the same request on another deployment, spliced

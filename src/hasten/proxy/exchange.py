@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hasten.apis.api import Api
 from hasten.proxy.fronts import Front
 from hasten.proxy.ports import NO_LIMIT, Limit
 from hasten.proxy.track import ResponseTrack
-from hasten.proxy.validation import Endpoint
 from hasten.routing.models import ResolvedModel
 from hasten.values.caller import Caller
 from hasten.values.outcome import BYPASS
@@ -28,7 +28,7 @@ class Exchange:
 
     scope: Scope
     send: Send
-    endpoint: Endpoint
+    api: Api
     body: dict[str, Any]
     raw_body: bytes  # as the client sent it; see _upstream_body
     model: ResolvedModel
@@ -68,7 +68,13 @@ class Exchange:
     @property
     def is_generating(self) -> bool:
         """It asks for generated text (embeddings do not)."""
-        return self.endpoint.is_streamable
+        return self.api.is_generating
+
+    @property
+    def chat_view(self) -> Mapping[str, Any] | None:
+        """The request as chat (the semantic tier's question, prefix affinity): itself for
+        chat, a translation for Responses and Messages, None for the others."""
+        return self.front.chat_view
 
     @property
     def is_upstream_stream(self) -> bool:

@@ -17,6 +17,7 @@ that fails validation is never kept, so it is refused again in full each time.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +48,9 @@ class Front:
     # (request key, stored key) when the decision looks up or stores, for the decision's
     # namespace; None otherwise (then derived per request if Cache-Control asks to cache).
     keys: tuple[str, str] | None
+    # The request as chat (``Api.chat_view``): what the semantic tier, prefix affinity and
+    # hybrid routing read; the body itself for chat.
+    chat_view: Mapping[str, Any] | None = None
 
 
 _Key = tuple[str, str, bytes]

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from hasten.apis.api import Api
 from hasten.cache import (
     CachedAnswer,
     CacheDecision,
@@ -22,12 +23,12 @@ from hasten.cache import (
     decide,
     namespaced_key,
     parse_cache_control,
+    replay,
     request_key,
     with_headers,
 )
-from hasten.cache.replay import answer_body, answer_frames, answer_stream
 from hasten.errors import ClientGone, HastenError
-from hasten.proxy.assemble import Assembly, as_stream_request, assemble, is_assembled
+from hasten.proxy.assemble import Assembly, assemble, is_assembled
 from hasten.proxy.exchange import Exchange
 from hasten.proxy.flight import Flight
 from hasten.proxy.fronts import Front
@@ -49,16 +50,10 @@ from hasten.proxy.spans import (
     keep_tail,
 )
 from hasten.proxy.track import ResponseTrack
-from hasten.proxy.validation import (
-    CHAT,
-    EMBEDDINGS,
-    Endpoint,
-    check_num_items,
-    off_loop,
-    parse_body,
-)
+from hasten.proxy.validation import check_num_items, off_loop, parse_body
 from hasten.routing.hybrid import decide_hybrid, route_name
 from hasten.routing.models import ResolvedModel
+from hasten.upstream.bridge import ClientRequest
 from hasten.upstream.client import UpstreamCall
 from hasten.upstream.integrity import EventSink
 from hasten.values.caller import Caller, check_model
@@ -94,18 +89,18 @@ MODEL_SCOPE_KEY = "hasten.model"
 
 async def handle(
     pipe: Pipeline,
-    endpoint: Endpoint,
+    api: Api,
     scope: Scope,
     receive: Receive,
     send: Send,
     request_id: str,
 ) -> None:
-    """Serves one chat/completions/embeddings request end to end."""
+    """Serves one model request (in any client API) end to end."""
     started_s = time.perf_counter()
-    with pipe.tracer.start_request(scope, endpoint.name, request_id) as trace:
-        ex = await _exchange(pipe, endpoint, scope, receive, send, request_id, started_s)
+    with pipe.tracer.start_request(scope, api.name, request_id) as trace:
+        ex = await _exchange(pipe, api, scope, receive, send, request_id, started_s)
         ex.trace = trace
-        describe_request(trace, endpoint.name, ex.body)
+        describe_request(trace, api.name, ex.body)
         ex.limit = pipe.limits.open(ex)
         with DisconnectWatcher(receive, is_armed=False) as ex.watcher:
             if not pipe.observers and ex.limit is NO_LIMIT:
@@ -116,7 +111,7 @@ async def handle(
 
 async def _exchange(
     pipe: Pipeline,
-    endpoint: Endpoint,
+    api: Api,
     scope: Scope,
     receive: Receive,
     send: Send,
@@ -125,21 +120,19 @@ async def _exchange(
 ) -> Exchange:
     """The request read, checked and resolved: everything that can refuse it up front."""
     # The key first: a caller without one learns nothing about validation (or our limits).
-    caller = await pipe.callers.resolve_model_caller(header(scope, b"authorization"))
+    caller = await pipe.callers.resolve_model_caller(_authorization(scope))
     tenant = caller.tenant
     assert tenant is not None
     scope[TENANT_SCOPE_KEY] = tenant
     raw = await read_body(receive, scope, pipe.config.server.max_body_bytes)
-    front = pipe.fronts.get(endpoint.name, tenant, raw)
+    front = pipe.fronts.get(api.name, tenant, raw)
     if front is None:
         # A large body is parsed, checked and keyed on a worker thread (never memoised).
-        front = await off_loop(
-            len(raw), lambda: _front(pipe, endpoint, raw, caller, scope, request_id)
-        )
+        front = await off_loop(len(raw), lambda: _front(pipe, api, raw, caller, scope, request_id))
         # A hybrid choice is logged per request, so its requests are resolved each time.
         hybrid = pipe.config.hybrid
         if not (hybrid is not None and front.body["model"] == hybrid.model):
-            pipe.fronts.put(endpoint.name, tenant, raw, front)
+            pipe.fronts.put(api.name, tenant, raw, front)
     else:
         scope[MODEL_SCOPE_KEY] = front.body["model"]
         check_model(caller, front.body["model"], front.model.name)
@@ -149,7 +142,7 @@ async def _exchange(
     return Exchange(
         scope,
         send,
-        endpoint,
+        api,
         body,
         raw,
         front.model,
@@ -174,7 +167,7 @@ async def _exchange(
 
 def _front(
     pipe: Pipeline,
-    endpoint: Endpoint,
+    api: Api,
     raw: bytes,
     caller: Caller,
     scope: Scope,
@@ -185,39 +178,41 @@ def _front(
     tenant = caller.tenant
     assert tenant is not None
     body = parse_body(raw, pipe.config.server.max_json_depth)
-    check_num_items(body, endpoint, pipe.config.server.max_messages)
-    endpoint.check(body)
+    check_num_items(body, api.items_param, pipe.config.server.max_messages)
+    api.check(body)
     scope[MODEL_SCOPE_KEY] = body["model"]  # the access record's, refused past here or not
-    model, extra_headers = _resolve(pipe, body, request_id)
+    model, extra_headers = _resolve(pipe, api, body, request_id)
     check_model(caller, body["model"], model.name)  # a key's allowed models (404 otherwise)
     # Before the cache key is built: the key, the flight and upstream all see what is sent.
-    applied = pipe.policies.apply(body, endpoint.name, model.route.name, tenant)
+    applied = pipe.policies.apply(body, api.name, model.route.name, tenant)
     if applied is not None:
         body = applied.body
         extra_headers = (*extra_headers, (POLICY_HEADER, applied.header))
-    is_stream = endpoint.is_streamable and body.get("stream") is True
-    decision = decide(body, _cache_policy(endpoint, model), parse_cache_control(None))
+    is_stream = api.is_streamable and api.is_stream(body)
+    decision = decide(body, _cache_policy(api, model), parse_cache_control(None))
     keys = None
     if pipe.cache is not None and (decision.is_lookup or decision.is_store):
-        keys = _cache_keys(pipe, endpoint, body, model, tenant)
+        keys = _cache_keys(pipe, api, body, model, tenant)
     return Front(
         body,
         model,
         extra_headers,
         applied is not None,
         is_stream,
-        is_stream and _asks_usage(body),
-        is_assembled(endpoint, is_stream, model),
+        is_stream and api.wants_usage(body),
+        is_assembled(api, is_stream, model),
         decision,
         keys,
+        api.chat_view(body),
     )
 
 
 def _cache_keys(
-    pipe: Pipeline, endpoint: Endpoint, body: dict[str, Any], model: ResolvedModel, tenant: str
+    pipe: Pipeline, api: Api, body: dict[str, Any], model: ResolvedModel, tenant: str
 ) -> tuple[str, str]:
-    """The request key (what /admin/cache/invalidate takes) and the key stored under."""
-    request = request_key(body, endpoint=endpoint.name, model=model.name)
+    """The request key (what /admin/cache/invalidate takes) and the key stored under: of
+    what in the body can change the answer (``Api.key_view``)."""
+    request = request_key(api.key_view(body), endpoint=api.name, model=model.name)
     return request, namespaced_key(request, _namespace(pipe, tenant))
 
 
@@ -260,9 +255,14 @@ def _usage_tail(ex: Exchange, track: ResponseTrack) -> bytes:
     return ex.usage_tail if ex.usage_tail is not None else track.prev + track.tail
 
 
-def _asks_usage(body: dict[str, Any]) -> bool:
-    options = body.get("stream_options")
-    return isinstance(options, dict) and options.get("include_usage") is True
+def _authorization(scope: Scope) -> bytes | None:
+    """The caller's key: ``Authorization: Bearer``, or Anthropic's ``x-api-key``."""
+    authorization = header(scope, b"authorization")
+    if authorization is None:
+        api_key = header(scope, b"x-api-key")
+        if api_key is not None:
+            return b"Bearer " + api_key
+    return authorization
 
 
 def _upstream_body(ex: Exchange) -> bytes:
@@ -272,20 +272,21 @@ def _upstream_body(ex: Exchange) -> bytes:
         return ex.raw_body
     body = {**ex.body, "model": ex.model.upstream_model} if ex.model.is_renamed else {**ex.body}
     if ex.is_assembled:
-        return exactjson.dumps(as_stream_request(body))
+        return exactjson.dumps(ex.api.as_stream(body, with_usage=ex.api.can_add_usage()))
     if ex.is_usage_added:
-        body["stream_options"] = {**(ex.body.get("stream_options") or {}), "include_usage": True}
+        body = ex.api.as_stream(body, with_usage=True)
     return exactjson.dumps(body)  # integers past 64 bits as the client wrote them
 
 
 def _resolve(
-    pipe: Pipeline, body: dict[str, Any], request_id: str
+    pipe: Pipeline, api: Api, body: dict[str, Any], request_id: str
 ) -> tuple[ResolvedModel, tuple[tuple[bytes, bytes], ...]]:
-    """The route for this request; a hybrid model name picks local or cloud per request."""
+    """The route for this request; a hybrid model name picks local or cloud per request
+    (from the request as chat: its messages and lengths)."""
     hybrid = pipe.config.hybrid
     if hybrid is None or body["model"] != hybrid.model:
         return pipe.router.resolve(body["model"]), ()
-    choice = decide_hybrid(body, hybrid)
+    choice = decide_hybrid(api.chat_view(body) or body, hybrid)
     _log.info("request %s: hybrid %s", request_id, choice.header)
     model = pipe.router.resolve(route_name(hybrid.model, choice.target))
     return model, ((b"x-hasten-hybrid", choice.header.encode()),)
@@ -300,6 +301,7 @@ async def _dispatch(pipe: Pipeline, ex: Exchange) -> None:
         ex.is_stream
         and not ex.wants_usage
         and ex.model.has_stream_options
+        and ex.api.can_add_usage()
         and ((pipe.cache is not None and decision.is_store) or _reads_usage(ex))
     )
     if pipe.cache is None or not (decision.is_lookup or decision.is_store):
@@ -311,7 +313,7 @@ async def _dispatch(pipe: Pipeline, ex: Exchange) -> None:
     namespace = _namespace(pipe, ex.tenant)
     keys = ex.front.keys
     if keys is None:  # not cacheable without Cache-Control, but this request's directives
-        keys = _cache_keys(pipe, ex.endpoint, ex.body, ex.model, ex.tenant)
+        keys = _cache_keys(pipe, ex.api, ex.body, ex.model, ex.tenant)
     request, key = keys
     varied = answer_headers(ex.forwarded_headers)
     if varied:  # an organisation, project or beta the upstream answers for
@@ -367,11 +369,12 @@ async def _lookup_and_serve(
         # Admitted as a miss before the semantic lookup: a key over its limit must not
         # make the gateway embed its questions (a semantic hit is refunded at the end).
         await _admit(ex, is_hit=False)
-        if pipe.semantic is not None and ex.endpoint is CHAT:
+        question = None if pipe.semantic is None else ex.chat_view
+        if pipe.semantic is not None and question is not None:
             looked_s = time.perf_counter()
             with ex.trace.child("semantic.lookup") as lookup:
                 found = await pipe.semantic.find(
-                    ex.body,
+                    dict(question),
                     model=ex.model.name,
                     tenant=namespace,
                     max_age_s=decision.max_age_s,
@@ -450,7 +453,7 @@ def _flight_run(
             recorder,
             commit,
             ex.is_upstream_stream,
-            ex.endpoint.name,
+            ex.api.name,
             _is_idempotent(ex),
             ex.model.route.max_answer_bytes,
         )
@@ -485,19 +488,18 @@ class _Stored:
         self._pipe, self._ex, self._key, self._tenant = pipe, ex, key, tenant
         self._found = found  # what the semantic lookup saw, if one ran
         ttl_s = ex.model.cache.ttl_s
-        self.recorder = Recorder(
-            pipe.cache, key, ex.endpoint.name, ex.is_upstream_stream, ttl_s=ttl_s
-        )
+        self.recorder = Recorder(pipe.cache, key, ex.api, ex.is_upstream_stream, ttl_s=ttl_s)
 
     def commit(self) -> None:
         if not self.recorder.commit():
             return
         semantic = self._pipe.semantic
-        if semantic is None or self._ex.endpoint is not CHAT:
+        question = None if semantic is None else self._ex.chat_view
+        if semantic is None or question is None:
             return
         found = self._found
         semantic.remember(
-            self._ex.body,
+            dict(question),
             model=self._ex.model.name,
             tenant=self._tenant,
             key=self._key,
@@ -515,11 +517,12 @@ def _decide(ex: Exchange) -> CacheDecision:
     if cache_control is None:
         return ex.front.decision
     directives = parse_cache_control(cache_control)
-    return decide(ex.body, _cache_policy(ex.endpoint, ex.model), directives)
+    return decide(ex.body, _cache_policy(ex.api, ex.model), directives)
 
 
-def _cache_policy(endpoint: Endpoint, model: ResolvedModel) -> ModelCachePolicy:
-    return _EMBEDDING_POLICY if endpoint is EMBEDDINGS else model.cache
+def _cache_policy(api: Api, model: ResolvedModel) -> ModelCachePolicy:
+    # An embedding is deterministic whatever the request says: always cacheable.
+    return model.cache if api.is_generating else _EMBEDDING_POLICY
 
 
 def _header_str(scope: Scope, name: bytes) -> str | None:
@@ -534,12 +537,19 @@ async def _open(
     excluded: frozenset[str] = frozenset(),
 ) -> UpstreamCall:
     pipe.stats.count("upstream_calls", tenant=ex.tenant)
+    request = ClientRequest(
+        ex.api.name,
+        _upstream_body(ex) if body is None else body,
+        ex.body,
+        ex.forwarded_headers,
+        model=ex.model.upstream_model,
+        is_stream=ex.is_upstream_stream,
+    )
     return await pipe.client.open(
         ex.model,
-        ex.endpoint.path,
-        _upstream_body(ex) if body is None else body,
-        ex.forwarded_headers,
-        parsed=ex.body,
+        request,
+        ex.api,
+        parsed=ex.chat_view or ex.body,
         is_stream=ex.is_upstream_stream,
         is_idempotent=_is_idempotent(ex),
         trace=ex.trace,
@@ -556,13 +566,15 @@ def _resumable(pipe: Pipeline, ex: Exchange, call: UpstreamCall) -> StreamResume
     """The resume of this call's stream, when its route continues broken streams."""
     if not (ex.model.route.is_resuming_streams and ex.is_upstream_stream and call.status == 200):
         return None
+    if not ex.api.has_done:
+        return None  # a continuation splices chat or completions text
     if not _is_idempotent(ex):
         return None  # a continuation is a second request
 
     def reopen(body: bytes, excluded: frozenset[str]) -> Awaitable[UpstreamCall]:
         return _open(pipe, ex, body, excluded)
 
-    return StreamResume(reopen, ex.model.route, ex.endpoint.name, lambda: _upstream_body(ex))
+    return StreamResume(reopen, ex.model.route, ex.api.name, lambda: _upstream_body(ex))
 
 
 async def _forward_direct(pipe: Pipeline, ex: Exchange) -> None:
@@ -616,7 +628,7 @@ async def _send_assembled(
     stream = call.iter_chunks(assembly) if resume is None else resume.chunks(call)
     chunks = [chunk async for chunk in stream]
     upstream_ms = call.ttfb_ms + (time.perf_counter() - started_s) * 1000.0
-    body = assemble(chunks, ex.endpoint.name) if assembly is None else assembly.body()
+    body = assemble(chunks, ex.api) if assembly is None else assembly.body()
     headers = assembled_headers(call.headers)
     headers.extend(ex.base_headers(b"bypass", upstream_ms))
     if saved is not None:
@@ -633,7 +645,7 @@ def _assembly(ex: Exchange, call: UpstreamCall) -> Assembly | None:
     """Where a non-stream client's body is merged as the guard checks the call's events."""
     if not ex.is_assembled or call.status != 200:
         return None
-    return Assembly(ex.endpoint.name)
+    return Assembly(ex.api)
 
 
 def _listeners(
@@ -736,7 +748,7 @@ async def _serve_flight(pipe: Pipeline, ex: Exchange, flight: Flight, label: byt
         if ex.is_assembled and flight.status == 200:
             resumed = resume_header(body) if ex.model.route.is_resuming_streams else None
             assembly = flight.assembly
-            body = assemble(body, ex.endpoint.name) if assembly is None else assembly.body()
+            body = assemble(body, ex.api) if assembly is None else assembly.body()
             headers = assembled_headers(flight.headers)
             headers.extend(ex.base_headers(label, flight.upstream_ms))
             if resumed is not None:
@@ -784,17 +796,19 @@ def _replay(
     body merged from a stream answer is kept for the next non-stream hit.
     """
     try:
+        api = ex.api
         if ex.is_stream and pipe.config.cache.replay != "instant":
-            frames = answer_frames(entry, include_usage=ex.wants_usage)
+            frames = replay.answer_frames(entry, api, include_usage=ex.wants_usage)
             return _Replay(entry, b"", frames)
         if ex.is_stream:
-            return _Replay(entry, answer_stream(entry, include_usage=ex.wants_usage))
-        body = answer_body(entry)
+            return _Replay(entry, replay.answer_stream(entry, api, include_usage=ex.wants_usage))
+        body = replay.answer_body(entry, api)
+        fresh = api.fresh_body(body)  # a new id where the API's clients keep it
     except ValueError:
         return None
     if entry.body is None and key is not None and pipe.cache is not None:
         pipe.cache.keep_body(key, entry, body)  # merged once, not on every hit
-    return _Replay(entry, body)
+    return _Replay(entry, fresh)
 
 
 async def _drop_unservable(pipe: Pipeline, key: str) -> None:

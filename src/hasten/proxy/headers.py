@@ -31,14 +31,32 @@ _PASSED_HEADERS = frozenset(
     }
 )
 _CONTROL_CHARACTERS = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
-_FORWARDED_REQUEST_HEADERS = frozenset({b"openai-organization", b"openai-project", b"openai-beta"})
+_FORWARDED_REQUEST_HEADERS = frozenset(
+    {
+        b"openai-organization",
+        b"openai-project",
+        b"openai-beta",
+        # Anthropic's: the API version and betas a Messages client asked for (dropped for an
+        # upstream that speaks another API: hasten.upstream.bridge).
+        b"anthropic-version",
+        b"anthropic-beta",
+    }
+)
+# The caller's own key, passed on where hasten holds no gateway keys: OpenAI's header, or
+# Anthropic's.
+_CALLER_KEYS = frozenset({b"authorization", b"x-api-key"})
 # Of those, what can change the answer (an organisation's or project's models and settings,
 # a beta's behaviour): part of the cache key (hasten.cache.keys.with_headers).
-_ANSWER_HEADERS = ("openai-beta", "openai-organization", "openai-project")
+_ANSWER_HEADERS = (
+    "openai-beta",
+    "openai-organization",
+    "openai-project",
+    "anthropic-beta",
+    "anthropic-version",
+)
 # W3C trace context: passed on as sent unless the gateway traces (hasten.telemetry), when
 # each upstream attempt carries its own span's traceparent instead.
 _WITH_TRACE_HEADERS = _FORWARDED_REQUEST_HEADERS | {b"traceparent", b"tracestate"}
-_AUTHORIZATION = b"authorization"
 
 
 def upstream_headers(
@@ -52,7 +70,7 @@ def upstream_headers(
     # One pass over the request's headers (this runs for every request); a repeated header
     # is forwarded with its first value, as ``header`` reads it.
     for name, value in scope["headers"]:
-        if name in forwarded or (is_passthrough and name == _AUTHORIZATION):
+        if name in forwarded or (is_passthrough and name in _CALLER_KEYS):
             text = name.decode()
             if text not in headers:
                 headers[text] = _forwardable(name, value)

@@ -43,7 +43,7 @@ def build_outcome(ex: Exchange, status: int, error_code: str | None) -> RequestO
     # construction itself (tests/test_gateway_metrics.py checks the fields by name).
     return RequestOutcome(
         ex.request_id,
-        ex.endpoint.name,
+        ex.api.name,
         ex.tenant,
         ex.model.route.name,  # model
         ex.deployment or None,

@@ -16,8 +16,8 @@ from typing import Any
 
 import orjson
 
+from hasten.apis.api import Api
 from hasten.cache import CachedAnswer, TieredCache
-from hasten.proxy.ending import StreamEnd
 from hasten.upstream.integrity import EventSink
 from hasten.values.usage import is_usage_chunk, is_usage_value
 from hasten.wire.sse import DONE, SSEDecoder
@@ -46,12 +46,12 @@ class Recorder:
     )
 
     def __init__(
-        self, cache: TieredCache, key: str, endpoint: str, is_stream: bool, *, ttl_s: float
+        self, cache: TieredCache, key: str, api: Api, is_stream: bool, *, ttl_s: float
     ) -> None:
-        self._cache, self._key, self._endpoint = cache, key, endpoint
+        self._cache, self._key, self._endpoint = cache, key, api.name
         self._ttl_s = ttl_s
         self._decoder = SSEDecoder() if is_stream else None
-        self._end = StreamEnd(endpoint) if is_stream else None
+        self._end = api.ending() if is_stream else None
         self._parts: list[bytes] = []  # the chunks as forwarded (shared, never copied)
         self._is_listening = False
         self._then: EventSink | None = None
@@ -143,9 +143,11 @@ class Recorder:
         if not self._end.is_whole(has_pending):
             return None
         events = SSEDecoder().feed(body)
-        if DONE not in events:
+        # What follows a chat stream's [DONE] is not of the answer (the ending refused one
+        # with events after it); the typed-event APIs end with their own last event.
+        chunks = events[: events.index(DONE)] if DONE in events else events
+        if not chunks:
             return None
-        chunks = events[: events.index(DONE)]
         return CachedAnswer.from_chunks(chunks, endpoint=self._endpoint, ttl_s=self._ttl_s)
 
     def commit(self) -> bool:

@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from hasten.cache.replay import CHAT
+from hasten.apis.chat import CHAT
 from hasten.errors import SpliceMismatch
 from hasten.wire.sse import DONE, SSEDecoder
 

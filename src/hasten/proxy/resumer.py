@@ -25,8 +25,8 @@ from typing import Any
 
 import orjson
 
+from hasten.apis.chat import STREAM_ERROR_CODE, event_error
 from hasten.errors import HastenError, UpstreamError
-from hasten.proxy.assemble import STREAM_ERROR_CODE, stream_error
 from hasten.proxy.continuation import (
     FAILED,
     PREFILLED,
@@ -99,7 +99,7 @@ class _Forwarded:
     def _cut_at_error(self, data: bytes) -> bytes:
         """``data`` up to an upstream error event, which ends the stream (and is not sent)."""
         for payload in SSEDecoder().feed(data):
-            if b'"error"' in payload and (error := stream_error(payload)) is not None:
+            if b'"error"' in payload and (error := _stream_error(payload)) is not None:
                 self.error = error
                 at = data.rfind(b'"error"')
                 start = data.rfind(b"\n\n", 0, at)
@@ -264,3 +264,11 @@ def resume_header(body: bytes) -> tuple[bytes, bytes] | None:
         return None
     outcome = note.get("outcome") if isinstance(note, dict) else None
     return (RESUME_HEADER, outcome.encode()) if isinstance(outcome, str) else None
+
+
+def _stream_error(payload: bytes) -> UpstreamError | None:
+    """The error a chat stream's ``{"error": ...}`` event stands for; None for another."""
+    try:
+        return event_error(orjson.loads(payload))
+    except orjson.JSONDecodeError:
+        return None

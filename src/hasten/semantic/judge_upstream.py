@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from hasten.apis.chat import CHAT, CHAT_API
 from hasten.semantic.judge import Judged
 from hasten.semantic.judge_rules import JudgeCase, parse_verdict, prompt
+from hasten.upstream.bridge import ClientRequest
 
 if TYPE_CHECKING:
     from hasten.routing.models import ModelRouter
@@ -74,14 +76,10 @@ def gateway_send(router: ModelRouter, client: UpstreamClient) -> Send:
     async def send(model: str, body: dict[str, Any]) -> tuple[int, bytes]:
         resolved = router.resolve(model)
         full = {"model": resolved.upstream_model, **body}
-        call = await client.open(
-            resolved,
-            "/chat/completions",
-            orjson.dumps(full),
-            _HEADERS,
-            parsed=full,
-            is_stream=False,
+        request = ClientRequest(
+            CHAT, orjson.dumps(full), full, _HEADERS, model=resolved.upstream_model, is_stream=False
         )
+        call = await client.open(resolved, request, CHAT_API, parsed=full, is_stream=False)
         try:
             return call.status, await call.read()
         finally:

@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from hasten.apis import messages, responses
+from hasten.apis.known import MESSAGES, RESPONSES, api_named
 from hasten.cache import CachedAnswer, TieredCache
 from hasten.cache.replay import answer_body
 from hasten.semantic import NearMiss, NewEntry, SemanticCache, SemanticMatch, aliases
@@ -311,10 +313,14 @@ class SemanticTier:
 
 
 def _answer_text(entry: CachedAnswer) -> str | None:
+    """The text of a stored answer, in whichever client API it was stored."""
     try:
-        parsed = orjson.loads(answer_body(entry))
-        message = parsed["choices"][0]["message"]
-        content = message.get("content")
-    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, ValueError):
+        parsed = orjson.loads(answer_body(entry, api_named(entry.endpoint)))
+        if entry.endpoint == RESPONSES:
+            return responses.output_text(parsed)
+        if entry.endpoint == MESSAGES:
+            return messages.message_text(parsed)
+        content = parsed["choices"][0]["message"].get("content")
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, ValueError, AttributeError):
         return None
     return content if isinstance(content, str) else None

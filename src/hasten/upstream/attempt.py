@@ -11,20 +11,23 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 
+from hasten.apis.api import Api
 from hasten.config import UpstreamConfig
 from hasten.errors import HastenError, UpstreamConnectError, UpstreamError, UpstreamTimeout
 from hasten.upstream.bounded import MAX_ERROR_BODY_BYTES, TOO_LARGE_CODE, read_bounded, too_large
+from hasten.upstream.bridge import Bridging
 from hasten.upstream.integrity import MAX_EVENT_BYTES, check_json_body, is_json_content, malformed
 from hasten.upstream.retry import is_retryable_status, parse_retry_after_s
 from hasten.upstream.transport import Transport, UpstreamRequest, UpstreamResponse
+from hasten.wire import exactjson
 from hasten.wire.sse import DONE, SSEDecoder, event_data
 
 ERROR_BODY_TIMEOUT_S = 5.0
-_TOKEN_DELTA_KEYS = ("content", "refusal", "tool_calls", "function_call", "reasoning_content")
+# The APIs whose requests take OpenAI's prompt_cache_key (Anthropic's would refuse it).
+_PROMPT_CACHE_KEY_PATHS = frozenset({"/chat/completions", "/responses"})
 
 
 class BufferedResponse:
@@ -72,9 +75,11 @@ async def buffer_response(
 
 
 class FirstTokenWatch:
-    """Watches SSE bytes for the first event that carries output (or ends the stream)."""
+    """Watches SSE bytes for the first event that carries output (or ends the stream), as
+    the client's API reads its events (``Api.is_output``, ``Api.event_error``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, api: Api) -> None:
+        self._api = api
         self._decoder = SSEDecoder()
         self.error_message: str | None = None
         self.is_malformed = False  # an event that is not JSON: no client may see it
@@ -106,29 +111,13 @@ class FirstTokenWatch:
         except orjson.JSONDecodeError:
             self.is_malformed = True
             return False
-        if isinstance(event, dict) and _event_has_output(event, self):
+        error = self._api.event_error(event)
+        if error is not None:
+            self.error_message = error.message.removeprefix("upstream error mid-stream: ")
+            return False
+        if self._api.is_output(event):
             return True
         return None
-
-
-def _event_has_output(event: dict[str, Any], watch: FirstTokenWatch) -> bool:
-    error = event.get("error")
-    if error is not None:
-        message = error.get("message") if isinstance(error, dict) else None
-        watch.error_message = str(message or error)
-        return False
-    choices = event.get("choices")
-    if not isinstance(choices, list):
-        return False
-    for choice in choices:
-        if not isinstance(choice, dict):
-            continue
-        if choice.get("text") or choice.get("finish_reason") is not None:
-            return True
-        delta = choice.get("delta")
-        if isinstance(delta, dict) and any(delta.get(key) for key in _TOKEN_DELTA_KEYS):
-            return True
-    return False
 
 
 def _untraced(error: HastenError) -> HastenError:
@@ -160,11 +149,12 @@ class Failed:
 @dataclass(frozen=True, slots=True)
 class AttemptSpec:
     upstream: UpstreamConfig
-    path: str
-    body: bytes
-    headers: Mapping[str, str]
+    request: Bridging  # the leg to this upstream, in the API it speaks
+    trace_headers: Mapping[str, str]  # the attempt's own traceparent, when tracing
     deadline_s: float
     is_stream: bool
+    api: Api  # the client's: how the first token reads
+    prompt_cache_key: str | None = None  # OpenAI routes by it too: keeps its cache warm
 
 
 async def run_attempt(transport: Transport, spec: AttemptSpec) -> Ready | Failed:
@@ -173,14 +163,19 @@ async def run_attempt(transport: Transport, spec: AttemptSpec) -> Ready | Failed
     remaining_s = spec.deadline_s - time.monotonic()
     if remaining_s <= 0:
         return Failed("deadline", UpstreamTimeout("request deadline passed before trying"))
-    request_headers = dict(spec.headers)
-    if upstream.api_key:
-        request_headers["authorization"] = f"Bearer {upstream.api_key}"
+    try:
+        leg = spec.request.leg(upstream)
+    except HastenError as exc:  # no API in common: the next deployment may take it
+        return Failed("unsupported_api", _untraced(exc))
+    body = leg.body
+    if spec.prompt_cache_key is not None and body and leg.path in _PROMPT_CACHE_KEY_PATHS:
+        body = _with_prompt_cache_key(body, spec.prompt_cache_key)
+    request_headers = {**leg.headers, **spec.trace_headers}
     request = UpstreamRequest(
-        method="POST" if spec.body else "GET",
-        url=upstream.url + spec.path,
+        method="POST" if body else "GET",
+        url=upstream.url + leg.path,
         headers=request_headers,
-        body=spec.body or None,
+        body=body or None,
         connect_timeout_s=min(upstream.timeouts.connect_s, remaining_s),
         first_byte_timeout_s=min(upstream.timeouts.first_byte_s, remaining_s),
     )
@@ -193,6 +188,8 @@ async def run_attempt(transport: Transport, spec: AttemptSpec) -> Ready | Failed
         return Failed("first_byte_timeout", exc)
     except UpstreamError as exc:
         return Failed("upstream_error", exc)
+    if leg.answer is not None:
+        response = leg.answer(response)  # read as the client's API from here on
     status = response.status
     if is_retryable_status(status):
         buffered = await buffer_response(
@@ -205,7 +202,19 @@ async def run_attempt(transport: Transport, spec: AttemptSpec) -> Ready | Failed
         return Ready(response, elapsed_ms, is_token=False)
     if not spec.is_stream:
         return await _read_whole(response, upstream, spec.deadline_s, started_s)
-    return await _await_first_token(response, upstream, started_s)
+    return await _await_first_token(response, upstream, spec.api, started_s)
+
+
+def _with_prompt_cache_key(body: bytes, key: str) -> bytes:
+    """``body`` with ``prompt_cache_key`` set, unless the client set its own (or the body is
+    no JSON object this can add it to)."""
+    try:
+        parsed = exactjson.loads(body)
+    except ValueError:
+        return body
+    if not isinstance(parsed, dict) or "prompt_cache_key" in parsed:
+        return body
+    return exactjson.dumps({**parsed, "prompt_cache_key": key})
 
 
 async def _read_whole(
@@ -237,10 +246,10 @@ async def _read_whole(
 
 
 async def _await_first_token(
-    response: UpstreamResponse, upstream: UpstreamConfig, started_s: float
+    response: UpstreamResponse, upstream: UpstreamConfig, api: Api, started_s: float
 ) -> Ready | Failed:
     rest = response.iter_chunks(upstream.timeouts.idle_s)
-    watch = FirstTokenWatch()
+    watch = FirstTokenWatch(api)
     head: list[bytes] = []
     num_head_bytes = 0
     max_head_bytes = min(MAX_EVENT_BYTES, upstream.max_answer_bytes)

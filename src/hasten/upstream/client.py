@@ -17,6 +17,8 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
+from hasten.apis.api import Api
+from hasten.apis.chat import CHAT_API
 from hasten.config import UpstreamConfig
 from hasten.config.routing import DeploymentConfig, RoutingConfig
 from hasten.errors import HastenError, UpstreamTimeout
@@ -30,6 +32,7 @@ from hasten.upstream.bounded import (
     read_bounded,
     too_large,
 )
+from hasten.upstream.bridge import Bridging, NativeOnly
 from hasten.upstream.dispatch import Dispatch, GaveUp, RequestTraits, Won
 from hasten.upstream.integrity import EventSink, StreamGuard, is_event_stream
 from hasten.upstream.transport import Transport, UpstreamRequest, UpstreamResponse
@@ -233,7 +236,9 @@ def request_traits(
             min_chars=routing.affinity_min_prefix_chars,
             max_chars=routing.affinity_max_prefix_chars,
         )
-    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+    max_tokens = (
+        body.get("max_completion_tokens") or body.get("max_tokens") or body.get("max_output_tokens")
+    )
     expected_tokens = max_tokens if isinstance(max_tokens, int) else 0
     return RequestTraits(is_stream, key, expected_tokens, is_idempotent)
 
@@ -259,9 +264,8 @@ class UpstreamClient:
     async def open(
         self,
         model: ResolvedModel,
-        path: str,
-        body: bytes,
-        headers: Mapping[str, str],
+        request: Bridging,
+        api: Api,
         *,
         parsed: Mapping[str, Any],
         is_stream: bool,
@@ -271,9 +275,12 @@ class UpstreamClient:
     ) -> UpstreamCall:
         """The first usable answer from ``model``'s route; raises when there is none.
 
-        ``body`` is sent as is; ``parsed`` (the client's request) gives the router its
-        prefix-affinity key and length hint; ``trace`` is the request's span, under which
-        every attempt gets its own (and its own ``traceparent`` upstream); ``excluded``
+        ``request`` gives each attempt its leg (the client's request, or its translation
+        for a deployment that speaks another API: ``hasten.upstream.bridge``) and ``api``
+        how its answer reads; ``parsed`` (the client's request, as chat where it has a chat
+        view) gives the router its prefix-affinity key and length hint; ``trace`` is the
+        request's span, under which every attempt gets its own (and its own
+        ``traceparent`` upstream); ``excluded``
         deployments are left out of the ranking (a resumed stream). A non-retryable
         response (2xx, or a 4xx such as 400) is returned at once. When every deployment
         keeps failing with retryable statuses, the last one is returned, so the client sees
@@ -281,17 +288,16 @@ class UpstreamClient:
         """
         route = model.route
         pool = self._pool(route)
-        request = request_traits(
+        traits = request_traits(
             parsed, route.routing, is_stream=is_stream, is_idempotent=is_idempotent
         )
         dispatch = Dispatch(
             self._transport,
             pool,
             route.upstreams,
-            request,
-            path=path,
-            body=body,
-            headers=headers,
+            traits,
+            legs=request,
+            api=api,
             rng=self._rng,
             trace=trace,
             excluded=excluded,
@@ -310,9 +316,8 @@ class UpstreamClient:
             pool,
             upstreams,
             RequestTraits(),
-            path=path,
-            body=b"",
-            headers=headers,
+            legs=NativeOnly(path, b"", headers),
+            api=CHAT_API,
             rng=self._rng,
         )
         return _call(await dispatch.run(), pool, upstreams, False, is_routed=False)

@@ -24,15 +24,16 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from hasten.apis.api import Api
 from hasten.config import UpstreamConfig
 from hasten.errors import HastenError, UpstreamError, UpstreamTimeout
 from hasten.routing.pool import DeploymentPool
 from hasten.upstream.attempt import AttemptSpec, BufferedResponse, Failed, Ready, run_attempt
+from hasten.upstream.bridge import Bridging
 from hasten.upstream.retry import retry_delay_s
 from hasten.upstream.spans import end_attempt, start_attempt
 from hasten.upstream.transport import Transport
 from hasten.values.stage import NO_STAGE, Stage
-from hasten.wire import exactjson
 
 _log = logging.getLogger("hasten.dispatch")
 PRIMARY_HEADER = "x-hasten-primary"
@@ -118,9 +119,8 @@ class Dispatch:
         upstreams: Mapping[str, UpstreamConfig],
         request: RequestTraits,
         *,
-        path: str,
-        body: bytes,
-        headers: Mapping[str, str],
+        legs: Bridging,
+        api: Api,
         rng: random.Random,
         trace: Stage = NO_STAGE,
         excluded: frozenset[str] = frozenset(),
@@ -129,7 +129,7 @@ class Dispatch:
         self._excluded = excluded  # deployments this request must not go to (a resumed stream)
         self._trace = trace  # the request's span: each attempt is a child
         self._request = request
-        self._path, self._body, self._headers = path, body, headers
+        self._legs, self._api = legs, api
         self._rng = rng
         self._started_s = time.monotonic()
         self._order: list[str] = []
@@ -276,7 +276,7 @@ class Dispatch:
             self._trace,
             name,
             self._upstreams[name].url,
-            self._path,
+            self._api.path,
             index=sum(self._num_tries.values()),
             is_hedge=hedge_level > 0,
             is_retry=num_tries > 0,
@@ -286,26 +286,24 @@ class Dispatch:
         ttft_timeout_s = self._pool.ttft_timeout_s(name)
         deadline_s = None if ttft_timeout_s is None else now_s + ttft_timeout_s
         task = asyncio.get_running_loop().create_task(
-            run_attempt(self._transport, self._spec(name, span.inject(self._headers)))
+            run_attempt(self._transport, self._spec(name, span.inject({})))
         )
         self._running[task] = _Running(name, now_s, is_probe, hedge_level, deadline_s, span)
 
-    def _spec(self, name: str, headers: Mapping[str, str]) -> AttemptSpec:
-        body = self._body
+    def _spec(self, name: str, trace_headers: Mapping[str, str]) -> AttemptSpec:
         deployment = self._pool.deployments[name].config
         key = self._request.affinity_key
-        if deployment.is_prompt_cache_key and key is not None and body:
-            # OpenAI routes by prompt_cache_key too: the same key keeps its cache warm.
-            parsed = exactjson.loads(body)  # its integers as sent, whatever their size
-            if isinstance(parsed, dict) and "prompt_cache_key" not in parsed:
-                body = exactjson.dumps({**parsed, "prompt_cache_key": f"hasten-{key:016x}"})
+        cache_key = None
+        if deployment.is_prompt_cache_key and key is not None:
+            cache_key = f"hasten-{key:016x}"
         return AttemptSpec(
             self._upstreams[name],
-            self._path,
-            body,
-            headers,
+            self._legs,
+            trace_headers,
             self._deadline_s,
             self._request.is_stream,
+            self._api,
+            cache_key,
         )
 
     def _next_untried(self, *, is_eligible_only: bool) -> str | None:

@@ -136,11 +136,16 @@ def error_headers(error: HastenError) -> Headers:
 
 
 async def send_error(
-    send: Send, error: HastenError, headers: Iterable[tuple[bytes, bytes]] = ()
+    send: Send,
+    error: HastenError,
+    headers: Iterable[tuple[bytes, bytes]] = (),
+    body: bytes | None = None,
 ) -> None:
-    """Renders ``error``: its status, ``{"error": {"message", "type", "param", "code"}}``,
-    ``headers`` (the caller's own, such as a request id), then ``error_headers``."""
-    await send_json(send, error.status_code, error.to_json(), [*headers, *error_headers(error)])
+    """Renders ``error``: its status, ``body`` (by default OpenAI's shape,
+    ``{"error": {"message", "type", "param", "code"}}``), ``headers`` (the caller's own,
+    such as a request id), then ``error_headers``."""
+    rendered = error.to_json() if body is None else body
+    await send_json(send, error.status_code, rendered, [*headers, *error_headers(error)])
 
 
 def sse_event(data: bytes) -> bytes:

@@ -8,19 +8,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hasten.cache.entry import CachedAnswer
-from hasten.cache.replay import (
+from hasten.apis.chat import (
+    CHAT_API,
     MAX_CHOICES,
     MAX_EXTRA_FIELDS,
     MAX_TOOL_CALLS,
     BodyMerge,
-    answer_body,
-    answer_frames,
     body_to_chunks,
     chunks_to_body,
     sse_frames,
     sse_stream,
 )
+from hasten.cache.entry import CachedAnswer
+from hasten.cache.replay import answer_body, answer_frames
 from hasten.values.usage import is_usage_chunk
 from hasten.wire.sse import SSEDecoder
 
@@ -367,16 +367,16 @@ def test_answer_serves_either_form() -> None:
     stream = CachedAnswer.from_chunks(OPENAI_STREAM, endpoint="chat", ttl_s=60.0)
     body = chunks_to_body(OPENAI_STREAM, "chat")
     json_answer = CachedAnswer.from_body(body, endpoint="chat", ttl_s=60.0)
-    assert answer_body(stream) == body
-    assert answer_body(json_answer) is body
-    assert answer_frames(stream, include_usage=True) == sse_frames(OPENAI_STREAM, True)
-    replayed = answer_frames(json_answer, include_usage=False)
+    assert answer_body(stream, CHAT_API) == body
+    assert answer_body(json_answer, CHAT_API) is body
+    assert answer_frames(stream, CHAT_API, include_usage=True) == sse_frames(OPENAI_STREAM, True)
+    replayed = answer_frames(json_answer, CHAT_API, include_usage=False)
     assert replayed[-1] == b"data: [DONE]\n\n"
     payloads = [frame[len(b"data: ") : -2] for frame in replayed[:-1]]
     merged = orjson.loads(chunks_to_body(payloads, "chat"))
     assert merged["choices"] == orjson.loads(body)["choices"]
     assert "usage" not in merged
-    with_usage = answer_frames(json_answer, include_usage=True)
+    with_usage = answer_frames(json_answer, CHAT_API, include_usage=True)
     assert is_usage_chunk(with_usage[-2][len(b"data: ") : -2])
 
 
