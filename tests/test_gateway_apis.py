@@ -12,8 +12,8 @@ import openai
 import pytest
 
 from hasten.config import CacheConfig, GatewayConfig
-from hasten.config.tables import CLIENT_APIS
 from hasten.config.cache_policy import ModelCachePolicy
+from hasten.config.tables import CLIENT_APIS
 from hasten.simulator import SimConfig, build_app
 from tests.support.gateway import make_config, running_gateway, sim_stats
 from tests.support.servers import ServerThread
