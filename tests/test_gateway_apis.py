@@ -69,7 +69,10 @@ def test_messages_create_and_stream_with_the_anthropic_sdk(
 ) -> None:
     with running_gateway(_config(sim.url, apis=apis)) as gateway:
         client = anthropic.Anthropic(base_url=gateway.url, api_key="sk-test", max_retries=0)
-        ask = {"role": "user", "content": "What is the capital of France?"}
+        ask: anthropic.types.MessageParam = {
+            "role": "user",
+            "content": "What is the capital of France?",
+        }
         first = client.messages.create(model="sim-model", max_tokens=64, messages=[ask])
         assert first.id.startswith("msg_") and first.content and first.stop_reason
         raw = client.messages.with_raw_response.create(
