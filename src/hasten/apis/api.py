@@ -134,9 +134,10 @@ class Api(Protocol):
     def fresh_body(self, body: bytes) -> bytes:
         """``fresh_payloads`` for a whole body."""
 
-    def failure_event(self, error: UpstreamError | Any) -> bytes:
+    def failure_event(self, error: HastenError, sent: bytes = b"") -> bytes:
         """The SSE frame a broken stream ends with (chat's ``error`` event,
-        ``response.failed``, Anthropic's ``error``)."""
+        ``response.failed``, Anthropic's ``error``); ``sent``: the last bytes the client
+        got (where a Responses stream's sequence number is)."""
 
     def render_error(self, error: HastenError) -> bytes:
         """An error answer's body in the shape its clients parse (OpenAI's or Anthropic's)."""

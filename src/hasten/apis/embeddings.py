@@ -117,7 +117,7 @@ class EmbeddingsApi:
     def fresh_body(self, body: bytes) -> bytes:
         return body
 
-    def failure_event(self, error: Any) -> bytes:
+    def failure_event(self, error: HastenError, sent: bytes = b"") -> bytes:
         return sse_event(error.to_json())
 
     def render_error(self, error: HastenError) -> bytes:

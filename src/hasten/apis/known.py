@@ -230,14 +230,14 @@ class ResponsesApi(_EventApi):
     def fresh_body(self, body: bytes) -> bytes:
         return responses.Refresher(int(time.time())).body(body)
 
-    def failure_event(self, error: Any, sent: bytes = b"") -> bytes:
+    def failure_event(self, error: HastenError, sent: bytes = b"") -> bytes:
         """``response.failed``, numbered after the last event ``sent`` and naming its
         response, so the client's parser reads it as the end of the same response."""
         numbers = _SEQUENCE.findall(sent[-4096:])
-        found = _RESPONSE_ID.search(sent[:4096])
+        found = _RESPONSE_ID.search(sent)
         event = responses.failed_event(
-            str(getattr(error, "message", error)),
-            getattr(error, "code", None) or responses.STREAM_ERROR_CODE,
+            error.message,
+            error.code or responses.STREAM_ERROR_CODE,
             response_id=None if found is None else found.group(1).decode(),
             sequence_number=int(numbers[-1]) + 1 if numbers else 0,
         )
@@ -303,10 +303,9 @@ class MessagesApi(_EventApi):
     def fresh_body(self, body: bytes) -> bytes:
         return messages.Refresher().body(body)
 
-    def failure_event(self, error: Any, sent: bytes = b"") -> bytes:
-        status = getattr(error, "status_code", 500)
-        kind = messages.error_type(status if isinstance(status, int) else 500)
-        return messages.frame(messages.error_event(str(getattr(error, "message", error)), kind))
+    def failure_event(self, error: HastenError, sent: bytes = b"") -> bytes:
+        kind = messages.error_type(error.status_code)
+        return messages.frame(messages.error_event(error.message, kind))
 
     def render_error(self, error: HastenError) -> bytes:
         return messages.error_body(error.status_code, error.message)

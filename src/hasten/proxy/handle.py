@@ -70,7 +70,6 @@ from hasten.wire.asgi import (
     send_body,
     send_json,
     send_response,
-    sse_event,
     start_sse,
     start_stream,
 )
@@ -603,10 +602,10 @@ async def _forward_direct(pipe: Pipeline, ex: Exchange) -> None:
         if ex.is_usage_added:  # asked for a key's limits: not for this client
             chunks = without_usage(chunks, usage)
         if not ex.trace.is_recording:
-            await _stream_body(ex.send, chunks)
+            await _stream_body(ex.send, chunks, ex.api)
         else:
             tail: list[bytes] = []
-            await _stream_body(ex.send, keep_tail(chunks, tail))
+            await _stream_body(ex.send, keep_tail(chunks, tail), ex.api)
             describe_answer(ex.trace, status, tail, is_stream=True)
         if ex.is_usage_added:
             ex.usage_tail = b"".join(usage)
@@ -659,19 +658,28 @@ def _listeners(
 
 
 async def _stream_body(
-    send: Send, chunks: AsyncIterator[bytes], error: Callable[[], HastenError | None] | None = None
+    send: Send,
+    chunks: AsyncIterator[bytes],
+    api: Api,
+    error: Callable[[], HastenError | None] | None = None,
 ) -> None:
-    """Forwards chunks as they come; a failure ends the stream with an SSE error event."""
+    """Forwards chunks as they come; a failure ends the stream with the API's error event
+    (chat's ``error``, ``response.failed`` numbered after what was sent, Anthropic's
+    ``error``), never a silent end."""
     failure: HastenError | None = None
+    first = last = b""
     try:
         async for chunk in chunks:
+            if not first:
+                first = chunk
+            last = chunk
             await send_body(send, chunk)
     except HastenError as exc:
         failure = exc.detached()  # its traceback would hold this frame, and it this one
     if failure is None and error is not None:
         failure = error()
     if failure is not None:
-        await send_body(send, sse_event(failure.to_json()))
+        await send_body(send, api.failure_event(failure, first[:4096] + last[-4096:]))
     await send_body(send, b"", more_body=False)
 
 
@@ -767,7 +775,7 @@ async def _serve_flight(pipe: Pipeline, ex: Exchange, flight: Flight, label: byt
     headers.extend(ex.base_headers(label, flight.ttfb_ms))
     await start_stream(ex.send, flight.status, headers)
     chunks = flight.iter_chunks_without_usage() if ex.is_usage_added else flight.iter_chunks()
-    await _stream_body(ex.send, chunks, lambda: flight.error)
+    await _stream_body(ex.send, chunks, ex.api, lambda: flight.error)
     describe_answer(ex.trace, flight.status, flight.chunks, is_stream=True)
     if flight.error is not None:
         ex.trace.fail(flight.error)

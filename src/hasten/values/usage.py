@@ -20,6 +20,14 @@ _BOTH = re.compile(
 )
 _PROMPT = re.compile(rb'"prompt_tokens"\s*:\s*' + _COUNT)
 _COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*' + _COUNT)
+# The Responses API's and Anthropic's names; Anthropic counts cache reads and writes apart
+# from its input_tokens, which are added back (the input is all of them, as OpenAI counts).
+_INPUT = re.compile(rb'"input_tokens"\s*:\s*' + _COUNT)
+_OUTPUT = re.compile(rb'"output_tokens"\s*:\s*' + _COUNT)
+_CACHE_PARTS = (
+    re.compile(rb'"cache_read_input_tokens"\s*:\s*' + _COUNT),
+    re.compile(rb'"cache_creation_input_tokens"\s*:\s*' + _COUNT),
+)
 
 
 def usage_tokens(data: bytes) -> tuple[int | None, int | None]:
@@ -36,10 +44,26 @@ def usage_tokens(data: bytes) -> tuple[int | None, int | None]:
         return int(both.group(1)), int(both.group(2))
     prompt = _PROMPT.search(data, at)
     completion = _COMPLETION.search(data, at)
+    if prompt is None and completion is None:
+        return _typed_usage(data, at)
     return (
         None if prompt is None else int(prompt.group(1)),
         None if completion is None else int(completion.group(1)),
     )
+
+
+def _typed_usage(data: bytes, at: int) -> tuple[int | None, int | None]:
+    """``usage_tokens`` of a Responses or Messages usage object (``input_tokens``,
+    ``output_tokens``; Anthropic's cache reads and writes added to the input)."""
+    found_in = _INPUT.search(data, at)
+    found_out = _OUTPUT.search(data, at)
+    tokens_in = None if found_in is None else int(found_in.group(1))
+    if tokens_in is not None:
+        for part in _CACHE_PARTS:
+            cached = part.search(data, at)
+            if cached is not None:
+                tokens_in += int(cached.group(1))
+    return tokens_in, None if found_out is None else int(found_out.group(1))
 
 
 # A "usage" that is not null: with include_usage every ordinary chunk says "usage":null.
