@@ -4,8 +4,14 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 from tests.support.servers import redis_server
+
+# No wall-clock deadline per example: on a loaded 2-core machine a 200 ms one fails tests that
+# assert nothing about time (speed is measured in bench/, side by side).
+settings.register_profile("hasten", deadline=None)
+settings.load_profile("hasten")
 
 
 @pytest.fixture(scope="session")

@@ -12,9 +12,22 @@ meets at, is one more (``responses_chat``, ``messages_chat``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from hasten.errors import HastenError, UpstreamError
+
+
+@dataclass(frozen=True, slots=True)
+class ParamFields:
+    """Where an API's request names what a parameter policy caps or defaults
+    (``hasten.policy``): its most output tokens (the first field is the one a default is
+    written to), its stop sequences, its number of choices; none for an API that generates
+    nothing (embeddings: no policy applies)."""
+
+    max_tokens: tuple[str, ...] = ()
+    stop: str | None = None
+    n: str | None = None
 
 
 class Merge(Protocol):
@@ -76,6 +89,10 @@ class Api(Protocol):
     @property
     def has_done(self) -> bool:
         """Whether its stream ends with ``data: [DONE]`` (OpenAI's chat and completions)."""
+
+    @property
+    def param_fields(self) -> ParamFields:
+        """What a parameter policy rewrites in its requests."""
 
     # --- requests ---------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from hasten.apis.api import ParamFields
 from hasten.errors import HastenError, InvalidRequest, UpstreamError
 from hasten.values.usage import is_usage_chunk
 from hasten.wire.asgi import sse_event
@@ -625,6 +626,9 @@ class ChoicesEnding:
 # --- the two APIs ----------------------------------------------------------------------
 
 
+_CHOICES_FIELDS = ParamFields(("max_tokens", "max_completion_tokens"), "stop", "n")
+
+
 class _ChoicesApi:
     """Chat Completions or Completions: the same stream of choices, two shapes of them."""
 
@@ -633,6 +637,7 @@ class _ChoicesApi:
     is_streamable = True
     is_generating = True
     has_done = True
+    param_fields = _CHOICES_FIELDS
 
     def __init__(
         self, name: str, path: str, check: Callable[[dict[str, Any]], None], items: str

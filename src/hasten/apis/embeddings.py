@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from hasten.apis.api import ParamFields
 from hasten.apis.chat import check_model_field, require
 from hasten.errors import HastenError, UpstreamError
 from hasten.wire.asgi import sse_event
@@ -65,6 +66,7 @@ class EmbeddingsApi:
     is_generating = False
     has_done = False
     items_param = "input"
+    param_fields = ParamFields()
 
     def check(self, body: dict[str, Any]) -> None:
         check_embedding(body)

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from hasten.apis import messages, messages_chat, responses, responses_chat
-from hasten.apis.api import Api
+from hasten.apis.api import Api, ParamFields
 from hasten.apis.chat import CHAT_API, COMPLETIONS_API
 from hasten.apis.embeddings import EMBEDDINGS_API
 from hasten.errors import HastenError, InvalidRequest, UpstreamError
@@ -183,6 +183,7 @@ class ResponsesApi(_EventApi):
     name = RESPONSES
     path = "/responses"
     items_param = "input"
+    param_fields = ParamFields(("max_output_tokens",))
 
     def check(self, body: dict[str, Any]) -> None:
         responses.check_request(body)
@@ -255,6 +256,7 @@ class MessagesApi(_EventApi):
     name = MESSAGES
     path = "/messages"
     items_param = "messages"
+    param_fields = ParamFields(("max_tokens",), "stop_sequences")
 
     def check(self, body: dict[str, Any]) -> None:
         messages.check_request(body)

@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from hasten.apis.api import ParamFields
 from hasten.config.policy import ParamPolicy
-from hasten.policy.decide import Applied, EffectivePolicy, apply_policy, combine
+from hasten.policy.decide import CHAT_FIELDS, Applied, EffectivePolicy, apply_policy, combine
 
 # Embeddings have no max_tokens, n or stop, and a `set` meant for generation would break them.
-POLICY_ENDPOINTS = frozenset({"chat", "completions"})
+_ENDPOINT_FIELDS = {"chat": CHAT_FIELDS, "completions": CHAT_FIELDS}
 
 
 class PolicyBook:
@@ -43,9 +44,20 @@ class PolicyBook:
             return self._by_pair[None, tenant]
         return self._by_route.get(route)
 
-    def apply(self, body: dict[str, Any], endpoint: str, route: str, tenant: str) -> Applied | None:
-        """The rewritten body and its actions; None when no policy changed anything."""
-        if self.is_empty or endpoint not in POLICY_ENDPOINTS:
+    def apply(
+        self,
+        body: dict[str, Any],
+        endpoint: str,
+        route: str,
+        tenant: str,
+        fields: ParamFields | None = None,
+    ) -> Applied | None:
+        """The rewritten body and its actions; None when no policy changed anything.
+        ``fields``: where the request's API names what a policy rewrites (by default,
+        chat's and completions'; an API without them, embeddings, is never rewritten)."""
+        if fields is None:
+            fields = _ENDPOINT_FIELDS.get(endpoint)
+        if self.is_empty or fields is None or not fields.max_tokens:
             return None
         policy = self.policy_for(route, tenant)
-        return None if policy is None else apply_policy(body, policy)
+        return None if policy is None else apply_policy(body, policy, fields)

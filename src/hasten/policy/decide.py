@@ -20,10 +20,13 @@ from typing import Any
 
 import orjson
 
+from hasten.apis.api import ParamFields
 from hasten.config.policy import ParamPolicy
 from hasten.errors import InvalidRequest
 
 MAX_TOKENS_FIELDS = ("max_tokens", "max_completion_tokens")
+# Chat's fields, the default: a body of another API names its own (``Api.param_fields``).
+CHAT_FIELDS = ParamFields(MAX_TOKENS_FIELDS, "stop", "n")
 # A value longer than this (a long string, a table) is named in the header but not shown.
 MAX_SHOWN_VALUE_BYTES = 32
 _ABSENT = object()
@@ -143,8 +146,11 @@ class _Edit:
         self.actions.append(action)
 
 
-def apply_policy(body: dict[str, Any], policy: EffectivePolicy) -> Applied | None:
-    """``body`` as the policy rewrites it; None when no rule changed anything.
+def apply_policy(
+    body: dict[str, Any], policy: EffectivePolicy, fields: ParamFields = CHAT_FIELDS
+) -> Applied | None:
+    """``body`` as the policy rewrites it; None when no rule changed anything. ``fields``:
+    where the body's API names its most output tokens, stop sequences and choices.
 
     Raises InvalidRequest (400, ``param`` named) for a value above a rejecting cap.
     ``body`` must have passed validation: the counted fields are integers >= 1 or absent.
@@ -157,20 +163,19 @@ def apply_policy(body: dict[str, Any], policy: EffectivePolicy) -> Applied | Non
         if not _is_same(body.get(name, _ABSENT), value):
             edit.put(name, value, action)
     default = policy.default_max_tokens
-    if (
-        default is not None
-        and body.get("max_tokens") is None
-        and body.get("max_completion_tokens") is None
-    ):
-        edit.put("max_tokens", default, f"max_tokens={default}(default)")
+    limit_fields = fields.max_tokens
+    if default is not None and limit_fields and all(body.get(f) is None for f in limit_fields):
+        name = limit_fields[0]
+        edit.put(name, default, f"{name}={default}(default)")
     if policy.max_tokens is not None:
-        for name in MAX_TOKENS_FIELDS:
+        for name in limit_fields:
             _cap(edit, name, policy.max_tokens)
-    if policy.n is not None:
-        _cap(edit, "n", policy.n)
+    if policy.n is not None and fields.n is not None:
+        _cap(edit, fields.n, policy.n)
     # Validated as a string, a list or null: falsy is no stop sequence ("", [] or null).
-    if policy.default_stop and not body.get("stop"):
-        edit.put("stop", list(policy.default_stop), "stop(default)")
+    stop = fields.stop
+    if policy.default_stop and stop is not None and not body.get(stop):
+        edit.put(stop, list(policy.default_stop), f"{stop}(default)")
     if not edit.actions:
         return None
     return Applied(edit.body, tuple(edit.actions))

@@ -183,7 +183,7 @@ def _front(
     model, extra_headers = _resolve(pipe, api, body, request_id)
     check_model(caller, body["model"], model.name)  # a key's allowed models (404 otherwise)
     # Before the cache key is built: the key, the flight and upstream all see what is sent.
-    applied = pipe.policies.apply(body, api.name, model.route.name, tenant)
+    applied = pipe.policies.apply(body, api.name, model.route.name, tenant, api.param_fields)
     if applied is not None:
         body = applied.body
         extra_headers = (*extra_headers, (POLICY_HEADER, applied.header))

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from hasten.apis.api import ParamFields
 from hasten.cache import TieredCache
 from hasten.config import GatewayConfig
 from hasten.proxy.flight import Coalescer
@@ -46,7 +47,14 @@ class _NoLimits:
 class _NoPolicies:
     __slots__ = ()
 
-    def apply(self, body: object, endpoint: str, route: str, tenant: str) -> None:
+    def apply(
+        self,
+        body: object,
+        endpoint: str,
+        route: str,
+        tenant: str,
+        fields: ParamFields | None = None,
+    ) -> None:
         return None
 
 

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from hasten.apis.api import ParamFields
 from hasten.config.tables import DEFAULT_MAX_ANSWER_BYTES
 from hasten.values.caller import Caller
 from hasten.values.outcome import RequestOutcome
@@ -56,7 +57,12 @@ class Policies(Protocol):
     """Parameter policies per route and tenant (``hasten.policy.PolicyBook``)."""
 
     def apply(
-        self, body: dict[str, Any], endpoint: str, route: str, tenant: str
+        self,
+        body: dict[str, Any],
+        endpoint: str,
+        route: str,
+        tenant: str,
+        fields: ParamFields | None = None,
     ) -> Rewrite | None: ...
 
 
