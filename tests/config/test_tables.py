@@ -652,3 +652,31 @@ def test_upstream_client_is_lean_or_aiohttp(tmp_path: Path) -> None:
     assert _error(tmp_path, '[server]\nupstream_client = "curl"\n', {}) == (
         "server.upstream_client: expected one of lean, aiohttp, got 'curl'"
     )
+
+
+# --- the APIs an upstream speaks -----------------------------------------------------------
+
+
+def test_an_upstream_speaks_what_its_host_says_unless_told() -> None:
+    assert UpstreamConfig("a", "https://api.anthropic.com/v1").speaks == ("messages",)
+    assert "responses" in UpstreamConfig("o", "https://api.openai.com/v1").speaks
+    assert UpstreamConfig("l", "http://127.0.0.1:9/v1").speaks == (
+        "chat",
+        "completions",
+        "embeddings",
+    )
+
+
+def test_api_and_auto_cache_control_are_read_and_checked(tmp_path: Path) -> None:
+    config = _load(
+        tmp_path,
+        '[upstreams.a]\nurl = "http://127.0.0.1:9/v1"\napi = ["chat", "messages"]\n'
+        'auto_cache_control = true\n[models."*"]\nupstream = "a"\n',
+    )
+    upstream = config.upstreams["a"]
+    assert upstream.speaks == ("chat", "messages") and upstream.is_auto_cache_control
+    route = '[models."*"]\nupstream = "a"\n'
+    bad = '[upstreams.a]\nurl = "http://127.0.0.1:9/v1"\napi = ["grpc"]\n' + route
+    assert "unknown API 'grpc'" in _error(tmp_path, bad)
+    empty = '[upstreams.a]\nurl = "http://127.0.0.1:9/v1"\napi = []\n' + route
+    assert "an empty list" in _error(tmp_path, empty)

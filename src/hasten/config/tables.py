@@ -125,6 +125,9 @@ class UpstreamConfig:
     # The client APIs it speaks natively (``api = [...]``; empty: inferred from the URL,
     # ``speaks``): a request in one of them passes through as sent, any other is translated.
     apis: tuple[str, ...] = ()
+    # A Messages request to it without cache_control gets Anthropic prompt-cache
+    # breakpoints on its stable prefix (hasten.apis.cache_control); off by default.
+    is_auto_cache_control: bool = False
 
     @property
     def speaks(self) -> tuple[str, ...]:
@@ -314,6 +317,7 @@ def _upstream(name: str, table: TomlTable, env: Mapping[str, str]) -> UpstreamCo
             "max_answer_bytes", DEFAULT_MAX_ANSWER_BYTES, minimum=64 * 1024
         ),
         apis=_apis(table),
+        is_auto_cache_control=table.get("auto_cache_control", bool, False),
     )
     table.finish()
     return config

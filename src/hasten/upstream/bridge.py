@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import orjson
 
 from hasten.apis import ids, messages, messages_chat, responses, responses_chat
+from hasten.apis.cache_control import with_breakpoints
 from hasten.apis.chat import CHAT
 from hasten.apis.known import MESSAGES, RESPONSES
 from hasten.config import UpstreamConfig
@@ -146,10 +147,13 @@ class ClientRequest:
                 code="unsupported_api",
             )
         headers = _auth(upstream, self._headers, wire)
-        if wire == client:
+        is_marked = wire == MESSAGES and upstream.is_auto_cache_control
+        if wire == client and not is_marked:
             return Leg(_PATHS[wire], self._native, headers)
+        if wire == client:
+            return Leg(_PATHS[wire], self._marked_native(), headers)
         body = self._wires.get(wire)
-        if body is None:
+        if body is None or is_marked:
             request = wire_request(client, wire, self._parsed)
             request["model"] = self._model
             if self._is_stream:
@@ -158,9 +162,19 @@ class ClientRequest:
                     request["stream_options"] = {"include_usage": True}
             else:
                 request.pop("stream", None)
-            body = self._wires[wire] = exactjson.dumps(request)
+            if is_marked:
+                request = with_breakpoints(request) or request
+            body = exactjson.dumps(request)
+            if not is_marked:
+                self._wires[wire] = body
         translate = _answers(client, wire, self._parsed, self._is_stream)
         return Leg(_PATHS[wire], body, headers, translate)
+
+    def _marked_native(self) -> bytes:
+        """The client's own Messages body, with cache breakpoints where it set none."""
+        parsed = exactjson.loads(self._native)
+        marked = with_breakpoints(parsed) if isinstance(parsed, dict) else None
+        return self._native if marked is None else exactjson.dumps(marked)
 
 
 def _auth(
