@@ -108,3 +108,14 @@ def test_native_pass_through_reaches_the_upstream_on_its_own_api(sim: ServerThre
         client.responses.create(model="sim-model", input="native one", temperature=0.5)
     after = sim_stats(sim.url)["num_requests_by_endpoint"]
     assert after.get("responses", 0) == before.get("responses", 0) + 1
+
+
+def test_metrics_and_the_access_record_name_the_api(sim: ServerThread) -> None:
+    with running_gateway(_config(sim.url)) as gateway:
+        client = anthropic.Anthropic(base_url=gateway.url, api_key="sk-test", max_retries=0)
+        client.messages.create(
+            model="sim-model", max_tokens=16, messages=[{"role": "user", "content": "label me"}]
+        )
+        scraped = httpx.get(f"{gateway.url}/metrics").text
+    lines = [line for line in scraped.splitlines() if line.startswith("hasten_requests_total{")]
+    assert any('api="messages"' in line for line in lines), lines

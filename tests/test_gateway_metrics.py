@@ -72,8 +72,20 @@ def _scrape(url: str, **headers: str) -> Samples:
     return samples
 
 
+# The per-request series carry the client API (all chat here, but where a test says).
+_API_SERIES = (
+    "hasten_requests_total",
+    "hasten_gen_ai_",
+    "hasten_gateway_overhead_seconds",
+    "hasten_stream_inter_token_gap_seconds",
+)
+
+
 def _value(samples: Samples, name: str, **labels: str) -> float:
-    """The one sample named ``name`` with exactly ``labels``; 0 when absent."""
+    """The one sample named ``name`` with exactly ``labels`` (and ``api="chat"`` for a
+    per-request series that names none); 0 when absent."""
+    if name.startswith(_API_SERIES) and "api" not in labels:
+        labels = {**labels, "api": "chat"}
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
@@ -164,7 +176,7 @@ def test_exact_counters_after_a_scripted_sequence(sim: ServerThread) -> None:
     # Time saved: each hit's header, summed, is the counter (to the header's rounding).
     saved_ms = [float(r.headers["x-hasten-saved-ms"]) for r in (hit, stream_hit)]
     assert "x-hasten-saved-ms" not in miss.headers and "x-hasten-saved-ms" not in bypass.headers
-    counted_s = _value(samples, "hasten_latency_saved_seconds_total", **base, source="hit")
+    counted_s = _value(samples, "hasten_latency_saved_seconds_total", model="*", source="hit")
     assert counted_s == pytest.approx(sum(saved_ms) / 1000.0, abs=1e-4)
     assert _value(samples, "hasten_upstream_in_flight", **upstream) == 0
     assert _value(samples, "hasten_breaker_state", **upstream, state="closed") == 1
@@ -193,7 +205,7 @@ def test_coalesced_waiters_are_counted_once_each() -> None:
     labels = sorted(r.headers["x-hasten-cache"] for r in responses)
     assert labels == ["coalesced", "coalesced", "miss"]
     num_coalesced = 2
-    base = {"model": "*", "deployment": "sim"}
+    base = {"model": "*", "deployment": "sim", "api": "chat"}
     assert _value(samples, "hasten_coalesced_waiters_total") == num_coalesced
     assert _value(samples, "hasten_requests_total", **base, cache="coalesced", status="200") == 2
     assert _value(samples, "hasten_requests_total", **base, cache="miss", status="200") == 2

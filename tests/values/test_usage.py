@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hasten.values.usage import usage_tokens
+from hasten.values.usage import cached_tokens, usage_tokens
 
 
 def test_json_body_usage() -> None:
@@ -51,3 +51,12 @@ def test_a_count_that_is_no_sane_integer_is_unknown(count: bytes) -> None:
 def test_the_largest_count_read_is_fifteen_digits() -> None:
     body = b'{"usage":{"prompt_tokens":999999999999999,"completion_tokens":0}}'
     assert usage_tokens(body) == (999_999_999_999_999, 0)
+
+
+def test_cached_tokens_of_every_api() -> None:
+    chat = b'{"usage":{"prompt_tokens":9,"prompt_tokens_details":{"cached_tokens":4}}}'
+    responses = b'{"usage":{"input_tokens":9,"input_tokens_details":{"cached_tokens":5}}}'
+    messages = b'{"usage":{"input_tokens":2,"cache_read_input_tokens":6,"output_tokens":1}}'
+    assert [cached_tokens(d) for d in (chat, responses, messages)] == [4, 5, 6]
+    assert cached_tokens(b'{"usage":{"prompt_tokens":9}}') is None
+    assert usage_tokens(messages) == (8, 1)

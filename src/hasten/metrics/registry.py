@@ -62,6 +62,7 @@ class _Series:
     tokens_out: HistogramChild
     tokens_in_total: CounterChild
     tokens_out_total: CounterChild
+    tokens_cached_total: CounterChild  # input tokens the provider's prompt cache served
     requests: dict[int, CounterChild] = field(default_factory=dict)  # by status
 
 
@@ -76,7 +77,9 @@ class Metrics:
         self._series: dict[tuple[str, ...], _Series] = {}
         self.hedges: Counter[tuple[str, str]] = Counter()  # (model, won|lost) outcomes
         tenant = ("tenant",) if is_tenant_label else ()
-        base = ("model", "deployment", "cache", *tenant)
+        # ``api``: the client API the request came in (chat, completions, embeddings,
+        # responses, messages).
+        base = ("model", "deployment", "cache", "api", *tenant)
         self.base_labels = base
         (
             self.ttft,
@@ -106,7 +109,12 @@ class Metrics:
 
     def __call__(self, outcome: RequestOutcome) -> None:
         """The observer: one request's every measurement."""
-        key: tuple[str, ...] = (outcome.model, outcome.deployment or "", outcome.cache)
+        key: tuple[str, ...] = (
+            outcome.model,
+            outcome.deployment or "",
+            outcome.cache,
+            outcome.endpoint,
+        )
         if self.is_tenant_label:
             key = (*key, outcome.tenant)
         series = self._series.get(key)
@@ -129,15 +137,17 @@ class Metrics:
         if outcome.tokens_out is not None:
             series.tokens_out.observe(outcome.tokens_out)
             series.tokens_out_total.value += outcome.tokens_out
+        if outcome.tokens_cached:
+            series.tokens_cached_total.value += outcome.tokens_cached
         if outcome.error_code is not None or status >= 400:
             self.count_error(status, outcome.error_code)
         if outcome.is_upstream_call:
-            self._observe_upstream(outcome, key[3:])
+            self._observe_upstream(outcome, key[4:])
         if outcome.semantic_s is not None:
-            self.semantic.child(outcome.model, *key[3:]).observe(outcome.semantic_s)
+            self.semantic.child(outcome.model, *key[4:]).observe(outcome.semantic_s)
         if outcome.saved_s is not None:
             source = _saved_source(outcome)
-            self.saved_total.child(outcome.model, source, *key[3:]).inc(outcome.saved_s)
+            self.saved_total.child(outcome.model, source, *key[4:]).inc(outcome.saved_s)
 
     def _observe_upstream(self, outcome: RequestOutcome, tenant: tuple[str, ...]) -> None:
         if outcome.upstream_ttfb_s is not None and outcome.deployment:
@@ -164,6 +174,7 @@ class Metrics:
             tokens_out=self.token_usage.child(*key, "output"),
             tokens_in_total=self.tokens.child(*key, "input"),
             tokens_out_total=self.tokens.child(*key, "output"),
+            tokens_cached_total=self.tokens.child(*key, "cached_input"),
         )
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from hasten.upstream.dispatch import PRIMARY_HEADER
 from hasten.values.outcome import CLIENT_GONE_STATUS, COALESCED, RequestOutcome
-from hasten.values.usage import usage_tokens
+from hasten.values.usage import cached_tokens, usage_tokens
 
 if TYPE_CHECKING:
     from hasten.cache import CachedAnswer
@@ -69,6 +69,7 @@ def build_outcome(ex: Exchange, status: int, error_code: str | None) -> RequestO
         ex.semantic_s,
         time.time(),  # ended_at
         ex.resume if is_call else "",
+        cached_tokens(tail),
     )
 
 

@@ -58,6 +58,7 @@ class RequestOutcome:
     ended_at: float = 0.0  # wall clock (``time.time()``) when it was reported, for display
     resume: str = ""  # how a broken stream was continued: "" (it was not), or one of
     # hasten.proxy.continuation.RESUME_OUTCOMES; set on the request that made the call
+    tokens_cached: int | None = None  # input tokens the provider's prompt cache served
 
 
 Observer = Callable[[RequestOutcome], None]

@@ -52,6 +52,20 @@ def usage_tokens(data: bytes) -> tuple[int | None, int | None]:
     )
 
 
+_CACHED = re.compile(rb'"(?:cached_tokens|cache_read_input_tokens)"\s*:\s*' + _COUNT)
+
+
+def cached_tokens(data: bytes) -> int | None:
+    """The input tokens a provider's prompt cache served, from the last ``usage`` object in
+    ``data`` (OpenAI's ``cached_tokens`` in either API, Anthropic's
+    ``cache_read_input_tokens``); None where it says nothing of them."""
+    at = data.rfind(_USAGE)
+    if at < 0:
+        return None
+    found = _CACHED.search(data, at)
+    return None if found is None else int(found.group(1))
+
+
 def _typed_usage(data: bytes, at: int) -> tuple[int | None, int | None]:
     """``usage_tokens`` of a Responses or Messages usage object (``input_tokens``,
     ``output_tokens``; Anthropic's cache reads and writes added to the input)."""
