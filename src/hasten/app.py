@@ -34,7 +34,7 @@ from hasten.metrics.endpoint import OBSERVED_SCOPE_KEY, build_metrics, serve_met
 from hasten.openapi import openapi_json
 from hasten.policy import POLICY_HEADER, PolicyBook
 from hasten.proxy.count import count_tokens
-from hasten.proxy.handle import MODEL_SCOPE_KEY, TENANT_SCOPE_KEY, handle
+from hasten.proxy.handle import API_SCOPE_KEY, MODEL_SCOPE_KEY, TENANT_SCOPE_KEY, handle
 from hasten.proxy.pipeline import Pipeline
 from hasten.proxy.stats import Stats
 from hasten.routing.models import ModelRouter
@@ -477,6 +477,7 @@ def _log_access(scope: Scope, request_id: str, start: Message | None, started_s:
             "path": scope["path"],
             "status": status,
             "tenant": scope.get(TENANT_SCOPE_KEY),
+            "api": scope.get(API_SCOPE_KEY),
             "model": scope.get(MODEL_SCOPE_KEY),
             "cache": text(b"x-hasten-cache"),
             "upstream": text(b"x-hasten-upstream"),

@@ -84,6 +84,7 @@ _COALESCED_LABEL = COALESCED.encode()
 # Per-request facts the JSON access record shows (hasten.app), kept in the ASGI scope.
 TENANT_SCOPE_KEY = "hasten.tenant"
 MODEL_SCOPE_KEY = "hasten.model"
+API_SCOPE_KEY = "hasten.api"
 
 
 async def handle(
@@ -123,6 +124,7 @@ async def _exchange(
     tenant = caller.tenant
     assert tenant is not None
     scope[TENANT_SCOPE_KEY] = tenant
+    scope[API_SCOPE_KEY] = api.name
     raw = await read_body(receive, scope, pipe.config.server.max_body_bytes)
     front = pipe.fronts.get(api.name, tenant, raw)
     if front is None:

@@ -25,6 +25,7 @@ RECORD_FIELDS = (
     "path",
     "status",
     "tenant",
+    "api",  # the client API: chat, completions, embeddings, responses or messages
     "model",
     "cache",
     "upstream",
