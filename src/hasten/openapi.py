@@ -1,10 +1,10 @@
 """The OpenAPI 3.1 document of what the gateway serves (``GET /openapi.json``).
 
-It describes the fields the gateway itself validates (``validation.py``); everything else
+It describes the fields the gateway itself validates (each API's ``check``); everything else
 in a request body passes through to the upstream untouched, so request schemas allow
 additional properties. Fuzzers (``tests/test_fuzz.py``, ``bench/fuzz.py``) generate
 requests from it and check that no input makes the gateway answer 5xx on its own or
-answer an error outside the OpenAI shape.
+answer an error outside its API's shape (OpenAI's; Anthropic's under /v1/messages).
 """
 
 from __future__ import annotations
@@ -68,6 +68,64 @@ EMBEDDING_REQUEST: dict[str, Any] = {
         "input": {"anyOf": [_STRING, {"type": "array", "items": _STRING, "minItems": 1}]},
     },
 }
+_RESPONSES_ITEM = {
+    "type": "object",
+    "properties": {
+        "type": {"enum": ["message", "function_call", "function_call_output"]},
+        "role": {"enum": ["user", "assistant", "system", "developer"]},
+        "content": {"anyOf": [_STRING, {"type": "array", "items": {"type": "object"}}]},
+    },
+}
+RESPONSES_REQUEST: dict[str, Any] = {
+    "type": "object",
+    "required": ["model", "input"],
+    "properties": {
+        "model": _MODEL,
+        "input": {"anyOf": [_STRING, {"type": "array", "items": _RESPONSES_ITEM}]},
+        "instructions": _STRING,
+        "stream": {"type": "boolean"},
+        "store": {"type": "boolean"},
+        "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+        "top_p": {"type": "number", "minimum": 0, "maximum": 1},
+        "max_output_tokens": {"type": "integer", "minimum": 16, "maximum": 4096},
+        "previous_response_id": _STRING,
+        "tools": {"type": "array", "items": {"type": "object"}},
+        "metadata": {"type": "object", "additionalProperties": _STRING},
+    },
+}
+_MESSAGES_MESSAGE = {
+    "type": "object",
+    "required": ["role", "content"],
+    "properties": {
+        "role": {"enum": ["user", "assistant"]},
+        "content": {"anyOf": [_STRING, {"type": "array", "items": {"type": "object"}}]},
+    },
+}
+MESSAGES_REQUEST: dict[str, Any] = {
+    "type": "object",
+    "required": ["model", "max_tokens", "messages"],
+    "properties": {
+        "model": _MODEL,
+        "max_tokens": {"type": "integer", "minimum": 1, "maximum": 4096},
+        "messages": {"type": "array", "minItems": 1, "items": _MESSAGES_MESSAGE},
+        "system": {"anyOf": [_STRING, {"type": "array", "items": {"type": "object"}}]},
+        "stream": {"type": "boolean"},
+        "temperature": {"type": "number", "minimum": 0, "maximum": 1},
+        "stop_sequences": {"type": "array", "items": _STRING, "maxItems": 4},
+        "tools": {"type": "array", "items": {"type": "object"}},
+        "metadata": {"type": "object"},
+    },
+}
+COUNT_TOKENS_REQUEST: dict[str, Any] = {
+    "type": "object",
+    "required": ["model", "messages"],
+    "properties": {
+        "model": _MODEL,
+        "messages": {"type": "array", "minItems": 1, "items": _MESSAGES_MESSAGE},
+        "system": {"anyOf": [_STRING, {"type": "array", "items": {"type": "object"}}]},
+        "tools": {"type": "array", "items": {"type": "object"}},
+    },
+}
 INVALIDATE_REQUEST: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -127,20 +185,37 @@ ERROR: dict[str, Any] = {
 }
 
 
-def _responses(*, is_streamable: bool = False) -> dict[str, Any]:
+ANTHROPIC_ERROR: dict[str, Any] = {
+    "type": "object",
+    "required": ["type", "error"],
+    "properties": {
+        "type": {"const": "error"},
+        "error": {
+            "type": "object",
+            "required": ["type", "message"],
+            "properties": {"type": _STRING, "message": _STRING},
+        },
+    },
+}
+
+
+def _responses(*, is_streamable: bool = False, error: str = "Error") -> dict[str, Any]:
     ok: dict[str, Any] = {"application/json": {"schema": {"type": "object"}}}
     if is_streamable:
         ok["text/event-stream"] = {"schema": {"type": "string"}}
+    shape = "Anthropic's" if error == "AnthropicError" else "the OpenAI"
     return {
         "200": {"description": "OK", "content": ok},
         "default": {
-            "description": "An error, always in the OpenAI shape",
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+            "description": f"An error, always in {shape} shape",
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{error}"}}},
         },
     }
 
 
-def _post(summary: str, schema: dict[str, Any], *, is_streamable: bool = False) -> dict[str, Any]:
+def _post(
+    summary: str, schema: dict[str, Any], *, is_streamable: bool = False, error: str = "Error"
+) -> dict[str, Any]:
     return {
         "post": {
             "summary": summary,
@@ -148,7 +223,7 @@ def _post(summary: str, schema: dict[str, Any], *, is_streamable: bool = False) 
                 "required": True,
                 "content": {"application/json": {"schema": schema}},
             },
-            "responses": _responses(is_streamable=is_streamable),
+            "responses": _responses(is_streamable=is_streamable, error=error),
         }
     }
 
@@ -186,7 +261,7 @@ def build_document() -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "hasten gateway", "version": __version__},
         "components": {
-            "schemas": {"Error": ERROR},
+            "schemas": {"Error": ERROR, "AnthropicError": ANTHROPIC_ERROR},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}, {}],
@@ -194,6 +269,13 @@ def build_document() -> dict[str, Any]:
             "/v1/chat/completions": _post("Chat completion", CHAT_REQUEST, is_streamable=True),
             "/v1/completions": _post("Text completion", COMPLETION_REQUEST, is_streamable=True),
             "/v1/embeddings": _post("Embeddings", EMBEDDING_REQUEST),
+            "/v1/responses": _post("OpenAI Responses", RESPONSES_REQUEST, is_streamable=True),
+            "/v1/messages": _post(
+                "Anthropic Messages", MESSAGES_REQUEST, is_streamable=True, error="AnthropicError"
+            ),
+            "/v1/messages/count_tokens": _post(
+                "Anthropic token count", COUNT_TOKENS_REQUEST, error="AnthropicError"
+            ),
             "/v1/models": _get("Models and aliases"),
             "/healthz": _get("Liveness"),
             "/readyz": _get("Readiness"),

@@ -83,6 +83,12 @@ _FIELDS = {
     ),
     "/v1/completions": (('"model"', '"sim-model"'), ('"prompt"', '"fuzz"')),
     "/v1/embeddings": (('"model"', '"sim-model"'), ('"input"', '"fuzz"')),
+    "/v1/responses": (('"model"', '"sim-model"'), ('"input"', '"fuzz"')),
+    "/v1/messages": (
+        ('"model"', '"sim-model"'),
+        ('"max_tokens"', "16"),
+        ('"messages"', '[{"role": "user", "content": "fuzz"}]'),
+    ),
     "/admin/cache/invalidate": (('"key"', '"k"'),),
 }
 
