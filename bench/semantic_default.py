@@ -13,8 +13,8 @@ first alternates), each timed by the client over its own keep-alive connection:
   the upstream and stored;
 - ``paraphrase``: its ``b``: at the default no paraphrase is safe enough to serve (no
   evidence of e5 reaches 0.95 precision), so a miss too, stored;
-- ``repeat_soon``: ``a`` again with one space doubled: not an exact hit (the body differs),
-  the same question by the default's rule: what the default serves by meaning. Its text is
+- ``repeat_soon``: ``a`` again with a trailing newline: not an exact hit (the body
+  differs), the same question by the default's rule: what the default serves by meaning. Its text is
   still among the embedder's remembered ones (the last 1,024), so neither side embeds it;
 - ``repeat_later``: the same, after both gateways restarted on their files: a question
   asked long ago, whose embedding nobody remembers.
@@ -91,8 +91,8 @@ def _wait_indexed(clients: dict[str, httpx.Client], num_entries: int) -> None:
 
 
 def _repeat(text: str) -> str:
-    """The same question by the default's rule (whitespace runs aside), another body."""
-    return text.replace(" ", "  ", 1) if " " in text else text + " "
+    """The same question by the default's rule (its ends trimmed), another body."""
+    return text + "\n"
 
 
 def _rows(pairs: str, limit: int, seed: int) -> list[dict[str, Any]]:

@@ -127,12 +127,13 @@ def test_the_calibrated_default_serves_with_its_risk(sim: ServerThread, tmp_path
         client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="k", max_retries=0)
         assert _ask(client, QUESTION).headers["x-hasten-cache"] == "miss"
         _wait_indexed(gateway, 1)
-        # Spacing aside the same question (not the same body: no exact hit): served, with its
-        # calibrated risk. A paraphrase is not: no evidence here makes one 95% safe.
+        # The same question but for a trailing newline (not the same body: no exact hit):
+        # served, with its calibrated risk. A paraphrase is not: no evidence here makes one
+        # 95% safe.
         assert _ask(client, PARAPHRASE).headers["x-hasten-cache"] == "miss"
         _wait_indexed(gateway, 2)
         stats = httpx.get(f"{gateway.url}/admin/cache/stats", headers=ADMIN).json()["semantic"]
-        again = _ask(client, " What is the  capital of France?")
+        again = _ask(client, "What is the capital of France?\n")
         assert again.headers["x-hasten-cache"] == "semantic"
         assert 0.0 <= float(again.headers["x-hasten-semantic-risk"]) < 0.05
         # Decided by the text: only a repeat can be served at 0.95, so nothing was embedded.
@@ -150,6 +151,31 @@ def test_the_calibrated_default_serves_with_its_risk(sim: ServerThread, tmp_path
         assert stats["by_script"]["latin"]["misses"] >= 2
         overview = httpx.get(f"{gateway.url}/stats", headers=ADMIN).json()
         assert overview["semantic"]["latin"] == stats["by_script"]["latin"]
+
+
+def test_only_the_same_text_is_a_repeat(sim: ServerThread, tmp_path: Path) -> None:
+    """Issue 41, defect 6: the text path served "What is 10² + 1?" the answer to "What is
+    102 + 1?" (NFKC), and code or quoted text spaced otherwise each other's answers."""
+    pairs = [
+        ("What is 102 + 1?", "What is 10² + 1?"),
+        ("Fix this:\nif x:\n    y()\nz()", "Fix this:\nif x:\n    y()\n    z()"),
+        ("How long is 'a  b'?", "How long is 'a b'?"),
+    ]
+    with running_gateway(_config(sim.url, tmp_path, min_similarity=None)) as gateway:
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="k", max_retries=0)
+        for number, (first, second) in enumerate(pairs, 1):
+            assert _ask(client, first).headers["x-hasten-cache"] == "miss"
+            _wait_indexed(gateway, 2 * number - 1)
+            other = _ask(client, second)
+            assert other.headers["x-hasten-cache"] == "miss", second
+            _wait_indexed(gateway, 2 * number)
+            again = _ask(client, first + "\n")  # the same text, not the same body
+            assert again.headers["x-hasten-cache"] == "semantic", first
+            assert (
+                again.parse().choices[0].message.content
+                == _ask(client, first).parse().choices[0].message.content
+            )
+    assert sim_stats(sim.url)["num_requests"] == 2 * len(pairs)
 
 
 def test_other_conversation_does_not_hit(sim: ServerThread, tmp_path: Path) -> None:
@@ -256,7 +282,7 @@ def test_an_import_at_the_default_is_served_by_text_before_its_vectors(
         result = httpx.post(f"{gateway.url}/admin/cache/import", content=lines, headers=ADMIN)
         assert result.json() == {"imported": 3, "vectors_pending": 3}
         client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="k", max_retries=0)
-        reply = _ask(client, "Which river flows  through city 2?")  # not the exact body
+        reply = _ask(client, "Which river flows through city 2? ")  # not the exact body
         assert reply.headers["x-hasten-cache"] == "semantic"
         assert reply.headers["x-hasten-semantic-similarity"] == "1.0000"
         assert reply.parse().choices[0].message.content == "River 2."
@@ -303,7 +329,7 @@ def test_replicas_share_semantic_entries_through_redis(
         return replace(config, semantic=semantic)
 
     question = f"{QUESTION} ({tmp_path.name})"  # unique within the session's shared Redis
-    again = f"{PARAPHRASE} ({tmp_path.name})" if min_similarity else question.replace(" ", "  ")
+    again = f"{PARAPHRASE} ({tmp_path.name})" if min_similarity else question + "\n"
     with running_gateway(replica("one")) as one, running_gateway(replica("two")) as two:
         first = openai.OpenAI(base_url=one.url + "/v1", api_key="k", max_retries=0)
         second = openai.OpenAI(base_url=two.url + "/v1", api_key="k", max_retries=0)

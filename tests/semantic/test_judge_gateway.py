@@ -74,8 +74,8 @@ def _latin(gateway: ServerThread, name: str, at_least: int) -> dict[str, Any]:
 
 
 def _run(tmp: Path, upstream: Upstream, **judge: Any) -> tuple[list[str], dict[str, Any]]:
-    """The question, its paraphrase (a miss, judged), then the paraphrase again (spacing
-    aside: no exact hit); the cache outcome of each and the latin counters."""
+    """The question, its paraphrase (a miss, judged), then the paraphrase again (with a
+    trailing newline: no exact hit); the cache outcome of each and the latin counters."""
     with ServerThread(upstream) as server, running_gateway(_config(server.url, tmp, **judge)) as gw:
         client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
         outcomes = [_ask(client, QUESTION).headers["x-hasten-cache"]]
@@ -92,7 +92,7 @@ def _run(tmp: Path, upstream: Upstream, **judge: Any) -> tuple[list[str], dict[s
             if stats["entries"] >= 2 or stats["judge"].get("judge_dropped_budget"):
                 break
             time.sleep(0.02)
-        again = _ask(client, f"  {PARAPHRASE.replace(' ', '  ')}")
+        again = _ask(client, PARAPHRASE + "\n")
         outcomes.append(again.headers["x-hasten-cache"])
         outcomes.append(again.headers.get("x-hasten-semantic-verifier", ""))
         latin = _latin(gw, "misses", 0)

@@ -72,7 +72,8 @@ def test_verdicts(text: str, verdict: bool | None) -> None:
 
 
 def test_answers_agree_on_equal_text_or_a_high_cosine() -> None:
-    assert answers_agree("Paris.", "  paris. ", None, 0.98)  # case and spacing aside
+    assert answers_agree("Paris.", "Paris.\n", None, 0.98)  # its ends trimmed
+    assert not answers_agree("x =  1", "x = 1", None, 0.98)  # inner spacing may be code's
     assert not answers_agree("Paris.", "Lyon.", None, 0.98)  # differing, not embedded
     assert answers_agree("Paris.", "It is Paris.", 0.985, 0.98)
     assert not answers_agree("Paris.", "It is Paris.", 0.97, 0.98)

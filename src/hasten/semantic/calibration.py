@@ -69,7 +69,7 @@ class Evidence:
     margin: float  # to the nearest candidate with another answer (capped at MAX_MARGIN)
     overlap: float  # Jaccard of the two squashed texts' character bigrams
     length_ratio: float  # shorter / longer squashed text
-    is_identical: bool  # the same text once whitespace runs are made single spaces
+    is_identical: bool  # the same text (``partition.trimmed``)
     # The verifier's similarity of the two texts, once one ran (``verifier``).
     second_similarity: float | None = None
 
@@ -173,7 +173,7 @@ class Calibration:
     ``verifiers``: every verifier calibrated with this embedder, by name, with its models by
     script; ``with_verifier`` makes one of them the ``verifier``.
 
-    A stored question identical to the query (whitespace runs aside; case counts: QQP labels
+    A stored question identical to the query (its ends trimmed; case counts: QQP labels
     "English" / "english" pairs both ways) is judged apart from the models, in every script
     alike (an identical text says nothing about its language): by ``identical_precision``,
     the lower bound measured on such hits.

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import orjson
 
+from hasten.semantic.partition import trimmed
+
 # A minute of spend: the budget is a sliding window of this length.
 WINDOW_S = 60.0
 # A judgement asks for one token; the prompt is the rest of its cost (about 4 chars a token).
@@ -124,14 +126,15 @@ def parse_verdict(text: str) -> bool | None:
 
 
 def normalized_answer(text: str) -> str:
-    """An answer's text compared for equality: case and whitespace runs aside."""
-    return " ".join(text.split()).casefold()
+    """An answer's text compared for equality: its ends trimmed (``partition.trimmed``), no
+    more: case and inner spacing may be meaning (code, quoted text)."""
+    return trimmed(text)
 
 
 def answers_agree(cached: str, fresh: str, cosine: float | None, min_cosine: float) -> bool:
     """The second key of an alias: the miss's fresh answer against the cached one.
 
-    Equal texts (case and whitespace aside) agree: a deterministic upstream gives one answer
+    Equal texts (their ends trimmed) agree: a deterministic upstream gives one answer
     to two phrasings of one question, and answers to different questions are almost never
     word for word equal. Otherwise their embedding cosine must reach ``min_cosine``; it is
     weak evidence on its own (answers on one topic embed close), which is why it only ever

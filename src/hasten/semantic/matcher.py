@@ -65,8 +65,8 @@ class MatchPolicy:
     max_risk: float = 0.05
 
     def serves_only_repeats(self, script: str, *, has_verifier: bool) -> bool:
-        """Whether, in ``script``, no evidence but identical text (``guard.normalized_text``)
-        can reach the target, the verifier's included: then a lookup needs no embedding to
+        """Whether, in ``script``, no evidence but identical text (``partition.trimmed``) can
+        reach the target, the verifier's included: then a lookup needs no embedding to
         decide, only the stored questions' texts."""
         calibration = self.calibration
         if calibration is None:
@@ -195,7 +195,7 @@ def best_evidence(
         best.signature.squashed,
         best.similarity,
         None if runner_up is None else runner_up.similarity,
-        is_identical=query.normalized == best.signature.normalized,
+        is_identical=query.text == best.signature.text,
     )
 
 

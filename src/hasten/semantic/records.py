@@ -21,7 +21,6 @@ import numpy.typing as npt
 import orjson
 
 from hasten.semantic.budget import Observation
-from hasten.semantic.guard import normalized_text
 
 _TABLE = "hasten_semantic_v1"
 _SCHEMA = f"""
@@ -52,10 +51,10 @@ CREATE TABLE IF NOT EXISTS {_TABLE}_meta (name TEXT PRIMARY KEY, value BLOB NOT 
 """
 # Columns added after the first release: files written before them get them on open.
 _ADDED_COLUMNS = {"answer_class": "INTEGER", "alias_of": "INTEGER", "text_key": "INTEGER"}
-# A repeated question (``text_key``: its normalised text's hash) is found without a vector.
+# A repeated question (``text_key``: its text's hash) is found without a vector. Rows
+# written before the column have none: they are in partitions of an older form
+# (``partition``), which no lookup reads.
 _TEXT_INDEX = f"CREATE INDEX IF NOT EXISTS {_TABLE}_text ON {_TABLE} (partition, text_key)"
-_ROWS_PER_BACKFILL = 1000
-_TEXT_KEYS_FILLED = "text_keys_filled"
 # Partial: only aliases are in it, so an entry's removal finds its aliases without a scan.
 _ALIAS_INDEX = (
     f"CREATE INDEX IF NOT EXISTS {_TABLE}_alias ON {_TABLE} (alias_of) WHERE alias_of IS NOT NULL"
@@ -95,7 +94,6 @@ class Records:
         self.conn.executescript(_SCHEMA)
         self._add_missing_columns()
         self.conn.execute(_ALIAS_INDEX)  # after the column exists in files from before it
-        self._fill_text_keys()
         self.conn.execute(_TEXT_INDEX)
         self.conn.execute(_PENDING_INDEX)
 
@@ -108,20 +106,6 @@ class Records:
             except sqlite3.OperationalError:
                 if column not in self._columns():  # else another process added it first
                     raise
-
-    def _fill_text_keys(self) -> None:
-        """Gives rows written before ``text_key`` existed theirs, once per file (the search
-        for them reads every row: not on every open of a large file)."""
-        if self.get_meta(_TEXT_KEYS_FILLED) is not None:
-            return
-        select = f"SELECT id, text FROM {_TABLE} WHERE text_key IS NULL LIMIT {_ROWS_PER_BACKFILL}"
-        while rows := self.conn.execute(select).fetchall():
-            with self.transaction():
-                self.conn.executemany(
-                    f"UPDATE {_TABLE} SET text_key = ? WHERE id = ?",
-                    ((text_key(text), entry_id) for entry_id, text in rows),
-                )
-        self.set_meta(_TEXT_KEYS_FILLED, b"1")  # every insert since writes its key
 
     def _columns(self) -> set[str]:
         return {row[1] for row in self.conn.execute(f"PRAGMA table_info({_TABLE})")}
@@ -247,17 +231,16 @@ class Records:
         )
         return {int(row[0]): _stored_entry(row) for row in rows}
 
-    def entries_with_text(self, partition: str, normalized: str) -> list[StoredEntry]:
-        """The partition's rows whose question, made ``normalized_text``, is ``normalized``
-        (already made so), by id."""
+    def entries_with_text(self, partition: str, text: str) -> list[StoredEntry]:
+        """The partition's rows whose question is ``text``, by id."""
         rows = self.conn.execute(
             f"SELECT id, partition, text, answer_key, expires_at, observations,"
             f" coalesce(answer_class, id), alias_of FROM {_TABLE}"
             " WHERE partition = ? AND text_key = ? ORDER BY id",
-            (partition, _key(normalized)),
+            (partition, text_key(text)),
         )
         found = (_stored_entry(row) for row in rows)  # compared: two texts' keys may collide
-        return [entry for entry in found if normalized_text(entry.text) == normalized]
+        return [entry for entry in found if entry.text == text]
 
     def partition_vectors(
         self, partition: str, dim: int
@@ -357,12 +340,8 @@ def _blob(vector: npt.NDArray[np.float32]) -> bytes:
 
 
 def text_key(text: str) -> int:
-    """A 64-bit key of the question as ``normalized_text`` makes it (a signed SQLite integer)."""
-    return _key(normalized_text(text))
-
-
-def _key(normalized: str) -> int:
-    digest = hashlib.blake2b(normalized.encode(), digest_size=8).digest()
+    """A 64-bit key of the question's text (a signed SQLite integer)."""
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
 
 

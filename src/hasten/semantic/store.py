@@ -52,7 +52,7 @@ from hasten.semantic.calibration import SCRIPTS, Calibration, script_of
 from hasten.semantic.embedder import AsyncEmbedder, Embedder
 from hasten.semantic.gguf_embedder import EmbedderUnavailable
 from hasten.semantic.graphs import GraphFiles
-from hasten.semantic.guard import normalized_text, signature
+from hasten.semantic.guard import signature
 from hasten.semantic.index import VectorIndex
 from hasten.semantic.judge_rules import JudgeCase
 from hasten.semantic.near import NOTHING, LookupResult, SemanticMatch, near_miss
@@ -251,10 +251,9 @@ class SemanticCache:
         self.start()
         try:
             if self._repeat_only_scripts:
-                normalized = normalized_text(query.text)
-                script = script_of(normalized)
+                script = script_of(query.text)
                 if script in self._repeat_only_scripts:
-                    args = (query.partition_key, normalized, script)
+                    args = (query.partition_key, query.text, script)
                     repeat = await self._run(self._repeat_lookup_sync, *args)
                     if repeat is not None:
                         return repeat
@@ -369,7 +368,7 @@ class SemanticCache:
         """The vectors an import must have now: where only a repeated question is served, a
         row is found by its text, so its vector (the model's time, ~15 ms a question here)
         is left to ``_fill`` (None) and the import is bound by the file, not the model."""
-        is_later = [script_of(normalized_text(r.text)) in self._repeat_only_scripts for r in rows]
+        is_later = [script_of(row.text) in self._repeat_only_scripts for row in rows]
         texts = [row.text for row, later in zip(rows, is_later, strict=True) if not later]
         embedded = iter(await self.embedder.embed_many(texts) if texts else [])
         return [None if later else next(embedded) for later in is_later]
@@ -647,18 +646,16 @@ class SemanticCache:
         )
         return self._served(records, live[best.entry_id], match, now)
 
-    def _repeat_lookup_sync(
-        self, partition: str, normalized: str, script: str
-    ) -> LookupResult | None:
+    def _repeat_lookup_sync(self, partition: str, text: str, script: str) -> LookupResult | None:
         """The hit where only a repeated question can be served: the oldest live entry whose
-        question is ``normalized`` (``normalized_text``) too; None if there is none. The
-        embedding path serves the same row: a text equal but for spacing is its nearest
-        (ties go to the lowest id)."""
+        question is ``text`` too (both ``partition.trimmed``); None if there is none. The
+        embedding path serves the same row: an equal text is its nearest (ties go to the
+        lowest id)."""
         if not self.policy.serves_repeats:  # a target above even a repeat's bound
             return None
         records = self._open()
         now = self._clock()
-        stored = records.entries_with_text(partition, normalized)
+        stored = records.entries_with_text(partition, text)
         self._upkeep.drop_expired(records, [e for e in stored if e.expires_at <= now])
         live = [entry for entry in stored if entry.expires_at > now]
         if not live:

@@ -26,7 +26,7 @@ from hasten.cache.replay import answer_body
 from hasten.semantic import NearMiss, NewEntry, SemanticCache, SemanticMatch, aliases
 from hasten.semantic.judge import AsyncJudge, Ticket
 from hasten.semantic.judge_rules import JudgeCase, is_judgeable
-from hasten.semantic.partition import split_chat
+from hasten.semantic.partition import split_chat, trimmed
 from hasten.telemetry.stage import NO_STAGE, Stage
 
 _log = logging.getLogger("hasten.semantic")
@@ -37,7 +37,8 @@ ANSWER_AGREEMENT_SIMILARITY = 0.95
 # ambiguity rule for good. Measured with bench/semantic_live.py (gptcache_mock_pairs
 # clusters, classes off: 724 correct and 175 wrong hits): joining at answer cosine 0.95
 # gave +19 correct / +21 wrong, at 0.98 +5 / +7, on identical answers only +1 / +0. So by
-# default only identical answers (whitespace aside) join: what a deterministic model gives.
+# default only identical answers (``partition.trimmed``) join: what a deterministic model
+# gives.
 JOIN_AGREEMENT_SIMILARITY = math.inf
 MAX_BACKGROUND_TASKS = 1024
 
@@ -264,7 +265,7 @@ class SemanticTier:
         return float(np.dot(vectors[0], vectors[1]))
 
     async def _agree(self, one: str, two: str, min_similarity: float) -> bool:
-        if " ".join(one.split()) == " ".join(two.split()):
+        if trimmed(one) == trimmed(two):  # spacing inside an answer may be code's
             return True
         if min_similarity > 1.0:  # identical texts only: no need to embed
             return False
