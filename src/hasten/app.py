@@ -129,10 +129,6 @@ class HastenApp:
             fleet=fleet,
             keys=keys,
         )
-        if gateway.semantic is not None and self.config.semantic.judge != "off":
-            from hasten.semantic.judge_setup import attach_judge
-
-            attach_judge(gateway.semantic, self.config.semantic, gateway.router, gateway.client)
         gateway.limiter = Limiter(gateway.fleet, self.config.prices)
         if gateway.fleet is not None and self.config.fleet.is_coalescing:
             gateway.fleet_flights = FleetCoalescer(gateway.fleet)

@@ -124,13 +124,6 @@ def _describe(path: str, config: GatewayConfig) -> str:
             decision = f"target precision {semantic.target_precision:g} (calibrated)"
             if semantic.verifier != "none":
                 decision += f", verifier {semantic.verifier} on close calls"
-            if semantic.judge != "off":
-                judge = semantic.judge_model or "the request's model"
-                judge = judge if semantic.judge == "upstream" else "the local verifier"
-                decision += (
-                    f", asynchronous judge {semantic.judge} ({judge}; band"
-                    f" {semantic.judge_band:g}, at most {semantic.judge_max_per_minute}/min)"
-                )
         lines.append(
             f"  semantic cache: on, embedder {semantic.embedder}, {decision}, file {semantic.path}"
         )

@@ -15,9 +15,8 @@ from hasten.semantic import matcher
 from hasten.semantic.calibrated import E5
 from hasten.semantic.calibration import CJK, LATIN, OTHER, Calibration, ScriptModel
 from hasten.semantic.embedder import Vectors
-from hasten.semantic.judge_rules import JudgeCase
 from hasten.semantic.records import text_key
-from hasten.semantic.store import ALIAS, NewEntry, SemanticCache, SemanticStoreConfig
+from hasten.semantic.store import NewEntry, SemanticCache, SemanticStoreConfig
 from tests.support.semantic import Clock, WordsEmbedder, chat
 
 # Like the shipped tables: no non-identical evidence is ever better than 0.85 precise.
@@ -80,24 +79,6 @@ async def test_the_embedding_path_decides_the_same(tmp_path: Path) -> None:
     await reopened.close()
 
 
-async def test_a_judge_embeds_only_what_is_not_a_repeat(tmp_path: Path) -> None:
-    """``lookup_near`` (the judge's: it needs the near miss) serves a repeat by its text and
-    embeds the rest, each lookup counted once."""
-    cache, embedder = make(tmp_path)
-    await cache.insert(chat("How do I cook rice?"), model="m", tenant="t", answer_key="k1")
-    num_embedded = len(embedder.batches)
-    repeat = await cache.lookup_near(chat("How do I cook rice? "), model="m", tenant="t")
-    assert repeat.match is not None and repeat.match.similarity == 1.0
-    assert len(embedder.batches) == num_embedded
-    near = await cache.lookup_near(chat("How do I cook brown rice?"), model="m", tenant="t")
-    assert near.match is None and near.near is not None and near.near.answer_key == "k1"
-    assert len(embedder.batches) == num_embedded + 1
-    reasons = cache.script_stats()[LATIN]
-    assert reasons["hits"] == 1 and reasons["misses"] == 1
-    assert "not_repeated" not in reasons
-    await cache.close()
-
-
 async def test_a_lower_target_embeds(tmp_path: Path) -> None:
     cache, embedder = make(tmp_path, target=0.8)
     await cache.insert(chat("How do I cook rice?"), model="m", tenant="t", answer_key="k1")
@@ -135,24 +116,6 @@ async def test_the_oldest_live_repeat_wins_and_expired_ones_go(tmp_path: Path) -
     assert cache.counters["expired"] == 1 and await cache.count_entries() == 1
     clock.now += 60
     assert await cache.lookup(chat("Capital of Peru?"), model="m", tenant="t") is None
-    await cache.close()
-
-
-async def test_an_alias_is_served_as_one(tmp_path: Path) -> None:
-    cache, _ = make(tmp_path)
-    entry_id = await cache.insert(
-        chat("How do I cook rice?"), model="m", tenant="t", answer_key="k"
-    )
-    assert entry_id is not None
-    stored = await cache.lookup(chat("How do I cook rice?"), model="m", tenant="t")
-    assert stored is not None
-    partition = _partition_of(tmp_path, entry_id)
-    case = JudgeCase("t", partition, "m", "rice, how?", "How do I cook rice?", entry_id, "k", 0.2)
-    assert await cache.add_alias(case, ttl_s=60) is not None
-    match = await cache.lookup(chat("rice, how? "), model="m", tenant="t")
-    assert match is not None and match.answer_key == "k" and match.verdict == ALIAS
-    assert cache.script_stats()[LATIN]["hit"] == 2
-    assert cache.judge_counts[LATIN]["alias_hits"] == 1
     await cache.close()
 
 
@@ -207,12 +170,6 @@ async def test_a_target_above_the_repeat_bound_serves_nothing(tmp_path: Path) ->
     assert await cache.lookup(chat("How do I cook rice?"), model="m", tenant="t") is None
     assert len(embedder.batches) == num_embedded
     await cache.close()
-
-
-def _partition_of(tmp_path: Path, entry_id: int) -> str:
-    with sqlite3.connect(tmp_path / "semantic.sqlite3") as conn:
-        row = conn.execute("SELECT partition FROM hasten_semantic_v1 WHERE id = ?", (entry_id,))
-        return str(row.fetchone()[0])
 
 
 def _imports(num: int, tenant: str = "t") -> list[NewEntry]:

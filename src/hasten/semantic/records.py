@@ -38,8 +38,7 @@ CREATE TABLE IF NOT EXISTS {_TABLE} (
     num_hits INTEGER NOT NULL DEFAULT 0,
     size_bytes INTEGER NOT NULL,
     observations BLOB,
-    answer_class INTEGER,
-    alias_of INTEGER
+    answer_class INTEGER
 );
 CREATE INDEX IF NOT EXISTS {_TABLE}_partition ON {_TABLE} (partition);
 CREATE INDEX IF NOT EXISTS {_TABLE}_tenant ON {_TABLE} (tenant);
@@ -50,20 +49,15 @@ CREATE INDEX IF NOT EXISTS {_TABLE}_hits ON {_TABLE} (num_hits, accessed_at);
 CREATE TABLE IF NOT EXISTS {_TABLE}_meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
 """
 # Columns added after the first release: files written before them get them on open.
-_ADDED_COLUMNS = {"answer_class": "INTEGER", "alias_of": "INTEGER", "text_key": "INTEGER"}
+_ADDED_COLUMNS = {"answer_class": "INTEGER", "text_key": "INTEGER"}
 # A repeated question (``text_key``: its text's hash) is found without a vector. Rows
 # written before the column have none: they are in partitions of an older form
 # (``partition``), which no lookup reads.
 _TEXT_INDEX = f"CREATE INDEX IF NOT EXISTS {_TABLE}_text ON {_TABLE} (partition, text_key)"
-# Partial: only aliases are in it, so an entry's removal finds its aliases without a scan.
-_ALIAS_INDEX = (
-    f"CREATE INDEX IF NOT EXISTS {_TABLE}_alias ON {_TABLE} (alias_of) WHERE alias_of IS NOT NULL"
-)
 # Partial: only rows waiting for their vector are in it, so finding them never scans.
 _PENDING_INDEX = (
     f"CREATE INDEX IF NOT EXISTS {_TABLE}_pending ON {_TABLE} (id) WHERE length(vector) = 0"
 )
-_IDS_PER_QUERY = 500
 # Rough per-row overhead of SQLite plus the in-memory index (graph links, id maps).
 _ROW_OVERHEAD_BYTES = 256
 
@@ -79,8 +73,6 @@ class StoredEntry:
     expires_at: float
     observations: tuple[Observation, ...]
     answer_class: int
-    # A verified alias (``aliases``): the entry whose answer it serves; None for an entry.
-    alias_of: int | None = None
 
 
 class Records:
@@ -93,7 +85,6 @@ class Records:
         self.conn.execute("PRAGMA synchronous=NORMAL")
         self.conn.executescript(_SCHEMA)
         self._add_missing_columns()
-        self.conn.execute(_ALIAS_INDEX)  # after the column exists in files from before it
         self.conn.execute(_TEXT_INDEX)
         self.conn.execute(_PENDING_INDEX)
 
@@ -152,18 +143,16 @@ class Records:
         ttl_s: float,
         entry_id: int | None = None,
         answer_class: int | None = None,
-        alias_of: int | None = None,
     ) -> int:
         """A new row; ``entry_id`` None lets SQLite pick (local mode), else it is kept as is.
         ``vector`` None: the row waits for ``set_vector``;
-        ``answer_class`` None: the row is its own class (NULL, read back as its id);
-        ``alias_of``: the entry a verified alias serves (``aliases``)."""
+        ``answer_class`` None: the row is its own class (NULL, read back as its id)."""
         blob = b"" if vector is None else _blob(vector)
         size_bytes = len(blob) + len(text.encode()) + len(answer_key) + _ROW_OVERHEAD_BYTES
         cursor = self.conn.execute(
             f"INSERT INTO {_TABLE} (id, partition, tenant, model, text, vector, answer_key,"
-            " created_at, expires_at, accessed_at, size_bytes, answer_class, alias_of, text_key)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " created_at, expires_at, accessed_at, size_bytes, answer_class, text_key)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 entry_id,
                 partition,
@@ -177,7 +166,6 @@ class Records:
                 now,
                 size_bytes,
                 answer_class,
-                alias_of,
                 text_key(text),
             ),
         )
@@ -226,7 +214,7 @@ class Records:
         marks = ",".join("?" * len(ids))
         rows = self.conn.execute(
             f"SELECT id, partition, text, answer_key, expires_at, observations,"
-            f" coalesce(answer_class, id), alias_of FROM {_TABLE} WHERE id IN ({marks})",
+            f" coalesce(answer_class, id) FROM {_TABLE} WHERE id IN ({marks})",
             tuple(ids),
         )
         return {int(row[0]): _stored_entry(row) for row in rows}
@@ -235,7 +223,7 @@ class Records:
         """The partition's rows whose question is ``text``, by id."""
         rows = self.conn.execute(
             f"SELECT id, partition, text, answer_key, expires_at, observations,"
-            f" coalesce(answer_class, id), alias_of FROM {_TABLE}"
+            f" coalesce(answer_class, id) FROM {_TABLE}"
             " WHERE partition = ? AND text_key = ? ORDER BY id",
             (partition, text_key(text)),
         )
@@ -319,18 +307,6 @@ class Records:
         row = self.conn.execute(f"SELECT COUNT(*) FROM {_TABLE}{where}", values).fetchone()
         return int(row[0])
 
-    def select_aliases_of(self, ids: Sequence[int]) -> list[tuple[int, str]]:
-        """Ids and partitions of the aliases serving any of ``ids`` (``aliases``)."""
-        found: list[tuple[int, str]] = []
-        for start in range(0, len(ids), _IDS_PER_QUERY):  # an eviction may name 100k rows
-            chunk = tuple(ids[start : start + _IDS_PER_QUERY])
-            marks = ",".join("?" * len(chunk))
-            rows = self.conn.execute(
-                f"SELECT id, partition FROM {_TABLE} WHERE alias_of IN ({marks})", chunk
-            )
-            found.extend((int(row[0]), row[1]) for row in rows)
-        return found
-
     def delete(self, ids: Iterable[int]) -> None:
         self.conn.executemany(f"DELETE FROM {_TABLE} WHERE id = ?", ((i,) for i in ids))
 
@@ -357,7 +333,7 @@ def _where(*conditions: tuple[str, str, object]) -> tuple[str, list[object]]:
 
 
 def _stored_entry(row: tuple[Any, ...]) -> StoredEntry:
-    entry_id, partition, text, answer_key, expires_at, observations, answer_class, alias_of = row
+    entry_id, partition, text, answer_key, expires_at, observations, answer_class = row
     return StoredEntry(
         int(entry_id),
         partition,
@@ -366,7 +342,6 @@ def _stored_entry(row: tuple[Any, ...]) -> StoredEntry:
         float(expires_at),
         _decode_observations(observations),
         int(answer_class),
-        None if alias_of is None else int(alias_of),
     )
 
 

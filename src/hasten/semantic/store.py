@@ -38,7 +38,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
@@ -54,7 +54,6 @@ from hasten.semantic.gguf_embedder import EmbedderUnavailable
 from hasten.semantic.graphs import GraphFiles
 from hasten.semantic.guard import signature
 from hasten.semantic.index import VectorIndex
-from hasten.semantic.judge_rules import JudgeCase
 from hasten.semantic.near import NOTHING, LookupResult, SemanticMatch, near_miss
 from hasten.semantic.partition import SemanticQuery, split_chat
 from hasten.semantic.records import Records, StoredEntry
@@ -76,8 +75,6 @@ __all__ = [
 _LOG = logging.getLogger("hasten.semantic")
 _R = TypeVar("_R")
 Vector = npt.NDArray[np.float32]
-# The verdict header of a hit served through a verified alias (``aliases``).
-ALIAS = "alias"
 # Rows of an import written per transaction (and embedded per call of ``embed_many``).
 _INSERT_CHUNK = 256
 # Rows given their vectors per model call after an import: small, so a lookup that needs the
@@ -174,8 +171,6 @@ class SemanticCache:
         self.counters: Counter[str] = Counter()
         # Decisions by the query's script (``calibration.script_of``): latin, cjk, other.
         self._by_script: defaultdict[str, Counter[str]] = defaultdict(Counter)
-        # The asynchronous judge's and the aliases' counters by script (``judge``, ``aliases``).
-        self.judge_counts: defaultdict[str, Counter[str]] = defaultdict(Counter)
         # Worker-thread state below.
         self._records: Records | None = None
         self._graphs = GraphFiles(config.path.with_name(config.path.name + ".graphs"))
@@ -222,7 +217,7 @@ class SemanticCache:
         self, body: Mapping[str, Any], *, model: str, tenant: str
     ) -> SemanticMatch | None:
         """A cached question meaning the same as the request's last user turn, or None."""
-        result = await self.lookup_near(body, model=model, tenant=tenant, is_near_needed=False)
+        result = await self.lookup_near(body, model=model, tenant=tenant)
         return result.match
 
     async def lookup_near(
@@ -232,13 +227,12 @@ class SemanticCache:
         model: str,
         tenant: str,
         trace: Stage = NO_STAGE,
-        is_near_needed: bool = True,
     ) -> LookupResult:
         """``lookup``, plus the entry it came close to when it serves nothing (``near``).
 
-        In a script where the target admits only a repeated question, the question is looked
-        up by its text first: a repeat is served without an embedding, and without
-        ``is_near_needed`` so is a miss (``near`` is then None)."""
+        In a script where the target admits only a repeated question, the lookup is decided
+        by the question's text: a repeat is served and a miss is final, without an embedding
+        (``near`` is then None)."""
         query = split_chat(body, model=model, tenant=tenant)
         if query is None:
             self.counters["skipped_not_cacheable"] += 1
@@ -255,12 +249,9 @@ class SemanticCache:
                 if script in self._repeat_only_scripts:
                     args = (query.partition_key, query.text, script)
                     repeat = await self._run(self._repeat_lookup_sync, *args)
-                    if repeat is not None:
-                        return repeat
-                    if not is_near_needed:
+                    if repeat is None:
                         self._count_decision(script, matcher.NOT_REPEATED)
-                        return NOTHING
-                    # No repeat, and the judge wants the near miss: only the embedding finds it.
+                    return repeat or NOTHING
             with trace.child("embedding") as embedding:
                 vector = await self.embedder.embed(query.text)
                 embedding.set("hasten.embedder", self._embedder_name)
@@ -446,26 +437,6 @@ class SemanticCache:
             await self.replica.share_delete(event, [i for i, _ in rows])
         return len(rows)
 
-    async def add_alias(self, case: JudgeCase, *, ttl_s: float) -> int | None:
-        """Makes ``case``'s asked question a verified alias of its stored entry (the judge
-        said yes and the fresh answer agreed: ``aliases``); the alias's id, or None when the
-        entry is gone or changed. Local to this replica: its invalidation stays in step with
-        the entry's only here."""
-        entry_ttl_s = freshness.ttl_s(case.asked, model=case.model, policy=self.config.freshness)
-        entry_ttl_s = min(entry_ttl_s, ttl_s)
-        if entry_ttl_s <= 0:
-            return None
-        try:
-            vector = await self.embedder.embed(case.asked)
-            return await self._run(self._alias_sync, case, vector, entry_ttl_s, self._clock())
-        except Exception:
-            self._note_error("alias")
-            return None
-
-    async def on_worker(self, operation: Callable[[], _R]) -> _R:
-        """Runs a blocking call on the store's worker thread (where its verifier lives)."""
-        return await self._run(operation)
-
     async def count_entries(self, *, tenant: str | None = None, entry_id: int | None = None) -> int:
         """Entries matching every given condition (a tenant's, or one id within a tenant)."""
         return await self._run(self._count_sync, tenant, entry_id)
@@ -492,7 +463,6 @@ class SemanticCache:
             verifier_ready=(
                 self.verifier.is_ready if isinstance(self.verifier, NomicVerifier) else None
             ),
-            judge=dict(sum(self.judge_counts.values(), Counter[str]())),
             by_script=self.script_stats(),
             embed_batches=self.embedder.num_batches,
             embedded_texts=self.embedder.num_embedded,
@@ -507,18 +477,15 @@ class SemanticCache:
         return report
 
     def script_stats(self) -> dict[str, dict[str, int]]:
-        """Lookups by the question's script (latin, cjk, other): hits, misses, reasons, and
-        the asynchronous judge's counters (``judged``, ``judge_yes``, ``aliases_made``, ...)."""
-        scripts = sorted({*self._by_script, *self.judge_counts})
-        return {name: self._script_stats(name) for name in scripts}
+        """Lookups by the question's script (latin, cjk, other): hits, misses, reasons."""
+        return {name: self._script_stats(name) for name in sorted(self._by_script)}
 
     def _script_stats(self, script: str) -> dict[str, int]:
         """Hits and misses of one script's lookups (and each miss reason)."""
         reasons = self._by_script.get(script, Counter())
         num_hits = reasons.get(matcher.HIT, 0)
         num_lookups = sum(n for reason, n in reasons.items() if reason != "verified")
-        judged = self.judge_counts.get(script, Counter())
-        return {"hits": num_hits, "misses": num_lookups - num_hits, **reasons, **judged}
+        return {"hits": num_hits, "misses": num_lookups - num_hits, **reasons}
 
     async def close(self) -> None:
         """Stops following and filling vectors (rows still waiting get theirs after the next
@@ -674,12 +641,9 @@ class SemanticCache:
     def _served(
         self, records: Records, entry: StoredEntry, match: SemanticMatch, now: float
     ) -> LookupResult:
-        """A hit on ``entry``: touched, counted, and named an alias's when it is one."""
+        """A hit on ``entry``: touched and counted."""
         records.touch(entry.entry_id, now)
         self.counters["hits"] += 1
-        if entry.alias_of is not None:  # a verified alias (``aliases``)
-            self.judge_counts[match.script or "latin"]["alias_hits"] += 1
-            match = replace(match, verdict=ALIAS)
         return LookupResult(match)
 
     def _second_opinion(
@@ -730,24 +694,6 @@ class SemanticCache:
         self.counters["inserts"] += 1
         return entry_id
 
-    def _alias_sync(self, case: JudgeCase, vector: Vector, ttl_s: float, now: float) -> int | None:
-        records = self._open()
-        entry = records.entries([case.entry_id]).get(case.entry_id)
-        # The entry judged must still be the one judged: live, in the asked question's
-        # partition (so its tenant's) and with the answer compared (an id can be reused).
-        is_same = entry is not None and entry.partition == case.partition
-        if entry is None or not is_same or entry.answer_key != case.answer_key:
-            self.counters["alias_refused"] += 1
-            return None
-        if entry.expires_at <= now:
-            self.counters["alias_refused"] += 1
-            return None
-        entry_id = None if self.replica is None else records.next_id_from(LOCAL_ID_BASE)
-        ttl_s = min(ttl_s, entry.expires_at - now)
-        row = _Row(case.partition, case.tenant, case.model, case.asked, entry.answer_key, ttl_s)
-        root = entry.entry_id if entry.alias_of is None else entry.alias_of
-        return self._add_row(records, row, vector, now, entry_id, entry.answer_class, root)
-
     def _insert_many_sync(
         self, rows: Sequence[_Row], vectors: Sequence[Vector | None], now: float
     ) -> int:
@@ -795,7 +741,6 @@ class SemanticCache:
         now: float,
         entry_id: int | None = None,
         answer_class: int | None = None,
-        alias_of: int | None = None,
     ) -> int:
         """One row into the file and the index (its partition loaded first); its id. Without
         a vector, into the file only (it waits for ``_fill``)."""
@@ -812,7 +757,6 @@ class SemanticCache:
             ttl_s=row.ttl_s,
             entry_id=entry_id,
             answer_class=answer_class,
-            alias_of=alias_of,
         )
         if vector is not None:
             self._index.add(row.partition, entry_id, vector)

@@ -5,8 +5,6 @@ tier's freshness rules still apply. In error-budget mode some would-be hits are 
 the upstream instead; the fresh answer is compared with the cached one and the verdict
 tunes that entry's own threshold. After a near miss the fresh answer is compared with the
 near entry's the same way, and joins its answer class when they agree (``semantic.near``).
-With a judge (``semantic.judge``), a near miss within its band is judged in the background
-and, on a yes whose fresh answer agrees, stored as a verified alias (``semantic.aliases``).
 """
 
 from __future__ import annotations
@@ -23,10 +21,8 @@ import orjson
 
 from hasten.cache import CachedAnswer, TieredCache
 from hasten.cache.replay import answer_body
-from hasten.semantic import NearMiss, NewEntry, SemanticCache, SemanticMatch, aliases
-from hasten.semantic.judge import AsyncJudge, Ticket
-from hasten.semantic.judge_rules import JudgeCase, is_judgeable
-from hasten.semantic.partition import split_chat, trimmed
+from hasten.semantic import NearMiss, NewEntry, SemanticCache, SemanticMatch
+from hasten.semantic.partition import trimmed
 from hasten.telemetry.stage import NO_STAGE, Stage
 
 _log = logging.getLogger("hasten.semantic")
@@ -71,7 +67,6 @@ class Found:
     hit: SemanticHit | None = None
     to_verify: SemanticMatch | None = None
     near: NearMiss | None = None
-    judging: Ticket | None = None  # the near miss's pair, queued for the judge
 
 
 _NOT_FOUND = Found()
@@ -98,10 +93,6 @@ class SemanticTier:
         self._join_classes = join_classes
         self._join_agreement_similarity = join_agreement_similarity
         self._tasks: set[asyncio.Task[Any]] = set()
-        # The asynchronous judge (None: off); set after the gateway's upstream client exists.
-        self.judge: AsyncJudge | None = None
-        self.judge_band = 0.0
-        self.alias_answer_similarity = aliases.DEFAULT_ANSWER_SIMILARITY
 
     async def find(
         self,
@@ -115,50 +106,17 @@ class SemanticTier:
         """A hit to serve, or what the upstream's fresh answer is to be compared with
         (``trace``: the lookup's span, under which the embedding gets its own)."""
         try:
-            # Only the judge needs the near miss (found by embedding) when nothing is served:
-            # without it, a miss where only repeats are served is decided by the text alone.
-            result = await self.cache.lookup_near(
-                body,
-                model=model,
-                tenant=tenant,
-                trace=trace,
-                is_near_needed=self.judge is not None,
-            )
+            result = await self.cache.lookup_near(body, model=model, tenant=tenant, trace=trace)
         except Exception:
             _log.exception("semantic lookup failed; answering from upstream")
             return _NOT_FOUND
         match, near = result.match, result.near if self._join_classes else None
         if match is None or match.is_verification:
-            judging = None if match is not None else self._judging(body, model, tenant, result.near)
-            return Found(to_verify=match, near=near, judging=judging)
+            return Found(to_verify=match, near=near)
         entry = await self._exact.get(match.answer_key, max_age_s=max_age_s)
         if entry is None:
             return _NOT_FOUND  # the answer expired or was evicted from the exact tiers
         return Found(hit=SemanticHit(entry, match))
-
-    def _judging(
-        self, body: dict[str, Any], model: str, tenant: str, near: NearMiss | None
-    ) -> Ticket | None:
-        """Queues a near miss within the judge's band for a background judgement."""
-        judge = self.judge
-        max_risk = self.cache.policy.max_risk
-        if judge is None or near is None or not is_judgeable(near.risk, max_risk, self.judge_band):
-            return None
-        query = split_chat(body, model=model, tenant=tenant)
-        if query is None or near.risk is None:
-            return None
-        case = JudgeCase(
-            tenant,
-            query.partition_key,
-            model,
-            query.text,
-            near.text,
-            near.entry_id,
-            near.answer_key,
-            near.risk,
-            near.script or "latin",
-        )
-        return judge.submit(case)
 
     def remember(
         self,
@@ -169,12 +127,10 @@ class SemanticTier:
         key: str,
         ttl_s: float,
         near: NearMiss | None = None,
-        judging: Ticket | None = None,
     ) -> None:
         """Indexes a freshly stored answer by meaning, in the background: in ``near``'s
-        answer class if the two answers agree, or as a verified alias of the entry
-        ``judging`` judged when the judge said yes and the answers agree."""
-        self._spawn(self._remember(body, model, tenant, key, ttl_s, near, judging))
+        answer class if the two answers agree."""
+        self._spawn(self._remember(body, model, tenant, key, ttl_s, near))
 
     async def remember_many(self, entries: Sequence[NewEntry]) -> int:
         """Indexes many stored answers now (an import), in batches; how many were indexed.
@@ -190,21 +146,7 @@ class SemanticTier:
         key: str,
         ttl_s: float,
         near: NearMiss | None,
-        judging: Ticket | None = None,
     ) -> None:
-        if judging is not None and self.judge is not None:
-            made = await aliases.settle(
-                self.judge,
-                self.cache,
-                judging,
-                key,
-                texts=self._texts,
-                cosine=self._cosine,
-                ttl_s=ttl_s,
-                min_cosine=self.alias_answer_similarity,
-            )
-            if made:
-                return  # the alias is this question's row: an entry of its own would repeat it
         # Compared before the insert, so the class travels with it (one row write, one
         # shared-tier event, no update to follow); the cost: the entry becomes searchable
         # one answer comparison later, which only matters after a near miss.
@@ -260,10 +202,6 @@ class SemanticTier:
             return None
         return cached_text, fresh_text
 
-    async def _cosine(self, one: str, two: str) -> float:
-        vectors = [await self.cache.embedder.embed(text) for text in (one, two)]
-        return float(np.dot(vectors[0], vectors[1]))
-
     async def _agree(self, one: str, two: str, min_similarity: float) -> bool:
         if trimmed(one) == trimmed(two):  # spacing inside an answer may be code's
             return True
@@ -305,8 +243,6 @@ class SemanticTier:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     async def aclose(self) -> None:
-        if self.judge is not None:
-            await self.judge.aclose()
         await self.drain()
         await self.cache.close()
 
