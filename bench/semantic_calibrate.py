@@ -239,7 +239,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--target", type=float, default=0.95)
     parser.add_argument("--min-per-bin", type=int, default=60)
-    parser.add_argument("--verifier", default="use", help="use or nomic: the second opinion")
+    parser.add_argument("--verifier", default="use", help="use: the second opinion")
     args = parser.parse_args()
     limits = {"qqp_dev": args.qqp_limit}
     embedder = vectors_mod.CachedEmbedder("e5", limits=limits)

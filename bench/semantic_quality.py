@@ -1,5 +1,5 @@
 """Semantic-cache quality in one run, on every evaluation file: hasten's default
-(target_precision 0.95, calibrated), the same with each verifier on close calls (USE, nomic),
+(target_precision 0.95, calibrated), the same with the USE verifier on close calls,
 each also at target 0.85 where close calls exist to verify, the old cosine default (0.96),
 error-budget mode at 0.5%, 1% and 2%, and GPTCache with the same e5
 vectors (bench/gptcache_env.py; its venv bench/.venvs/gptcache is built on first use): at its
@@ -33,10 +33,10 @@ import semantic_vectors as vectors_mod
 from bench_venv import VenvInstall
 
 from hasten.semantic import evaluate
-from hasten.semantic.verifier import NomicVerifier, UseVerifier, Verifier
+from hasten.semantic.verifier import UseVerifier
 
 BUDGETS = (0.005, 0.01, 0.02)
-VERIFIERS = ("use", "nomic")
+VERIFIERS = ("use",)
 # A lower target where the calibration leaves close calls to verify (at 0.95 none exist).
 LOW_TARGET = 0.85
 
@@ -57,14 +57,8 @@ def _verifier_latency(
     kind: str, pairs: Sequence[evaluate.Pair], num_pairs: int = 200
 ) -> dict[str, Any]:
     """The real verifier's time per close call (two texts; the stored one often remembered),
-    with the thread count the gateway gives it (USE 1, nomic 2)."""
-    model: Verifier
-    if kind == "nomic":
-        nomic = NomicVerifier()
-        nomic.wait_ready()
-        model = nomic
-    else:
-        model = UseVerifier()
+    with the thread count the gateway gives it (one)."""
+    model = UseVerifier()
     model.similarity("warm up", "the model")
     timings = []
     for pair in pairs[:num_pairs]:

@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from hasten.semantic import evaluate
 from hasten.semantic.embedder import Embedder, Vectors, build_embedder
-from hasten.semantic.verifier import NomicVerifier, UseVerifier
+from hasten.semantic.verifier import UseVerifier
 
 DATA_DIR = Path(os.environ.get("HASTEN_SEMCACHE_DATA", "/work/shared/data/semcache"))
 DATASETS = ("qqp_dev", "gptcache_mock_pairs", "zh_sts_dev")
@@ -88,13 +88,9 @@ def embed_dataset(
 
 
 def _model(kind: str) -> Embedder:
-    """An embedder, or ``use`` / ``nomic``: a verifier's model (``hasten.semantic.verifier``)."""
+    """An embedder, or ``use``: the verifier's model (``hasten.semantic.verifier``)."""
     if kind == "use":
         return UseVerifier(num_threads=1)
-    if kind == "nomic":
-        verifier = NomicVerifier(num_threads=2, call_timeout_s=300.0)
-        verifier.wait_ready()
-        return verifier
     return build_embedder(kind, num_threads=2)
 
 

@@ -15,7 +15,6 @@ import pytest
 from hasten.auth import Authenticator
 from hasten.config import CacheConfig, GatewayConfig
 from hasten.config.semantic import SemanticConfig
-from hasten.semantic import nomic
 from hasten.simulator import SimConfig, build_app
 from tests.support.gateway import (
     OddUpstream,
@@ -385,32 +384,3 @@ def test_paraphrases_with_disagreeing_answers_stay_ambiguous(tmp_path: Path) -> 
     outcomes, stats = _three_paraphrases(tmp_path, answers)
     assert outcomes == ["miss", "miss", "miss"]
     assert stats["answer_class_disagreed"] >= 1 and stats["lookup_ambiguous"] == 1
-
-
-def test_the_nomic_verifier_runs_in_a_child_of_the_gateway(
-    sim: ServerThread, tmp_path: Path
-) -> None:
-    """``[semantic] verifier = "nomic"``: the model loads in its own process while the
-    gateway serves; once ready, a close call (at a target that leaves some) is put to it."""
-    config = _config(sim.url, tmp_path, min_similarity=None)
-    settings = replace(config.semantic, verifier="nomic", target_precision=0.8)
-    with running_gateway(replace(config, semantic=settings)) as gateway:
-        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="k", max_retries=0)
-        assert _ask(client, QUESTION).headers["x-hasten-cache"] == "miss"
-        _wait_indexed(gateway, 1)
-        deadline = time.monotonic() + 120
-        while True:
-            stats = httpx.get(f"{gateway.url}/admin/cache/stats", headers=ADMIN).json()
-            if stats["semantic"]["verifier_ready"]:
-                break
-            assert time.monotonic() < deadline, stats["semantic"]
-            time.sleep(0.1)
-        assert stats["semantic"]["verifier"] == nomic.NAME
-        # A close call at 0.8 for e5's evidence alone (a clear paraphrase would not ask).
-        again = _ask(client, "Tell me the capital city of France")
-        stats = httpx.get(f"{gateway.url}/admin/cache/stats", headers=ADMIN).json()["semantic"]
-        assert stats.get("verifier_runs") == 1, (again.headers, stats)
-        verdict = "agreed" if again.headers["x-hasten-cache"] == "semantic" else "disagreed"
-        assert stats[f"verifier_{verdict}"] == 1
-        if verdict == "agreed":
-            assert again.headers["x-hasten-semantic-verifier"] == "agreed"

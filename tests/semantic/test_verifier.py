@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hasten.semantic import calibration, nomic, verifier
+from hasten.semantic import calibration, verifier
 from hasten.semantic.calibration import Calibration, ScriptModel
 from hasten.semantic.store import SemanticCache, SemanticStoreConfig
 from tests.support.semantic import Clock, WordsEmbedder, chat
@@ -86,7 +86,7 @@ async def test_without_a_verifier_close_calls_miss(tmp_path: Path) -> None:
 
 def test_build_verifier_names() -> None:
     assert verifier.build_verifier("none") is None
-    with pytest.raises(ValueError, match="expected one of none, use, nomic"):
+    with pytest.raises(ValueError, match="expected one of none, use"):
         verifier.build_verifier("llm")
 
 
@@ -96,39 +96,3 @@ def test_use_verifier_scores_a_paraphrase_above_an_unrelated_question() -> None:
     unrelated = model.similarity("How do I cook rice?", "Who painted the Mona Lisa?")
     assert -1.0 <= unrelated < paraphrase <= 1.0
     assert model.embed(["How do I cook rice?"]).shape == (1, model.dim)
-
-
-async def test_the_nomic_verifier_judges_close_calls_by_its_own_models(tmp_path: Path) -> None:
-    """The real nomic model in its child process, through the store: the calibration's
-    models for its name are the ones used (``Calibration.with_verifier``), not USE's."""
-    nomic_verifier = verifier.NomicVerifier()
-    nomic_verifier.wait_ready()
-    # Verified: safe when nomic's cosine is at least 0.9 (USE's WITH: at least 0.81).
-    by_nomic = ScriptModel(
-        (-8.0, 0.0, 0.0, 0.0, 0.0, 8.0), ((0.0, 0.0), (0.5, 0.99)), 0.9, 0.1, 0.5
-    )
-    calibrated = Calibration(
-        "test/words",
-        {calibration.LATIN: ALONE},
-        verifier="fake",
-        verified={calibration.LATIN: WITH},
-        verifiers={nomic.NAME: {calibration.LATIN: by_nomic}},
-    )
-    config = SemanticStoreConfig(path=tmp_path / "s.sqlite3", target_precision=0.95)
-    cache = SemanticCache(
-        WordsEmbedder(), config, clock=Clock(), verifier=nomic_verifier, calibration=calibrated
-    )
-    try:
-        await _insert(cache)
-        # A close call by the words embedder; nomic finds the two questions alike (0.94).
-        match = await cache.lookup(chat("how do i cook white rice fast"), model="m", tenant="t")
-        assert match is not None and match.verdict == "agreed"
-        stats = cache.stats()
-        assert stats["verifier_runs"] == 1 and stats["verifier"] == nomic.NAME
-        # One word changed: no longer about cooking rice (0.77 by nomic): a miss.
-        await cache.insert(chat("how do i cook white rice"), model="m", tenant="u", answer_key="v")
-        miss = await cache.lookup(chat("how do i sell white rice fast"), model="m", tenant="u")
-        assert miss is None and cache.stats()["verifier_runs"] == 2
-    finally:
-        await cache.close()
-        nomic_verifier.close()

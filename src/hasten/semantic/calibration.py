@@ -170,8 +170,6 @@ class Calibration:
     """An embedder's models by script; a script with no model of its own (``other``) is
     scored by every model and the highest risk counts. ``verified``: the same, also
     weighing the ``verifier``'s similarity (empty: no verifier was calibrated).
-    ``verifiers``: every verifier calibrated with this embedder, by name, with its models by
-    script; ``with_verifier`` makes one of them the ``verifier``.
 
     A stored question identical to the query (its ends trimmed; case counts: QQP labels
     "English" / "english" pairs both ways) is judged apart from the models, in every script
@@ -184,14 +182,11 @@ class Calibration:
     identical_precision: float = 0.0
     verifier: str = ""
     verified: Mapping[str, ScriptModel] = field(default_factory=dict)
-    verifiers: Mapping[str, Mapping[str, ScriptModel]] = field(default_factory=dict)
 
     def with_verifier(self, name: str) -> Calibration:
-        """The same calibration judging close calls by the verifier ``name``: with no models
-        of its own here its similarity is never trusted (its close calls stay misses)."""
-        if name == self.verifier:
-            return self
-        return replace(self, verifier=name, verified=self.verifiers.get(name, {}))
+        """The same calibration judging close calls by the verifier ``name``: one it was not
+        calibrated with is never trusted (its close calls stay misses)."""
+        return self if name == self.verifier else replace(self, verifier=name, verified={})
 
     @property
     def min_similarity(self) -> float:

@@ -34,7 +34,7 @@ from hasten.config.semantic import EMBEDDERS, VERIFIERS
 from hasten.semantic.embedder import AsyncEmbedder, Embedder, Vectors, build_embedder
 from hasten.semantic.store import SemanticCache
 from hasten.semantic.store_config import SemanticStoreConfig
-from hasten.semantic.verifier import NomicVerifier, Verifier, build_verifier
+from hasten.semantic.verifier import Verifier, build_verifier
 
 _MODEL = "eval-model"
 _TENANT = "eval"
@@ -328,8 +328,6 @@ async def _run(
     model = model if model is not None else build_embedder(args.embedder)
     if second is None:
         second = build_verifier(getattr(args, "verifier", "none"))
-        if isinstance(second, NomicVerifier):
-            second.wait_ready()  # an evaluation waits; the gateway serves while it loads
     protocol = getattr(args, "protocol", "v2")
     # Remember every text so extra passes (error-budget learning) do not embed again.
     embedder = AsyncEmbedder(model, num_remembered=2 * len(pairs) + 16)

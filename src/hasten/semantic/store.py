@@ -50,7 +50,6 @@ from hasten.semantic import freshness, matcher
 from hasten.semantic.calibrated import CALIBRATIONS
 from hasten.semantic.calibration import SCRIPTS, Calibration, script_of
 from hasten.semantic.embedder import AsyncEmbedder, Embedder
-from hasten.semantic.gguf_embedder import EmbedderUnavailable
 from hasten.semantic.graphs import GraphFiles
 from hasten.semantic.guard import signature
 from hasten.semantic.index import VectorIndex
@@ -61,7 +60,7 @@ from hasten.semantic.replica import SharedReplica
 from hasten.semantic.shared import LOCAL_ID_BASE, DeleteEvent, Event, SharedEntry, SharedTier
 from hasten.semantic.store_config import DEFAULT_MIN_SIMILARITY, SemanticStoreConfig
 from hasten.semantic.upkeep import Upkeep
-from hasten.semantic.verifier import NomicVerifier, Verifier
+from hasten.semantic.verifier import Verifier
 from hasten.telemetry.stage import NO_STAGE, Stage
 
 __all__ = [
@@ -459,10 +458,6 @@ class SemanticCache:
             embedder=self._embedder_name,
             vectors_pending=self._num_pending,
             verifier=None if self.verifier is None else self.verifier.name,
-            # A verifier in a child process: False while it loads or restarts.
-            verifier_ready=(
-                self.verifier.is_ready if isinstance(self.verifier, NomicVerifier) else None
-            ),
             by_script=self.script_stats(),
             embed_batches=self.embedder.num_batches,
             embedded_texts=self.embedder.num_embedded,
@@ -497,8 +492,6 @@ class SemanticCache:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._filler
         await self._run(self._close_sync)
-        if isinstance(self.verifier, NomicVerifier):  # its child process ends with the store
-            await self._run(self.verifier.close)
         self._executor.shutdown(wait=True)
         await self.embedder.close()
 
@@ -660,9 +653,6 @@ class SemanticCache:
         started = time.perf_counter()
         try:
             second = self.verifier.similarity(text, live[best.entry_id].text)
-        except EmbedderUnavailable:  # loading or restarting in its child: a miss, not an error
-            self.counters["verifier_unavailable"] += 1
-            return choice
         except Exception:  # a broken verifier only costs the close calls
             self._note_error("verifier")
             return choice
