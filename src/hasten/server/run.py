@@ -25,6 +25,7 @@ from hasten.local.gateway import LOCAL, is_local_available
 from hasten.local.supervisor import EngineSupervisor, RestartSettings
 from hasten.metrics.endpoint import MetricsApp
 from hasten.metrics.settings import describe_metrics
+from hasten.semantic.build import require_extra
 from hasten.server import logs
 from hasten.server.connection import bind, uvicorn_server
 from hasten.server.heap import frozen_after_startup
@@ -153,6 +154,7 @@ def _integer(value: Any, flag: str, env: str, what: str, minimum: int, maximum: 
 
 async def _serve(config: GatewayConfig, *, is_simulator_default: bool) -> None:
     check_workers(config)
+    require_extra(config.semantic)  # before anything starts: the message names the extra
     servers: list[tuple[uvicorn.Server, socket.socket]] = []
     local = config.local
     if local is None and config.is_simulated and not is_simulator_default:

@@ -1,15 +1,15 @@
 """Semantic-cache quality in one run, on every evaluation file: hasten's default
 (target_precision 0.95, calibrated), the same with the USE verifier on close calls,
 each also at target 0.85 where close calls exist to verify, the old cosine default (0.96),
-error-budget mode at 0.5%, 1% and 2%, and GPTCache with the same e5
-vectors (bench/gptcache_env.py; its venv bench/.venvs/gptcache is built on first use): at its
-default threshold, and swept, with its best recall at precision >= 0.95.
+error-budget mode at 0.5%, 1% and 2%, and GPTCache with the same e5 vectors
+(gptcache_env.py; its venv bench/.venvs/gptcache is built on first use): at its default
+threshold, and swept, with its best recall at precision >= 0.95.
 
-    python bench/semantic_quality.py [--limit 2000] [--passes 3] [--no-gptcache]
+    python bench/semantic/quality.py [--limit 2000] [--passes 3] [--no-gptcache]
 
 Protocol v2 of ../shared/data/semcache/README.md (``hasten.semantic.evaluate``; each result
 keeps v1's figures under "v1"); qqp_dev is a seeded ``--limit`` sample, the other files are
-whole. Embeddings come from bench/semantic_vectors.py's cache in /tmp (the first run embeds).
+whole. Embeddings come from bench/semantic/vectors.py's cache in /tmp (the first run embeds).
 Each verifier's added latency on a hit is timed apart, with the real model, on close calls.
 Prints one summary line, then JSON.
 """
@@ -26,13 +26,14 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).parent))
-import gptcache_env
-import semantic as bench
-import semantic_vectors as vectors_mod
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench.semantic
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench's shared helpers
+
 from bench_venv import VenvInstall
 
-from hasten.semantic import evaluate
+from bench.semantic import compare as bench
+from bench.semantic import evaluate, gptcache_env
+from bench.semantic import vectors as vectors_mod
 from hasten.semantic.verifier import UseVerifier
 
 BUDGETS = (0.005, 0.01, 0.02)

@@ -1,7 +1,7 @@
 """Calibrates ``[semantic] target_precision``: fits the per-script risk models of
 ``hasten.semantic.calibration`` on one part of the dev pairs and checks them on the rest.
 
-    python bench/semantic_calibrate.py [--qqp-limit 10000] [--seed 0] [--target 0.95]
+    python bench/semantic/calibrate.py [--qqp-limit 10000] [--seed 0] [--target 0.95]
 
 Method (the numbers it prints go to src/hasten/semantic/calibrated.py):
 - Every lookup of protocol v2 is simulated exactly as the store decides it: the distinct
@@ -18,7 +18,7 @@ Method (the numbers it prints go to src/hasten/semantic/calibrated.py):
   block's precision replaced by its one-sided 95% Wilson lower bound, gives the table.
   A hit is served when 1 - bound < 1 - target, i.e. only in blocks whose *lower bound* clears
   the target: conservative by design, so a held-out set of another source keeps its precision.
-Vectors come from bench/semantic_vectors.py's cache (/tmp), so reruns take seconds.
+Vectors come from bench/semantic/vectors.py's cache (/tmp), so reruns take seconds.
 """
 
 from __future__ import annotations
@@ -34,10 +34,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-sys.path.insert(0, str(Path(__file__).parent))
-import semantic_vectors as vectors_mod
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench.semantic
 
-from hasten.semantic import calibration, evaluate, matcher
+from bench.semantic import evaluate, fitting
+from bench.semantic import vectors as vectors_mod
+from hasten.semantic import calibration, matcher
 from hasten.semantic.calibration import Calibration, Evidence, ScriptModel
 from hasten.semantic.guard import TextSignature, signature
 
@@ -150,7 +151,7 @@ def fit_model(
     weights = fit_weights(rows, ys, is_verified)
     unbinned = ScriptModel(weights, (), E5_CENTER, E5_SCALE, floor)
     scores = [unbinned.score(row) for row in rows]
-    bins = calibration.isotonic_bins(scores, ys, min_per_bin=min_per_bin)
+    bins = fitting.isotonic_bins(scores, ys, min_per_bin=min_per_bin)
     rounded = tuple((round(low, 6), round(bound, 4)) for low, bound in bins)
     return ScriptModel(weights, rounded, E5_CENTER, E5_SCALE, floor)
 
@@ -160,7 +161,7 @@ def identical_precision(lookups: Sequence[Lookup]) -> tuple[float, int, int]:
     verdicts = [item.verdict for item in lookups if item.evidence and item.evidence.is_identical]
     num_correct = sum(1 for verdict in verdicts if verdict == "correct")
     return (
-        round(calibration.wilson_lower(num_correct, len(verdicts)), 4),
+        round(fitting.wilson_lower(num_correct, len(verdicts)), 4),
         num_correct,
         len(verdicts),
     )

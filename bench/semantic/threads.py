@@ -1,6 +1,6 @@
 """The e5 embedder's thread count: measured per batch (default) against a fixed one thread.
 
-    python bench/semantic_threads.py [--num-texts 150]
+    python bench/semantic/threads.py [--num-texts 150]
 
 For each setting, single questions from gptcache_mock_pairs (about 120 characters) are
 embedded one at a time in three phases: the second core idle, the second core busy (a
@@ -35,8 +35,8 @@ def _phase(embedder: E5OnnxEmbedder, texts: list[str]) -> dict[str, Any]:
     return {
         "p50_ms": round(float(np.percentile(latencies, 50)), 1),
         "p99_ms": round(float(np.percentile(latencies, 99)), 1),
-        "threads_by_bucket": embedder.tuner.best_modes(),
-        "cold_threads_by_bucket": embedder.cold_tuner.best_modes(),
+        "threads_by_bucket": embedder.tuner.best_counts(),
+        "cold_threads_by_bucket": embedder.cold_tuner.best_counts(),
     }
 
 

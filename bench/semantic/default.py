@@ -1,6 +1,6 @@
 """The default semantic tier on the request path, this checkout against another commit.
 
-    .venv/bin/python bench/semantic_default.py --rev REV [--pairs gptcache_mock_pairs]
+    .venv/bin/python bench/semantic/default.py --rev REV [--pairs gptcache_mock_pairs]
                                                [--limit 150] [--ttft-ms 0]
 
 Two gateways with ``[semantic] enabled = true`` and nothing else (the calibrated default:
@@ -36,13 +36,14 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench.semantic
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench's shared helpers
 
 import httpx
 import numpy as np
-from semantic_http import percentiles
 from server_process import clean_environment, invocation, rev_source
 
+from bench.semantic.hit_http import percentiles
 from hasten.semantic.freshness import FreshnessPolicy, ttl_s
 from tests.support.servers import GatewayProcess, SimulatorProcess
 

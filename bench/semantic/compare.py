@@ -1,13 +1,13 @@
 """Semantic-cache benchmarks: embedders, ANN libraries, scale, eviction.
 
-    python bench/semantic.py embedders [--limit 2000]     # quality + latency per embedder
-    python bench/semantic.py ann [--entries 100000]       # usearch vs hnswlib vs faiss vs exact
-    python bench/semantic.py scale [--entries 1000000]    # search at 1M, embed+search at 100k
-    python bench/semantic.py guard                        # near-miss guard speed and vetoes
-    python bench/semantic.py eviction                     # LRU vs LFU hit ratio (Zipf + drift)
+    python bench/semantic/compare.py embedders [--limit 2000]  # quality + latency per embedder
+    python bench/semantic/compare.py ann [--entries 100000]    # usearch, hnswlib, faiss, exact
+    python bench/semantic/compare.py scale [--entries 1000000] # search at 1M, embed+search 100k
+    python bench/semantic/compare.py guard                     # near-miss guard speed, vetoes
+    python bench/semantic/compare.py eviction                  # LRU vs LFU hit ratio (Zipf)
 
 Each prints one summary line, then JSON. Data: ../shared/data/semcache (evaluation only).
-GPTCache with the same embedder: bench/semantic_quality.py (bench/gptcache_env.py).
+GPTCache with the same embedder: bench/semantic/quality.py (gptcache_env.py).
 """
 
 from __future__ import annotations
@@ -17,10 +17,13 @@ import asyncio
 import json
 import os
 import resource
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench.semantic
 
 import numpy as np
 
@@ -50,7 +53,7 @@ _COSINE = {"e5": 0.96, "minilm": 0.84}
 
 
 def _eval(dataset: str, embedder: str, limit: int | None) -> dict[str, Any]:
-    import hasten.semantic.evaluate as evaluate
+    from bench.semantic import evaluate
 
     args = argparse.Namespace(
         pairs=DATA_DIR / f"{dataset}.jsonl", limit=limit, seed=0, embedder=embedder,
@@ -73,7 +76,7 @@ def _operating_points(sweep: list[dict[str, float]]) -> dict[str, Any]:
 
 
 def bench_embedders(args: argparse.Namespace) -> None:
-    from hasten.semantic.embedder import build_embedder
+    from bench.semantic.models import build_embedder
 
     texts = [json.loads(line)["a"] for line in (DATA_DIR / "qqp_dev.jsonl").open()][:200]
     report: dict[str, Any] = {}
@@ -226,14 +229,14 @@ def bench_scale(args: argparse.Namespace) -> None:
 
 async def _embed_plus_search(num_entries: int, dim: int) -> dict[str, Any]:
     """Full lookups (split, embed, search, guard) against 100k stored synthetic entries."""
-    from hasten.semantic.embedder import build_embedder
+    from hasten.semantic.e5_onnx import E5OnnxEmbedder
     from hasten.semantic.partition import split_chat
     from hasten.semantic.store import SemanticCache, SemanticStoreConfig
 
     texts = [json.loads(line)["b"] for line in (DATA_DIR / "qqp_dev.jsonl").open()][:300]
     with tempfile.TemporaryDirectory() as directory:
         cache = SemanticCache(
-            build_embedder("e5"), SemanticStoreConfig(path=Path(directory) / "s.sqlite3")
+            E5OnnxEmbedder(), SemanticStoreConfig(path=Path(directory) / "s.sqlite3")
         )
         probe = {"model": "m", "messages": [{"role": "user", "content": "probe"}]}
         query = split_chat(probe, model="m", tenant="t")

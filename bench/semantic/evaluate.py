@@ -1,5 +1,8 @@
-"""``hasten eval-cache PAIRS.jsonl``: precision, recall, false-hit rate and latency of the
-semantic cache on labelled question pairs.
+"""Precision, recall, false-hit rate and latency of the semantic cache on labelled pairs.
+
+    python bench/semantic/evaluate.py PAIRS.jsonl [--limit N] [--json] [--sweep] ...
+
+(``hasten eval-cache`` until issue 40 moved it here: only benchmarks evaluate.)
 
 Protocol v2 (../shared/data/semcache/README.md, shared with the benchmarks): every distinct
 ``a`` text (whitespace trimmed) goes into an empty cache once, with a unique answer, then every
@@ -28,10 +31,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+if __package__ in (None, ""):  # run as a script: the repo root makes ``bench`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
 import numpy as np
 
-from hasten.config.semantic import EMBEDDERS, VERIFIERS
-from hasten.semantic.embedder import AsyncEmbedder, Embedder, Vectors, build_embedder
+from bench.semantic.models import EMBEDDERS, build_embedder, min_similarity_of
+from hasten.config.semantic import VERIFIERS
+from hasten.semantic.embedder import AsyncEmbedder, Embedder
 from hasten.semantic.store import SemanticCache
 from hasten.semantic.store_config import SemanticStoreConfig
 from hasten.semantic.verifier import Verifier, build_verifier
@@ -303,7 +310,7 @@ def run(args: argparse.Namespace) -> int:
     pairs = load_pairs(args.pairs, limit=args.limit, seed=args.seed)
     report = asyncio.run(_run(args, pairs))
     line = (
-        f"eval-cache {args.pairs.name}: {len(pairs)} pairs, precision {report['precision']:.3f}"
+        f"evaluate {args.pairs.name}: {len(pairs)} pairs, precision {report['precision']:.3f}"
         f" recall {report['recall']:.3f} false-hit rate {report['false_hit_rate']:.4f}"
         f" (v1: {report['v1']['precision']:.3f} / {report['v1']['recall']:.3f})"
         f" lookup p50 {report['lookup_ms']['p50']:.1f} ms (embed {report['embed_ms']['p50']:.1f}"
@@ -335,7 +342,9 @@ async def _run(
     with tempfile.TemporaryDirectory(prefix="hasten-eval-") as directory:
         config = SemanticStoreConfig(
             path=Path(directory) / "semantic.sqlite3",
-            min_similarity=args.min_similarity,
+            min_similarity=(
+                min_similarity_of(model) if args.min_similarity is None else args.min_similarity
+            ),
             target_precision=getattr(args, "target_precision", 0.95),
             max_distance_ratio=args.max_distance_ratio,
             max_error_rate=args.error_budget,
@@ -397,26 +406,10 @@ async def _run(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="hasten eval-cache", description=__doc__)
+    parser = argparse.ArgumentParser(prog="bench/semantic/evaluate.py", description=__doc__)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-__all__ = [
-    "Outcomes",
-    "Pair",
-    "Vectors",
-    "add_arguments",
-    "evaluate",
-    "is_answerable",
-    "load_pairs",
-    "metrics",
-    "run",
-    "stored_questions",
-    "verbatim_repeats",
-    "verdict",
-]

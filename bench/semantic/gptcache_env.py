@@ -3,9 +3,9 @@
 GPTCache lives in its own venv (``bench_venv``, pinned below; faiss-cpu and SQLAlchemy
 pinned too, since GPTCache would otherwise pip-install them at import time). The vectors are
 hasten's: this side embeds every text once with hasten's e5 embedder (the text hasten itself
-embeds, ``split_chat``'s), writes them to an .npz, and ``bench/gptcache_worker.py`` runs
-GPTCache in that venv with an embedding function that reads them back. The worker reports
-what GPTCache served and at what score; scoring is ``hasten.semantic.evaluate.metrics``.
+embeds, ``split_chat``'s), writes them to an .npz, and ``gptcache_worker.py`` (beside this
+file) runs GPTCache in that venv with an embedding function that reads them back. The worker reports
+what GPTCache served and at what score; scoring is ``evaluate.metrics``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 from bench_venv import BenchVenv, VenvInstall
 from bench_venv import ensure_installed as _ensure_installed
 
-from hasten.semantic import evaluate
+from bench.semantic import evaluate
 from hasten.semantic.embedder import Embedder
 from hasten.semantic.partition import split_chat
 

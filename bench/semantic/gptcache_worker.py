@@ -1,5 +1,5 @@
 """Runs inside GPTCache's venv (bench/.venvs/gptcache; no hasten there), driven by
-bench/gptcache_env.py:
+bench/semantic/gptcache_env.py:
 
     python gptcache_worker.py INPUTS.npz REQUEST.json WORK_DIR
 

@@ -1,7 +1,7 @@
 """Embeddings of the evaluation files, cached in /tmp so calibration and evaluation reruns are
 cheap: one npz per (file, embedder), rows keyed by text.
 
-    python bench/semantic_vectors.py [--embedder e5]   # embeds every dev file once
+    python bench/semantic/vectors.py [--embedder e5]   # embeds every dev file once
 """
 
 from __future__ import annotations
@@ -14,18 +14,21 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench.semantic
+
 import numpy as np
 import numpy.typing as npt
 
-from hasten.semantic import evaluate
-from hasten.semantic.embedder import Embedder, Vectors, build_embedder
+from bench.semantic import evaluate
+from bench.semantic.models import build_embedder
+from hasten.semantic.embedder import Embedder, Vectors
 from hasten.semantic.verifier import UseVerifier
 
 DATA_DIR = Path(os.environ.get("HASTEN_SEMCACHE_DATA", "/work/shared/data/semcache"))
 DATASETS = ("qqp_dev", "gptcache_mock_pairs", "zh_sts_dev")
 CACHE_DIR = Path(os.environ.get("HASTEN_VECTOR_CACHE", "/tmp/hasten-semcal"))
 _BATCH = 64
-DEFAULT_QQP_LIMIT = 10_000  # the sample bench/semantic_calibrate.py fits and checks on
+DEFAULT_QQP_LIMIT = 10_000  # the sample bench/semantic/calibrate.py fits and checks on
 
 
 def texts_of(dataset: str, limit: int | None = None) -> list[str]:

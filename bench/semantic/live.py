@@ -1,8 +1,8 @@
 """Live recall of the semantic cache: paraphrases arriving one by one, answer classes on/off.
 
-    python bench/semantic_live.py [--limit N] [--seed S] [--embedder e5|minilm]
+    python bench/semantic/live.py [--limit N] [--seed S] [--embedder e5|minilm]
 
-``hasten eval-cache`` stores every ``a`` question, then looks up every ``b``: nothing is
+``bench/semantic/evaluate.py`` stores every ``a`` question, then looks up every ``b``: nothing is
 ever stored after a near miss, so it cannot show what live traffic does (a paraphrase just
 below the cut-off is stored under its own answer and makes later paraphrases ambiguous;
 see ``hasten.semantic.near``). Here each text of gptcache_mock_pairs arrives once, in a
@@ -25,6 +25,7 @@ import asyncio
 import json
 import os
 import random
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -32,10 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench.semantic
+
 import orjson
 
+from bench.semantic.models import build_embedder
 from hasten.cache import CachedAnswer, MemoryLRU, TieredCache, cache_key
-from hasten.semantic import SemanticCache, SemanticStoreConfig, build_embedder
+from hasten.semantic.store import SemanticCache, SemanticStoreConfig
 from hasten.semantic.tier import JOIN_AGREEMENT_SIMILARITY, SemanticTier
 
 DATA = Path(os.environ.get("HASTEN_SEMCACHE_DATA", "/work/shared/data/semcache"))

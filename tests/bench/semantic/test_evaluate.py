@@ -1,4 +1,4 @@
-"""``hasten eval-cache``: protocol v2's scoring rules, v1 beside it, the one-object JSON."""
+"""bench/semantic/evaluate.py: protocol v2's scoring rules, v1 beside it, the one-object JSON."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from hasten.semantic import evaluate
-from hasten.semantic.evaluate import Pair
+from bench.semantic import evaluate
+from bench.semantic.evaluate import Pair
 from tests.support.semantic import WordsEmbedder, make_cache
 
 # The words embedder gives word-order paraphrases similarity 1 and "peru" / "chile" about 0.83.
@@ -98,3 +98,17 @@ def test_json_prints_one_object(
 
 def vars_of(pair: Pair) -> dict[str, Any]:
     return {"a": pair.a, "b": pair.b, "label": pair.label}
+
+
+async def test_evaluate_protocol_counts(tmp_path: Path) -> None:
+    pairs = [
+        evaluate.Pair("how do i cook rice", "cook rice how do i", 1),
+        evaluate.Pair("best way to learn python", "learn python best way", 1),
+        evaluate.Pair("what is the capital of peru", "capital of chile", 0),
+    ]
+    cache = make_cache(tmp_path, min_similarity=0.8)
+    (outcomes,) = await evaluate.evaluate(pairs, cache)
+    result = evaluate.metrics(outcomes, pairs, min_similarity=0.8)
+    assert result["correct"] == 2 and result["false"] == 0
+    assert result["precision"] == 1.0 and result["recall"] == 1.0
+    await cache.close()

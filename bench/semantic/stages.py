@@ -1,6 +1,6 @@
 """Where a semantic hit's time goes, stage by stage, in-process (no HTTP, no other process).
 
-    python bench/semantic_stages.py [--pairs gptcache_mock_pairs] [--limit 300] [--threads 0]
+    python bench/semantic/stages.py [--pairs gptcache_mock_pairs] [--limit 300] [--threads 0]
 
 The ``a`` question of every positive pair is imported as the admin import does
 (``SemanticTier.remember`` per line, then ``drain``; entries/s reported), then every ``b``
@@ -31,10 +31,11 @@ from hasten.cache import CachedAnswer, TieredCache
 from hasten.cache.keys import cache_key
 from hasten.cache.memory import MemoryLRU
 from hasten.cache.replay import answer_body, answer_frames
-from hasten.semantic import NewEntry, SemanticCache, SemanticStoreConfig
-from hasten.semantic.embedder import AsyncEmbedder, build_embedder, normalize
+from hasten.semantic.e5_onnx import E5OnnxEmbedder
+from hasten.semantic.embedder import AsyncEmbedder, normalize
 from hasten.semantic.guard import signature
 from hasten.semantic.partition import split_chat
+from hasten.semantic.store import NewEntry, SemanticCache, SemanticStoreConfig
 from hasten.semantic.tier import SemanticTier
 
 DATA_DIR = Path("/work/shared/data/semcache")
@@ -235,7 +236,7 @@ async def run(
     store_questions = [f"{q} (variant {n})" for n in range(3000) for q in questions][:3000]
     with tempfile.TemporaryDirectory(prefix="hasten-semstages-") as directory:
         config = SemanticStoreConfig(path=Path(directory) / "semantic.sqlite3")
-        cache = SemanticCache(build_embedder("e5", num_threads=num_threads), config)
+        cache = SemanticCache(E5OnnxEmbedder(num_threads=num_threads), config)
         exact = TieredCache(MemoryLRU(256 * 1024 * 1024))
         tier = SemanticTier(cache, exact)
         await cache.embedder.embed("warm-up: load the embedder")
@@ -247,7 +248,7 @@ async def run(
         store_side = await _import_compare(Path(directory), _RandomEmbedder(), store_questions, 3)
         e5_import = await _import_compare(
             Path(directory),
-            build_embedder("e5", num_threads=num_threads),
+            E5OnnxEmbedder(num_threads=num_threads),
             questions[:e5_import_size],
             1,
         )

