@@ -17,7 +17,7 @@ from hasten.semantic import matcher
 from hasten.semantic.guard import signature
 from hasten.semantic.near import candidate_floor
 from hasten.semantic.records import Records
-from hasten.semantic.shared import SharedEntry, decode_entry, encode_entry
+from hasten.semantic.redis_tier import SharedEntry, decode_entry, encode_entry
 from hasten.semantic.store import SemanticCache, SemanticStoreConfig
 from hasten.semantic.tier import SemanticTier
 from tests.support.gateway import completion

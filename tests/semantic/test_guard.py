@@ -147,6 +147,9 @@ def test_freshness_classes() -> None:
     assert freshness.ttl_s("latest iPhone model", model="m", policy=policy) == 300
     assert freshness.ttl_s("今天有什么新闻", model="m", policy=policy) == 300
     assert freshness.ttl_s("Who wrote Hamlet?", model="m", policy=policy) == 3600
+    # The text is as sent (issue 41, defect 6): any whitespace between a phrase's words.
+    assert freshness.ttl_s("The weather right\n  now?", model="m", policy=policy) == 0
+    assert freshness.ttl_s("As  of\tJune, who leads?", model="m", policy=policy) == 300
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,8 @@ from typing import TypeVar
 
 import pytest
 
+from hasten.semantic.redis_tier import DeleteEvent, Event, RedisTier, SharedEntry
 from hasten.semantic.replica import CURSOR_META, PENDING_META, SharedReplica
-from hasten.semantic.shared import DeleteEvent, Event, SharedEntry, SharedTier
 from tests.support.servers import free_port
 
 _T = TypeVar("_T")
@@ -40,7 +40,7 @@ class MemoryStore:
 @pytest.fixture
 async def away() -> AsyncIterator[tuple[SharedReplica, MemoryStore, Counter[str]]]:
     """A replica whose Redis is not there (nothing listens on the port)."""
-    shared = SharedTier(f"redis://127.0.0.1:{free_port()}/0", namespace="test:")
+    shared = RedisTier(f"redis://127.0.0.1:{free_port()}/0", namespace="test:")
     store, counters = MemoryStore(), Counter[str]()
     replica = SharedReplica(shared, store, counters, clock=lambda: NOW)
     yield replica, store, counters

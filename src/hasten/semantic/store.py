@@ -20,7 +20,7 @@ from the stored vectors whenever missing or stale.
 
 With ``redis_url`` set (the gateway does so when its exact cache is in Redis), that file is
 this replica's copy of a shared tier: entries are also written to Redis and a background
-``Follower`` applies the other replicas' inserts and invalidations (see ``shared``).
+``Follower`` applies the other replicas' inserts and invalidations (see ``redis_tier``).
 
 What the store owns and who does what: the rows (``Records``), the vector index and its
 saved graphs are the store's, touched on its one worker thread; ``Upkeep`` keeps their
@@ -56,8 +56,8 @@ from hasten.semantic.index import VectorIndex
 from hasten.semantic.near import NOTHING, LookupResult, SemanticMatch, near_miss
 from hasten.semantic.partition import SemanticQuery, split_chat
 from hasten.semantic.records import Records, StoredEntry
+from hasten.semantic.redis_tier import LOCAL_ID_BASE, DeleteEvent, Event, RedisTier, SharedEntry
 from hasten.semantic.replica import SharedReplica
-from hasten.semantic.shared import LOCAL_ID_BASE, DeleteEvent, Event, SharedEntry, SharedTier
 from hasten.semantic.store_config import DEFAULT_MIN_SIMILARITY, SemanticStoreConfig
 from hasten.semantic.upkeep import Upkeep
 from hasten.semantic.verifier import Verifier
@@ -184,7 +184,7 @@ class SemanticCache:
         self.replica: SharedReplica | None = None
         if config.redis_url is not None:
             namespace = f"{config.redis_namespace}{model.name}:{model.dim}:"
-            shared = SharedTier(config.redis_url, namespace=namespace)
+            shared = RedisTier(config.redis_url, namespace=namespace)
             self.replica = SharedReplica(shared, self, self.counters, clock=clock)
 
     def start(self) -> None:

@@ -41,6 +41,6 @@ class SemanticStoreConfig:
     max_verify_fraction: float = 0.25
     max_flat_entries: int = DEFAULT_MAX_FLAT_ENTRIES
     seed: int = 0
-    # Shared tier: entries in this Redis, every replica's index kept in step (``shared``).
+    # Shared tier: entries in this Redis, every replica's index kept in step (``redis_tier``).
     redis_url: str | None = None
     redis_namespace: str = "hasten:semantic:"

@@ -139,7 +139,7 @@ def is_before(first: bytes, second: bytes) -> bool:
     return (int(one[0]), int(one[1])) < (int(two[0]), int(two[1]))
 
 
-class SharedTier:
+class RedisTier:
     """The Redis side. Writes never raise (False when dropped); reads raise ``FAILURES``."""
 
     def __init__(

@@ -7,7 +7,7 @@ import uuid
 from pathlib import Path
 
 from hasten.semantic.follower import needs_rebuild
-from hasten.semantic.shared import LOCAL_ID_BASE
+from hasten.semantic.redis_tier import LOCAL_ID_BASE
 from hasten.semantic.store import NewEntry, SemanticCache, SemanticStoreConfig
 from tests.support.semantic import WordsEmbedder, chat, eventually, rebuilt
 from tests.support.servers import free_port, redis_server
