@@ -57,8 +57,7 @@ def _eval(dataset: str, embedder: str, limit: int | None) -> dict[str, Any]:
 
     args = argparse.Namespace(
         pairs=DATA_DIR / f"{dataset}.jsonl", limit=limit, seed=0, embedder=embedder,
-        min_similarity=_COSINE[embedder], max_distance_ratio=0.9, error_budget=None, passes=1,
-        sweep=True, max_hit_error_rate=0.1,
+        min_similarity=_COSINE[embedder], max_distance_ratio=0.9, sweep=True,
     )  # fmt: skip
     pairs = evaluate.load_pairs(args.pairs, limit=limit, seed=0)
     return asyncio.run(evaluate._run(args, pairs))

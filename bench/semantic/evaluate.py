@@ -216,11 +216,10 @@ async def evaluate(
     pairs: Sequence[Pair],
     cache: SemanticCache,
     *,
-    num_passes: int = 1,
     seed: int = 0,
     protocol: str = "v2",
-) -> list[Outcomes]:
-    """Runs the protocol; several passes only make sense in error-budget mode (learning)."""
+) -> Outcomes:
+    """Runs the protocol: stores every question, then looks every paraphrase up once."""
     stored = stored_questions(pairs, protocol=protocol)
     keys = [f"q-{index}" for index in range(len(stored))]
     for start in range(0, len(stored), _INSERT_CONCURRENCY):
@@ -234,18 +233,14 @@ async def evaluate(
                 )
             )
         )
-    passes = []
-    order = np.random.default_rng(seed).permutation(len(pairs))
-    for _ in range(num_passes):
-        outcomes = Outcomes(stored=stored)
-        for index in order:
-            await _lookup_one(cache, pairs, int(index), outcomes, protocol)
-        passes.append(outcomes)
-    return passes
+    outcomes = Outcomes(stored=stored)
+    for index in np.random.default_rng(seed).permutation(len(pairs)):
+        await _lookup_one(cache, pairs, int(index), outcomes)
+    return outcomes
 
 
 async def _lookup_one(
-    cache: SemanticCache, pairs: Sequence[Pair], index: int, outcomes: Outcomes, protocol: str
+    cache: SemanticCache, pairs: Sequence[Pair], index: int, outcomes: Outcomes
 ) -> None:
     pair = pairs[index]
     # The model's own time inside the lookup (none when the text alone decides it).
@@ -258,14 +253,7 @@ async def _lookup_one(
     outcomes.search_ms.append(lookup_ms - embed_ms)
     outcomes.lookup_ms.append(lookup_ms)
     outcomes.rows.append(index)
-    served = -1 if match is None else int(match.answer_key.removeprefix("q-"))
-    if match is not None and match.is_verification:
-        # The oracle: the data's label says whether the cached answer would have been right.
-        text = outcomes.stored[served]
-        verdict_now = verdict(pair, text) if protocol == "v2" else _verdict_v1(pair, text)
-        await cache.report_verification(match, is_correct=verdict_now == "correct")
-        match, served = None, -1
-    outcomes.served.append(served)
+    outcomes.served.append(-1 if match is None else int(match.answer_key.removeprefix("q-")))
     outcomes.similarities.append(None if match is None else match.similarity)
     outcomes.risks.append(None if match is None else match.risk)
 
@@ -294,11 +282,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--min-similarity", type=float, default=None, help="a raw cosine cut-off instead"
     )
     parser.add_argument("--max-distance-ratio", type=float, default=0.9)
-    parser.add_argument("--error-budget", type=float, default=None, help="e.g. 0.01")
-    parser.add_argument(
-        "--max-hit-error-rate", type=float, default=0.1, help="error budget: per-hit risk cap"
-    )
-    parser.add_argument("--passes", type=int, default=1, help="lookup passes (error budget)")
     parser.add_argument("--sweep", action="store_true", help="also report other cut-offs")
     parser.add_argument("--protocol", choices=("v2", "v1"), default="v2", help="cache layout")
     parser.add_argument(
@@ -336,9 +319,9 @@ async def _run(
     if second is None:
         second = build_verifier(getattr(args, "verifier", "none"))
     protocol = getattr(args, "protocol", "v2")
-    # Remember every text so extra passes (error-budget learning) do not embed again.
+    # Remember every text: a benchmark sharing one embedder across runs embeds each once.
     embedder = AsyncEmbedder(model, num_remembered=2 * len(pairs) + 16)
-    is_sweep = args.sweep and args.error_budget is None
+    is_sweep = args.sweep
     with tempfile.TemporaryDirectory(prefix="hasten-eval-") as directory:
         config = SemanticStoreConfig(
             path=Path(directory) / "semantic.sqlite3",
@@ -347,9 +330,6 @@ async def _run(
             ),
             target_precision=getattr(args, "target_precision", 0.95),
             max_distance_ratio=args.max_distance_ratio,
-            max_error_rate=args.error_budget,
-            max_hit_error_rate=args.max_hit_error_rate,
-            seed=args.seed,
         )
         cache = SemanticCache(embedder, config, verifier=second)
         policy = cache.policy
@@ -362,15 +342,12 @@ async def _run(
             if is_calibrated:
                 cache.policy = replace(policy, max_risk=math.inf)
         started = time.perf_counter()
-        passes = await evaluate(
-            pairs, cache, num_passes=args.passes, seed=args.seed, protocol=protocol
-        )
+        outcomes = await evaluate(pairs, cache, seed=args.seed, protocol=protocol)
         elapsed_s = time.perf_counter() - started
         stats = cache.stats()
         await cache.close()
-    first, last = passes[0], passes[-1]
-    cutoff = -math.inf if args.error_budget is not None or is_calibrated else policy.min_similarity
-    summary = metrics(last, pairs, min_similarity=cutoff, max_risk=policy.max_risk)
+    cutoff = -math.inf if is_calibrated else policy.min_similarity
+    summary = metrics(outcomes, pairs, min_similarity=cutoff, max_risk=policy.max_risk)
     report: dict[str, Any] = {
         "protocol": protocol,
         "precision": summary["precision"],
@@ -380,28 +357,25 @@ async def _run(
         "pairs": str(args.pairs),
         "num_pairs": len(pairs),
         "num_positive": sum(pair.label for pair in pairs),
-        "num_stored": len(first.stored),
+        "num_stored": len(outcomes.stored),
         "embedder": stats["embedder"],
         "verifier": stats["verifier"],
         "decision": "calibrated" if is_calibrated else "min_similarity",
         "target_precision": round(1.0 - policy.max_risk, 6) if is_calibrated else None,
         "min_similarity": None if is_calibrated else policy.min_similarity,
         "max_distance_ratio": args.max_distance_ratio,
-        "error_budget": args.error_budget,
         "summary": summary,
-        "lookup_ms": _percentiles(first.lookup_ms),
-        "embed_ms": _percentiles(first.embed_ms),
-        "search_ms": _percentiles(first.search_ms),
+        "lookup_ms": _percentiles(outcomes.lookup_ms),
+        "embed_ms": _percentiles(outcomes.embed_ms),
+        "search_ms": _percentiles(outcomes.search_ms),
         "elapsed_s": round(elapsed_s, 1),
         "cache_stats": stats,
         "protocol_ceiling": verbatim_repeats(pairs),
     }
-    if args.passes > 1:
-        report["passes"] = [metrics(item, pairs) for item in passes]
     if is_sweep and is_calibrated:
-        report["sweep"] = risk_sweep(last, pairs)
+        report["sweep"] = risk_sweep(outcomes, pairs)
     elif is_sweep:
-        report["sweep"] = sweep(last, pairs, start=max(0.0, policy.min_similarity - 0.1))
+        report["sweep"] = sweep(outcomes, pairs, start=max(0.0, policy.min_similarity - 0.1))
     return report
 
 

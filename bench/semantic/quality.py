@@ -1,11 +1,11 @@
 """Semantic-cache quality in one run, on every evaluation file: hasten's default
 (target_precision 0.95, calibrated), the same with the USE verifier on close calls,
 each also at target 0.85 where close calls exist to verify, the old cosine default (0.96),
-error-budget mode at 0.5%, 1% and 2%, and GPTCache with the same e5 vectors
+and GPTCache with the same e5 vectors
 (gptcache_env.py; its venv bench/.venvs/gptcache is built on first use): at its default
 threshold, and swept, with its best recall at precision >= 0.95.
 
-    python bench/semantic/quality.py [--limit 2000] [--passes 3] [--no-gptcache]
+    python bench/semantic/quality.py [--limit 2000] [--no-gptcache]
 
 Protocol v2 of ../shared/data/semcache/README.md (``hasten.semantic.evaluate``; each result
 keeps v1's figures under "v1"); qqp_dev is a seeded ``--limit`` sample, the other files are
@@ -36,7 +36,6 @@ from bench.semantic import evaluate, gptcache_env
 from bench.semantic import vectors as vectors_mod
 from hasten.semantic.verifier import UseVerifier
 
-BUDGETS = (0.005, 0.01, 0.02)
 VERIFIERS = ("use",)
 # A lower target where the calibration leaves close calls to verify (at 0.95 none exist).
 LOW_TARGET = 0.85
@@ -76,27 +75,11 @@ def _verifier_latency(
 def _args(pairs_path: Path, limit: int | None, **overrides: Any) -> argparse.Namespace:
     settings: dict[str, Any] = dict(
         pairs=pairs_path, limit=limit, seed=0, embedder="e5", min_similarity=None,
-        max_distance_ratio=0.9, error_budget=None, passes=1, sweep=False,
-        max_hit_error_rate=0.1, target_precision=0.95, protocol="v2", verifier="none",
+        max_distance_ratio=0.9, sweep=False, target_precision=0.95, protocol="v2",
+        verifier="none",
     )  # fmt: skip
     settings.update(overrides)
     return argparse.Namespace(**settings)
-
-
-def _budget_row(report: dict[str, Any], budget: float) -> dict[str, Any]:
-    passes = report["passes"]
-    num_lookups = report["num_pairs"]
-    stats = report["cache_stats"]
-    return {
-        "budget": budget,
-        "false_hit_rate_per_pass": [round(p["false_hit_rate"], 4) for p in passes],
-        "hit_rate_per_pass": [round(p["hits"] / num_lookups, 4) for p in passes],
-        "precision_per_pass": [round(p["precision"], 4) for p in passes],
-        "recall_per_pass": [round(p["recall"], 4) for p in passes],
-        "is_within_budget": all(p["false_hit_rate"] <= budget for p in passes),
-        "verified": stats.get("verified_correct", 0) + stats.get("verified_wrong", 0),
-        "verified_wrong": stats.get("verified_wrong", 0),
-    }
 
 
 def _point(report: dict[str, Any]) -> dict[str, Any]:
@@ -112,7 +95,6 @@ def _point(report: dict[str, Any]) -> dict[str, Any]:
 def _dataset(
     dataset: str,
     limit: int | None,
-    passes: int,
     memo: vectors_mod.CachedEmbedder,
     seconds: dict[str, CachedVerifier],
     gptcache: VenvInstall | None,
@@ -132,10 +114,6 @@ def _dataset(
     cosine = asyncio.run(
         evaluate._run(_args(path, limit, min_similarity=0.96, sweep=True), pairs, memo)
     )
-    budgets = []
-    for budget in BUDGETS:
-        args = _args(path, limit, error_budget=budget, passes=passes)
-        budgets.append(_budget_row(asyncio.run(evaluate._run(args, pairs, memo)), budget))
     row: dict[str, Any] = {
         "num_pairs": len(pairs),
         "hasten_default": _point(default) | {"target_precision": default["target_precision"]},
@@ -146,7 +124,6 @@ def _dataset(
             for r in default["sweep"]
         ],
         "hasten_lookup_ms": default["lookup_ms"],
-        "error_budget": budgets,
     }
     if gptcache is not None and gptcache.executable is not None:
         row["gptcache"] = gptcache_env.compare(pairs, memo, gptcache)
@@ -176,12 +153,9 @@ def _summary(report: dict[str, Any]) -> str:
         at_low = ", ".join(
             f"{kind or 'e5'} P {p['precision']:.3f} R {p['recall']:.3f}" for kind, p in low.items()
         )
-        budget = next(b for b in row["error_budget"] if b["budget"] == 0.01)
         parts.append(
             f"{dataset}: P {ours['precision']:.3f} R {ours['recall']:.3f}"
-            f" (at {LOW_TARGET}: {at_low})"
-            f" | 1% budget fhr {max(budget['false_hit_rate_per_pass']):.4f}"
-            f" hits {budget['hit_rate_per_pass'][-1]:.3f}" + _gptcache_summary(row.get("gptcache"))
+            f" (at {LOW_TARGET}: {at_low})" + _gptcache_summary(row.get("gptcache"))
         )
     return "semantic quality: " + "; ".join(parts)
 
@@ -189,7 +163,6 @@ def _summary(report: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--limit", type=int, default=2000, help="qqp_dev sample size")
-    parser.add_argument("--passes", type=int, default=3, help="error-budget lookup passes")
     parser.add_argument("--no-gptcache", action="store_true", help="skip the GPTCache rows")
     args = parser.parse_args()
     gptcache = None if args.no_gptcache else gptcache_env.ensure_installed()
@@ -205,7 +178,7 @@ def main() -> None:
     }
     started = time.perf_counter()
     datasets = {
-        dataset: _dataset(dataset, limits.get(dataset), args.passes, memo, seconds, gptcache)
+        dataset: _dataset(dataset, limits.get(dataset), memo, seconds, gptcache)
         for dataset in bench.DATASETS
     }
     qqp = evaluate.load_pairs(bench.DATA_DIR / "qqp_dev.jsonl", limit=args.limit, seed=0)

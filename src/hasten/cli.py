@@ -114,9 +114,7 @@ def _describe(path: str, config: GatewayConfig) -> str:
     )
     semantic = config.semantic
     if semantic.is_enabled:
-        if semantic.max_error_rate is not None:
-            decision = f"error budget {semantic.max_error_rate:g}"
-        elif semantic.min_similarity is not None:
+        if semantic.min_similarity is not None:
             decision = f"min similarity {semantic.min_similarity:g} (cosine override)"
         else:
             decision = f"target precision {semantic.target_precision:g} (calibrated)"

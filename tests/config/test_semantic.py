@@ -25,7 +25,6 @@ def test_semantic_table_keys_and_defaults() -> None:
             "embedder": "e5",
             "path": "s.sqlite3",
             "min_similarity": 0.9,
-            "max_error_rate": 0.01,
             "max_entries": 10,
             "eviction": "lfu",
             "default_ttl_s": 60,
@@ -34,7 +33,7 @@ def test_semantic_table_keys_and_defaults() -> None:
             "target_precision": 0.99,
         }
     )
-    assert config == SemanticConfig(True, "e5", "s.sqlite3", 0.9, 0.01, 10, "lfu", 60, 5.5, 2, 0.99)
+    assert config == SemanticConfig(True, "e5", "s.sqlite3", 0.9, 10, "lfu", 60, 5.5, 2, 0.99)
     assert SemanticConfig().target_precision == 0.95
     assert parse_config({"semantic": {"enabled": True}}, {}).semantic.is_enabled is True
 
@@ -47,7 +46,7 @@ def test_semantic_table_keys_and_defaults() -> None:
         ({"embedder": "minilm"}, "semantic.embedder: expected one of e5, got 'minilm'"),
         ({"eviction": "fifo"}, "semantic.eviction: expected one of lru, lfu, got 'fifo'"),
         ({"min_similarity": 1}, "semantic.min_similarity: must be between 0 and 1"),
-        ({"max_error_rate": 0.5}, "semantic.max_error_rate: must be between 0 and 0.5"),
+        ({"max_error_rate": 0.01}, "semantic.max_error_rate: unknown key"),
         ({"num_threads": -1}, "semantic.num_threads: must be >= 0, got -1"),
         ({"target_precision": 1}, "semantic.target_precision: must be at least 0.5 and below 1"),
         ({"target_precision": 0.3}, "semantic.target_precision: must be at least 0.5"),

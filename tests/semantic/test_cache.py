@@ -1,9 +1,8 @@
-"""Semantic cache: partitions, tenants, TTL, invalidation, persistence, batching, budget."""
+"""Semantic cache: partitions, tenants, TTL, invalidation, persistence, batching."""
 
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,6 @@ import pytest
 
 from hasten.cache import TieredCache
 from hasten.cache.memory import MemoryLRU
-from hasten.semantic import budget
 from hasten.semantic.embedder import AsyncEmbedder, Vectors, normalize
 from hasten.semantic.freshness import FreshnessPolicy
 from hasten.semantic.index import VectorIndex
@@ -207,48 +205,6 @@ def test_flat_and_graph_partitions_agree() -> None:
     assert flat.search("p", vectors[5], 1)[0][0] != 5
     assert graph.search("p", vectors[5], 1)[0][0] != 5
     assert flat.search("other", vectors[0], 3) == []
-
-
-def test_error_budget_converges_within_budget() -> None:
-    """Synthetic entries whose answers are right above their own hidden threshold."""
-    rng = random.Random(7)
-    learner = budget.ErrorBudget(
-        budget.BudgetPolicy(max_error_rate=0.02, center_similarity=0.9, scale_similarity=0.03),
-        seed=1,
-    )
-    thresholds = [rng.uniform(0.86, 0.94) for _ in range(50)]
-    observations: list[list[budget.Observation]] = [[] for _ in thresholds]
-    num_wrong = num_served = 0
-    served_late = 0
-    num_lookups = 6000
-    for step in range(num_lookups):
-        entry = rng.randrange(len(thresholds))
-        similarity = rng.uniform(0.8, 1.0)
-        is_correct = similarity >= thresholds[entry]
-        learner.note_lookup()
-        action = learner.decide(similarity, observations[entry])
-        if action == budget.EXPLOIT:
-            num_served += 1
-            num_wrong += not is_correct
-            served_late += step >= num_lookups // 2
-        elif action == budget.EXPLORE:
-            observation = budget.Observation(similarity, is_correct)
-            observations[entry].append(observation)
-            learner.observe(similarity, is_correct)
-    assert num_wrong / num_lookups <= 0.02
-    assert served_late / (num_lookups / 2) > 0.1  # it learned to serve the safe region
-    stats = learner.stats()
-    assert stats["verify_fraction"] <= learner.policy.max_verify_fraction + 0.01
-
-
-async def test_budget_mode_asks_for_verification(tmp_path: Path) -> None:
-    cache = make_cache(tmp_path, max_error_rate=0.01)
-    await cache.insert(chat("how to boil an egg"), model="m", tenant="t", answer_key="egg")
-    match = await cache.lookup(chat("how to boil an egg"), model="m", tenant="t")
-    assert match is not None and match.is_verification  # no evidence yet: verify first
-    await cache.report_verification(match, is_correct=True)
-    assert cache.stats()["error_budget"]["observations"] == 1
-    await cache.close()
 
 
 async def test_embedder_failure_is_a_miss_not_an_error(tmp_path: Path) -> None:

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from hasten.cache import CachedAnswer, MemoryLRU, TieredCache
 from hasten.semantic import matcher
 from hasten.semantic.guard import signature
-from hasten.semantic.near import candidate_floor
 from hasten.semantic.records import Records
 from hasten.semantic.redis_tier import SharedEntry, decode_entry, encode_entry
 from hasten.semantic.store import SemanticCache, SemanticStoreConfig
@@ -85,11 +84,6 @@ def test_joining_classes_never_loses_a_hit(rows: list[tuple[float, str, str]]) -
         assert after.is_hit  # the ambiguity was only about classes
 
 
-def test_candidate_floor() -> None:
-    assert abs(candidate_floor(0.96) - 0.88) < 1e-9
-    assert abs(candidate_floor(0.9) - 0.7) < 1e-9
-
-
 async def test_near_miss_reported_and_a_joined_entry_is_served(tmp_path: Path) -> None:
     cache = make_cache(tmp_path)
     first = await cache.insert(chat(Q1), model="m", tenant="t", answer_key="k1")
@@ -118,15 +112,6 @@ async def test_without_a_join_the_paraphrases_stay_ambiguous(tmp_path: Path) -> 
     result = await cache.lookup_near(chat(Q3), model="m", tenant="t")
     assert result.match is None and cache.counters["lookup_ambiguous"] == 1
     assert result.near is not None and result.near.answer_key == "k2"
-    await cache.close()
-
-
-async def test_a_verification_reports_its_entry_as_near(tmp_path: Path) -> None:
-    cache = make_cache(tmp_path, max_error_rate=0.01)  # error-budget mode: verifies first
-    first = await cache.insert(chat(Q1), model="m", tenant="t", answer_key="k1")
-    result = await cache.lookup_near(chat(Q1), model="m", tenant="t")
-    assert result.match is not None and result.match.is_verification
-    assert result.near is not None and result.near.entry_id == first
     await cache.close()
 
 

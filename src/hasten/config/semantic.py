@@ -18,15 +18,13 @@ class SemanticConfig:
     """Off by default: each exact miss then pays one local embedding (about 10-40 ms).
 
     The operator's knob is ``target_precision``: the share of semantic hits that must be
-    right. ``min_similarity`` (a cosine, embedder-specific) overrides it for experts, and
-    ``max_error_rate`` switches to error-budget mode instead."""
+    right. ``min_similarity`` (a cosine, embedder-specific) overrides it for experts."""
 
     is_enabled: bool = False
     embedder: str = "e5"
     path: str = "hasten-semantic.sqlite3"
     # Experts only: a raw cosine cut-off instead of ``target_precision`` (None: calibrated).
     min_similarity: float | None = None
-    max_error_rate: float | None = None  # set (e.g. 0.01) for error-budget mode
     max_entries: int = 1_000_000
     eviction: str = "lru"
     default_ttl_s: float = 3600.0
@@ -45,7 +43,6 @@ def parse_semantic(table: TomlTable) -> SemanticConfig:
         embedder=table.choice("embedder", d.embedder, EMBEDDERS),
         path=table.string("path", d.path),
         min_similarity=table.optional_real("min_similarity"),
-        max_error_rate=table.optional_real("max_error_rate"),
         max_entries=int(table.get("max_entries", int, d.max_entries)),
         eviction=table.choice("eviction", d.eviction, EVICTIONS),
         default_ttl_s=table.real("default_ttl_s", d.default_ttl_s),
@@ -63,9 +60,5 @@ def parse_semantic(table: TomlTable) -> SemanticConfig:
         raise table.error(
             "target_precision",
             f"must be at least 0.5 and below 1, got {config.target_precision:g}",
-        )
-    if config.max_error_rate is not None and not 0 < config.max_error_rate < 0.5:
-        raise table.error(
-            "max_error_rate", f"must be between 0 and 0.5, got {config.max_error_rate:g}"
         )
     return config

@@ -529,8 +529,6 @@ class _Stored:
             ttl_s=self._ex.model.cache.ttl_s,
             near=None if found is None else found.near,
         )
-        if found is not None and found.to_verify is not None:
-            semantic.verify(found.to_verify, self._key)
 
 
 def _decide(ex: Exchange) -> CacheDecision:

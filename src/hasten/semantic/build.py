@@ -60,7 +60,6 @@ def build_tier(
             path=Path(settings.path),
             min_similarity=settings.min_similarity,
             target_precision=settings.target_precision,
-            max_error_rate=settings.max_error_rate,
             max_entries=settings.max_entries,
             eviction=settings.eviction,
             freshness=FreshnessPolicy(

@@ -18,9 +18,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import orjson
-
-from hasten.semantic.budget import Observation
 
 _TABLE = "hasten_semantic_v1"
 _SCHEMA = f"""
@@ -37,7 +34,7 @@ CREATE TABLE IF NOT EXISTS {_TABLE} (
     accessed_at REAL NOT NULL,
     num_hits INTEGER NOT NULL DEFAULT 0,
     size_bytes INTEGER NOT NULL,
-    observations BLOB,
+    observations BLOB,  -- unused since issue 40 (error-budget mode); kept for old files
     answer_class INTEGER
 );
 CREATE INDEX IF NOT EXISTS {_TABLE}_partition ON {_TABLE} (partition);
@@ -71,7 +68,6 @@ class StoredEntry:
     text: str
     answer_key: str
     expires_at: float
-    observations: tuple[Observation, ...]
     answer_class: int
 
 
@@ -213,7 +209,7 @@ class Records:
             return {}
         marks = ",".join("?" * len(ids))
         rows = self.conn.execute(
-            f"SELECT id, partition, text, answer_key, expires_at, observations,"
+            f"SELECT id, partition, text, answer_key, expires_at,"
             f" coalesce(answer_class, id) FROM {_TABLE} WHERE id IN ({marks})",
             tuple(ids),
         )
@@ -222,7 +218,7 @@ class Records:
     def entries_with_text(self, partition: str, text: str) -> list[StoredEntry]:
         """The partition's rows whose question is ``text``, by id."""
         rows = self.conn.execute(
-            f"SELECT id, partition, text, answer_key, expires_at, observations,"
+            f"SELECT id, partition, text, answer_key, expires_at,"
             f" coalesce(answer_class, id) FROM {_TABLE}"
             " WHERE partition = ? AND text_key = ? ORDER BY id",
             (partition, text_key(text)),
@@ -257,16 +253,6 @@ class Records:
             f"UPDATE {_TABLE} SET accessed_at = ?, num_hits = num_hits + 1 WHERE id = ?",
             (now, entry_id),
         )
-
-    def add_observation(self, entry_id: int, observation: Observation, keep: int) -> None:
-        row = self.conn.execute(
-            f"SELECT observations FROM {_TABLE} WHERE id = ?", (entry_id,)
-        ).fetchone()
-        if row is None:
-            return
-        kept = (*_decode_observations(row[0]), observation)[-keep:]
-        blob = orjson.dumps([[item.similarity, item.is_correct] for item in kept])
-        self.conn.execute(f"UPDATE {_TABLE} SET observations = ? WHERE id = ?", (blob, entry_id))
 
     def totals(self) -> tuple[int, int]:
         row = self.conn.execute(f"SELECT count(*), coalesce(sum(size_bytes), 0) FROM {_TABLE}")
@@ -333,19 +319,12 @@ def _where(*conditions: tuple[str, str, object]) -> tuple[str, list[object]]:
 
 
 def _stored_entry(row: tuple[Any, ...]) -> StoredEntry:
-    entry_id, partition, text, answer_key, expires_at, observations, answer_class = row
+    entry_id, partition, text, answer_key, expires_at, answer_class = row
     return StoredEntry(
         int(entry_id),
         partition,
         text,
         answer_key,
         float(expires_at),
-        _decode_observations(observations),
         int(answer_class),
     )
-
-
-def _decode_observations(blob: bytes | None) -> tuple[Observation, ...]:
-    if not blob:
-        return ()
-    return tuple(Observation(float(s), bool(c)) for s, c in orjson.loads(blob))

@@ -21,8 +21,7 @@ Redis down never fails a request: lookups use the local copy, an insert gets a l
 id (from ``LOCAL_ID_BASE`` up, never published) and the follower retries with a backoff,
 then catches up from where it stopped; invalidations made meanwhile wait in the local file
 and are published first (``SharedReplica.share_delete``). What is not shared: evictions
-(each replica enforces its own limits), hit counts and error-budget observations, and
-inserts made while Redis was down.
+(each replica enforces its own limits), hit counts, and inserts made while Redis was down.
 """
 
 from __future__ import annotations

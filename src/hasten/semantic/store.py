@@ -3,14 +3,12 @@
 Request path (the gateway calls it after an exact-cache miss)::
 
     match = await semantic.lookup(body, model=resolved_model, tenant=tenant)
-    if match is not None and not match.is_verification:
+    if match is not None:
         answer = await exact_cache.get(match.answer_key)   # serve it if still there
     ...after an upstream answer stored under ``key``:
     await semantic.insert(body, model=resolved_model, tenant=tenant, answer_key=key)
     # lookup_near also names the entry a miss came close to; if that entry's cached answer
     # agrees with the fresh one, insert(..., answer_class=near.answer_class) (``near``)
-    if match is not None and match.is_verification:        # error-budget mode only
-        await semantic.report_verification(match, is_correct=<fresh answer ~ cached answer>)
 
 Only the final user turn is compared by meaning; everything else must match exactly (see
 ``partition``). Embedding runs on its own worker thread; SQLite and the vector index on
@@ -45,7 +43,6 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from hasten.semantic import budget as budget_mod
 from hasten.semantic import freshness, matcher
 from hasten.semantic.calibrated import CALIBRATIONS
 from hasten.semantic.calibration import SCRIPTS, Calibration, script_of
@@ -58,13 +55,12 @@ from hasten.semantic.partition import SemanticQuery, split_chat
 from hasten.semantic.records import Records, StoredEntry
 from hasten.semantic.redis_tier import LOCAL_ID_BASE, DeleteEvent, Event, RedisTier, SharedEntry
 from hasten.semantic.replica import SharedReplica
-from hasten.semantic.store_config import DEFAULT_MIN_SIMILARITY, SemanticStoreConfig
+from hasten.semantic.store_config import SemanticStoreConfig
 from hasten.semantic.upkeep import Upkeep
 from hasten.semantic.verifier import Verifier
 from hasten.telemetry.stage import NO_STAGE, Stage
 
 __all__ = [
-    "DEFAULT_MIN_SIMILARITY",
     "NewEntry",
     "SemanticCache",
     "SemanticMatch",
@@ -124,35 +120,16 @@ class SemanticCache:
         self.embedder = embedder if isinstance(embedder, AsyncEmbedder) else AsyncEmbedder(embedder)
         model = self.embedder.embedder
         self.config = config
-        min_similarity = config.min_similarity
-        if min_similarity is None:
-            min_similarity = DEFAULT_MIN_SIMILARITY.get(model.name)
         calibration = calibration or CALIBRATIONS.get(model.name)
         if calibration is not None and verifier is not None:
             calibration = calibration.with_verifier(verifier.name)
-        is_calibrated = (
-            config.min_similarity is None and config.max_error_rate is None and calibration
-        )
-        if min_similarity is None and not is_calibrated:
-            raise ValueError(f"no measured threshold for {model.name}: set min_similarity")
+        if config.min_similarity is None and calibration is None:
+            raise ValueError(f"no calibration for {model.name}: set min_similarity")
         self.policy = matcher.MatchPolicy(
-            min_similarity if min_similarity is not None else 1.0,
+            config.min_similarity or 1.0,
             config.max_distance_ratio,
-            calibration=calibration if is_calibrated else None,
+            calibration=calibration if config.min_similarity is None else None,
             max_risk=1.0 - config.target_precision,
-        )
-        self.budget = (
-            None
-            if config.max_error_rate is None
-            else budget_mod.ErrorBudget(
-                budget_mod.BudgetPolicy(
-                    max_error_rate=config.max_error_rate,
-                    center_similarity=self.policy.min_similarity,
-                    max_hit_error_rate=config.max_hit_error_rate,
-                    max_verify_fraction=config.max_verify_fraction,
-                ),
-                seed=config.seed,
-            )
         )
         # Scripts whose lookups are decided from the text alone: the target admits nothing
         # but a repeated question there, so embedding the query could not change the answer.
@@ -160,8 +137,7 @@ class SemanticCache:
         self._repeat_only_scripts = frozenset(
             script
             for script in SCRIPTS
-            if self.budget is None
-            and self.policy.serves_only_repeats(script, has_verifier=has_verifier)
+            if self.policy.serves_only_repeats(script, has_verifier=has_verifier)
         )
         self._clock = clock
         self._dim = model.dim
@@ -239,8 +215,6 @@ class SemanticCache:
         if freshness.ttl_s(query.text, model=model, policy=self.config.freshness) <= 0:
             self.counters["skipped_volatile"] += 1
             return NOTHING
-        if self.budget is not None:
-            self.budget.note_lookup()
         self.start()
         try:
             if self._repeat_only_scripts:
@@ -405,15 +379,9 @@ class SemanticCache:
             return None
         return query, entry_ttl_s
 
-    async def report_verification(self, match: SemanticMatch, *, is_correct: bool) -> None:
-        """Error-budget mode: whether the entry's answer agreed with a fresh upstream answer."""
-        self.counters["verified_correct" if is_correct else "verified_wrong"] += 1
-        await self._run(self._observe_sync, match.entry_id, match.similarity, is_correct)
-
     async def report_wrong_hit(self, match: SemanticMatch) -> bool:
-        """A served answer was wrong (user feedback): learn from it and drop the entry."""
+        """A served answer was wrong (user feedback): the entry goes."""
         self.counters["reported_wrong"] += 1
-        await self._run(self._observe_sync, match.entry_id, match.similarity, False)
         return await self.invalidate(entry_id=match.entry_id) > 0
 
     async def invalidate(
@@ -466,9 +434,6 @@ class SemanticCache:
         )
         if self.replica is not None and self.replica.follower is not None:
             report["shared"] = self.replica.follower_stats()
-        if self.budget is not None:
-            report["error_budget"] = {"max_error_rate": self.budget.policy.max_error_rate}
-            report["error_budget"].update(self.budget.stats())
         return report
 
     def script_stats(self) -> dict[str, dict[str, int]]:
@@ -529,12 +494,6 @@ class SemanticCache:
             records.clear()
             self._graphs.clear()
         records.set_meta("embedder", identity)
-        if self.budget is not None:
-            saved = records.get_meta("budget_observations")
-            if saved:
-                self.budget.restore(
-                    [budget_mod.Observation(s, bool(c)) for s, c in orjson.loads(saved)]
-                )
         self._upkeep.recount(records)
         self._num_pending = records.count_pending()
         self._records = records
@@ -574,8 +533,6 @@ class SemanticCache:
             if i in live
         ]
         policy = self.policy
-        if self.budget is not None:  # thresholds are learned: let every candidate through
-            policy = matcher.MatchPolicy(-1.0, policy.max_distance_ratio, policy.min_similarity)
         choice = matcher.choose(signature(text), candidates, policy)
         if self.verifier is not None and matcher.needs_second_opinion(choice, policy):
             choice = self._second_opinion(choice, text, live, policy)
@@ -584,18 +541,7 @@ class SemanticCache:
             self.counters[f"guard_{choice.guard_reason}"] += 1
         best = choice.candidate
         if not choice.is_hit or best is None:
-            if best is None or best.entry_id not in live:
-                return LookupResult(None, near_miss(best, floor))
-            stored_text = live[best.entry_id].text
-            near = near_miss(best, floor, risk=choice.risk, text=stored_text, script=choice.script)
-            return LookupResult(None, near)
-        if self.budget is not None:
-            action = self.budget.decide(best.similarity, live[best.entry_id].observations)
-            if action == budget_mod.MISS:
-                return LookupResult(None, near_miss(best, floor))
-            if action == budget_mod.EXPLORE:
-                match = SemanticMatch(best.entry_id, best.similarity, best.answer_key, True)
-                return LookupResult(match, near_miss(best, floor))
+            return LookupResult(None, near_miss(best, floor))
         match = SemanticMatch(
             best.entry_id,
             best.similarity,
@@ -795,24 +741,11 @@ class SemanticCache:
     def _count_sync(self, tenant: str | None, entry_id: int | None) -> int:
         return self._open().count_where(tenant=tenant, entry_id=entry_id)
 
-    def _observe_sync(self, entry_id: int, similarity: float, is_correct: bool) -> None:
-        if self.budget is None:
-            return
-        records = self._open()
-        observation = budget_mod.Observation(similarity, is_correct)
-        records.add_observation(
-            entry_id, observation, self.budget.policy.max_observations_per_entry
-        )
-        self.budget.observe(similarity, is_correct)
-
     def _close_sync(self) -> None:
         if self._records is None:
             return
         for partition in self._index.graph_partitions():
             digest = self._records.partition_digest(partition)
             self._graphs.save(self._index, partition, digest)
-        if self.budget is not None:
-            pooled = [[o.similarity, o.is_correct] for o in self.budget.pooled_observations]
-            self._records.set_meta("budget_observations", orjson.dumps(pooled))
         self._records.close()
         self._records = None

@@ -1,10 +1,8 @@
 """The semantic cache on the request path: after an exact miss, find an answer by meaning.
 
 A semantic entry only points at an exact-cache key, so an answer is stored once and every
-tier's freshness rules still apply. In error-budget mode some would-be hits are sent to
-the upstream instead; the fresh answer is compared with the cached one and the verdict
-tunes that entry's own threshold. After a near miss the fresh answer is compared with the
-near entry's the same way, and joins its answer class when they agree (``semantic.near``).
+tier's freshness rules still apply. After a near miss the fresh answer is compared with the
+near entry's, and joins its answer class when they agree (``semantic.near``).
 """
 
 from __future__ import annotations
@@ -27,9 +25,6 @@ from hasten.semantic.store import NewEntry, SemanticCache
 from hasten.telemetry.stage import NO_STAGE, Stage
 
 _log = logging.getLogger("hasten.semantic")
-# Two answers "agree" when their texts embed this close: deterministic answers to the
-# same question differ in wording far less than answers to different questions.
-ANSWER_AGREEMENT_SIMILARITY = 0.95
 # Joining an answer class is stricter than a verification verdict: a wrong join silences the
 # ambiguity rule for good. Measured with bench/semantic_live.py (gptcache_mock_pairs
 # clusters, classes off: 724 correct and 175 wrong hits): joining at answer cosine 0.95
@@ -62,11 +57,10 @@ class SemanticHit:
 
 @dataclass(frozen=True, slots=True)
 class Found:
-    """What a lookup found: a ``hit`` to serve, or a match to verify against the upstream's
-    fresh answer (``to_verify``), and the entry that answer may join the class of (``near``)."""
+    """What a lookup found: a ``hit`` to serve, or the entry the upstream's fresh answer may
+    join the answer class of (``near``)."""
 
     hit: SemanticHit | None = None
-    to_verify: SemanticMatch | None = None
     near: NearMiss | None = None
 
 
@@ -112,8 +106,8 @@ class SemanticTier:
             _log.exception("semantic lookup failed; answering from upstream")
             return _NOT_FOUND
         match, near = result.match, result.near if self._join_classes else None
-        if match is None or match.is_verification:
-            return Found(to_verify=match, near=near)
+        if match is None:
+            return Found(near=near)
         entry = await self._exact.get(match.answer_key, max_age_s=max_age_s)
         if entry is None:
             return _NOT_FOUND  # the answer expired or was evicted from the exact tiers
@@ -176,15 +170,6 @@ class SemanticTier:
         counters["answer_class_joined" if agrees else "answer_class_disagreed"] += 1
         return near.answer_class if agrees else None
 
-    def verify(self, match: SemanticMatch, fresh_key: str) -> None:
-        """Compares a fresh answer with the one the match would have served."""
-        self._spawn(self._verify(match, fresh_key))
-
-    async def _verify(self, match: SemanticMatch, fresh_key: str) -> None:
-        is_correct = await self._compare(match.answer_key, fresh_key, ANSWER_AGREEMENT_SIMILARITY)
-        if is_correct is not None:
-            await self.cache.report_verification(match, is_correct=is_correct)
-
     async def _compare(self, cached_key: str, fresh_key: str, min_similarity: float) -> bool | None:
         """Whether two stored answers agree; None when either is gone or carries no text."""
         texts = await self._texts(cached_key, fresh_key)
@@ -211,18 +196,14 @@ class SemanticTier:
         vectors = [await self.cache.embedder.embed(text) for text in (one, two)]
         return float(np.dot(vectors[0], vectors[1])) >= min_similarity
 
-    async def report_wrong(self, entry_id: int, similarity: float, tenant: str | None) -> bool:
-        """User feedback on a served hit: teach the entry's threshold, then evict it.
-
-        ``tenant`` None (the admin key) may name any entry; a tenant only its own, so no
-        tenant can teach another's thresholds."""
+    async def report_wrong(self, entry_id: int, tenant: str | None) -> bool:
+        """User feedback on a served hit: evict its entry. ``tenant`` None (the admin key)
+        may name any entry; a tenant only its own."""
         is_owned = tenant is None or await self.cache.count_entries(
             tenant=tenant, entry_id=entry_id
         )
         if not is_owned:
             return False
-        match = SemanticMatch(entry_id=entry_id, similarity=similarity, answer_key="")
-        await self.cache.report_verification(match, is_correct=False)
         self.cache.counters["reported_wrong"] += 1
         return await self.cache.invalidate(entry_id=entry_id, tenant=tenant) > 0
 

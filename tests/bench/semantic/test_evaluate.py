@@ -46,7 +46,7 @@ def test_distinct_questions_are_stored_once() -> None:
 
 async def test_protocol_v2_counts_with_v1_beside(tmp_path: Path) -> None:
     cache = make_cache(tmp_path, min_similarity=0.9)
-    (outcomes,) = await evaluate.evaluate(PAIRS, cache)
+    outcomes = await evaluate.evaluate(PAIRS, cache)
     assert cache.stats()["entries"] == 4
     result = evaluate.metrics(outcomes, PAIRS)
     assert (result["correct"], result["wrong"], result["false"]) == (3, 0, 1)
@@ -61,7 +61,7 @@ async def test_protocol_v2_counts_with_v1_beside(tmp_path: Path) -> None:
 
 async def test_protocol_v1_layout_stores_every_row(tmp_path: Path) -> None:
     cache = make_cache(tmp_path, min_similarity=0.9)
-    (outcomes,) = await evaluate.evaluate(PAIRS, cache, protocol="v1")
+    outcomes = await evaluate.evaluate(PAIRS, cache, protocol="v1")
     assert cache.stats()["entries"] == len(PAIRS)
     assert len(outcomes.stored) == len(PAIRS)
     await cache.close()
@@ -107,7 +107,7 @@ async def test_evaluate_protocol_counts(tmp_path: Path) -> None:
         evaluate.Pair("what is the capital of peru", "capital of chile", 0),
     ]
     cache = make_cache(tmp_path, min_similarity=0.8)
-    (outcomes,) = await evaluate.evaluate(pairs, cache)
+    outcomes = await evaluate.evaluate(pairs, cache)
     result = evaluate.metrics(outcomes, pairs, min_similarity=0.8)
     assert result["correct"] == 2 and result["false"] == 0
     assert result["precision"] == 1.0 and result["recall"] == 1.0
