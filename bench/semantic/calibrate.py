@@ -27,7 +27,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ from bench.semantic import evaluate, fitting
 from bench.semantic import vectors as vectors_mod
 from hasten.semantic import calibration, matcher
 from hasten.semantic.calibration import Calibration, Evidence, ScriptModel
-from hasten.semantic.guard import TextSignature, signature
+from hasten.semantic.guard import TextSignature, compare, signature
 
 NUM_CANDIDATES = 8
 # e5's cosines: unrelated questions sit around 0.75-0.85; the model is fitted from here up.
@@ -78,7 +78,8 @@ def simulate(
             for j in top
             if sims[j] >= floor
         ]
-        compatible = matcher.guard_passing(query, candidates)
+        ordered = sorted(candidates, key=lambda item: (-item.similarity, item.entry_id))
+        compatible = [c for c in ordered if compare(query, c.signature) is None]
         script = calibration.script_of(query.squashed)
         if not compatible:
             lookups.append(Lookup(row, script, None, None))
@@ -90,23 +91,6 @@ def simulate(
     return lookups
 
 
-def verified(
-    pairs: Sequence[evaluate.Pair],
-    lookups: Sequence[Lookup],
-    second: dict[str, npt.NDArray[np.float32]],
-) -> list[Lookup]:
-    """The same lookups with the verifier's similarity of query and served question."""
-    result = []
-    for item in lookups:
-        if item.evidence is None or item.served is None:
-            result.append(item)
-            continue
-        similarity = float(np.dot(second[pairs[item.row].b], second[item.served]))
-        with_second = replace(item.evidence, second_similarity=similarity)
-        result.append(replace(item, evidence=with_second))
-    return result
-
-
 def _sig(signatures: dict[str, TextSignature], text: str) -> TextSignature:
     found = signatures.get(text)
     if found is None:
@@ -114,16 +98,9 @@ def _sig(signatures: dict[str, TextSignature], text: str) -> TextSignature:
     return found
 
 
-def fit_weights(
-    rows: Sequence[Evidence], ys: Sequence[bool], is_verified: bool
-) -> tuple[float, ...]:
+def fit_weights(rows: Sequence[Evidence], ys: Sequence[bool]) -> tuple[float, ...]:
     """MAP logistic regression (Newton), an L2 penalty on all but the intercept."""
-    design = np.array(
-        [
-            calibration.features(r, center=E5_CENTER, scale=E5_SCALE, is_verified=is_verified)
-            for r in rows
-        ]
-    )
+    design = np.array([calibration.features(r, center=E5_CENTER, scale=E5_SCALE) for r in rows])
     target = np.array(ys, dtype=np.float64)
     weights = np.zeros(design.shape[1])
     penalty = np.eye(design.shape[1]) * L2
@@ -141,14 +118,12 @@ def fit_weights(
     return tuple(round(float(w), 4) for w in weights)
 
 
-def fit_model(
-    lookups: Sequence[Lookup], min_per_bin: int, floor: float, *, is_verified: bool = False
-) -> ScriptModel:
+def fit_model(lookups: Sequence[Lookup], min_per_bin: int, floor: float) -> ScriptModel:
     """The logistic model and its table, from the lookups whose best is not identical text."""
     seen = [item for item in lookups if item.evidence and not item.evidence.is_identical]
     rows = [item.evidence for item in seen if item.evidence is not None]
     ys = [item.verdict == "correct" for item in seen]
-    weights = fit_weights(rows, ys, is_verified)
+    weights = fit_weights(rows, ys)
     unbinned = ScriptModel(weights, (), E5_CENTER, E5_SCALE, floor)
     scores = [unbinned.score(row) for row in rows]
     bins = fitting.isotonic_bins(scores, ys, min_per_bin=min_per_bin)
@@ -172,26 +147,14 @@ def check(
     lookups: Sequence[Lookup],
     model: Calibration,
     target: float,
-    with_second: Sequence[Lookup] | None = None,
 ) -> dict[str, Any]:
-    """Protocol-v2 precision and recall of the calibrated decision on ``lookups``; with
-    ``with_second`` (the same lookups, verified), close calls get the verifier's opinion."""
+    """Protocol-v2 precision and recall of the calibrated decision on ``lookups``."""
     stored = {text.strip() for text in evaluate.stored_questions(pairs)}
     counts = {"correct": 0, "wrong": 0, "false": 0}
-    num_verified = 0
-    for position, item in enumerate(lookups):
+    for item in lookups:
         if item.evidence is None or item.verdict is None:
             continue
-        risk = model.risk(item.evidence, item.script)
-        if (
-            with_second is not None
-            and matcher.is_close_call(risk, 1.0 - target)
-            and model.can_reach(target, item.script, is_verified=True)
-        ):
-            num_verified += 1
-            second = with_second[position].evidence
-            risk = 1.0 if second is None else model.risk(second, item.script)
-        if risk < 1.0 - target:
+        if model.risk(item.evidence, item.script) < 1.0 - target:
             counts[item.verdict] += 1
     num_hits = sum(counts.values())
     num_answerable = sum(evaluate.is_answerable(pair, stored) for pair in pairs)
@@ -202,7 +165,6 @@ def check(
         "precision": round(counts["correct"] / num_hits, 4) if num_hits else 1.0,
         "recall": round(counts["correct"] / max(1, num_answerable), 4),
         "false_hit_rate": round((counts["wrong"] + counts["false"]) / len(pairs), 4),
-        "verifier_runs": num_verified,
     }
 
 
@@ -226,11 +188,9 @@ def _source(fitted: Calibration) -> str:
         )
 
     models = ", ".join(f"{k!r}: {model(m)}" for k, m in fitted.models.items())
-    verified = ", ".join(f"{k!r}: {model(m)}" for k, m in fitted.verified.items())
     return (
         f"Calibration(embedder={fitted.embedder!r}, models={{{models}}},"
-        f" identical_precision={fitted.identical_precision!r}, verifier={fitted.verifier!r},"
-        f" verified={{{verified}}})"
+        f" identical_precision={fitted.identical_precision!r})"
     )
 
 
@@ -240,20 +200,16 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--target", type=float, default=0.95)
     parser.add_argument("--min-per-bin", type=int, default=60)
-    parser.add_argument("--verifier", default="use", help="use: the second opinion")
     args = parser.parse_args()
     limits = {"qqp_dev": args.qqp_limit}
     embedder = vectors_mod.CachedEmbedder("e5", limits=limits)
-    second = vectors_mod.CachedEmbedder(args.verifier, limits=limits)
     vectors: dict[str, npt.NDArray[np.float32]] = {}
-    second_vectors: dict[str, npt.NDArray[np.float32]] = {}
     pairs_of = {}
     for dataset in vectors_mod.DATASETS:
         path = vectors_mod.DATA_DIR / f"{dataset}.jsonl"
         pairs_of[dataset] = evaluate.load_pairs(path, limit=limits.get(dataset), seed=0)
         texts = vectors_mod.texts_of(dataset, limits.get(dataset))
         vectors.update(zip(texts, embedder.embed(texts), strict=True))
-        second_vectors.update(zip(texts, second.embed(texts), strict=True))
     signatures: dict[str, TextSignature] = {}
     qqp_fit, qqp_check = _halves(pairs_of["qqp_dev"], args.seed)
     zh_fit, zh_check = _halves(pairs_of["zh_sts_dev"], args.seed)
@@ -265,39 +221,18 @@ def main() -> None:
         "zh_sts_dev (check half)": zh_check,
     }
     simulated = {name: simulate(p, vectors, signatures, E5_FLOOR) for name, p in sets.items()}
-    with_second = {name: verified(sets[name], simulated[name], second_vectors) for name in sets}
     fits = {calibration.LATIN: "qqp_dev (fit half)", calibration.CJK: "zh_sts_dev (fit half)"}
     models = {k: fit_model(simulated[name], args.min_per_bin, E5_FLOOR) for k, name in fits.items()}
-    verified_models = {
-        k: fit_model(with_second[name], args.min_per_bin, E5_FLOOR, is_verified=True)
-        for k, name in fits.items()
-    }
     bound, num_correct, num_identical = identical_precision(
         [*simulated["qqp_dev (fit half)"], *simulated["zh_sts_dev (fit half)"]]
     )
-    fitted = Calibration(
-        embedder.name,
-        models,
-        identical_precision=bound,
-        verifier=second.name,
-        verified=verified_models,
-    )
-    alone = replace(fitted, verified={})
+    fitted = Calibration(embedder.name, models, identical_precision=bound)
 
     def checks(target: float) -> dict[str, Any]:
-        return {
-            name: {
-                "embedding": check(sets[name], simulated[name], alone, target),
-                "with_verifier": check(
-                    sets[name], simulated[name], fitted, target, with_second[name]
-                ),
-            }
-            for name in sets
-        }
+        return {name: check(sets[name], simulated[name], fitted, target) for name in sets}
 
     report = {
         "embedder": embedder.name,
-        "verifier": second.name,
         "target_precision": args.target,
         "identical_precision": {"bound": bound, "correct": num_correct, "of": num_identical},
         "checks": checks(args.target),

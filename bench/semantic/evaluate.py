@@ -37,11 +37,9 @@ if __package__ in (None, ""):  # run as a script: the repo root makes ``bench`` 
 import numpy as np
 
 from bench.semantic.models import EMBEDDERS, build_embedder, min_similarity_of
-from hasten.config.semantic import VERIFIERS
 from hasten.semantic.embedder import AsyncEmbedder, Embedder
 from hasten.semantic.store import SemanticCache
 from hasten.semantic.store_config import SemanticStoreConfig
-from hasten.semantic.verifier import Verifier, build_verifier
 
 _MODEL = "eval-model"
 _TENANT = "eval"
@@ -284,9 +282,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-distance-ratio", type=float, default=0.9)
     parser.add_argument("--sweep", action="store_true", help="also report other cut-offs")
     parser.add_argument("--protocol", choices=("v2", "v1"), default="v2", help="cache layout")
-    parser.add_argument(
-        "--verifier", choices=VERIFIERS, default="none", help="second opinion on close calls"
-    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -311,13 +306,9 @@ async def _run(
     args: argparse.Namespace,
     pairs: Sequence[Pair],
     model: Embedder | None = None,
-    second: Verifier | None = None,
 ) -> dict[str, Any]:
-    """One evaluation; ``model`` lets a benchmark share one (memoising) embedder across runs,
-    ``second`` a verifier."""
+    """One evaluation; ``model`` lets a benchmark share one (memoising) embedder across runs."""
     model = model if model is not None else build_embedder(args.embedder)
-    if second is None:
-        second = build_verifier(getattr(args, "verifier", "none"))
     protocol = getattr(args, "protocol", "v2")
     # Remember every text: a benchmark sharing one embedder across runs embeds each once.
     embedder = AsyncEmbedder(model, num_remembered=2 * len(pairs) + 16)
@@ -331,7 +322,7 @@ async def _run(
             target_precision=getattr(args, "target_precision", 0.95),
             max_distance_ratio=args.max_distance_ratio,
         )
-        cache = SemanticCache(embedder, config, verifier=second)
+        cache = SemanticCache(embedder, config)
         policy = cache.policy
         is_calibrated = policy.calibration is not None
         if is_sweep:
@@ -359,7 +350,6 @@ async def _run(
         "num_positive": sum(pair.label for pair in pairs),
         "num_stored": len(outcomes.stored),
         "embedder": stats["embedder"],
-        "verifier": stats["verifier"],
         "decision": "calibrated" if is_calibrated else "min_similarity",
         "target_precision": round(1.0 - policy.max_risk, 6) if is_calibrated else None,
         "min_similarity": None if is_calibrated else policy.min_similarity,

@@ -1,6 +1,5 @@
 """Semantic-cache quality in one run, on every evaluation file: hasten's default
-(target_precision 0.95, calibrated), the same with the USE verifier on close calls,
-each also at target 0.85 where close calls exist to verify, the old cosine default (0.96),
+(target_precision 0.95, calibrated), lower targets (0.85, 0.8, 0.7), the old cosine default (0.96),
 and GPTCache with the same e5 vectors
 (gptcache_env.py; its venv bench/.venvs/gptcache is built on first use): at its default
 threshold, and swept, with its best recall at precision >= 0.95.
@@ -10,7 +9,6 @@ threshold, and swept, with its best recall at precision >= 0.95.
 Protocol v2 of ../shared/data/semcache/README.md (``hasten.semantic.evaluate``; each result
 keeps v1's figures under "v1"); qqp_dev is a seeded ``--limit`` sample, the other files are
 whole. Embeddings come from bench/semantic/vectors.py's cache in /tmp (the first run embeds).
-Each verifier's added latency on a hit is timed apart, with the real model, on close calls.
 Prints one summary line, then JSON.
 """
 
@@ -20,11 +18,8 @@ import argparse
 import asyncio
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench.semantic
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench's shared helpers
@@ -34,49 +29,15 @@ from bench_venv import VenvInstall
 from bench.semantic import compare as bench
 from bench.semantic import evaluate, gptcache_env
 from bench.semantic import vectors as vectors_mod
-from hasten.semantic.verifier import UseVerifier
 
-VERIFIERS = ("use",)
-# A lower target where the calibration leaves close calls to verify (at 0.95 none exist).
-LOW_TARGET = 0.85
-
-
-class CachedVerifier:
-    """A verifier answering from cached vectors (its latency is measured apart)."""
-
-    def __init__(self, vectors: vectors_mod.CachedEmbedder) -> None:
-        self._vectors = vectors
-        self.name = vectors.name
-
-    def similarity(self, query: str, candidate: str) -> float:
-        rows = self._vectors.embed([query, candidate])
-        return float(np.dot(rows[0], rows[1]))
-
-
-def _verifier_latency(
-    kind: str, pairs: Sequence[evaluate.Pair], num_pairs: int = 200
-) -> dict[str, Any]:
-    """The real verifier's time per close call (two texts; the stored one often remembered),
-    with the thread count the gateway gives it (one)."""
-    model = UseVerifier()
-    model.similarity("warm up", "the model")
-    timings = []
-    for pair in pairs[:num_pairs]:
-        started = time.perf_counter()
-        model.similarity(pair.b, pair.a)
-        timings.append((time.perf_counter() - started) * 1000)
-    return {
-        "num_calls": len(timings),
-        "p50_ms": round(float(np.percentile(timings, 50)), 2),
-        "p90_ms": round(float(np.percentile(timings, 90)), 2),
-    }
+# Lower targets, where paraphrases are served (at 0.95 only repeats are).
+LOW_TARGETS = (0.85, 0.8, 0.7)
 
 
 def _args(pairs_path: Path, limit: int | None, **overrides: Any) -> argparse.Namespace:
     settings: dict[str, Any] = dict(
         pairs=pairs_path, limit=limit, seed=0, embedder="e5", min_similarity=None,
         max_distance_ratio=0.9, sweep=False, target_precision=0.95, protocol="v2",
-        verifier="none",
     )  # fmt: skip
     settings.update(overrides)
     return argparse.Namespace(**settings)
@@ -86,9 +47,7 @@ def _point(report: dict[str, Any]) -> dict[str, Any]:
     keep = ("precision", "recall", "false_hit_rate", "hits", "correct", "wrong", "false")
     row = {key: report["summary"][key] for key in keep}
     row["v1"] = {key: report["v1"][key] for key in ("precision", "recall")}
-    stats = report["cache_stats"]
-    row["verifier_runs"] = stats.get("verifier_runs", 0)
-    row["by_script"] = stats.get("by_script", {})
+    row["by_script"] = report["cache_stats"].get("by_script", {})
     return row
 
 
@@ -96,28 +55,24 @@ def _dataset(
     dataset: str,
     limit: int | None,
     memo: vectors_mod.CachedEmbedder,
-    seconds: dict[str, CachedVerifier],
     gptcache: VenvInstall | None,
 ) -> dict[str, Any]:
     path = bench.DATA_DIR / f"{dataset}.jsonl"
     pairs = evaluate.load_pairs(path, limit=limit, seed=0)
     default = asyncio.run(evaluate._run(_args(path, limit, sweep=True), pairs, memo))
-    low = _args(path, limit, target_precision=LOW_TARGET)
-    verified: dict[str, Any] = {f"hasten_at_{LOW_TARGET}": _point(
-        asyncio.run(evaluate._run(low, pairs, memo))
-    )}  # fmt: skip
-    for kind, second in seconds.items():
-        at_default = asyncio.run(evaluate._run(_args(path, limit), pairs, memo, second))
-        at_low = asyncio.run(evaluate._run(low, pairs, memo, second))
-        verified[f"hasten_default_with_{kind}_verifier"] = _point(at_default)
-        verified[f"hasten_at_{LOW_TARGET}_with_{kind}_verifier"] = _point(at_low)
+    lower = {
+        f"hasten_at_{target}": _point(
+            asyncio.run(evaluate._run(_args(path, limit, target_precision=target), pairs, memo))
+        )
+        for target in LOW_TARGETS
+    }
     cosine = asyncio.run(
         evaluate._run(_args(path, limit, min_similarity=0.96, sweep=True), pairs, memo)
     )
     row: dict[str, Any] = {
         "num_pairs": len(pairs),
         "hasten_default": _point(default) | {"target_precision": default["target_precision"]},
-        **verified,
+        **lower,
         "hasten_cosine_0.96": _point(cosine),
         "hasten_default_risk_sweep": [
             {k: r[k] for k in ("target_precision", "precision", "recall", "hits")}
@@ -146,16 +101,14 @@ def _summary(report: dict[str, Any]) -> str:
     parts = []
     for dataset, row in report["datasets"].items():
         ours = row["hasten_default"]
-        low = {
-            kind: row[f"hasten_at_{LOW_TARGET}" + (f"_with_{kind}_verifier" if kind else "")]
-            for kind in ("", *VERIFIERS)
-        }
         at_low = ", ".join(
-            f"{kind or 'e5'} P {p['precision']:.3f} R {p['recall']:.3f}" for kind, p in low.items()
+            f"{t}: P {row[f'hasten_at_{t}']['precision']:.3f}"
+            f" R {row[f'hasten_at_{t}']['recall']:.3f}"
+            for t in LOW_TARGETS
         )
         parts.append(
-            f"{dataset}: P {ours['precision']:.3f} R {ours['recall']:.3f}"
-            f" (at {LOW_TARGET}: {at_low})" + _gptcache_summary(row.get("gptcache"))
+            f"{dataset}: P {ours['precision']:.3f} R {ours['recall']:.3f} ({at_low})"
+            + _gptcache_summary(row.get("gptcache"))
         )
     return "semantic quality: " + "; ".join(parts)
 
@@ -173,20 +126,13 @@ def main() -> None:
               f" {' '.join(gptcache_env.VENV.requirements)}", file=sys.stderr)  # fmt: skip
     limits = {"qqp_dev": args.limit}
     memo = vectors_mod.CachedEmbedder("e5", limits=limits)
-    seconds = {
-        kind: CachedVerifier(vectors_mod.CachedEmbedder(kind, limits=limits)) for kind in VERIFIERS
-    }
     started = time.perf_counter()
     datasets = {
-        dataset: _dataset(dataset, limits.get(dataset), memo, seconds, gptcache)
+        dataset: _dataset(dataset, limits.get(dataset), memo, gptcache)
         for dataset in bench.DATASETS
     }
-    qqp = evaluate.load_pairs(bench.DATA_DIR / "qqp_dev.jsonl", limit=args.limit, seed=0)
     report = {
         "elapsed_s": round(time.perf_counter() - started, 1),
-        "verifier_latency_per_close_call": {
-            kind: _verifier_latency(kind, qqp) for kind in VERIFIERS
-        },
         "gptcache_install": None
         if gptcache is None
         else {

@@ -22,7 +22,6 @@ import numpy.typing as npt
 from bench.semantic import evaluate
 from bench.semantic.models import build_embedder
 from hasten.semantic.embedder import Embedder, Vectors
-from hasten.semantic.verifier import UseVerifier
 
 DATA_DIR = Path(os.environ.get("HASTEN_SEMCACHE_DATA", "/work/shared/data/semcache"))
 DATASETS = ("qqp_dev", "gptcache_mock_pairs", "zh_sts_dev")
@@ -91,9 +90,6 @@ def embed_dataset(
 
 
 def _model(kind: str) -> Embedder:
-    """An embedder, or ``use``: the verifier's model (``hasten.semantic.verifier``)."""
-    if kind == "use":
-        return UseVerifier(num_threads=1)
     return build_embedder(kind, num_threads=2)
 
 

@@ -118,8 +118,6 @@ def _describe(path: str, config: GatewayConfig) -> str:
             decision = f"min similarity {semantic.min_similarity:g} (cosine override)"
         else:
             decision = f"target precision {semantic.target_precision:g} (calibrated)"
-            if semantic.verifier != "none":
-                decision += f", verifier {semantic.verifier} on close calls"
         lines.append(
             f"  semantic cache: on, embedder {semantic.embedder}, {decision}, file {semantic.path}"
         )

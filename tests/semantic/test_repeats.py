@@ -46,7 +46,7 @@ async def test_a_repeated_question_hits_without_embedding(tmp_path: Path) -> Non
     match = await cache.lookup(chat("\nHow do I cook rice?  \n"), model="m", tenant="t")
     assert match is not None and match.answer_key == "k1"
     assert match.similarity == 1.0 and match.risk == pytest.approx(0.03)
-    assert match.script == LATIN and match.verdict is None
+    assert match.script == LATIN
     # A paraphrase, or the same words cased or spaced otherwise, is not served: and not
     # embedded.
     assert await cache.lookup(chat("how do i cook rice?"), model="m", tenant="t") is None
@@ -151,16 +151,16 @@ def test_text_keys_are_of_the_text_as_it_is() -> None:
 
 def test_the_shipped_table_serves_only_repeats_at_the_default() -> None:
     """The premise of the text path, for the default embedder: at 0.95 no script's
-    non-identical evidence (verified or not) reaches the target; at 0.8 Latin does."""
+    non-identical evidence reaches the target; at 0.8 Latin does."""
     default = matcher.MatchPolicy(1.0, calibration=E5, max_risk=0.05)
     for script in (LATIN, CJK, OTHER):
-        assert default.serves_only_repeats(script, has_verifier=True)
+        assert default.serves_only_repeats(script)
     assert default.serves_repeats
     lower = matcher.MatchPolicy(1.0, calibration=E5, max_risk=0.2)
-    assert not lower.serves_only_repeats(LATIN, has_verifier=False)
+    assert not lower.serves_only_repeats(LATIN)
     stricter = matcher.MatchPolicy(1.0, calibration=E5, max_risk=0.02)
     assert not stricter.serves_repeats  # 0.98 is above identical text's bound: nothing hits
-    assert not matcher.MatchPolicy(0.9).serves_only_repeats(LATIN, has_verifier=False)
+    assert not matcher.MatchPolicy(0.9).serves_only_repeats(LATIN)
 
 
 async def test_a_target_above_the_repeat_bound_serves_nothing(tmp_path: Path) -> None:

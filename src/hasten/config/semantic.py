@@ -10,7 +10,6 @@ from hasten.config.reader import TomlTable
 # same vectors, slower) and MiniLM (English, uncalibrated) are bench-only since issue 40.
 EMBEDDERS = ("e5",)
 EVICTIONS = ("lru", "lfu")
-VERIFIERS = ("none", "use")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,8 +31,6 @@ class SemanticConfig:
     num_threads: int = 0  # 0: measured per batch (``semantic.threads``); n: always n
     # Serve a hit only when its calibrated chance of a wrong answer is below 1 - this.
     target_precision: float = 0.95
-    # A second opinion on calibrated close calls: ``use`` (the semantic-verify extra).
-    verifier: str = "none"
 
 
 def parse_semantic(table: TomlTable) -> SemanticConfig:
@@ -49,7 +46,6 @@ def parse_semantic(table: TomlTable) -> SemanticConfig:
         short_ttl_s=table.real("short_ttl_s", d.short_ttl_s),
         num_threads=table.integer("num_threads", d.num_threads, minimum=0),
         target_precision=table.real("target_precision", d.target_precision),
-        verifier=table.choice("verifier", d.verifier, VERIFIERS),
     )
     table.finish()
     if config.min_similarity is not None and not 0 < config.min_similarity < 1:

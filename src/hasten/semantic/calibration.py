@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
 LATIN = "latin"
 CJK = "cjk"
@@ -70,8 +70,6 @@ class Evidence:
     overlap: float  # Jaccard of the two squashed texts' character bigrams
     length_ratio: float  # shorter / longer squashed text
     is_identical: bool  # the same text (``partition.trimmed``)
-    # The verifier's similarity of the two texts, once one ran (``verifier``).
-    second_similarity: float | None = None
 
 
 def evidence(
@@ -101,26 +99,15 @@ def _bigrams(text: str) -> set[str]:
     return {text[i : i + 2] for i in range(len(text) - 1)} if len(text) > 1 else {text}
 
 
-# The verifier's (USE v3) cosines of paraphrases spread wider and lower than e5's.
-SECOND_CENTER, SECOND_SCALE = 0.8, 0.1
-
-
-def features(
-    item: Evidence, *, center: float, scale: float, is_verified: bool = False
-) -> tuple[float, ...]:
-    """The logistic model's inputs (the cosine put on a unit scale around ``center``);
-    ``is_verified`` adds the verifier's similarity."""
-    values = (
+def features(item: Evidence, *, center: float, scale: float) -> tuple[float, ...]:
+    """The logistic model's inputs (the cosine put on a unit scale around ``center``)."""
+    return (
         1.0,
         (item.similarity - center) / scale,
         item.margin / MAX_MARGIN,
         item.overlap,
         item.length_ratio,
     )
-    if not is_verified:
-        return values
-    second = SECOND_CENTER if item.second_similarity is None else item.second_similarity
-    return (*values, (second - SECOND_CENTER) / SECOND_SCALE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,14 +125,9 @@ class ScriptModel:
     scale: float
     min_similarity: float
 
-    @property
-    def is_verified(self) -> bool:
-        """Whether the model also weighs the verifier's similarity."""
-        return len(self.weights) == _NUM_FEATURES + 1
-
     def score(self, item: Evidence) -> float:
         """P(correct) by the logistic model alone (orders candidates; not yet a bound)."""
-        values = features(item, center=self.center, scale=self.scale, is_verified=self.is_verified)
+        values = features(item, center=self.center, scale=self.scale)
         logit = sum(w * x for w, x in zip(self.weights, values, strict=True))
         return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, logit))))
 
@@ -162,14 +144,10 @@ class ScriptModel:
         return 1.0 - bound
 
 
-_NUM_FEATURES = 5
-
-
 @dataclass(frozen=True, slots=True)
 class Calibration:
     """An embedder's models by script; a script with no model of its own (``other``) is
-    scored by every model and the highest risk counts. ``verified``: the same, also
-    weighing the ``verifier``'s similarity (empty: no verifier was calibrated).
+    scored by every model and the highest risk counts.
 
     A stored question identical to the query (its ends trimmed; case counts: QQP labels
     "English" / "english" pairs both ways) is judged apart from the models, in every script
@@ -180,34 +158,25 @@ class Calibration:
     embedder: str
     models: Mapping[str, ScriptModel]
     identical_precision: float = 0.0
-    verifier: str = ""
-    verified: Mapping[str, ScriptModel] = field(default_factory=dict)
-
-    def with_verifier(self, name: str) -> Calibration:
-        """The same calibration judging close calls by the verifier ``name``: one it was not
-        calibrated with is never trusted (its close calls stay misses)."""
-        return self if name == self.verifier else replace(self, verifier=name, verified={})
 
     @property
     def min_similarity(self) -> float:
         """The lowest cosine any script may serve: candidates below it need not be read."""
         return min(model.min_similarity for model in self.models.values())
 
-    def can_reach(self, precision: float, script: str, *, is_verified: bool) -> bool:
-        """Whether any evidence could be judged at least this precise (if not, a second
-        opinion cannot turn a miss into a hit, and is not asked)."""
-        models = self.verified if is_verified else self.models
+    def can_reach(self, precision: float, script: str) -> bool:
+        """Whether any non-identical evidence could be judged at least this precise."""
+        models = self.models
         chosen = [models[script]] if script in models else list(models.values())
         return bool(chosen) and all(
             model.bins and model.bins[-1][1] > precision for model in chosen
         )
 
     def risk(self, item: Evidence, script: str) -> float:
-        """The embedding's risk, or the verified one once ``item`` has a second similarity."""
+        """The calibrated chance that serving the candidate ``item`` describes is wrong."""
         if item.is_identical and self.identical_precision > 0:
             return 1.0 - self.identical_precision
-        models = self.verified if item.second_similarity is not None else self.models
-        model = models.get(script)
+        model = self.models.get(script)
         if model is not None:
             return model.risk(item)
-        return max(model.risk(item) for model in models.values())
+        return max(model.risk(item) for model in self.models.values())

@@ -33,7 +33,6 @@ class SemanticMatch:
     answer_key: str
     risk: float | None = None  # calibrated chance the answer is wrong (precision-first mode)
     script: str = ""
-    verdict: str | None = None  # the verifier's ("agreed"), when a close call was verified
 
 
 @dataclass(frozen=True, slots=True)

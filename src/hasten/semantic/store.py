@@ -57,7 +57,6 @@ from hasten.semantic.redis_tier import LOCAL_ID_BASE, DeleteEvent, Event, RedisT
 from hasten.semantic.replica import SharedReplica
 from hasten.semantic.store_config import SemanticStoreConfig
 from hasten.semantic.upkeep import Upkeep
-from hasten.semantic.verifier import Verifier
 from hasten.telemetry.stage import NO_STAGE, Stage
 
 __all__ = [
@@ -111,18 +110,13 @@ class SemanticCache:
         config: SemanticStoreConfig,
         *,
         clock: Callable[[], float] = time.time,
-        verifier: Verifier | None = None,
         calibration: Calibration | None = None,
     ) -> None:
-        """``verifier``: a second opinion on calibrated close calls (``verifier``);
-        ``calibration``: instead of the embedder's committed one (``calibrated``)."""
-        self.verifier = verifier
+        """``calibration``: instead of the embedder's committed one (``calibrated``)."""
         self.embedder = embedder if isinstance(embedder, AsyncEmbedder) else AsyncEmbedder(embedder)
         model = self.embedder.embedder
         self.config = config
         calibration = calibration or CALIBRATIONS.get(model.name)
-        if calibration is not None and verifier is not None:
-            calibration = calibration.with_verifier(verifier.name)
         if config.min_similarity is None and calibration is None:
             raise ValueError(f"no calibration for {model.name}: set min_similarity")
         self.policy = matcher.MatchPolicy(
@@ -133,11 +127,8 @@ class SemanticCache:
         )
         # Scripts whose lookups are decided from the text alone: the target admits nothing
         # but a repeated question there, so embedding the query could not change the answer.
-        has_verifier = verifier is not None
         self._repeat_only_scripts = frozenset(
-            script
-            for script in SCRIPTS
-            if self.policy.serves_only_repeats(script, has_verifier=has_verifier)
+            script for script in SCRIPTS if self.policy.serves_only_repeats(script)
         )
         self._clock = clock
         self._dim = model.dim
@@ -425,7 +416,6 @@ class SemanticCache:
             ),
             embedder=self._embedder_name,
             vectors_pending=self._num_pending,
-            verifier=None if self.verifier is None else self.verifier.name,
             by_script=self.script_stats(),
             embed_batches=self.embedder.num_batches,
             embedded_texts=self.embedder.num_embedded,
@@ -444,7 +434,7 @@ class SemanticCache:
         """Hits and misses of one script's lookups (and each miss reason)."""
         reasons = self._by_script.get(script, Counter())
         num_hits = reasons.get(matcher.HIT, 0)
-        num_lookups = sum(n for reason, n in reasons.items() if reason != "verified")
+        num_lookups = sum(reasons.values())
         return {"hits": num_hits, "misses": num_lookups - num_hits, **reasons}
 
     async def close(self) -> None:
@@ -534,8 +524,6 @@ class SemanticCache:
         ]
         policy = self.policy
         choice = matcher.choose(signature(text), candidates, policy)
-        if self.verifier is not None and matcher.needs_second_opinion(choice, policy):
-            choice = self._second_opinion(choice, text, live, policy)
         self._count_decision(choice.script or "latin", choice.reason)
         if choice.guard_reason is not None:
             self.counters[f"guard_{choice.guard_reason}"] += 1
@@ -548,7 +536,6 @@ class SemanticCache:
             best.answer_key,
             risk=choice.risk,
             script=choice.script,
-            verdict=choice.verdict,
         )
         return self._served(records, live[best.entry_id], match, now)
 
@@ -584,30 +571,6 @@ class SemanticCache:
         records.touch(entry.entry_id, now)
         self.counters["hits"] += 1
         return LookupResult(match)
-
-    def _second_opinion(
-        self,
-        choice: matcher.Choice,
-        text: str,
-        live: Mapping[int, StoredEntry],
-        policy: matcher.MatchPolicy,
-    ) -> matcher.Choice:
-        """Asks the verifier about a close call (on this worker thread, off the loop)."""
-        best = choice.candidate
-        if best is None or self.verifier is None:
-            return choice
-        started = time.perf_counter()
-        try:
-            second = self.verifier.similarity(text, live[best.entry_id].text)
-        except Exception:  # a broken verifier only costs the close calls
-            self._note_error("verifier")
-            return choice
-        self.counters["verifier_runs"] += 1
-        self.counters["verifier_us"] += int((time.perf_counter() - started) * 1e6)
-        decided = matcher.reconsider(choice, second, policy)
-        self.counters[f"verifier_{decided.verdict}"] += 1
-        self._by_script[choice.script or "latin"]["verified"] += 1
-        return decided
 
     def _insert_sync(
         self,

@@ -42,16 +42,13 @@ class SemanticHit:
 
     def headers(self) -> list[tuple[bytes, bytes]]:
         """What the client may judge the hit by: the cosine, the entry (to report it wrong)
-        and, when the decision was calibrated, the estimated chance it is wrong and the
-        verifier's verdict if one was asked."""
+        and, when the decision was calibrated, the estimated chance it is wrong."""
         headers = [
             (b"x-hasten-semantic-similarity", f"{self.match.similarity:.4f}".encode()),
             (b"x-hasten-semantic-entry", str(self.match.entry_id).encode()),
         ]
         if self.match.risk is not None:
             headers.append((b"x-hasten-semantic-risk", f"{self.match.risk:.4f}".encode()))
-        if self.match.verdict is not None:
-            headers.append((b"x-hasten-semantic-verifier", self.match.verdict.encode()))
         return headers
 
 
