@@ -230,6 +230,7 @@ async def _embed_plus_search(num_entries: int, dim: int) -> dict[str, Any]:
     """Full lookups (split, embed, search, guard) against 100k stored synthetic entries."""
     from hasten.semantic.e5_onnx import E5OnnxEmbedder
     from hasten.semantic.partition import split_chat
+    from hasten.semantic.records import Row
     from hasten.semantic.store import SemanticCache, SemanticStoreConfig
 
     texts = [json.loads(line)["b"] for line in (DATA_DIR / "qqp_dev.jsonl").open()][:300]
@@ -247,9 +248,10 @@ async def _embed_plus_search(num_entries: int, dim: int) -> dict[str, Any]:
             for start in range(0, num_entries, 10_000):
                 for offset, vector in enumerate(vectors[start : start + 10_000]):
                     number = start + offset
-                    records.insert(partition=query.partition_key, tenant="t", model="m",
-                                   text=f"stored question {number}", vector=vector,
-                                   answer_key=f"k{number}", now=time.time(), ttl_s=1e9)  # fmt: skip
+                    now = time.time()
+                    row = Row(query.partition_key, "t", "m", f"stored question {number}",
+                              f"k{number}", now, now + 1e9)  # fmt: skip
+                    records.insert(row, vector)
 
         await cache._run(bulk_load)
         latencies = []

@@ -16,6 +16,7 @@ from hasten.semantic.embedder import AsyncEmbedder, Vectors, normalize
 from hasten.semantic.freshness import FreshnessPolicy
 from hasten.semantic.index import VectorIndex
 from hasten.semantic.partition import split_chat
+from hasten.semantic.records import Row
 from hasten.semantic.store import NewEntry, SemanticCache, SemanticStoreConfig
 from hasten.semantic.tier import MAX_BACKGROUND_TASKS, SemanticTier
 from tests.support.semantic import Clock, WordsEmbedder, chat, make_cache
@@ -252,11 +253,11 @@ async def test_insert_many_rolls_a_failed_chunk_back_from_file_and_index(
     records = cache._open()
     real_insert, calls = records.insert, []
 
-    def insert_then_fail(**row: Any) -> int:
-        calls.append(row["text"])
+    def insert_then_fail(row: Row, *args: Any) -> int:
+        calls.append(row.text)
         if len(calls) == 3:
             raise OSError("disk full")
-        return real_insert(**row)
+        return real_insert(row, *args)
 
     monkeypatch.setattr(records, "insert", insert_then_fail)
     entries = [NewEntry(chat(f"new question {i}"), "m", "t", f"k{i}") for i in range(5)]

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hasten.cache import CachedAnswer, MemoryLRU, TieredCache
 from hasten.semantic import matcher
 from hasten.semantic.guard import signature
-from hasten.semantic.records import Records
+from hasten.semantic.records import Records, Row
 from hasten.semantic.redis_tier import SharedEntry, decode_entry, encode_entry
 from hasten.semantic.store import SemanticCache, SemanticStoreConfig
 from hasten.semantic.tier import SemanticTier
@@ -141,17 +141,7 @@ def test_records_without_the_column_are_migrated(tmp_path: Path) -> None:
     records = Records(path)
     assert records.entries([7])[7].answer_class == 7  # no value: its own class
     vector = np.ones(4, dtype=np.float32)
-    new = records.insert(
-        partition="p",
-        tenant="t",
-        model="m",
-        text="q2",
-        vector=vector,
-        answer_key="k2",
-        now=0.0,
-        ttl_s=9e9,
-        answer_class=7,
-    )
+    new = records.insert(Row("p", "t", "m", "q2", "k2", 0.0, 9e9, answer_class=7), vector)
     assert records.entries([new])[new].answer_class == 7
     records.close()
     reopened = Records(path)  # the column is there now: nothing to add
@@ -181,11 +171,11 @@ def _as_redis_returns(entry: SharedEntry) -> dict[bytes, bytes]:
 
 
 def test_shared_entry_class_is_optional_on_the_wire() -> None:
-    entry = SharedEntry(5, "p", "t", "m", "q", b"\x00\x00", "k", 1.0, 2.0)
+    entry = SharedEntry(5, Row("p", "t", "m", "q", "k", 1.0, 2.0), b"\x00\x00")
     fields = _as_redis_returns(entry)
     assert b"answer_class" not in fields  # what replicas without classes wrote and read
     assert decode_entry(5, fields) == entry
-    joined = SharedEntry(6, "p", "t", "m", "q", b"\x00\x00", "k", 1.0, 2.0, answer_class=5)
+    joined = SharedEntry(6, Row("p", "t", "m", "q", "k", 1.0, 2.0, answer_class=5), b"\x00\x00")
     assert decode_entry(6, _as_redis_returns(joined)) == joined
 
 

@@ -8,6 +8,7 @@ from typing import TypeVar
 
 import pytest
 
+from hasten.semantic.records import Row
 from hasten.semantic.redis_tier import DeleteEvent, Event, RedisTier, SharedEntry
 from hasten.semantic.replica import CURSOR_META, PENDING_META, SharedReplica
 from tests.support.servers import free_port
@@ -97,7 +98,9 @@ async def test_redis_away_gives_no_id_and_drops_the_insert(
 ) -> None:
     replica, _, counters = away
     assert await replica.next_id() is None
-    await replica.publish_insert(SharedEntry(1, "p", "t", "m", "q", b"\x00\x00", "k", 1.0, 2.0))
+    await replica.publish_insert(
+        SharedEntry(1, Row("p", "t", "m", "q", "k", 1.0, 2.0), b"\x00\x00")
+    )
     assert counters["shared_publish_dropped"] == 1 and not counters["shared_published"]
     assert replica.follower is None and replica.follower_stats() == {}  # not started
     replica.start()

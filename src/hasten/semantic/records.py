@@ -60,6 +60,21 @@ _ROW_OVERHEAD_BYTES = 256
 
 
 @dataclass(frozen=True, slots=True)
+class Row:
+    """A question to store: its partition (and so its tenant's), text, where its answer is,
+    when it was stored and when it expires; ``answer_class`` None: its own (its id)."""
+
+    partition: str
+    tenant: str
+    model: str
+    text: str
+    answer_key: str
+    created_at: float
+    expires_at: float
+    answer_class: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class StoredEntry:
     """What a lookup needs of a candidate row."""
 
@@ -127,41 +142,20 @@ class Records:
         self.conn.execute(f"DELETE FROM {_TABLE}")
 
     def insert(
-        self,
-        *,
-        partition: str,
-        tenant: str,
-        model: str,
-        text: str,
-        vector: npt.NDArray[np.float32] | None,
-        answer_key: str,
-        now: float,
-        ttl_s: float,
-        entry_id: int | None = None,
-        answer_class: int | None = None,
+        self, row: Row, vector: npt.NDArray[np.float32] | None, entry_id: int | None = None
     ) -> int:
-        """A new row; ``entry_id`` None lets SQLite pick (local mode), else it is kept as is.
-        ``vector`` None: the row waits for ``set_vector``;
-        ``answer_class`` None: the row is its own class (NULL, read back as its id)."""
+        """The row's id; ``entry_id`` None lets SQLite pick (local mode), else it is kept.
+        ``vector`` None: the row waits for ``set_vector``."""
         blob = b"" if vector is None else _blob(vector)
+        text, answer_key = row.text, row.answer_key
         size_bytes = len(blob) + len(text.encode()) + len(answer_key) + _ROW_OVERHEAD_BYTES
         cursor = self.conn.execute(
             f"INSERT INTO {_TABLE} (id, partition, tenant, model, text, vector, answer_key,"
             " created_at, expires_at, accessed_at, size_bytes, answer_class, text_key)"
             " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
-                entry_id,
-                partition,
-                tenant,
-                model,
-                text,
-                blob,
-                answer_key,
-                now,
-                now + ttl_s,
-                now,
-                size_bytes,
-                answer_class,
+                *(entry_id, row.partition, row.tenant, row.model, text, blob, answer_key),
+                *(row.created_at, row.expires_at, row.created_at, size_bytes, row.answer_class),
                 text_key(text),
             ),
         )

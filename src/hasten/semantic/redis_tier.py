@@ -39,6 +39,8 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
+from hasten.semantic.records import Row
+
 _LOG = logging.getLogger("hasten.semantic")
 FAILURES = (RedisError, OSError, TimeoutError)
 # Ids handed out while Redis is unreachable start here: far above any shared id, small
@@ -49,19 +51,12 @@ _SCAN_BATCH = 500
 
 @dataclass(frozen=True, slots=True)
 class SharedEntry:
-    """One semantic-cache entry as stored in Redis."""
+    """One semantic-cache entry as stored in Redis: its id, its row (an ``answer_class`` of
+    None is its own: hashes written before answer classes have no such field) and vector."""
 
     entry_id: int
-    partition: str
-    tenant: str
-    model: str
-    text: str
+    row: Row
     vector_f16: bytes
-    answer_key: str
-    created_at: float
-    expires_at: float
-    # None: its own class. Hashes written before answer classes have no such field.
-    answer_class: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,18 +71,19 @@ Event = SharedEntry | DeleteEvent | None  # None: an insert whose hash is alread
 
 
 def encode_entry(entry: SharedEntry) -> dict[str, bytes | str]:
+    row = entry.row
     fields: dict[str, bytes | str] = {
-        "partition": entry.partition,
-        "tenant": entry.tenant,
-        "model": entry.model,
-        "text": entry.text,
+        "partition": row.partition,
+        "tenant": row.tenant,
+        "model": row.model,
+        "text": row.text,
         "vector": entry.vector_f16,
-        "answer_key": entry.answer_key,
-        "created_at": repr(entry.created_at),
-        "expires_at": repr(entry.expires_at),
+        "answer_key": row.answer_key,
+        "created_at": repr(row.created_at),
+        "expires_at": repr(row.expires_at),
     }
-    if entry.answer_class is not None:
-        fields["answer_class"] = str(entry.answer_class)
+    if row.answer_class is not None:
+        fields["answer_class"] = str(row.answer_class)
     return fields
 
 
@@ -95,18 +91,17 @@ def decode_entry(entry_id: int, fields: Mapping[bytes, bytes]) -> SharedEntry | 
     """None for a missing (expired, deleted) or malformed hash."""
     try:
         answer_class = fields.get(b"answer_class")
-        return SharedEntry(
-            entry_id=entry_id,
+        row = Row(
             partition=fields[b"partition"].decode(),
             tenant=fields[b"tenant"].decode(),
             model=fields[b"model"].decode(),
             text=fields[b"text"].decode(),
-            vector_f16=bytes(fields[b"vector"]),
             answer_key=fields[b"answer_key"].decode(),
             created_at=float(fields[b"created_at"]),
             expires_at=float(fields[b"expires_at"]),
             answer_class=None if answer_class is None else int(answer_class),
         )
+        return SharedEntry(entry_id, row, bytes(fields[b"vector"]))
     except (KeyError, ValueError, UnicodeDecodeError):
         return None
 
@@ -194,7 +189,7 @@ class RedisTier:
     async def publish_insert(self, entry: SharedEntry) -> bool:
         async def write(pipe: Any) -> None:
             pipe.hset(self.entry_key(entry.entry_id), mapping=encode_entry(entry))
-            pipe.pexpireat(self.entry_key(entry.entry_id), int(entry.expires_at * 1000))
+            pipe.pexpireat(self.entry_key(entry.entry_id), int(entry.row.expires_at * 1000))
             pipe.xadd(
                 self.events_key,
                 {"op": "insert", "id": str(entry.entry_id)},

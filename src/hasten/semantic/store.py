@@ -36,7 +36,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -51,8 +51,8 @@ from hasten.semantic.graphs import GraphFiles
 from hasten.semantic.guard import signature
 from hasten.semantic.index import VectorIndex
 from hasten.semantic.near import NOTHING, LookupResult, SemanticMatch, near_miss
-from hasten.semantic.partition import SemanticQuery, split_chat
-from hasten.semantic.records import Records, StoredEntry
+from hasten.semantic.partition import split_chat
+from hasten.semantic.records import Records, Row, StoredEntry
 from hasten.semantic.redis_tier import LOCAL_ID_BASE, DeleteEvent, Event, RedisTier, SharedEntry
 from hasten.semantic.replica import SharedReplica
 from hasten.semantic.store_config import SemanticStoreConfig
@@ -86,16 +86,6 @@ class NewEntry:
     tenant: str
     answer_key: str
     ttl_s: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class _Row:
-    partition: str
-    tenant: str
-    model: str
-    text: str
-    answer_key: str
-    ttl_s: float
 
 
 class SemanticCache:
@@ -240,48 +230,24 @@ class SemanticCache:
         ``answer_class``: another entry's, when this answer was seen to agree with that
         entry's (None: its own). Returns the entry id, or None if not cacheable by meaning.
         """
-        prepared = self._prepare(body, model=model, tenant=tenant, ttl_s=ttl_s)
-        if prepared is None:
+        row = self._prepare(body, model, tenant, answer_key, ttl_s)
+        if row is None:
             return None
-        query, entry_ttl_s = prepared
+        row = replace(row, answer_class=answer_class)
         self.start()
         try:
-            vector = await self.embedder.embed(query.text)
-            now = self._clock()
+            vector = await self.embedder.embed(row.text)
             shared_id = None if self.replica is None else await self.replica.next_id()
-            entry_id = await self._run(
-                self._insert_sync,
-                query.partition_key,
-                tenant,
-                model,
-                query.text,
-                vector,
-                answer_key,
-                entry_ttl_s,
-                now,
-                shared_id,
-                answer_class,
-            )
+            entry_id = await self._run(self._insert_sync, row, vector, shared_id)
         except Exception:
             self._note_error("insert")
             return None
         if self.replica is not None and shared_id is not None:
             # Local-only ids name unrelated entries on other replicas: such a class stays here.
-            is_shared_class = answer_class is not None and answer_class < LOCAL_ID_BASE
-            shared_class = answer_class if is_shared_class else None
-            entry = SharedEntry(
-                entry_id,
-                query.partition_key,
-                tenant,
-                model,
-                query.text,
-                np.asarray(vector, dtype=np.float16).tobytes(),
-                answer_key,
-                now,
-                now + entry_ttl_s,
-                shared_class,
-            )
-            await self.replica.publish_insert(entry)
+            if answer_class is not None and answer_class >= LOCAL_ID_BASE:
+                row = replace(row, answer_class=None)
+            vector_f16 = np.asarray(vector, dtype=np.float16).tobytes()
+            await self.replica.publish_insert(SharedEntry(entry_id, row, vector_f16))
         return entry_id
 
     async def insert_many(self, items: Sequence[NewEntry]) -> int:
@@ -289,37 +255,20 @@ class SemanticCache:
         one transaction per chunk. Returns how many were indexed."""
         if self.replica is not None:
             return await self._insert_each(items)
-        rows: list[_Row] = []
-        for item in items:
-            prepared = self._prepare(
-                item.body, model=item.model, tenant=item.tenant, ttl_s=item.ttl_s
-            )
-            if prepared is not None:
-                query, ttl_s = prepared
-                rows.append(
-                    _Row(
-                        query.partition_key,
-                        item.tenant,
-                        item.model,
-                        query.text,
-                        item.answer_key,
-                        ttl_s,
-                    )
-                )
+        prepared = (self._prepare(i.body, i.model, i.tenant, i.answer_key, i.ttl_s) for i in items)
+        rows = [row for row in prepared if row is not None]
         num_inserted = 0
         for start in range(0, len(rows), _INSERT_CHUNK):
             chunk = rows[start : start + _INSERT_CHUNK]
             try:
                 vectors = await self._import_vectors(chunk)
-                num_inserted += await self._run(
-                    self._insert_many_sync, chunk, vectors, self._clock()
-                )
+                num_inserted += await self._run(self._insert_many_sync, chunk, vectors)
             except Exception:
                 self._note_error("insert")
         self.start()  # the rows stored without a vector get theirs in the background
         return num_inserted
 
-    async def _import_vectors(self, rows: Sequence[_Row]) -> list[Vector | None]:
+    async def _import_vectors(self, rows: Sequence[Row]) -> list[Vector | None]:
         """The vectors an import must have now: where only a repeated question is served, a
         row is found by its text, so its vector (the model's time, ~15 ms a question here)
         is left to ``_fill`` (None) and the import is bound by the file, not the model."""
@@ -356,9 +305,15 @@ class SemanticCache:
         return num_inserted
 
     def _prepare(
-        self, body: Mapping[str, Any], *, model: str, tenant: str, ttl_s: float | None
-    ) -> tuple[SemanticQuery, float] | None:
-        """The query to index and its TTL; None when it is not cacheable by meaning."""
+        self,
+        body: Mapping[str, Any],
+        model: str,
+        tenant: str,
+        answer_key: str,
+        ttl_s: float | None,
+    ) -> Row | None:
+        """The row to store, stored now; None when it is not cacheable by meaning. Its TTL is
+        the smallest of ``ttl_s``, the model's and the question's freshness TTL."""
         query = split_chat(body, model=model, tenant=tenant)
         if query is None:
             return None
@@ -368,12 +323,10 @@ class SemanticCache:
         if entry_ttl_s <= 0:
             self.counters["insert_skipped_volatile"] += 1
             return None
-        return query, entry_ttl_s
-
-    async def report_wrong_hit(self, match: SemanticMatch) -> bool:
-        """A served answer was wrong (user feedback): the entry goes."""
-        self.counters["reported_wrong"] += 1
-        return await self.invalidate(entry_id=match.entry_id) > 0
+        now = self._clock()
+        return Row(
+            query.partition_key, tenant, model, query.text, answer_key, now, now + entry_ttl_s
+        )
 
     async def invalidate(
         self,
@@ -572,36 +525,21 @@ class SemanticCache:
         self.counters["hits"] += 1
         return LookupResult(match)
 
-    def _insert_sync(
-        self,
-        partition: str,
-        tenant: str,
-        model: str,
-        text: str,
-        vector: npt.NDArray[np.float32],
-        answer_key: str,
-        ttl_s: float,
-        now: float,
-        entry_id: int | None,
-        answer_class: int | None,
-    ) -> int:
+    def _insert_sync(self, row: Row, vector: Vector, entry_id: int | None) -> int:
         records = self._open()
         if entry_id is None and self.replica is not None:  # Redis away: a local-only id
             entry_id = records.next_id_from(LOCAL_ID_BASE)
-        row = _Row(partition, tenant, model, text, answer_key, ttl_s)
-        entry_id = self._add_row(records, row, vector, now, entry_id, answer_class)
+        entry_id = self._add_row(records, row, vector, entry_id)
         self.counters["inserts"] += 1
         return entry_id
 
-    def _insert_many_sync(
-        self, rows: Sequence[_Row], vectors: Sequence[Vector | None], now: float
-    ) -> int:
+    def _insert_many_sync(self, rows: Sequence[Row], vectors: Sequence[Vector | None]) -> int:
         records = self._open()
         added: list[tuple[str, int]] = []
         try:
             with records.transaction():
                 for row, vector in zip(rows, vectors, strict=True):
-                    added.append((row.partition, self._add_row(records, row, vector, now)))
+                    added.append((row.partition, self._add_row(records, row, vector)))
         except Exception:
             # The rows were rolled back: so go their vectors (an eviction that was rolled back
             # too leaves a row unindexed until the partition is next rebuilt: a lost hit only).
@@ -633,33 +571,16 @@ class SemanticCache:
         self._num_pending = max(0, self._num_pending - len(rows))
 
     def _add_row(
-        self,
-        records: Records,
-        row: _Row,
-        vector: Vector | None,
-        now: float,
-        entry_id: int | None = None,
-        answer_class: int | None = None,
+        self, records: Records, row: Row, vector: Vector | None, entry_id: int | None = None
     ) -> int:
         """One row into the file and the index (its partition loaded first); its id. Without
         a vector, into the file only (it waits for ``_fill``)."""
         if vector is not None:
             self._partition(records, row.partition)
-        entry_id = records.insert(
-            partition=row.partition,
-            tenant=row.tenant,
-            model=row.model,
-            text=row.text,
-            vector=vector,
-            answer_key=row.answer_key,
-            now=now,
-            ttl_s=row.ttl_s,
-            entry_id=entry_id,
-            answer_class=answer_class,
-        )
+        entry_id = records.insert(row, vector, entry_id)
         if vector is not None:
             self._index.add(row.partition, entry_id, vector)
-        self._upkeep.note_insert(records, row.text, now)
+        self._upkeep.note_insert(records, row.text, self._clock())
         return entry_id
 
     def _apply_sync(self, events: Sequence[Event]) -> None:
@@ -669,23 +590,14 @@ class SemanticCache:
         for event in events:
             if isinstance(event, DeleteEvent):
                 self._delete_sync(event, reason="invalidated_shared")
-            elif event is not None and event.expires_at > now and not records.has(event.entry_id):
+            elif event is not None and event.row.expires_at > now:
+                if records.has(event.entry_id):
+                    continue
                 vector = np.frombuffer(event.vector_f16, dtype=np.float16).astype(np.float32)
-                records.insert(
-                    partition=event.partition,
-                    tenant=event.tenant,
-                    model=event.model,
-                    text=event.text,
-                    vector=vector,
-                    answer_key=event.answer_key,
-                    now=event.created_at,
-                    ttl_s=event.expires_at - event.created_at,
-                    entry_id=event.entry_id,
-                    answer_class=event.answer_class,
-                )
-                if event.partition in self._loaded:  # else loaded from the file on first use
-                    self._index.add(event.partition, event.entry_id, vector)
-                self._upkeep.note_insert(records, event.text, now)
+                records.insert(event.row, vector, event.entry_id)
+                if event.row.partition in self._loaded:  # else loaded from the file when used
+                    self._index.add(event.row.partition, event.entry_id, vector)
+                self._upkeep.note_insert(records, event.row.text, now)
                 self.counters["shared_applied"] += 1
 
     def _keep_only_sync(self, shared_ids: set[int]) -> None:
