@@ -131,13 +131,17 @@ async def test_invalidate_by_id_tenant_model_age(tmp_path: Path) -> None:
     await cache.close()
 
 
-async def test_wrong_hit_report_removes_entry(tmp_path: Path) -> None:
-    cache = make_cache(tmp_path)
+async def test_wrong_hit_report_removes_entry_of_its_tenant_only(tmp_path: Path) -> None:
+    tier = SemanticTier(make_cache(tmp_path), TieredCache(MemoryLRU(1 << 20)))
+    cache = tier.cache
     await cache.insert(chat("capital of australia"), model="m", tenant="t", answer_key="c")
     match = await cache.lookup(chat("capital of australia"), model="m", tenant="t")
-    assert match is not None and await cache.report_wrong_hit(match)
+    assert match is not None
+    assert not await tier.report_wrong(match.entry_id, "another tenant")
+    assert await tier.report_wrong(match.entry_id, "t")
     assert await cache.lookup(chat("capital of australia"), model="m", tenant="t") is None
-    await cache.close()
+    assert cache.counters["reported_wrong"] == 1
+    await tier.aclose()
 
 
 @pytest.mark.parametrize("policy", ["lru", "lfu"])
