@@ -21,8 +21,7 @@ from hasten.cache import CachedAnswer, TieredCache
 from hasten.cache.replay import answer_body
 from hasten.semantic.near import NearMiss, SemanticMatch
 from hasten.semantic.partition import trimmed
-from hasten.semantic.store import NewEntry, SemanticCache
-from hasten.telemetry.stage import NO_STAGE, Stage
+from hasten.semantic.store import NO_SPAN, NewEntry, SemanticCache, Span
 
 _log = logging.getLogger("hasten.semantic")
 # Joining an answer class is stricter than a verification verdict: a wrong join silences the
@@ -93,7 +92,7 @@ class SemanticTier:
         model: str,
         tenant: str,
         max_age_s: float | None,
-        trace: Stage = NO_STAGE,
+        trace: Span = NO_SPAN,
     ) -> Found:
         """A hit to serve, or what the upstream's fresh answer is to be compared with
         (``trace``: the lookup's span, under which the embedding gets its own)."""
