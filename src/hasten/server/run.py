@@ -25,7 +25,7 @@ from hasten.local.gateway import LOCAL, is_local_available
 from hasten.local.supervisor import EngineSupervisor, RestartSettings
 from hasten.metrics.endpoint import MetricsApp
 from hasten.metrics.settings import describe_metrics
-from hasten.semantic.build import require_extra
+from hasten.semantic import build as semantic_build
 from hasten.server import logs
 from hasten.server.connection import bind, uvicorn_server
 from hasten.server.heap import frozen_after_startup
@@ -154,7 +154,7 @@ def _integer(value: Any, flag: str, env: str, what: str, minimum: int, maximum: 
 
 async def _serve(config: GatewayConfig, *, is_simulator_default: bool) -> None:
     check_workers(config)
-    require_extra(config.semantic)  # before anything starts: the message names the extra
+    semantic_build.require_extra(config.semantic)  # before anything starts: names the extra
     servers: list[tuple[uvicorn.Server, socket.socket]] = []
     local = config.local
     if local is None and config.is_simulated and not is_simulator_default:
@@ -270,6 +270,7 @@ def _banner(config: GatewayConfig, sock: socket.socket, supervisor: EngineSuperv
         )
     else:
         lines.append("  cache: disabled")
+    lines.append("  " + semantic_build.describe(config.semantic))
     lines.append("  " + describe_metrics(config.metrics))
     if config.server.api_keys:
         lines.append(f"  gateway keys: {len(config.server.api_keys)} tenant key(s) enforced")
