@@ -40,7 +40,7 @@ import orjson
 from bench.semantic.models import build_embedder
 from hasten.cache import CachedAnswer, MemoryLRU, TieredCache, cache_key
 from hasten.semantic.store import SemanticCache, SemanticStoreConfig
-from hasten.semantic.tier import JOIN_AGREEMENT_SIMILARITY, SemanticTier
+from hasten.semantic.tier import SemanticTier
 
 DATA = Path(os.environ.get("HASTEN_SEMCACHE_DATA", "/work/shared/data/semcache"))
 PAIRS = DATA / "gptcache_mock_pairs.jsonl"
@@ -143,7 +143,6 @@ async def run_stream(
     *,
     embedder: str,
     join: bool,
-    agreement_similarity: float = JOIN_AGREEMENT_SIMILARITY,
 ) -> dict[str, Any]:
     """One pass of the stream through a fresh cache."""
     exact = TieredCache(MemoryLRU(1 << 30))
@@ -151,8 +150,7 @@ async def run_stream(
         # Answer classes matter under the cosine cut-off and its ambiguity test (0.96).
         config = SemanticStoreConfig(path=Path(directory) / "semantic.sqlite3", min_similarity=0.96)
         semantic = SemanticCache(build_embedder(embedder), config)
-        tier = SemanticTier(semantic, exact, join_classes=join,
-                            join_agreement_similarity=agreement_similarity)  # fmt: skip
+        tier = SemanticTier(semantic, exact, join_classes=join)
         run = _Stream(tier, exact, clusters)
         started = time.perf_counter()
         for text, cluster in stream:
@@ -207,13 +205,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "clusters": len(clusters),
         "texts": len(stream),
         "cluster_sizes": dict(sorted(Counter(len(c.texts) for c in clusters).items())),
-        "agreement_similarity": args.agreement_similarity,
     }
     for name, join in (("classes_on", True), ("classes_off", False)):
-        report[name] = await run_stream(
-            stream, clusters, embedder=args.embedder, join=join,
-            agreement_similarity=args.agreement_similarity,
-        )  # fmt: skip
+        report[name] = await run_stream(stream, clusters, embedder=args.embedder, join=join)
     return report
 
 
@@ -225,16 +219,12 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="seeded sample of N clusters")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--embedder", default="e5", choices=("e5", "minilm"))
-    parser.add_argument(
-        "--agreement-similarity", type=float, default=JOIN_AGREEMENT_SIMILARITY,
-        help="answer cosine at which two answers agree (above 1: identical text only)",
-    )  # fmt: skip
     args = parser.parse_args()
     report = asyncio.run(main_async(args))
     on, off = report["classes_on"], report["classes_off"]
     print(
         f"semantic live ({args.embedder}, {report['texts']} texts in {report['clusters']}"
-        f" clusters, seed {args.seed}, answers agree at {args.agreement_similarity}):"
+        f" clusters, seed {args.seed}, identical answers agree):"
         f" classes on recall {on['live_recall']:.3f} precision"
         f" {on['precision']:.3f} ({on['hits']} hits, {on['wrong']} wrong); off recall"
         f" {off['live_recall']:.3f} precision {off['precision']:.3f} ({off['hits']} hits,"

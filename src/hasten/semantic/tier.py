@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import orjson
 
 from hasten.cache import CachedAnswer, TieredCache
@@ -24,13 +22,11 @@ from hasten.semantic.partition import trimmed
 from hasten.semantic.store import NO_SPAN, NewEntry, SemanticCache, Span
 
 _log = logging.getLogger("hasten.semantic")
-# Joining an answer class is stricter than a verification verdict: a wrong join silences the
-# ambiguity rule for good. Measured with bench/semantic_live.py (gptcache_mock_pairs
-# clusters, classes off: 724 correct and 175 wrong hits): joining at answer cosine 0.95
-# gave +19 correct / +21 wrong, at 0.98 +5 / +7, on identical answers only +1 / +0. So by
-# default only identical answers (``partition.trimmed``) join: what a deterministic model
-# gives.
-JOIN_AGREEMENT_SIMILARITY = math.inf
+# Two answers agree only when their texts are the same (``partition.trimmed``): a wrong join
+# silences the ambiguity rule for good. Measured with bench/semantic/live.py
+# (gptcache_mock_pairs clusters, classes off: 724 correct and 175 wrong hits): joining at
+# answer cosine 0.95 gave +19 correct / +21 wrong, at 0.98 +5 / +7, on identical answers
+# only +1 / +0; what a deterministic model gives.
 MAX_BACKGROUND_TASKS = 1024
 
 
@@ -67,22 +63,13 @@ class SemanticTier:
     """Glue between the gateway's ``exact`` cache and the semantic ``cache``.
 
     ``join_classes`` False keeps every entry in its own answer class, as before classes
-    existed; ``join_agreement_similarity`` above 1 lets only identical answer texts join
-    (benchmarks compare these).
+    existed (bench/semantic/live.py compares the two).
     """
 
-    def __init__(
-        self,
-        cache: SemanticCache,
-        exact: TieredCache,
-        *,
-        join_classes: bool = True,
-        join_agreement_similarity: float = JOIN_AGREEMENT_SIMILARITY,
-    ) -> None:
+    def __init__(self, cache: SemanticCache, exact: TieredCache, *, join_classes: bool = True):
         self.cache = cache
         self._exact = exact
         self._join_classes = join_classes
-        self._join_agreement_similarity = join_agreement_similarity
         self._tasks: set[asyncio.Task[Any]] = set()
 
     async def find(
@@ -154,9 +141,7 @@ class SemanticTier:
     async def _joined_class(self, near: NearMiss, fresh_key: str) -> int | None:
         counters = self.cache.counters
         try:
-            agrees = await self._compare(
-                near.answer_key, fresh_key, self._join_agreement_similarity
-            )
+            agrees = await self._agree(near.answer_key, fresh_key)
         except Exception:  # the insert matters more than its class
             _log.warning("semantic answer comparison failed", exc_info=True)
             agrees = None
@@ -166,15 +151,9 @@ class SemanticTier:
         counters["answer_class_joined" if agrees else "answer_class_disagreed"] += 1
         return near.answer_class if agrees else None
 
-    async def _compare(self, cached_key: str, fresh_key: str, min_similarity: float) -> bool | None:
-        """Whether two stored answers agree; None when either is gone or carries no text."""
-        texts = await self._texts(cached_key, fresh_key)
-        if texts is None:
-            return None
-        return await self._agree(texts[0], texts[1], min_similarity)
-
-    async def _texts(self, cached_key: str, fresh_key: str) -> tuple[str, str] | None:
-        """The two stored answers' texts; None when either is gone or carries no text."""
+    async def _agree(self, cached_key: str, fresh_key: str) -> bool | None:
+        """Whether two stored answers' texts are the same (spacing inside an answer may be
+        code's: only their ends are trimmed); None when either is gone or has no text."""
         cached = await self._exact.get(cached_key)
         fresh = await self._exact.get(fresh_key)
         if cached is None or fresh is None:
@@ -182,15 +161,7 @@ class SemanticTier:
         cached_text, fresh_text = _answer_text(cached), _answer_text(fresh)
         if cached_text is None or fresh_text is None:
             return None
-        return cached_text, fresh_text
-
-    async def _agree(self, one: str, two: str, min_similarity: float) -> bool:
-        if trimmed(one) == trimmed(two):  # spacing inside an answer may be code's
-            return True
-        if min_similarity > 1.0:  # identical texts only: no need to embed
-            return False
-        vectors = [await self.cache.embedder.embed(text) for text in (one, two)]
-        return float(np.dot(vectors[0], vectors[1])) >= min_similarity
+        return trimmed(cached_text) == trimmed(fresh_text)
 
     async def report_wrong(self, entry_id: int, tenant: str | None) -> bool:
         """User feedback on a served hit: evict its entry. ``tenant`` None (the admin key)
