@@ -16,8 +16,7 @@ from typing import Any
 
 import orjson
 
-from hasten.asgi import Receive, Scope, Send, header, read_body, send_json
-from hasten.auth import ADMIN, ADMIN_KEY_HINT, PUBLIC_TENANT, Caller
+from hasten.auth import ADMIN_KEY_HINT, PUBLIC_TENANT
 from hasten.cache import CachedAnswer, cache_key, namespaced_key
 from hasten.errors import (
     AdminDisabled,
@@ -29,6 +28,8 @@ from hasten.errors import (
 )
 from hasten.gateway import Gateway
 from hasten.proxy.validation import parse_body
+from hasten.values.caller import ADMIN, Caller
+from hasten.wire.asgi import Receive, Scope, Send, header, read_body, send_json
 
 MAX_ADMIN_BODY_BYTES = 64 * 1024 * 1024
 TENANT_PATHS = frozenset({"/admin/cache/invalidate", "/admin/cache/report", "/admin/cache/stats"})

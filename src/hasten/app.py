@@ -13,11 +13,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 from hasten import admin, dashboard
-from hasten.asgi import Message, Receive, Scope, Send, header, send_error, send_json
-from hasten.auth import Authenticator, Caller
+from hasten.auth import Authenticator
 from hasten.cache import TieredCache, build_cache
 from hasten.config import GatewayConfig
-from hasten.config.served import served_config
 from hasten.dashboard.window import RollingWindow
 from hasten.errors import ClientGone, HastenError, MethodNotAllowed, NotFound
 from hasten.fleet.coalesce import FleetCoalescer
@@ -25,7 +23,6 @@ from hasten.fleet.link import FleetLink
 from hasten.fleet.routing import RoutingSync
 from hasten.gateway import EngineStatus, Gateway, Stats
 from hasten.keys import endpoints as key_endpoints
-from hasten.keys.access import visible_models
 from hasten.keys.factory import build_key_directory
 from hasten.limits.limiter import Limiter
 from hasten.metrics.endpoint import OBSERVED_SCOPE_KEY, build_metrics, serve_metrics
@@ -34,10 +31,14 @@ from hasten.policy import POLICY_HEADER, PolicyBook
 from hasten.proxy.handle import MODEL_SCOPE_KEY, TENANT_SCOPE_KEY, handle
 from hasten.proxy.validation import CHAT, COMPLETIONS, EMBEDDINGS, Endpoint
 from hasten.routing.models import ModelRouter
+from hasten.served import served_config
+from hasten.server.heap import freeze_startup_heap
 from hasten.telemetry.tracing import Tracing
 from hasten.upstream.client import UpstreamClient
 from hasten.upstream.lean import LeanTransport
 from hasten.upstream.transport import AiohttpTransport, Transport
+from hasten.values.caller import Caller, visible_models
+from hasten.wire.asgi import Message, Receive, Scope, Send, header, send_error, send_json
 
 if TYPE_CHECKING:
     from hasten.semantic.tier import SemanticTier
@@ -75,6 +76,7 @@ class HastenApp:
         peers: Peers | None = None,
         worker_index: int | None = None,
         tracing: Tracing | None = None,
+        is_heap_frozen: bool = False,
     ) -> None:
         # Any parsed config can be served: the app adds what needs no process (hybrid routes).
         self.config = served_config(config)
@@ -83,6 +85,8 @@ class HastenApp:
         self._peers = peers
         self._worker_index = worker_index
         self._tracing = tracing  # None: as [telemetry] says (tests pass their own)
+        # A served gateway freezes its startup heap (hasten.server.heap) once built.
+        self._is_heap_frozen = is_heap_frozen
         self._openapi = openapi_json()
         self.gateway: Gateway | None = None
         self._startup_lock = asyncio.Lock()
@@ -92,6 +96,8 @@ class HastenApp:
         async with self._startup_lock:
             if self.gateway is None:
                 self.gateway = self._build()
+                if self._is_heap_frozen:
+                    freeze_startup_heap()  # before any task it starts can be stalled by it
                 _share_routing(self.gateway)
                 if self._peers is not None and self.gateway.cache is not None:
                     self._peers.attach(self.gateway.cache)

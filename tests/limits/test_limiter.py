@@ -16,9 +16,9 @@ import pytest
 from hasten.app import HastenApp
 from hasten.config import GatewayConfig, TenantKey
 from hasten.config.fleet import FleetConfig
+from hasten.config.limits import KeyLimits
+from hasten.config.prices import ModelPrice
 from hasten.limits.limiter import SLOT_LEASE_S, Limiter
-from hasten.limits.prices import ModelPrice
-from hasten.limits.spec import KeyLimits
 from hasten.server.connection import protocol_for
 from hasten.simulator import SimConfig, build_app
 from tests.support.gateway import chat_body, make_config

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from hasten.asgi import Message
 from hasten.metrics.track import ResponseTrack
+from hasten.wire.asgi import Message
 
 
 def _run(messages: list[Message]) -> tuple[ResponseTrack, list[Message]]:

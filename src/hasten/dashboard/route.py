@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from hasten.asgi import Scope, Send, header, send_json, send_response
 from hasten.auth import ADMIN_KEY_HINT
 from hasten.dashboard.data import TokenRate, build_snapshot
 from hasten.dashboard.window import Completed, RollingWindow
 from hasten.errors import AdminDisabled, CredentialsRequired, MethodNotAllowed
+from hasten.wire.asgi import Scope, Send, header, send_json, send_response
 
 if TYPE_CHECKING:
     from hasten.gateway import EngineStatus, Gateway

@@ -22,13 +22,13 @@ from urllib.parse import parse_qs
 import orjson
 
 from hasten.admin import authorize
-from hasten.asgi import Receive, Scope, Send, read_body, send_json
 from hasten.errors import Conflict, DamagedKeyRecord, HastenError, MethodNotAllowed, NotFound
 from hasten.gateway import Gateway
 from hasten.keys.directory import KeyDirectory
 from hasten.keys.payloads import KEY_ID, KeyFields, creation, patch, shown, with_secret
 from hasten.keys.record import KeyRecord, new_record, new_secret
 from hasten.proxy.validation import parse_body
+from hasten.wire.asgi import Receive, Scope, Send, read_body, send_json
 
 _log = logging.getLogger("hasten.keys")
 

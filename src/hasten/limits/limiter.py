@@ -35,20 +35,20 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from hasten.config.limits import KeyLimits
+from hasten.config.prices import ModelPrice, price_of
 from hasten.errors import FleetUnavailable, HastenError
 from hasten.limits import ledger
 from hasten.limits.estimate import estimate_prompt_tokens
 from hasten.limits.headers import denial, rate_header_pairs
-from hasten.limits.prices import ModelPrice, price_of
 from hasten.limits.shared import Settlement, SharedLedger
-from hasten.limits.spec import KeyLimits
 from hasten.limits.tickets import Admission, TicketBook
-from hasten.metrics.usage import usage_tokens
+from hasten.values.usage import usage_tokens
 
 if TYPE_CHECKING:
-    from hasten.asgi import Message, Send
     from hasten.fleet.link import FleetLink
     from hasten.proxy.handle import Exchange
+    from hasten.wire.asgi import Message, Send
 
 # A fleet slot's lease: renewed every third of it while its request lives, so a replica
 # that dies holding slots gives them back within this long.

@@ -17,15 +17,6 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import orjson
 from prometheus_client.exposition import choose_encoder
 
-from hasten.asgi import (
-    Receive,
-    Scope,
-    Send,
-    accept_lifespan,
-    header,
-    send_error,
-    send_response,
-)
 from hasten.auth import Authenticator
 from hasten.errors import (
     AdminDisabled,
@@ -39,6 +30,15 @@ from hasten.metrics.collector import EngineSample, GatewayCollector
 from hasten.metrics.outcome import OBSERVED_SCOPE_KEY
 from hasten.metrics.registry import Metrics
 from hasten.upstream.transport import Transport, UpstreamRequest
+from hasten.wire.asgi import (
+    Receive,
+    Scope,
+    Send,
+    accept_lifespan,
+    header,
+    send_error,
+    send_response,
+)
 
 if TYPE_CHECKING:
     from hasten.gateway import Gateway

@@ -7,8 +7,8 @@ import time
 from typing import TYPE_CHECKING
 
 from hasten.metrics.outcome import CLIENT_GONE_STATUS, COALESCED, RequestOutcome
-from hasten.metrics.usage import usage_tokens
 from hasten.upstream.dispatch import PRIMARY_HEADER
+from hasten.values.usage import usage_tokens
 
 if TYPE_CHECKING:
     from hasten.cache import CachedAnswer

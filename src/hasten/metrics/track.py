@@ -11,7 +11,7 @@ import time
 
 import orjson
 
-from hasten.asgi import Message, Send
+from hasten.wire.asgi import Message, Send
 
 _ERROR_EVENT = b'data: {"error"'
 

@@ -8,8 +8,8 @@ body (pure); ``book`` holds every combination, built once at startup.
 
 from __future__ import annotations
 
+from hasten.config.policy import ParamPolicy, parse_policy
 from hasten.policy.book import POLICY_HEADER, PolicyBook
-from hasten.policy.config import ParamPolicy, parse_policy
 from hasten.policy.decide import Applied, EffectivePolicy, apply_policy, combine
 
 __all__ = [

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hasten.policy.config import ParamPolicy
+from hasten.config.policy import ParamPolicy
 from hasten.policy.decide import Applied, EffectivePolicy, apply_policy, combine
 
 POLICY_HEADER = b"x-hasten-policy"

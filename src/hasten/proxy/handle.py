@@ -17,7 +17,43 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from hasten.asgi import (
+from hasten.cache import (
+    CachedAnswer,
+    CacheDecision,
+    ModelCachePolicy,
+    decide,
+    namespaced_key,
+    parse_cache_control,
+    request_key,
+)
+from hasten.cache.replay import answer_body, answer_frames, answer_stream
+from hasten.errors import ClientGone, HastenError
+from hasten.fleet.coalesce import EarlyLease, FleetJob
+from hasten.gateway import Gateway
+from hasten.metrics.outcome import BYPASS, COALESCED, HIT, MISS, OBSERVED_SCOPE_KEY, SEMANTIC
+from hasten.metrics.report import answer_saved, emit_outcome, hedge_saved
+from hasten.metrics.track import ResponseTrack
+from hasten.policy import POLICY_HEADER
+from hasten.proxy.assemble import Assembly, as_stream_request, assemble, is_assembled
+from hasten.proxy.flight import Flight
+from hasten.proxy.fronts import Front
+from hasten.proxy.headers import assembled_headers, response_headers, upstream_headers
+from hasten.proxy.recorder import Recorder
+from hasten.proxy.resumer import StreamResume, resume_header
+from hasten.proxy.spans import (
+    describe_answer,
+    describe_cached,
+    describe_request,
+    keep_tail,
+)
+from hasten.proxy.validation import CHAT, EMBEDDINGS, Endpoint, parse_body
+from hasten.routing.hybrid import decide_hybrid, route_name
+from hasten.routing.models import ResolvedModel
+from hasten.upstream.client import UpstreamCall
+from hasten.upstream.integrity import EventSink, is_event_stream
+from hasten.values.caller import Caller, check_model
+from hasten.values.stage import NO_STAGE, Stage
+from hasten.wire.asgi import (
     DisconnectWatcher,
     Headers,
     Receive,
@@ -32,44 +68,6 @@ from hasten.asgi import (
     start_sse,
     start_stream,
 )
-from hasten.auth import Caller
-from hasten.cache import (
-    CachedAnswer,
-    CacheDecision,
-    ModelCachePolicy,
-    decide,
-    namespaced_key,
-    parse_cache_control,
-    request_key,
-)
-from hasten.cache.replay import answer_body, answer_frames, answer_stream
-from hasten.errors import ClientGone, HastenError
-from hasten.fleet.coalesce import EarlyLease, FleetJob
-from hasten.gateway import Gateway
-from hasten.keys.access import check_model
-from hasten.local.gateway import route_name
-from hasten.metrics.outcome import BYPASS, COALESCED, HIT, MISS, OBSERVED_SCOPE_KEY, SEMANTIC
-from hasten.metrics.report import answer_saved, emit_outcome, hedge_saved
-from hasten.metrics.track import ResponseTrack
-from hasten.policy import POLICY_HEADER
-from hasten.proxy.assemble import Assembly, as_stream_request, assemble, is_assembled
-from hasten.proxy.flight import Flight
-from hasten.proxy.fronts import Front
-from hasten.proxy.headers import assembled_headers, response_headers, upstream_headers
-from hasten.proxy.recorder import Recorder
-from hasten.proxy.resumer import StreamResume, resume_header
-from hasten.proxy.validation import CHAT, EMBEDDINGS, Endpoint, parse_body
-from hasten.routing.hybrid import decide_hybrid
-from hasten.routing.models import ResolvedModel
-from hasten.telemetry.attributes import (
-    describe_answer,
-    describe_cached,
-    describe_request,
-    keep_tail,
-)
-from hasten.telemetry.stage import NO_STAGE, Stage
-from hasten.upstream.client import UpstreamCall
-from hasten.upstream.integrity import EventSink, is_event_stream
 
 if TYPE_CHECKING:
     from hasten.limits.limiter import Enforcement

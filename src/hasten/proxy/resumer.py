@@ -37,9 +37,9 @@ from hasten.proxy.continuation import (
     regenerate_excluded,
 )
 from hasten.proxy.resume import Splice
-from hasten.proxy.sse import EVENT_END_SUFFIXES, SSEDecoder, last_event_end
 from hasten.routing.models import Route
 from hasten.upstream.client import TOTAL_TIMEOUT_CODE, UpstreamCall
+from hasten.wire.sse import EVENT_END_SUFFIXES, SSEDecoder, last_event_end
 
 __all__ = ["RESUME_HEADER", "StreamResume", "resume_header"]
 

@@ -8,17 +8,13 @@ from typing import Any
 
 import orjson
 
+from hasten.config.tables import DEFAULT_MAX_JSON_DEPTH
 from hasten.errors import InvalidJSON, InvalidRequest
 
 _NUMBER = (int, float)
 _MIN_INT = -(2**63)
 _MAX_INT = 2**64 - 1
 
-# Deep enough for any real request (tool schemas nest a dozen levels), shallow enough that
-# every later serialisation stays far below orjson's 254-level limit.
-DEFAULT_MAX_JSON_DEPTH = 64
-# The cache key wraps a body two levels deeper; orjson refuses to serialise past 254.
-MAX_JSON_DEPTH_LIMIT = 200
 _MAX_COUNTED_BYTES = 8192
 
 

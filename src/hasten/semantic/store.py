@@ -37,8 +37,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from types import TracebackType
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -58,6 +57,7 @@ from hasten.semantic.redis_tier import LOCAL_ID_BASE, DeleteEvent, Event, RedisT
 from hasten.semantic.replica import SharedReplica
 from hasten.semantic.store_config import SemanticStoreConfig
 from hasten.semantic.upkeep import Upkeep
+from hasten.values.stage import NO_STAGE, Stage
 
 __all__ = [
     "NewEntry",
@@ -75,42 +75,6 @@ _INSERT_CHUNK = 256
 # embedder meanwhile waits for at most this many questions (batches gain little per text).
 _FILL_BATCH = 8
 _FILL_RETRY_S = 30.0
-
-
-class Span(Protocol):
-    """What the store needs of the request's trace (``telemetry.stage.Stage`` is one, passed
-    in by the proxy: semantic imports nothing from the floors above it)."""
-
-    def child(self, name: str) -> Span: ...
-
-    def set(self, key: str, value: str) -> None: ...
-
-    def __enter__(self) -> Span: ...
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None: ...
-
-
-class _NoSpan:
-    """Tracing off, or a caller without a trace: every call does nothing."""
-
-    def child(self, name: str) -> Span:
-        return self
-
-    def set(self, key: str, value: str) -> None:
-        return None
-
-    def __enter__(self) -> Span:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        return None
-
-
-NO_SPAN: Span = _NoSpan()
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +182,7 @@ class SemanticCache:
         *,
         model: str,
         tenant: str,
-        trace: Span = NO_SPAN,
+        trace: Stage = NO_STAGE,
     ) -> LookupResult:
         """``lookup``, plus the entry it came close to when it serves nothing (``near``).
 

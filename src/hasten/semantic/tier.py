@@ -19,7 +19,8 @@ from hasten.cache import CachedAnswer, TieredCache
 from hasten.cache.replay import answer_body
 from hasten.semantic.near import NearMiss, SemanticMatch
 from hasten.semantic.partition import trimmed
-from hasten.semantic.store import NO_SPAN, NewEntry, SemanticCache, Span
+from hasten.semantic.store import NewEntry, SemanticCache
+from hasten.values.stage import NO_STAGE, Stage
 
 _log = logging.getLogger("hasten.semantic")
 # Two answers agree only when their texts are the same (``partition.trimmed``): a wrong join
@@ -79,7 +80,7 @@ class SemanticTier:
         model: str,
         tenant: str,
         max_age_s: float | None,
-        trace: Span = NO_SPAN,
+        trace: Stage = NO_STAGE,
     ) -> Found:
         """A hit to serve, or what the upstream's fresh answer is to be compared with
         (``trace``: the lookup's span, under which the embedding gets its own)."""

@@ -14,16 +14,6 @@ from dataclasses import dataclass
 
 import orjson
 
-from hasten.asgi import (
-    DisconnectWatcher,
-    Receive,
-    Scope,
-    Send,
-    accept_lifespan,
-    read_body,
-    send_error,
-    send_json,
-)
 from hasten.errors import ClientGone, HastenError, MethodNotAllowed, ModelNotFound, NotFound
 from hasten.proxy.validation import parse_body
 from hasten.simulator.config import SimConfig
@@ -64,6 +54,16 @@ from hasten.simulator.state import SimState
 from hasten.simulator.stats import Outcome
 from hasten.simulator.streaming import stream_schedule
 from hasten.simulator.textgen import embedding_vector, text_tokens
+from hasten.wire.asgi import (
+    DisconnectWatcher,
+    Receive,
+    Scope,
+    Send,
+    accept_lifespan,
+    read_body,
+    send_error,
+    send_json,
+)
 
 Handler = Callable[[Scope, Receive, Send, float], Awaitable[Outcome]]
 RequestParser = Callable[[dict[str, object]], GenerationRequest]

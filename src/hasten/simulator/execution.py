@@ -12,7 +12,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from hasten.asgi import (
+from hasten.errors import ClientGone, HastenError
+from hasten.simulator.faults import Fault, FaultKind
+from hasten.simulator.payloads import error_event
+from hasten.simulator.stats import Outcome
+from hasten.simulator.streaming import ScheduledEvent
+from hasten.wire.asgi import (
     JSON_CONTENT_TYPE,
     SSE_DONE,
     DisconnectWatcher,
@@ -23,11 +28,6 @@ from hasten.asgi import (
     start_sse,
     start_stream,
 )
-from hasten.errors import ClientGone, HastenError
-from hasten.simulator.faults import Fault, FaultKind
-from hasten.simulator.payloads import error_event
-from hasten.simulator.stats import Outcome
-from hasten.simulator.streaming import ScheduledEvent
 
 SIMULATED_500_MESSAGE = "The server had an error while processing your request."
 # "Never answers": until the client gives up, or this long (nothing waits for ever).

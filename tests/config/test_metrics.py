@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from hasten.config import parse_config
+from hasten.config.metrics import MetricsConfig, describe_metrics
 from hasten.errors import ConfigError
-from hasten.metrics.settings import MetricsConfig, describe_metrics
 
 
 def test_defaults_serve_metrics_without_a_tenant_label() -> None:

@@ -8,7 +8,16 @@ from collections.abc import Iterable
 import orjson
 import pytest
 
-from hasten.asgi import (
+from hasten.errors import (
+    ClientGone,
+    HastenError,
+    InvalidRequest,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    RateLimited,
+)
+from hasten.wire.asgi import (
     JSON_CONTENT_TYPE,
     SSE_DONE,
     SSE_HEADERS,
@@ -23,15 +32,6 @@ from hasten.asgi import (
     send_json,
     sse_event,
     start_sse,
-)
-from hasten.errors import (
-    ClientGone,
-    HastenError,
-    InvalidRequest,
-    MethodNotAllowed,
-    NotFound,
-    PayloadTooLarge,
-    RateLimited,
 )
 
 DISCONNECT: Message = {"type": "http.disconnect"}

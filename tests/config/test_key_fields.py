@@ -1,4 +1,4 @@
-"""Unit tests for hasten.keys.fields: the limits and models a key may have."""
+"""Unit tests for hasten.config.key_fields: the limits and models a key may have."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from hasten.config.key_fields import MAX_MODELS_PER_KEY, key_limits, key_models, limits_dict
+from hasten.config.limits import DEFAULT_BUDGET_PERIOD_S, KeyLimits
 from hasten.errors import InvalidKeyField
-from hasten.keys.fields import MAX_MODELS_PER_KEY, key_limits, key_models, limits_dict
-from hasten.limits.spec import DEFAULT_BUDGET_PERIOD_S, KeyLimits
 
 
 def test_no_fields_is_unlimited() -> None:

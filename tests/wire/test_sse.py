@@ -1,4 +1,4 @@
-"""Unit tests for hasten.proxy.sse: the SSEDecoder (chunking independence, separators,
+"""Unit tests for hasten.wire.sse: the SSEDecoder (chunking independence, separators,
 comments) and the UsageStripper (the usage-only chunk dropped however the stream is split,
 and in a flight's readers); both take any bytes."""
 
@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from hasten.cache import MemoryLRU, TieredCache
 from hasten.proxy.flight import Flight
 from hasten.proxy.recorder import Recorder
-from hasten.proxy.sse import DONE, SSEDecoder, UsageStripper
+from hasten.values.usage import UsageStripper
+from hasten.wire.sse import DONE, SSEDecoder
 
 LINE_ENDINGS = (b"\n", b"\r\n", b"\r")
 

@@ -7,7 +7,7 @@ import dataclasses
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hasten.limits.spec import KeyLimits
+from hasten.config.limits import KeyLimits
 
 _counts = st.none() | st.integers(min_value=0, max_value=10**9)
 _limits = st.builds(

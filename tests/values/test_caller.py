@@ -1,4 +1,4 @@
-"""Unit tests for hasten.keys.access: a key's allowed models, for requests and /v1/models."""
+"""Unit tests for hasten.values.caller: a key's allowed models, for requests and /v1/models."""
 
 from __future__ import annotations
 
@@ -6,9 +6,8 @@ from typing import Any
 
 import pytest
 
-from hasten.auth import Caller
 from hasten.errors import ModelNotFound
-from hasten.keys.access import check_model, visible_models
+from hasten.values.caller import Caller, check_model, visible_models
 
 LIMITED = Caller("t", "vk_1", None, frozenset({"gpt-4o", "embed"}))
 ANY = Caller("t", "vk_2")

@@ -1,4 +1,6 @@
-"""Which models a key may call (pure): the rule for requests and for ``GET /v1/models``.
+"""Who sends a request (``Caller``: the operator's admin key, or one tenant's key with its
+limits and models) and which models that key may call (pure): the rule for requests and
+for ``GET /v1/models``.
 
 A key limited to some models gets OpenAI's own answer for any other: 404
 ``model_not_found``, "The model `x` does not exist or you do not have access to it". The
@@ -12,10 +14,28 @@ A model is allowed if the key lists the name the client sent or the model it res
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
-from hasten.auth import Caller
+from hasten.config.limits import KeyLimits
 from hasten.errors import ModelNotFound
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who sent a request: the operator (admin key) or one tenant's namespace."""
+
+    tenant: str | None  # None for the admin key, which belongs to no tenant
+    key_id: str | None = None  # which gateway key, when keys are enforced
+    limits: KeyLimits | None = None  # what that key may spend (hasten.limits)
+    models: frozenset[str] | None = None  # the models it may call; None: any
+
+    @property
+    def is_admin(self) -> bool:
+        return self.tenant is None
+
+
+ADMIN = Caller(tenant=None)
 
 
 def is_allowed(caller: Caller | None, requested: str, resolved: str) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hasten.metrics.usage import usage_tokens
+from hasten.values.usage import usage_tokens
 
 
 def test_json_body_usage() -> None:

@@ -6,8 +6,8 @@ import pytest
 
 from hasten import cli
 from hasten.config import parse_config
+from hasten.config.prices import ModelPrice, price_of
 from hasten.errors import ConfigError
-from hasten.limits.prices import ModelPrice, price_of
 
 
 def test_prices_parse_and_price_a_request() -> None:

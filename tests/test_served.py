@@ -9,9 +9,9 @@ import httpx
 import pytest
 
 from hasten.config import WILDCARD_MODEL, GatewayConfig, parse_config
-from hasten.config.served import DEMO_UPSTREAM, Overrides, served_config
 from hasten.errors import ConfigError
 from hasten.local.gateway import LOCAL
+from hasten.served import DEMO_UPSTREAM, Overrides, served_config
 from hasten.simulator import SimConfig
 from hasten.simulator import build_app as build_sim
 from tests.support.gateway import running_gateway

@@ -7,8 +7,8 @@ import math
 import re
 from collections.abc import Mapping
 
+from hasten.config.limits import DEFAULT_BUDGET_PERIOD_S, KeyLimits
 from hasten.errors import InvalidKeyField
-from hasten.limits.spec import DEFAULT_BUDGET_PERIOD_S, KeyLimits
 
 MAX_REQUESTS_PER_MINUTE = 10**9
 MAX_TOKENS_PER_MINUTE = 10**12

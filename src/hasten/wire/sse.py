@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import re
 
-from hasten.cache.replay import is_usage_chunk
-
 DONE = b"[DONE]"
 _DATA_PREFIX = b"data: "
 _BOM = "\ufeff".encode()
 # An event ends at a blank line: two line ends in a row, each CRLF, LF or CR. A CR that
 # is half of a CRLF must not count as a line end of its own, hence the lookahead.
-_EVENT_END = re.compile(rb"((?:\r\n|\r(?!\n)|\n)(?:\r\n|\r|\n))")
+EVENT_END = re.compile(rb"((?:\r\n|\r(?!\n)|\n)(?:\r\n|\r|\n))")
 # Endings that certainly close an event; anything else takes the regex path.
 EVENT_END_SUFFIXES = (b"\n\n", b"\r\r", b"\r\n\r\n")
 
@@ -88,73 +86,6 @@ def event_data(event: bytes) -> bytes | None:
     return b"\n".join(lines)
 
 
-class UsageStripper:
-    """Drops usage-only events from a forwarded stream, for a client that did not ask for usage.
-
-    Exact under any split: the bytes of an unfinished event are held until the event ends
-    (a client cannot act on half an event, so nothing it could use is delayed), everything
-    else passes through untouched. The caller says which chunk completes a usage event and how
-    many (the recorder has already decoded them for the cache), so only that chunk is looked
-    into, from its end; any other chunk costs one ``endswith``.
-    """
-
-    __slots__ = ("_held", "_is_skipping_lf")
-
-    def __init__(self) -> None:
-        self._held = b""
-        self._is_skipping_lf = False
-
-    def feed(self, chunk: bytes, num_usage_events: int) -> bytes:
-        if self._is_skipping_lf and chunk:
-            # The dropped event ended in a CR whose LF only came now: it goes too.
-            self._is_skipping_lf = False
-            if chunk.startswith(b"\n"):
-                chunk = chunk[1:]
-        held = self._held
-        data = held + chunk if held else chunk
-        if not num_usage_events and data.endswith(EVENT_END_SUFFIXES):
-            if held:
-                self._held = b""
-            return data
-        end = last_event_end(data)
-        self._held = data[end:]
-        if not num_usage_events:
-            return data[:end]
-        if b"\r" in data:
-            return self._drop_usage_events(data[:end])
-        # The usage event comes last but for [DONE]: look from the end, and only that far.
-        while num_usage_events and end:
-            index = data.rfind(b"\n\n", 0, end - 2)
-            start = 0 if index < 0 else index + 2
-            if _is_usage_event(data[start : end - 2]):
-                data = data[:start] + data[end:]
-                num_usage_events -= 1
-            end = start
-        return data[: len(data) - len(self._held)]
-
-    def _drop_usage_events(self, data: bytes) -> bytes:
-        """Drops every usage event from whole events whose line ends may include CRs."""
-        parts = _EVENT_END.split(data)  # event, end, event, end, ..., "" (nothing unfinished)
-        kept: list[bytes] = []
-        is_dropped = False
-        for i in range(0, len(parts) - 1, 2):
-            event = parts[i]
-            is_dropped = _is_usage_event(event)
-            if not is_dropped:
-                kept += (event, parts[i + 1])
-            elif event[:1] in b"\r\n":
-                # Line ends before the event are the rest of the previous one (a CRLF split
-                # between chunks): they stay, so the client still gets that event intact.
-                kept.append(event[: len(event) - len(event.lstrip(b"\r\n"))])
-        self._is_skipping_lf = is_dropped and not self._held and data.endswith(b"\r")
-        return b"".join(kept)
-
-    def finish(self) -> bytes:
-        """The unfinished event still held when the stream ends, to forward as it came."""
-        held, self._held = self._held, b""
-        return held
-
-
 def last_event_end(data: bytes) -> int:
     """Where the last complete event in ``data`` ends (0: none does)."""
     if data.endswith(b"\n\n"):
@@ -163,15 +94,6 @@ def last_event_end(data: bytes) -> int:
         index = data.rfind(b"\n\n")
         return 0 if index < 0 else index + 2
     end = 0
-    for match in _EVENT_END.finditer(data):
+    for match in EVENT_END.finditer(data):
         end = match.end()
     return end
-
-
-def _is_usage_event(event: bytes) -> bool:
-    if b'"usage"' not in event:
-        return False  # the common case, without copying the event
-    if b"\r" in event:
-        event = event.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-    payload = event_data(event)
-    return payload is not None and is_usage_chunk(payload)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hasten.errors import InvalidRequest
-from hasten.telemetry.stage import NO_STAGE
+from hasten.values.stage import NO_STAGE
 
 
 def test_the_off_stage_is_its_own_child_and_leaves_headers_alone() -> None:

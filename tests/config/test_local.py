@@ -1,4 +1,4 @@
-"""Unit tests for hasten.local.config: the ``[local]`` table."""
+"""Unit tests for hasten.config.local: the ``[local]`` table."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from hasten.config.local import EngineConfig, LocalServerConfig, load_local_config, parse_local
 from hasten.config.reader import TomlTable
 from hasten.errors import ConfigError
-from hasten.local.config import EngineConfig, LocalServerConfig, load_local_config, parse_local
 
 
 def test_local_config_table() -> None:
