@@ -72,7 +72,7 @@ def gateway_of(
         gateway = app.gateway
         assert gateway is not None
         if clock_s is not None or slot_lease_s is not None:
-            gateway.limiter = Limiter(
+            gateway.limiter = gateway.pipeline.limits = Limiter(
                 gateway.fleet,
                 app.config.prices,
                 clock_s=clock_s or time.time,

@@ -61,7 +61,7 @@ class InProcess:
 
     async def __aenter__(self) -> InProcess:
         gateway = await self.app.startup()
-        gateway.router = self.router
+        gateway.pipeline.router = self.router
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

@@ -1,12 +1,13 @@
 """Enforcing a key's limits around one request: admit before answering, settle after.
 
-``Limiter.enforce(exchange)`` is the request path's one context (``hasten.proxy.handle``)
-around the answer. A key without limits gets a shared no-op context (no Redis call, no
-allocation). For a limited key the path calls ``Enforcement.admit`` once it knows whether
-the exact cache has the answer, before any byte is sent (a denial is the 429 of
-``hasten.limits.headers``); its response carries the x-ratelimit-* headers, and on exit,
-however the request ended (answered, failed, client gone, cancelled), its slot is freed,
-its token reservation corrected from the answer's usage and its cost charged.
+``Limiter.open(...)`` gives the request path (``hasten.proxy.handle``) one request's
+``Limit`` (the pipeline's port, ``hasten.proxy.ports``). A key without limits gets the
+shared ``NO_LIMIT`` (no Redis call, no allocation). For a limited key the path calls
+``Enforcement.admit`` once it knows whether the exact cache has the answer, before any
+byte is sent (a denial is the 429 of ``hasten.limits.headers``), and sends the
+x-ratelimit-* headers it returns; ``settle``, however the request ended (answered, failed,
+client gone, cancelled), frees its slot, corrects its token reservation from the answer's
+usage and charges its cost.
 
 Where the counts live: with ``[fleet]``, in Redis, exact across replicas
 (``hasten.limits.shared``); without it, or while Redis is away, in this process
@@ -32,7 +33,6 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Mapping
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 from hasten.config.limits import KeyLimits
@@ -43,19 +43,20 @@ from hasten.limits.estimate import estimate_prompt_tokens
 from hasten.limits.headers import denial, rate_header_pairs
 from hasten.limits.shared import Settlement, SharedLedger
 from hasten.limits.tickets import Admission, TicketBook
+from hasten.proxy.ports import NO_LIMIT, Limit, Spent
+from hasten.values.caller import Caller
 from hasten.values.usage import usage_tokens
+from hasten.wire.asgi import Headers
 
 if TYPE_CHECKING:
     from hasten.fleet.link import FleetLink
-    from hasten.proxy.handle import Exchange
-    from hasten.wire.asgi import Message, Send
+    from hasten.routing.models import ResolvedModel
 
 # A fleet slot's lease: renewed every third of it while its request lives, so a replica
 # that dies holding slots gives them back within this long.
 SLOT_LEASE_S = 30.0
 # Distinct limits whose hit-only form is kept (one per configured limit set, in practice).
 _MAX_HIT_LIMITS = 4096
-_UNLIMITED: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
 class Limiter:
@@ -90,13 +91,13 @@ class Limiter:
         """Fleet slots this replica holds (and renews) for requests in progress."""
         return len(self._held)
 
-    def enforce(self, request: Exchange) -> contextlib.AbstractAsyncContextManager[object]:
-        """The context the answer runs in; a no-op for a key without limits."""
-        caller = request.caller
-        limits = None if caller is None else caller.limits
-        if caller is None or limits is None or limits.is_unlimited:
-            return _UNLIMITED
-        return Enforcement(self, request, caller.key_id or caller.tenant or "", limits)
+    def open(self, caller: Caller, model: ResolvedModel, raw_body: bytes, request_id: str) -> Limit:
+        """One request's limits; ``NO_LIMIT`` for a key without any."""
+        limits = caller.limits
+        if limits is None or limits.is_unlimited:
+            return NO_LIMIT
+        key_id = caller.key_id or caller.tenant or ""
+        return Enforcement(self, limits, key_id, model, raw_body, request_id)
 
     def hit_limits(self, limits: KeyLimits) -> KeyLimits:
         """What an exact-cache hit counts against: the request rate only (kept per limits,
@@ -225,77 +226,78 @@ class Enforcement:
         "_key_id",
         "_limiter",
         "_limits",
-        "_request",
-        "_tap",
+        "_model",
+        "_raw_body",
+        "_request_id",
     )
 
-    def __init__(self, limiter: Limiter, request: Exchange, key_id: str, limits: KeyLimits) -> None:
-        self._limiter, self._request, self._key_id, self._limits = limiter, request, key_id, limits
+    def __init__(
+        self,
+        limiter: Limiter,
+        limits: KeyLimits,
+        key_id: str,
+        model: ResolvedModel,
+        raw_body: bytes,
+        request_id: str,
+    ) -> None:
+        self._limiter, self._limits, self._key_id = limiter, limits, key_id
+        self._model, self._raw_body, self._request_id = model, raw_body, request_id
         self._estimate = 0
         self._admission: Admission | None = None
         self._is_hit = False
         self._admitted_limits = limits  # what admit() counted: a hit, its request rate only
-        self._tap: _Tap | None = None
 
-    async def __aenter__(self) -> Enforcement:
-        # Admitted by the request path once it knows a hit from a miss (``admit``).
-        self._request.limit = self
-        return self
+    @property
+    def is_reading_usage(self) -> bool:
+        """Only a token limit or a budget reads the answer's usage."""
+        return self._limits.tokens_per_minute is not None or self._limits.budget_usd is not None
 
-    async def admit(self, *, is_hit: bool) -> None:
-        """Admits the request (a 429 when a limit says no) before any byte is answered.
+    async def admit(self, *, is_hit: bool) -> Headers:
+        """Admits the request (a 429 when a limit says no) before any byte is answered;
+        returns the rate headers its answer carries.
 
         A cache hit counts against the request rate only: it holds no upstream capacity and
         spends no tokens or money, so it takes no slot and reserves no tokens. Either is
         admitted from a pre-admitted ticket when one is at hand (``hasten.limits.tickets``).
         """
-        limits, request, limiter = self._limits, self._request, self._limiter
+        limits, limiter = self._limits, self._limiter
         if is_hit:
             if limits.requests_per_minute is None:
                 self._is_hit = True
-                return  # nothing a hit spends is limited for this key
+                return []  # nothing a hit spends is limited for this key
             limits = limiter.hit_limits(limits)
-        elif limits.tokens_per_minute is not None or limits.budget_usd is not None:
-            self._estimate = estimate_prompt_tokens(request.raw_body)
+        elif self.is_reading_usage:
+            self._estimate = estimate_prompt_tokens(self._raw_body)
         # A ticket first, without a coroutine: on a hit this is the whole of the limit's work.
         admission = limiter.take_ticket(self._key_id, limits, self._estimate)
         if admission is None:
             admission = await limiter.admit_counted(
-                self._key_id, limits, request.request_id, self._estimate
+                self._key_id, limits, self._request_id, self._estimate
             )
             if not admission.verdict.is_allowed:
                 raise denial(limits, admission.verdict, admission.num_tokens)
         self._is_hit, self._admission, self._admitted_limits = is_hit, admission, limits
-        # Every answer's head is built from the exchange's headers (``Exchange.base_headers``),
-        # so the rate headers ride there: no wrapper around ``send``.
-        request.extra_headers += admission.headers
-        if not is_hit and (limits.tokens_per_minute is not None or limits.budget_usd is not None):
-            # Only a token limit or a budget reads the answer's usage.
-            tap = self._tap = _Tap(request.send)
-            request.send = tap.send
+        return list(admission.headers)
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def settle(self, spent: Spent, error: BaseException | None) -> None:
         admission = self._admission
         if admission is None:
             return  # never counted
-        if isinstance(exc, HastenError):  # the app renders it: the same rate headers
-            exc.headers.update((name.decode(), value.decode()) for name, value in admission.headers)
-        # No await from here on: a second cancellation cannot lose the release, and the
-        # Redis side is one round trip after the answer (``hasten.limits.tickets``).
-        settlement = None if self._is_hit else self._settlement(admission)
+        if isinstance(error, HastenError):  # the app renders it: the same rate headers
+            error.headers.update(
+                (name.decode(), value.decode()) for name, value in admission.headers
+            )
+        # No await here: a second cancellation cannot lose the release, and the Redis side
+        # is one round trip after the answer (``hasten.limits.tickets``).
+        settlement = None if self._is_hit else self._settlement(admission, spent)
         self._limiter.finish(
             self._key_id, self._admitted_limits, admission, self._estimate, settlement
         )
 
-    def _settlement(self, admission: Admission) -> Settlement | None:
+    def _settlement(self, admission: Admission, spent: Spent) -> Settlement | None:
         """The finished miss's correction; None when there is nothing to correct or free."""
         limits = self._limits
-        token_delta, cost_usd = self._spent(admission.num_tokens)
+        token_delta, cost_usd = self._spent(admission.num_tokens, spent)
         if (
             limits.max_concurrent is None
             and (limits.tokens_per_minute is None or token_delta == 0)
@@ -304,41 +306,19 @@ class Enforcement:
             return None
         return Settlement(admission.admission_id, limits, token_delta, cost_usd)
 
-    def _spent(self, num_reserved: int) -> tuple[int, float]:
+    def _spent(self, num_reserved: int, spent: Spent) -> tuple[int, float]:
         """(tokens used minus those reserved, USD) of the finished request."""
-        request = self._request
-        if not request.is_upstream_call:
+        if not spent.is_upstream_call:
             return -num_reserved, 0.0  # a hit, a follower: nothing spent upstream
-        tail = request.usage_tail
-        if tail is None:
-            tail = b"" if self._tap is None else self._tap.prev + self._tap.tail
-        tokens_in, tokens_out = usage_tokens(tail)
+        tokens_in, tokens_out = usage_tokens(spent.usage_tail)
         if tokens_in is None and tokens_out is None:
             tokens_in, tokens_out = self._estimate, 0  # no usage: the estimate stands
         num_in, num_out = tokens_in or 0, tokens_out or 0
         cost_usd = 0.0
         if self._limits.budget_usd is not None:
-            model = request.model
+            model = self._model
             price = price_of(
                 self._limiter.prices, model.requested, model.name, model.upstream_model
             )
             cost_usd = 0.0 if price is None else price.cost_usd(num_in, num_out)
         return num_in + num_out - num_reserved, cost_usd
-
-
-class _Tap:
-    """Wraps ``send`` to keep the last two body chunks (where the usage is, as
-    ``hasten.metrics.track`` finds it)."""
-
-    __slots__ = ("_send", "prev", "tail")
-
-    def __init__(self, send: Send) -> None:
-        self._send = send
-        self.prev = self.tail = b""
-
-    async def send(self, message: Message) -> None:
-        if message["type"] == "http.response.body":
-            body: bytes = message.get("body", b"")
-            if body:
-                self.prev, self.tail = self.tail, body
-        await self._send(message)

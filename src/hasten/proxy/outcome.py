@@ -1,4 +1,5 @@
-"""From the proxy's ``Exchange`` to one ``RequestOutcome``, handed to every observer."""
+"""From the pipeline's ``Exchange`` to one ``RequestOutcome``, handed to every observer;
+and the ``x-hasten-saved-ms`` header of what an answer saved (``Savings``, a port)."""
 
 from __future__ import annotations
 
@@ -6,16 +7,16 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from hasten.metrics.outcome import CLIENT_GONE_STATUS, COALESCED, RequestOutcome
 from hasten.upstream.dispatch import PRIMARY_HEADER
+from hasten.values.outcome import CLIENT_GONE_STATUS, COALESCED, RequestOutcome
 from hasten.values.usage import usage_tokens
 
 if TYPE_CHECKING:
     from hasten.cache import CachedAnswer
-    from hasten.gateway import Gateway
-    from hasten.proxy.handle import Exchange
+    from hasten.proxy.exchange import Exchange
+    from hasten.proxy.pipeline import Pipeline
 
-_log = logging.getLogger("hasten.metrics")
+_log = logging.getLogger("hasten.proxy")
 
 
 def build_outcome(ex: Exchange, status: int, error_code: str | None) -> RequestOutcome:
@@ -72,29 +73,26 @@ def build_outcome(ex: Exchange, status: int, error_code: str | None) -> RequestO
 
 
 def answer_saved(
-    gateway: Gateway, ex: Exchange, entry: CachedAnswer, replay_s: float
+    pipe: Pipeline, ex: Exchange, entry: CachedAnswer, replay_s: float
 ) -> tuple[bytes, bytes] | None:
     """A cache answer's saving (``hasten.metrics.saved``) as its ``x-hasten-saved-ms``
     header, kept on ``ex`` for the counter; None without an estimate. ``replay_s``: the
     pacing still to come, part of what the client waits."""
-    metrics = gateway.metrics
-    if metrics is None:
-        return None
     ex.usage_tail = entry.usage_tail  # the tokens, even when the client's copy has no usage
     num_tokens = entry.usage[1] or 0
     waited_s = time.perf_counter() - ex.started_s + replay_s
-    saved_s = metrics.saved.answer_s(ex.model.route.name, num_tokens, waited_s, time.monotonic())
+    saved_s = pipe.savings.answer_s(ex.model.route.name, num_tokens, waited_s, time.monotonic())
     return _saved_header(ex, saved_s)
 
 
-def hedge_saved(gateway: Gateway, ex: Exchange) -> tuple[bytes, bytes] | None:
+def hedge_saved(pipe: Pipeline, ex: Exchange) -> tuple[bytes, bytes] | None:
     """A winning hedge's saving as its header (see ``answer_saved``); None otherwise."""
-    metrics, headers = gateway.metrics, ex.call_headers
-    if metrics is None or not headers or headers.get("x-hasten-hedge") != "won":
+    headers = ex.call_headers
+    if not headers or headers.get("x-hasten-hedge") != "won":
         return None
     primary = headers.get(PRIMARY_HEADER, "")
     elapsed_ms = ex.upstream_ttfb_ms or 0.0
-    return _saved_header(ex, metrics.saved.hedge_s(ex.model.route.name, primary, elapsed_ms))
+    return _saved_header(ex, pipe.savings.hedge_s(ex.model.route.name, primary, elapsed_ms))
 
 
 def _saved_header(ex: Exchange, saved_s: float | None) -> tuple[bytes, bytes] | None:
@@ -104,13 +102,12 @@ def _saved_header(ex: Exchange, saved_s: float | None) -> tuple[bytes, bytes] | 
     return (b"x-hasten-saved-ms", f"{saved_s * 1000.0:.1f}".encode())
 
 
-def emit_outcome(gateway: Gateway, ex: Exchange, status: int, error_code: str | None) -> None:
+def emit_outcome(pipe: Pipeline, ex: Exchange, status: int, error_code: str | None) -> None:
     """Builds the outcome and calls every observer; an observer's bug never fails a request."""
     outcome = build_outcome(ex, status, error_code)
-    metrics = gateway.metrics
-    if metrics is not None and outcome.saved_s is None and outcome.cache == COALESCED:
-        outcome.saved_s = metrics.saved.coalesced_s(ex.model.route.name, outcome)
-    for observer in gateway.observers:
+    if outcome.saved_s is None and outcome.cache == COALESCED:
+        outcome.saved_s = pipe.savings.coalesced_s(ex.model.route.name, outcome)
+    for observer in pipe.observers:
         try:
             observer(outcome)
         except Exception:

@@ -238,7 +238,7 @@ def _completion(model: str, answer: str) -> bytes:
 async def _stats(gateway: Gateway, caller: Caller) -> dict[str, Any]:
     """Global tiers for the admin key; a tenant key sees its own requests and entries."""
     if caller.is_admin:
-        return cache_stats(gateway)
+        return gateway.pipeline.cache_stats()
     semantic = gateway.semantic.cache if gateway.semantic else None
     assert caller.tenant is not None
     namespace = "*" if gateway.config.cache.is_shared_across_tenants else caller.tenant
@@ -247,15 +247,6 @@ async def _stats(gateway: Gateway, caller: Caller) -> dict[str, Any]:
         "tenant": caller.tenant,
         "requests": gateway.stats.of_tenant(caller.tenant),
         "semantic": None if entries is None else {"entries": entries},
-    }
-
-
-def cache_stats(gateway: Gateway) -> dict[str, Any]:
-    """Every tier's counters, as the admin key (and the dashboard) sees them."""
-    semantic = gateway.semantic.cache if gateway.semantic else None
-    return {
-        "exact": gateway.cache.stats() if gateway.cache else None,
-        "semantic": semantic.stats() if semantic else None,
     }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from hasten.metrics.track import ResponseTrack
+from hasten.proxy.track import ResponseTrack
 from hasten.wire.asgi import Message
 
 

@@ -21,7 +21,7 @@ from urllib.parse import parse_qs
 
 import orjson
 
-from hasten.admin import authorize
+from hasten.admin.cache import authorize
 from hasten.errors import Conflict, DamagedKeyRecord, HastenError, MethodNotAllowed, NotFound
 from hasten.gateway import Gateway
 from hasten.keys.directory import KeyDirectory
