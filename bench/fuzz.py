@@ -2,10 +2,13 @@
 ``hasten serve`` in front of ``hasten simulate``, both real processes on loopback.
 
 Counts requests and distinct bodies (a body generated twice is one case, not two), and
-every answer that breaks the contract: a 5xx, or an error outside the OpenAI shape.
+every answer that breaks the contract: a 5xx, or an error outside the OpenAI shape. Then
+``--raw-cases`` bodies written as text, which the document's generator cannot produce: keys
+written twice at any level and integers of any size (a duplicate must be a 400
+``duplicate_key``, and only a duplicate).
 
-    .venv/bin/python bench/fuzz.py --num-cases 50000 [--json] [--hashes-out FILE]
-        [--no-admin-key]
+    .venv/bin/python bench/fuzz.py --num-cases 50000 [--raw-cases 5000] [--json]
+        [--hashes-out FILE] [--no-admin-key]
 
 Two runs side by side use both cores; ``--hashes-out`` lets their distinct cases be counted
 as one set (``sort -u a b | wc -l``).
@@ -14,6 +17,7 @@ as one set (``sort -u a b | wc -l``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -34,10 +38,12 @@ from schemathesis import GenerationMode
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))
 
 from server_process import ServerProcess, free_port  # noqa: E402
 
 from hasten.openapi import build_document  # noqa: E402
+from tests.support.strategies import raw_requests  # noqa: E402
 
 NUM_SLOWEST = 5
 READ_TIMEOUT_S = 30.0
@@ -144,9 +150,82 @@ def run(base_url: str, num_cases: int, admin_key: str | None) -> Tally:
     return tally
 
 
+def _has_duplicate(raw: bytes) -> bool:
+    found = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        if len({key for key, _ in items}) != len(items):
+            found.append(True)
+        return dict(items)
+
+    json.loads(raw, object_pairs_hook=pairs)
+    return bool(found)
+
+
+def run_raw(base_url: str, num_cases: int, admin_key: str | None, tally: Tally) -> int:
+    """Bodies written as text (``tests.support.strategies.raw_requests``: keys written twice
+    at any level, integers of any size), which schemathesis cannot generate: a violation is
+    a 5xx, an error outside the OpenAI shape, or a duplicate key answered other than with a
+    400 ``duplicate_key`` (or such a 400 without one). Returns how many had a duplicate."""
+    session = requests.Session()
+    num_duplicates = 0
+
+    @given(request=raw_requests())
+    @settings(
+        max_examples=num_cases,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        database=None,
+    )
+    def one(request: tuple[str, bytes]) -> None:
+        nonlocal num_duplicates
+        path, raw = request
+        headers = {"content-type": "application/json"}
+        if admin_key is not None and path.startswith(ADMIN_PATHS):
+            headers["authorization"] = f"Bearer {admin_key}"
+        case = _RawCase(path, raw)
+        started_s = time.perf_counter()
+        try:
+            response = session.post(base_url + path, data=raw, headers=headers, timeout=30)
+        except requests.RequestException as exc:
+            tally.record(case, None, time.perf_counter() - started_s, type(exc).__name__)
+            return
+        tally.record(case, response, time.perf_counter() - started_s)
+        is_duplicate = _has_duplicate(raw)
+        num_duplicates += is_duplicate
+        code = None
+        if response.status_code >= 400:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                code = response.json()["error"]["code"]
+        if (code == "duplicate_key") is not is_duplicate:
+            tally.violations.append(
+                {
+                    "problem": f"duplicate {is_duplicate}, answered {code}",
+                    "path": path,
+                    "body": repr(raw[:300]),
+                }
+            )
+
+    one()
+    return num_duplicates
+
+
+class _RawCase:
+    """What ``Tally.record`` reads of a case, for a body written as text."""
+
+    def __init__(self, path: str, raw: bytes) -> None:
+        self.method, self.path, self.query, self.body = "POST", path, None, raw
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-cases", type=int, default=50_000)
+    parser.add_argument(
+        "--raw-cases",
+        type=int,
+        default=5_000,
+        help="bodies written as text: duplicate keys, integers of any size",
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
         "--hashes-out", type=Path, help="write each distinct case's digest, to union several runs"
@@ -198,7 +277,9 @@ def main(argv: list[str] | None = None) -> int:
         sim.wait_ready(f"http://127.0.0.1:{sim_port}/v1/models", 60)
         gateway.start()
         gateway.wait_ready(f"http://127.0.0.1:{gateway_port}/healthz", 60)
-        tally = run(f"http://127.0.0.1:{gateway_port}", args.num_cases, admin_key)
+        base_url = f"http://127.0.0.1:{gateway_port}"
+        tally = run(base_url, args.num_cases, admin_key)
+        num_raw_duplicates = run_raw(base_url, args.raw_cases, admin_key, tally)
     finally:
         gateway.stop()
         sim.stop()
@@ -217,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
         "num_violations": len(tally.violations),
         "violations": tally.violations[:20],
         "has_admin_key": admin_key is not None,
+        "num_raw_cases": args.raw_cases,
+        "num_raw_with_duplicates": num_raw_duplicates,
         "statuses": dict(sorted(tally.statuses.items())),  # 0: no answer
         "slowest": [
             {

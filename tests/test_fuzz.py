@@ -7,6 +7,8 @@ the long version and counts distinct bodies.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,13 +17,14 @@ import orjson
 import pytest
 import requests
 import schemathesis
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 
 from hasten.openapi import build_document
 from hasten.simulator import SimConfig
 from hasten.simulator import build_app as build_sim
 from tests.support.gateway import make_config, running_gateway
 from tests.support.servers import ServerThread
+from tests.support.strategies import raw_requests
 
 schema = schemathesis.openapi.from_dict(build_document())
 MAX_EXAMPLES = 60
@@ -75,6 +78,53 @@ def test_the_fuzzer_ran_many_cases() -> None:
     assert len(CASES) >= 300, len(CASES)
     # Nor one whose admin cases all stopped at the key check.
     assert sum(status != 403 for status in ADMIN_STATUSES) >= 50, ADMIN_STATUSES[:20]
+
+
+def _reference_duplicate(raw: bytes) -> bool:
+    """Whether any object of ``raw`` holds a key twice (the standard library sees every pair)."""
+    found = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        if len({key for key, _ in items}) != len(items):
+            found.append(True)
+        return dict(items)
+
+    json.loads(raw, object_pairs_hook=pairs)
+    return bool(found)
+
+
+RAW_CASES: list[bytes] = []
+
+
+@settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=True,
+)
+@given(request=raw_requests())
+def test_duplicate_keys_and_integers_of_any_size_break_nothing(
+    request: tuple[str, bytes], gateway_url: str
+) -> None:
+    """Bodies written as text (schemathesis writes dicts, which cannot hold a key twice):
+    never a 5xx, always the OpenAI error shape, and a key written twice is a 400 that says
+    so, exactly when one is."""
+    path, raw = request
+    headers = {"content-type": "application/json", "authorization": f"Bearer {ADMIN_KEY}"}
+    if not path.startswith("/admin"):
+        headers.pop("authorization")
+    response = httpx.post(gateway_url + path, content=raw, headers=headers, timeout=30)
+    check_response(response)
+    is_duplicate = _reference_duplicate(raw)
+    code = response.json()["error"]["code"] if response.status_code >= 400 else None
+    assert (code == "duplicate_key") is is_duplicate, (raw[:300], response.text[:300])
+    RAW_CASES.append(raw)
+
+
+def test_the_raw_fuzzer_ran_many_cases_with_duplicates_and_big_integers() -> None:
+    assert len(RAW_CASES) >= 150, len(RAW_CASES)
+    assert sum(_reference_duplicate(raw) for raw in RAW_CASES) >= 30
+    assert sum(bool(re.search(rb"\d{20}", raw)) for raw in RAW_CASES) >= 30
 
 
 def test_the_document_is_served(gateway_url: str) -> None:

@@ -67,6 +67,9 @@ async def test_late_joiner_gets_the_whole_stream() -> None:
             assert first_response.text == second.text
             assert second.text.endswith("data: [DONE]\n\n")
             assert sim_stats(sim.url)["num_requests"] == 1
+            # The follower says what it was, as the metrics do (issue 41).
+            assert first_response.headers["x-hasten-cache"] == "miss"
+            assert second.headers["x-hasten-cache"] == "coalesced"
 
 
 async def test_leaving_waiter_does_not_cancel_others_last_one_does() -> None:

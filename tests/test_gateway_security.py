@@ -137,7 +137,9 @@ def test_a_tenant_cannot_evict_another_tenants_entry(sim: ServerThread) -> None:
         )
         url = f"{gateway.url}/admin/cache/invalidate"
         for key in (stored_key, request_key):
-            assert httpx.post(url, json={"key": key}, headers=bearer("key-b")).status_code == 200
+            tried = httpx.post(url, json={"key": key}, headers=bearer("key-b"))
+            assert tried.status_code == 200
+            assert tried.json()["exact_deleted"] == 0  # nothing of B's was there
         _error(
             httpx.post(url, json={"key": request_key, "tenant": "team-a"}, headers=bearer("key-b")),
             403,
@@ -147,6 +149,8 @@ def test_a_tenant_cannot_evict_another_tenants_entry(sim: ServerThread) -> None:
         # A names its own entry with the key it was given, and only then is it gone.
         gone = httpx.post(url, json={"key": request_key}, headers=bearer("key-a"))
         assert gone.json()["exact_deleted"] == 1
+        again = httpx.post(url, json={"key": request_key}, headers=bearer("key-a"))
+        assert again.json()["exact_deleted"] == 0  # says whether anything was there
         assert _chat(gateway, "key-a").headers["x-hasten-cache"] == "miss"
 
 

@@ -116,6 +116,7 @@ class HastenApp:
                 l1_max_bytes=cache_config.l1_max_bytes,
                 sqlite_path=cache_config.sqlite_path,
                 redis_url=cache_config.redis_url,
+                sqlite_max_bytes=cache_config.sqlite_max_bytes,
             )
         transport = self._transport or _upstream_transport(self.config.server.upstream_client)
         server = self.config.server
@@ -127,7 +128,7 @@ class HastenApp:
         keys = build_key_directory(self.config, fleet)
         auth = Authenticator(server.api_keys, server.admin_api_key, keys)
         policies = _policy_book(self.config)
-        limiter = Limiter(fleet, self.config.prices)
+        limiter = Limiter(fleet, self.config.prices, settings=self.config.limits)
         pipeline = Pipeline(
             config=self.config,
             router=ModelRouter(self.config),

@@ -90,6 +90,23 @@ class HastenError(Exception):
     def to_json(self) -> bytes:
         return orjson.dumps(self.to_dict())
 
+    def detached(self) -> HastenError:
+        """This error without its traceback and context, for keeping past the request
+        that raised it (a flight's end, an attempt's failure): the frames a traceback holds
+        hold what they were reading, and often the keeper itself, a cycle only the cycle
+        collector would free."""
+        self.__traceback__ = self.__context__ = self.__cause__ = None
+        return self
+
+    def copy(self) -> HastenError:
+        """The same error as a new object, to raise one that is kept and shared (a flight's,
+        raised to each of its waiters): raising adds the raiser's frames to an error."""
+        clone = type(self).__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        clone.args = self.args
+        clone.headers = dict(self.headers)
+        return clone
+
 
 class InvalidRequest(HastenError):
     status_code = 400

@@ -9,7 +9,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hasten.cache.keys import cache_key
+from hasten.cache.keys import cache_key, request_key, with_headers
 from hasten.errors import HastenError
 from tests.support.strategies import any_json_values
 
@@ -102,10 +102,51 @@ def get_path(value: Any, path: tuple[Any, ...]) -> Any:
     return value
 
 
+def shuffled_fields(body: dict[str, Any], rnd: random.Random) -> dict[str, Any]:
+    """``body`` with its own fields and each message's in another order, nothing else."""
+    items = list(body.items())
+    rnd.shuffle(items)
+    moved = dict(items)
+    moved["messages"] = [shuffled(message, rnd) for message in body["messages"]]
+    return moved
+
+
 @settings(deadline=None)
 @given(body=bodies, rnd=st.randoms(use_true_random=False))
-def test_key_ignores_key_order(body: dict[str, Any], rnd: random.Random) -> None:
-    assert key(shuffled(body, rnd)) == key(body)
+def test_key_ignores_the_order_of_fields_and_of_message_fields(
+    body: dict[str, Any], rnd: random.Random
+) -> None:
+    assert key(shuffled_fields(body, rnd)) == key(body)
+
+
+def _schema_format(properties: dict[str, Any]) -> dict[str, Any]:
+    schema = {"type": "object", "properties": properties, "required": sorted(properties)}
+    return {"type": "json_schema", "json_schema": {"name": "s", "strict": True, "schema": schema}}
+
+
+def test_key_keeps_the_order_of_a_json_schemas_properties() -> None:
+    # Strict structured output writes the properties in the schema's order: {b, a} and
+    # {a, b} are two answers.
+    base: dict[str, Any] = {"messages": [{"role": "user", "content": "hi"}]}
+    string = {"type": "string"}
+    b_first = key({**base, "response_format": _schema_format({"b": string, "a": string})})
+    a_first = key({**base, "response_format": _schema_format({"a": string, "b": string})})
+    assert b_first != a_first
+    tool = {"type": "function", "function": {"name": "f", "parameters": {}}}
+    tools_ab = [{**tool, "function": {"name": "f", "parameters": {"a": 1, "b": 2}}}]
+    tools_ba = [{**tool, "function": {"name": "f", "parameters": {"b": 2, "a": 1}}}]
+    assert key({**base, "tools": tools_ab}) != key({**base, "tools": tools_ba})
+
+
+def test_headers_that_can_change_the_answer_vary_the_key() -> None:
+    request = request_key({"messages": []}, endpoint="chat", model="m")
+    assert with_headers(request, ()) == request
+    org_a = with_headers(request, (("openai-organization", "org-a"),))
+    org_b = with_headers(request, (("openai-organization", "org-b"),))
+    project = with_headers(request, (("openai-project", "org-a"),))
+    assert len({request, org_a, org_b, project}) == 4
+    both = (("openai-beta", "assistants=v2"), ("openai-project", "p"))
+    assert with_headers(request, both) == with_headers(request, both[::-1])
 
 
 @settings(deadline=None)

@@ -10,6 +10,10 @@ from hypothesis import strategies as st
 
 from hasten.cache.entry import CachedAnswer
 from hasten.cache.replay import (
+    MAX_CHOICES,
+    MAX_EXTRA_FIELDS,
+    MAX_TOOL_CALLS,
+    BodyMerge,
     answer_body,
     answer_frames,
     body_to_chunks,
@@ -443,3 +447,58 @@ def test_a_payload_of_several_lines_is_framed_one_data_line_each() -> None:
     for frames in (b"".join(sse_frames(chunks, True)), sse_stream(chunks, True)):
         assert b'data: {"id":"c",\ndata: "choices":[]}\n\n' in frames
         assert SSEDecoder().feed(frames) == [*chunks, b"[DONE]"]
+
+
+def _chunk(choice: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [choice],
+    }
+
+
+def test_what_a_merge_opens_is_bounded() -> None:
+    """Issue 41: a hostile stream must not make the merge of a non-stream answer hold more
+    per byte than the stream itself: choices, tool calls and fields are bounded."""
+    merge = BodyMerge("chat")
+    for index in range(MAX_CHOICES):
+        merge.add(_chunk({"index": index, "delta": {"content": "x"}}))
+    with pytest.raises(ValueError):
+        merge.add(_chunk({"index": MAX_CHOICES, "delta": {"content": "x"}}))
+    calls = BodyMerge("chat")
+    for index in range(MAX_TOOL_CALLS):
+        calls.add(_chunk({"index": 0, "delta": {"tool_calls": [{"index": index}]}}))
+    with pytest.raises(ValueError):
+        calls.add(_chunk({"index": 0, "delta": {"tool_calls": [{"index": MAX_TOOL_CALLS}]}}))
+    fields = BodyMerge("chat")
+    for index in range(MAX_EXTRA_FIELDS):
+        fields.add(_chunk({"index": 0, "delta": {f"f{index}": 1}}))
+    with pytest.raises(ValueError):
+        fields.add(_chunk({"index": 0, "delta": {"one_more": 1}}))
+
+
+def test_pieces_are_joined_once_and_logprobs_kept_as_their_json() -> None:
+    merge = BodyMerge("chat")
+    entry = {"token": "a", "logprob": -0.5, "bytes": [97], "top_logprobs": []}
+    for i in range(2000):
+        merge.add(
+            _chunk(
+                {
+                    "index": 0,
+                    "delta": {
+                        "reasoning_content": "r",
+                        "tool_calls": [{"index": 0, "function": {"arguments": str(i % 10)}}],
+                    },
+                    "logprobs": {"content": [entry], "refusal": None},
+                }
+            )
+        )
+    merge.add(_chunk({"index": 0, "delta": {}, "finish_reason": "stop"}))
+    choice = orjson.loads(merge.body())["choices"][0]
+    assert choice["message"]["reasoning_content"] == "r" * 2000
+    arguments = choice["message"]["tool_calls"][0]["function"]["arguments"]
+    assert arguments == "".join(str(i % 10) for i in range(2000))
+    assert choice["logprobs"] == {"content": [entry] * 2000, "refusal": None}
+    assert merge.body() == merge.body()  # building the body changes nothing

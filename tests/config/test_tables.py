@@ -276,6 +276,32 @@ def test_upstream_stream_upstream_is_on_unless_turned_off(tmp_path: Path) -> Non
     assert _load(tmp_path, text).upstreams["a"].is_stream_upstream is False
 
 
+def test_the_bounds_of_issue_41_are_settings_with_defaults(tmp_path: Path) -> None:
+    defaults = _load(tmp_path, MINIMAL)
+    assert defaults.upstreams["a"].max_answer_bytes == 64 * 1024 * 1024
+    assert defaults.server.max_messages == 100_000
+    assert defaults.cache.sqlite_max_bytes == 1024 * 1024 * 1024
+    assert defaults.limits.default_max_output_tokens == 4096
+    text = MINIMAL.replace(
+        'api_key_env = "A_KEY"', 'api_key_env = "A_KEY"\nmax_answer_bytes = 1048576'
+    )
+    text += (
+        "\n[server]\nmax_messages = 50\n[cache]\nsqlite_max_bytes = 4096\n"
+        "[limits]\ndefault_max_output_tokens = 256\n"
+    )
+    config = _load(tmp_path, text)
+    assert config.upstreams["a"].max_answer_bytes == 1048576
+    assert (config.server.max_messages, config.cache.sqlite_max_bytes) == (50, 4096)
+    assert config.limits.default_max_output_tokens == 256
+    too_small = MINIMAL.replace(
+        'api_key_env = "A_KEY"', 'api_key_env = "A_KEY"\nmax_answer_bytes = 10'
+    )
+    assert "max_answer_bytes: must be >= 65536" in _error(tmp_path, too_small)
+    assert "limits.default_max_output_tokens" in _error(
+        tmp_path, MINIMAL + "\n[limits]\ndefault_max_output_tokens = 0\n"
+    )
+
+
 def test_with_upstream_keeps_secret_out_of_repr() -> None:
     config = with_upstream(GatewayConfig(), "https://api.example.com/v1/", SECRET)
     assert config.upstreams["default"].api_key == SECRET
@@ -298,7 +324,8 @@ def test_with_upstream_rejects_bad_url() -> None:
         (
             "bogus = 1\n",
             "bogus",
-            "aliases, cache, fleet, hybrid, keys, local, metrics, models, prices, semantic, server",
+            "aliases, cache, fleet, hybrid, keys, limits, local, metrics, models, prices, "
+            "semantic, server",
         ),
         ("[server]\nhots = 'x'\n", "server.hots", "host"),
         ("[cache]\nbakend = 'memory'\n", "cache.bakend", "backend"),

@@ -134,7 +134,7 @@ async def test_late_joiner_on_another_replica_gets_the_whole_answer() -> None:
                 early = await first
             assert late.text.endswith("data: [DONE]\n\n")
             assert stream_text(late.text) == stream_text(early)
-            assert late.headers["x-hasten-cache"] == "miss"
+            assert late.headers["x-hasten-cache"] == "coalesced"
             assert sim_stats(sim.url)["num_requests"] == 1
             # B's request waited on A's call: counted as coalesced there, not as a call.
             assert [coalesced_waiters(r.url) for r in (a, b)] == [0.0, 1.0]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hasten.errors import RelayedError, UpstreamTimeout
+from hasten.errors import HastenError, RelayedError, UpstreamTimeout
 from hasten.fleet import relay
 from hasten.proxy.flight import Flight
 
@@ -145,3 +145,31 @@ def test_feed_relays_the_leaders_error() -> None:
     error = relay.end_fields(1, UpstreamTimeout("slow", code="upstream_total_timeout"))[2]
     assert feed.take(_entry(relay.END, 1, error))
     assert isinstance(flight.error, RelayedError) and flight.error.status_code == 504
+
+
+def test_a_relayed_answer_is_bounded_as_an_upstream_one() -> None:
+    """A follower holds of a leader's answer at most the route's max_answer_bytes: a leader
+    with a larger cap, or anything else writing the stream, cannot make it hold more."""
+    for is_sse, piece in ((True, FRAMES[0]), (False, b"[" + b"1," * 512)):
+        flight = Flight()
+        feed = relay.Feed(flight, None, is_sse=is_sse, endpoint="chat", max_bytes=4096)
+        assert not feed.take(_entry(relay.START, 0, _head()))
+        seq = 1
+        while not feed.take(_entry(relay.CHUNK, seq, piece)):
+            seq += 1
+            assert seq < 10_000
+        assert flight.is_done and flight.error is not None
+        assert flight.error.code == "upstream_too_large"
+        assert sum(len(chunk) for chunk in flight.chunks) <= 4096
+
+
+def test_an_event_that_never_ends_is_refused_by_the_framer() -> None:
+    framer = relay.Framer()
+    framer.feed(b'data: {"x": "')
+    try:
+        for _ in range(17):
+            framer.feed(b"y" * 1024 * 1024)
+    except HastenError as exc:
+        assert exc.code == "upstream_malformed"
+    else:
+        raise AssertionError("an endless event was held")

@@ -9,7 +9,9 @@ from hasten.config.limits import KeyLimits
 from hasten.limits.ledger import (
     BUDGET,
     CONCURRENCY,
+    CONCURRENCY_RETRY_MS,
     REQUESTS,
+    RESERVED,
     TOKENS,
     TOO_LARGE,
     WINDOW_MS,
@@ -171,3 +173,68 @@ def test_reserved_tokens_never_exceed_the_bucket_plus_its_refill(
         if admit(book, limits, now_ms, f"r{i}", tokens, LEASE_MS).is_allowed:
             total += tokens
         assert total <= tpm + (now_ms - first_ms) * tpm / WINDOW_MS + 1e-6
+
+
+def test_an_answer_far_over_its_reservation_locks_the_key_one_window_at_most() -> None:
+    # Issue 41: 200 100 tokens used on a 2 000/min key locked it for 5 939 s.
+    book, limits = KeyLedger(), KeyLimits(tokens_per_minute=2000)
+    assert admit(book, limits, T0_MS, "a", 2000, LEASE_MS).is_allowed
+    settle(book, limits, T0_MS, "a", 200_100 - 2000, 0.0)
+    denied = admit(book, limits, T0_MS, "b", 100, LEASE_MS)
+    assert denied.denied_by == TOKENS
+    assert denied.retry_after_ms <= WINDOW_MS
+    assert denied.tokens_reset_ms <= WINDOW_MS
+    # A full window later the bucket is full again, whatever was overspent.
+    assert admit(book, limits, T0_MS + WINDOW_MS, "c", 2000, LEASE_MS).is_allowed
+
+
+def test_a_budget_counts_what_requests_in_progress_reserved() -> None:
+    book, limits = KeyLedger(), KeyLimits(budget_usd=1.0)
+    # Concurrent requests each reserve what they may cost: the third would pass a budget
+    # the two before it may exhaust together.
+    assert admit(book, limits, T0_MS, "a", 1, LEASE_MS, 0.4).is_allowed
+    assert admit(book, limits, T0_MS, "b", 1, LEASE_MS, 0.4).is_allowed
+    assert admit(book, limits, T0_MS, "c", 1, LEASE_MS, 0.4).is_allowed  # 0.8 < 1.0
+    denied = admit(book, limits, T0_MS, "d", 1, LEASE_MS, 0.4)
+    assert denied.denied_by == RESERVED and denied.retry_after_ms == CONCURRENCY_RETRY_MS
+    # Settling frees a reservation and charges what was spent.
+    settle(book, limits, T0_MS, "a", 0, 0.1)
+    assert admit(book, limits, T0_MS, "e", 1, LEASE_MS, 0.4).is_allowed  # 0.1 + 0.8 < 1.0
+    for request in ("b", "c", "e"):
+        settle(book, limits, T0_MS, request, 0, 0.3)
+    assert admit(book, limits, T0_MS, "f", 1, LEASE_MS, 0.4).denied_by == BUDGET  # 1.0 spent
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    costs=st.lists(st.tuples(st.floats(0.0, 0.5), st.floats(0.0, 1.0), st.booleans()), max_size=40)
+)
+def test_spend_stays_within_the_budget_plus_one_reservation(
+    costs: list[tuple[float, float, bool]],
+) -> None:
+    """Any interleaving of admissions and settlements, each request costing at most what
+    it reserved: the spend never passes the budget by more than one reservation."""
+    book, limits, budget = KeyLedger(), KeyLimits(budget_usd=1.0), 1.0
+    in_flight: list[tuple[str, float]] = []
+    most_reserved = 0.0
+    for i, (reserve, share, settles_one) in enumerate(costs):
+        if settles_one and in_flight:
+            request, reserved = in_flight.pop(0)
+            settle(book, limits, T0_MS, request, 0, reserved * share)
+        elif admit(book, limits, T0_MS, f"r{i}", 1, LEASE_MS, reserve).is_allowed:
+            in_flight.append((f"r{i}", reserve))
+            most_reserved = max(most_reserved, reserve)
+    for request, reserved in in_flight:
+        settle(book, limits, T0_MS, request, 0, reserved)  # the rest cost all they reserved
+    assert book.spent_usd <= budget + most_reserved + 1e-9
+
+
+def test_a_reservation_lapses_with_its_lease_and_is_renewed_with_its_slot() -> None:
+    book, limits = KeyLedger(), KeyLimits(budget_usd=1.0)
+    assert admit(book, limits, T0_MS, "dead", 1, LEASE_MS, 0.9).is_allowed
+    assert admit(book, limits, T0_MS, "live", 1, LEASE_MS, 0.1).is_allowed
+    renew(book, "live", T0_MS + 2 * LEASE_MS)
+    assert admit(book, limits, T0_MS + 1, "x", 1, LEASE_MS, 0.1).denied_by == RESERVED
+    # The dead replica's 0.9 lapsed; the live request's 0.1 is still held.
+    assert admit(book, limits, T0_MS + LEASE_MS, "y", 1, LEASE_MS, 0.9).is_allowed
+    assert admit(book, limits, T0_MS + LEASE_MS, "z", 1, LEASE_MS, 0.1).denied_by == RESERVED

@@ -24,6 +24,7 @@ T0_MS = 1_700_000_000_000.0
 class Admit:
     gap_ms: float
     num_tokens: int
+    reserve_usd: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -44,11 +45,13 @@ _ops = st.lists(
             Admit,
             st.sampled_from([0.0, 0.5, 1.0, 250.0, 999.5, 3000.0, 20_000.0, 61_000.0]),
             st.integers(min_value=1, max_value=300),
+            st.sampled_from([0.0, 0.1, 0.3, 1.0 / 3.0, 0.7]),
         ),
         st.builds(
             Settle,
             st.integers(min_value=0, max_value=50),
-            st.integers(min_value=-300, max_value=300),
+            # Far over a reservation too: the bucket is owed at most one window.
+            st.integers(min_value=-300, max_value=300) | st.integers(1000, 50_000),
             st.sampled_from([0.0, 0.001, 0.25, 1.0 / 3.0]),
         ),
         st.builds(Renew, st.integers(min_value=0, max_value=50)),
@@ -88,9 +91,17 @@ async def _run(url: str, limits: KeyLimits, ops: list[Admit | Settle | Renew]) -
             if isinstance(op, Admit):
                 now_ms += op.gap_ms
                 request = f"r{i}"
-                model = ledger.admit(book, limits, now_ms, request, op.num_tokens, LEASE_MS)
+                model = ledger.admit(
+                    book, limits, now_ms, request, op.num_tokens, LEASE_MS, op.reserve_usd
+                )
                 redis = await shared.admit(
-                    key_id, limits, request, op.num_tokens, LEASE_MS, now_ms=now_ms
+                    key_id,
+                    limits,
+                    request,
+                    op.num_tokens,
+                    LEASE_MS,
+                    now_ms=now_ms,
+                    reserve_usd=op.reserve_usd,
                 )
                 _same(model, redis)
                 if model.is_allowed:
@@ -110,7 +121,7 @@ async def _run(url: str, limits: KeyLimits, ops: list[Admit | Settle | Renew]) -
 
 
 @settings(
-    max_examples=120,
+    max_examples=150,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -154,3 +165,37 @@ def test_a_dead_replicas_slots_lapse_in_redis(redis_url: str) -> None:
             await link.aclose()
 
     assert asyncio.run(run()) == [True, False, True]
+
+
+def test_a_dead_replicas_budget_reservations_lapse_in_redis(redis_url: str) -> None:
+    """A replica that reserved part of a budget and died never settles: the reservation
+    ends with its lease, and a live one's is renewed past it."""
+
+    async def run() -> list[str | None]:
+        link = FleetLink(FleetConfig(redis_url=redis_url))
+        shared = SharedLedger(link)
+        limits, key_id = KeyLimits(budget_usd=1.0), uuid.uuid4().hex
+        try:
+            steps = [(0.0, "dead", 0.7), (1.0, "live", 0.3), (LEASE_MS - 1, "early", 0.2)]
+            verdicts = [
+                await shared.admit(
+                    key_id, limits, r, 1, LEASE_MS, now_ms=T0_MS + t, reserve_usd=usd
+                )
+                for t, r, usd in steps
+            ]
+            await shared.renew([(key_id, "live")], LEASE_MS, now_ms=T0_MS + LEASE_MS - 1)
+            # "dead" lapsed; "live" (renewed) still holds 0.3: 0.3 < 1.0 admits.
+            verdicts.append(
+                await shared.admit(
+                    key_id, limits, "after", 1, LEASE_MS, now_ms=T0_MS + LEASE_MS, reserve_usd=0.8
+                )
+            )
+            # Now 0.3 + 0.8 are reserved: the next waits for one of them.
+            verdicts.append(
+                await shared.admit(key_id, limits, "more", 1, LEASE_MS, now_ms=T0_MS + LEASE_MS)
+            )
+            return [v.denied_by for v in verdicts]
+        finally:
+            await link.aclose()
+
+    assert asyncio.run(run()) == [None, None, "budget_reserved", None, "budget_reserved"]

@@ -63,7 +63,9 @@ def test_idle_tickets_hold_back_at_most_a_twentieth_of_a_limit() -> None:
     assert num_tickets_for(BUSY) == MAX_TICKETS
     assert num_tickets_for(RPM) == 1  # at least one
     assert num_tickets_for(KeyLimits(requests_per_minute=100)) == 5
-    assert num_tickets_for(KeyLimits(budget_usd=1.0)) == MAX_TICKETS
+    # A budget is checked against each request's own reservation: no ticket stands in.
+    assert num_tickets_for(KeyLimits(budget_usd=1.0)) == 0
+    assert num_tickets_for(KeyLimits(requests_per_minute=1000, budget_usd=1.0)) == 0
     # An idle ticket's slot is one another replica cannot use: none below 20 at once.
     assert num_tickets_for(KeyLimits(requests_per_minute=1000, max_concurrent=19)) == 0
     assert num_tickets_for(KeyLimits(max_concurrent=40)) == 2

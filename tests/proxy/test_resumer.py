@@ -262,3 +262,40 @@ def test_crlf_streams_end_and_resume_like_lf_ones() -> None:
     assert error is None and resume.outcome == "regenerated"
     assert _content(out) == "one two"
     assert out.endswith(b'"after_bytes":%d}\n\ndata: [DONE]\r\n\r\n' % len(b"".join(crlf[:2])))
+
+
+def _capped_call(name: str, chunks: Sequence[bytes], max_bytes: int) -> UpstreamCall:
+    upstream = UpstreamConfig(name=name, url=f"http://{name}.test/v1", max_answer_bytes=max_bytes)
+    return UpstreamCall(
+        _Response(chunks), upstream, headers={}, ttfb_ms=1.0, deadline_s=time.monotonic() + 30
+    )
+
+
+def test_an_answer_past_its_cap_is_not_continued() -> None:
+    # Issue 41: a stream that failed for its size would be as large again elsewhere.
+    events = chat_events(["x" * 200] * 40)
+    call = _capped_call("a", events, max_bytes=2000)
+    opener = _Opener(_call("b", events))
+    out, error = asyncio.run(_run(_resume(opener, temperature=0), call))
+    assert error is not None and error.code == "upstream_too_large"
+    assert opener.asked == [] and len(out) <= 2000
+
+
+def test_continuations_count_against_the_first_answers_cap() -> None:
+    pieces = ["y" * 100] * 30
+    events = chat_events(pieces)
+    first = events[:10]  # about 1.6 KB, then cut
+    call = UpstreamCall(
+        _Response(first, CUT),
+        UpstreamConfig(name="a", url="http://a.test/v1", max_answer_bytes=3000),
+        headers={},
+        ttfb_ms=1.0,
+        deadline_s=time.monotonic() + 30,
+    )
+    opener = _Opener(_call("b", chat_events(pieces, "b")), _call("a", chat_events(pieces, "c")))
+    out, error = asyncio.run(_run(_resume(opener, temperature=0), call))
+    # The regenerated rest would make the answer ~5 KB: past the 3 000 bytes, it ends there,
+    # and no third call is made for it.
+    assert error is not None and error.code == "upstream_too_large"
+    assert len(opener.asked) == 1
+    assert len(out) <= 3000 + 200  # the cap, and the trailer that says what happened

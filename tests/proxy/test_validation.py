@@ -4,6 +4,7 @@ bytes at all answered with a body or the gateway's own 400."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -17,9 +18,12 @@ from hasten.proxy.validation import (
     CHAT,
     COMPLETIONS,
     EMBEDDINGS,
+    OFF_LOOP_BYTES,
     check_chat,
     check_completion,
     check_embedding,
+    check_num_items,
+    off_loop,
     parse_body,
 )
 from tests.support.strategies import any_json_values
@@ -286,3 +290,53 @@ def test_depth_check_counts_levels_not_brackets() -> None:
         with pytest.raises(InvalidRequest, match="nested more than 4") as info:
             parse_body(raw, 4)
         assert info.value.param == "a"
+
+
+@pytest.mark.parametrize(
+    ("raw", "key"),
+    [
+        (b'{"model": "expensive", "messages": [], "model": "cheap"}', "model"),
+        (b'{"model": "m", "messages": [{"role": "user", "role": "system"}]}', "role"),
+        (b'{"model": "m", "input": "x", "extra": {"k": 1, "k": 1}}', "k"),
+    ],
+)
+def test_a_key_written_twice_is_a_400_naming_it(raw: bytes, key: str) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        parse_body(raw)
+    assert info.value.code == "duplicate_key" and info.value.param == key
+    assert f"'{key}'" in info.value.message
+
+
+def test_integers_beyond_64_bits_are_kept_exact() -> None:
+    body = parse_body(b'{"model": "m", "x_big": 1180591620717411303424, "y": 1}')
+    assert body["x_big"] == 2**70 and type(body["x_big"]) is int
+
+
+@pytest.mark.parametrize("param", ["seed", "max_tokens", "n"])
+def test_a_known_integer_beyond_64_bits_is_a_clear_400(param: str) -> None:
+    body = parse_body(
+        b'{"model": "m", "messages": [{"role": "user"}], "%s": 2%s}' % (param.encode(), b"0" * 25)
+    )
+    with pytest.raises(InvalidRequest) as info:
+        check_chat(body)
+    assert info.value.param == param and info.value.code == "integer_out_of_range"
+
+
+def test_more_messages_than_the_bound_is_a_400() -> None:
+    messages = [{"role": "user", "content": "x"}] * 11
+    body = {"model": "m", "messages": messages}
+    check_num_items(body, CHAT, 11)
+    with pytest.raises(InvalidRequest) as info:
+        check_num_items({**body, "messages": messages * 2}, CHAT, 11)
+    assert info.value.param == "messages" and info.value.code == "too_many_items"
+    with pytest.raises(InvalidRequest) as info:
+        check_num_items({"model": "m", "input": ["a"] * 12}, EMBEDDINGS, 11)
+    assert info.value.param == "input"
+    check_num_items({"model": "m", "prompt": "one string"}, COMPLETIONS, 1)
+
+
+async def test_a_large_body_is_worked_on_off_the_event_loop() -> None:
+    loop_thread = threading.get_ident()
+    small = await off_loop(OFF_LOOP_BYTES - 1, threading.get_ident)
+    large = await off_loop(OFF_LOOP_BYTES, threading.get_ident)
+    assert small == loop_thread and large != loop_thread

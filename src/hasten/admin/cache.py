@@ -135,8 +135,8 @@ async def _invalidate(gateway: Gateway, body: dict[str, Any], caller: Caller) ->
             )
         # The caller's request key (x-hasten-cache-key), placed in its namespace here: no
         # key a client sends can reach another tenant's entry.
-        await gateway.cache.delete(namespaced_key(key, namespace))
-        result["exact_deleted"] = 1
+        was_held = await gateway.cache.delete(namespaced_key(key, namespace))
+        result["exact_deleted"] = int(was_held)  # 0: nothing was stored under that key
     has_semantic_filter = (entry_id, model, older_than_s) != (None, None, None)
     # A bare key names one exact answer; anything else (or nothing) names semantic entries.
     if gateway.semantic is not None and (key is None or has_semantic_filter):

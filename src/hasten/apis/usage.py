@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# A count is an integer of at most 15 digits, as hasten.metrics.usage reads them: a bool,
+# A count is an integer of at most 15 digits, as hasten.values.usage reads them: a bool,
 # a float, a negative or a 5000-digit number is no count (it would crash or poison sums).
 MAX_COUNT = 10**15 - 1
 

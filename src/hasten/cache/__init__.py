@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hasten.cache.entry import AnswerKind, CachedAnswer
 from hasten.cache.factory import BACKENDS, build_cache
-from hasten.cache.keys import cache_key, namespaced_key, request_key
+from hasten.cache.keys import cache_key, namespaced_key, request_key, with_headers
 from hasten.cache.memory import MemoryLRU
 from hasten.cache.policy import (
     CacheDecision,
@@ -49,4 +49,5 @@ __all__ = [
     "parse_cache_control",
     "request_key",
     "sse_frames",
+    "with_headers",
 ]

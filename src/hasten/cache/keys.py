@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 
 # Bump when the canonical form changes so old entries can never be served for new keys.
 # 2: the stored key is the tenant's namespace applied to a tenant-free request key.
-_KEY_VERSION = 2
+# 3: key order below the body's own fields counts (a JSON schema's property order is the
+#    order strict structured output writes them in); request headers that reach the
+#    upstream and can change its answer are part of the key.
+_KEY_VERSION = 3
 
+_MESSAGES = "messages"
 # Transport-only fields: they change how the answer is delivered, never what it says.
 _EXCLUDED_FIELDS = frozenset({"stream", "stream_options", "user"})
 
@@ -26,19 +30,33 @@ def cache_key(body: Mapping[str, Any], *, endpoint: str, model: str, tenant: str
 
 
 def request_key(body: Mapping[str, Any], *, endpoint: str, model: str) -> str:
-    """Hex digest of the canonical request: resolved model, endpoint and every field
-    except ``stream``, ``stream_options`` and ``user``; the same for every tenant.
+    """Hex digest of the canonical request: resolved model, endpoint and every field except
+    ``stream``, ``stream_options`` and ``user``; the same for every tenant.
 
-    Insensitive to key order, formatting and ``0`` vs ``0.0``; sensitive to anything else.
+    Insensitive to the order of the body's own fields and of each message's, formatting and
+    ``0`` vs ``0.0``; sensitive to anything else, the order of keys elsewhere included (a
+    JSON schema's properties are written in their order by strict structured output).
+    Headers that can change the answer vary it per request (``with_headers``).
     """
     canonical_body = {
-        name: _normalized(value) if _needs_normalizing(value) else value
-        for name, value in body.items()
-        if name not in _EXCLUDED_FIELDS
+        name: _canonical(name, value)
+        for name, value in sorted(body.items())
+        if name not in _EXCLUDED_FIELDS and name != "model"
     }
     canonical_body["model"] = model
     envelope = {"v": _KEY_VERSION, "endpoint": endpoint, "body": canonical_body}
-    return hashlib.sha256(orjson.dumps(envelope, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return hashlib.sha256(orjson.dumps(envelope)).hexdigest()
+
+
+def with_headers(request: str, headers: Sequence[tuple[str, str]]) -> str:
+    """``request`` (a body's ``request_key``) varied by the forwarded request ``headers``
+    that can change the answer ((lower-case name, value) pairs; none: ``request`` itself).
+    Apart from ``request_key`` because a body's key is kept for its repeats
+    (``hasten.proxy.fronts``) while headers are read per request."""
+    if not headers:
+        return request
+    pairs = [[name, value] for name, value in sorted(headers)]
+    return hashlib.sha256(orjson.dumps([_KEY_VERSION, request, pairs])).hexdigest()
 
 
 def namespaced_key(request_key: str, tenant: str) -> str:
@@ -48,6 +66,20 @@ def namespaced_key(request_key: str, tenant: str) -> str:
     reach entries of its own namespace.
     """
     return hashlib.sha256(orjson.dumps([_KEY_VERSION, tenant, request_key])).hexdigest()
+
+
+def _canonical(name: str, value: Any) -> Any:
+    if name == _MESSAGES and isinstance(value, list | tuple):
+        # A message's own fields (role, content, name, ...) are read by name: their order
+        # never reaches the model, so it is not part of the key.
+        value = [_sorted_fields(message) for message in value]
+    return _normalized(value) if _needs_normalizing(value) else value
+
+
+def _sorted_fields(message: Any) -> Any:
+    if not isinstance(message, Mapping):
+        return message
+    return {name: message[name] for name in sorted(message)}
 
 
 def _needs_normalizing(value: Any) -> bool:
@@ -74,7 +106,7 @@ def _needs_normalizing(value: Any) -> bool:
 
 
 def _normalized(value: Any) -> Any:
-    """Integral floats become ints; key order is left to ``OPT_SORT_KEYS``."""
+    """Integral floats become ints; key order stays as sent."""
     kind = type(value)
     if kind is str or value is None:
         return value

@@ -21,6 +21,12 @@ _DONE_FRAME = b"data: [DONE]\n\n"
 _HEAD_FIELDS = ("id", "created", "model", "system_fingerprint", "service_tier")
 # Message fields with dedicated handling; any other message field rides on the role delta.
 _CHAT_MESSAGE_FIELDS = frozenset({"role", "content", "refusal", "tool_calls"})
+# What one merged answer may open, whatever an upstream streams: choices (OpenAI's ``n``
+# goes to 128), tool calls per choice, other message fields per choice. Past them the
+# stream has no OpenAI shape: what it would make the gateway hold stays bounded.
+MAX_CHOICES = 128
+MAX_TOOL_CALLS = 1024
+MAX_EXTRA_FIELDS = 64
 
 
 def chunks_to_body(chunks: Iterable[bytes], endpoint: str) -> bytes:
@@ -64,6 +70,8 @@ class BodyMerge:
                 index = choice.get("index", 0)
                 merge = choices.get(index)
                 if merge is None:
+                    if len(choices) >= MAX_CHOICES:
+                        raise ValueError("stream opens more choices than any request asks")
                     merge = choices[index] = _ChoiceMerge()
                 merge.add(choice)
         except (AttributeError, TypeError) as exc:
@@ -92,6 +100,39 @@ class BodyMerge:
         if self._usage is not None:
             body["usage"] = self._usage
         return orjson.dumps(body)
+
+
+class _Items(list[bytes]):
+    """The items of a list field that arrived in pieces (logprobs), each piece as JSON."""
+
+    __slots__ = ()
+
+
+class _Text(list[str]):
+    """A string field that arrived in pieces: joined once, when the body is built (joining
+    at every piece copies what came before each time, quadratic in the pieces)."""
+
+    __slots__ = ()
+
+
+def _joined(previous: str | _Text, piece: str) -> _Text:
+    if isinstance(previous, _Text):
+        previous.append(piece)
+        return previous
+    return _Text((previous, piece))
+
+
+def _finished(fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` (of a message or a tool call, one level of nested objects) with every
+    string that arrived in pieces joined."""
+    done: dict[str, Any] = {}
+    for name, value in fields.items():
+        if isinstance(value, _Text):
+            value = "".join(value)
+        elif isinstance(value, dict) and any(isinstance(v, _Text) for v in value.values()):
+            value = {k: "".join(v) if isinstance(v, _Text) else v for k, v in value.items()}
+        done[name] = value
+    return done
 
 
 class _ChoiceMerge:
@@ -143,14 +184,20 @@ class _ChoiceMerge:
             elif name == "tool_calls":
                 for call_delta in value:
                     self._add_tool_call(call_delta)
-            elif isinstance(value, str) and isinstance(self.extra.get(name), str):
-                self.extra[name] += value
+            elif isinstance(value, str) and isinstance(self.extra.get(name), str | _Text):
+                self.extra[name] = _joined(self.extra[name], value)
             else:
+                if name not in self.extra and len(self.extra) >= MAX_EXTRA_FIELDS:
+                    raise ValueError("stream chunk delta has too many fields")
                 self.extra[name] = value
 
     def _add_tool_call(self, call_delta: dict[str, Any]) -> None:
         index = call_delta.get("index", len(self.tool_calls))
-        call = self.tool_calls.setdefault(index, {})
+        call = self.tool_calls.get(index)
+        if call is None:
+            if len(self.tool_calls) >= MAX_TOOL_CALLS:
+                raise ValueError("stream chunk opens too many tool calls")
+            call = self.tool_calls[index] = {}
         for name, value in call_delta.items():
             if name == "index" or value is None:
                 continue
@@ -159,8 +206,8 @@ class _ChoiceMerge:
                 nested = call.setdefault(name, {})
                 for field_name, piece in value.items():
                     previous = nested.get(field_name)
-                    if isinstance(piece, str) and isinstance(previous, str):
-                        nested[field_name] = previous + piece
+                    if isinstance(piece, str) and isinstance(previous, str | _Text):
+                        nested[field_name] = _joined(previous, piece)
                     elif piece is not None or field_name not in nested:
                         nested[field_name] = piece
             else:
@@ -172,9 +219,26 @@ class _ChoiceMerge:
         for name, value in logprobs.items():
             previous = self.logprobs.get(name)
             if isinstance(value, list):
-                self.logprobs[name] = [*previous, *value] if isinstance(previous, list) else value
+                # Kept as the JSON of its items, not as objects: a token's logprob and its
+                # alternatives parsed take ~5x their bytes, for as many tokens as the answer.
+                items = orjson.dumps(value)[1:-1]
+                if isinstance(previous, _Items):
+                    if items:
+                        previous.append(items)
+                else:
+                    self.logprobs[name] = _Items([items] if items else [])
             elif value is not None or name not in self.logprobs:
                 self.logprobs[name] = value
+
+    def _logprobs(self) -> dict[str, Any] | None:
+        if self.logprobs is None:
+            return None
+        return {
+            name: orjson.Fragment(b"[" + b",".join(value) + b"]")
+            if isinstance(value, _Items)
+            else value
+            for name, value in self.logprobs.items()
+        }
 
     def to_chat(self, index: int) -> dict[str, Any]:
         message: dict[str, Any] = {
@@ -183,12 +247,12 @@ class _ChoiceMerge:
             "refusal": None if self.refusal is None else "".join(self.refusal),
         }
         if self.tool_calls:
-            message["tool_calls"] = [self.tool_calls[i] for i in sorted(self.tool_calls)]
-        message.update(self.extra)
+            message["tool_calls"] = [_finished(self.tool_calls[i]) for i in sorted(self.tool_calls)]
+        message.update(_finished(self.extra))
         return {
             "index": index,
             "message": message,
-            "logprobs": self.logprobs,
+            "logprobs": self._logprobs(),
             "finish_reason": self.finish_reason,
         }
 
@@ -196,7 +260,7 @@ class _ChoiceMerge:
         return {
             "text": "" if self.parts is None else "".join(self.parts),
             "index": index,
-            "logprobs": self.logprobs,
+            "logprobs": self._logprobs(),
             "finish_reason": self.finish_reason,
         }
 

@@ -118,16 +118,17 @@ class TieredCache:
         its copy is the same answer, and merging again after a promotion is cheap enough."""
         self.l1.swap(key, entry, entry.with_body(body))
 
-    async def delete(self, key: str) -> None:
-        """Removes ``key`` from both tiers."""
-        self.l1.delete(key)
+    async def delete(self, key: str) -> bool:
+        """Removes ``key`` from both tiers; True if either held it."""
+        was_held = self.l1.delete(key)
         if self.l2 is not None:
             try:
-                await self.l2.delete(key)
+                was_held = await self.l2.delete(key) or was_held
             except Exception:
                 _LOG.warning("L2 cache delete failed", exc_info=True)
         if self.on_delete is not None:
             self.on_delete(key)
+        return was_held
 
     def forget(self, key: str) -> None:
         """Drops ``key`` from L1 only: another process deleted it from the shared tier."""

@@ -17,6 +17,7 @@ from hasten.config.fleet import FleetConfig, parse_fleet
 from hasten.config.hybrid import HybridConfig, parse_hybrid
 from hasten.config.keys import KeysConfig, parse_keys, static_key_fields
 from hasten.config.limits import KeyLimits
+from hasten.config.limits_table import LimitsConfig, parse_limits
 from hasten.config.local import LocalServerConfig, parse_local
 from hasten.config.metrics import MetricsConfig, parse_metrics
 from hasten.config.policy import ParamPolicy, parse_policy
@@ -47,8 +48,13 @@ MAX_NUM_WORKERS = 64
 UPSTREAM_CLIENTS = ("lean", "aiohttp")
 DEFAULT_UPSTREAM_CLIENT = "lean"
 DEFAULT_L1_MAX_BYTES = 64 * 1024 * 1024
+# The most hasten holds of one upstream answer (hasten.upstream.bounded): a 128k-token stream
+# is ~40 MB of events, 2048 embeddings of 3072 dimensions ~34 MB as base64; an answer past
+# it (a broken or hostile upstream's endless body) fails as a 502.
+DEFAULT_MAX_ANSWER_BYTES = 64 * 1024 * 1024
 DEFAULT_TTL_S = 3600.0
 DEFAULT_SQLITE_PATH = "hasten-cache.sqlite3"
+DEFAULT_SQLITE_MAX_BYTES = 1024 * 1024 * 1024  # the SQLite tier's stored bytes, at most
 # Where the admin key is read from unless [server] admin_api_key_env names another variable.
 DEFAULT_ADMIN_KEY_ENV = "HASTEN_ADMIN_API_KEY"
 WILDCARD_MODEL = "*"
@@ -60,6 +66,9 @@ REPLAY_MODES = ("instant", "paced")
 DEFAULT_MAX_JSON_DEPTH = 64
 # The cache key wraps a body two levels deeper; orjson refuses to serialise past 254.
 MAX_JSON_DEPTH_LIMIT = 200
+# Messages (chat), prompts (completions) or inputs (embeddings) in one request: as many as
+# any API takes (Anthropic's 100 000 messages), and a bound on the work one body is.
+DEFAULT_MAX_MESSAGES = 100_000
 LOG_FORMATS = ("text", "json")
 
 
@@ -106,6 +115,8 @@ class UpstreamConfig:
     # How this upstream continues an assistant message it is given (a stream resumed by
     # prefill, hasten.proxy.continuation): one of PREFILL_MECHANISMS.
     prefill: str = "none"
+    # The most bytes of one answer (body or stream) hasten reads and holds from it.
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
 
 
 @dataclass(frozen=True)
@@ -132,6 +143,7 @@ class CacheConfig:
     is_enabled: bool = True
     backend: str = "sqlite"
     sqlite_path: str = DEFAULT_SQLITE_PATH
+    sqlite_max_bytes: int = DEFAULT_SQLITE_MAX_BYTES
     redis_url: str | None = None
     l1_max_bytes: int = DEFAULT_L1_MAX_BYTES
     ttl_s: float = DEFAULT_TTL_S
@@ -162,6 +174,8 @@ class ServerConfig:
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S  # headers to the end of the body
     max_connections_per_client: int = DEFAULT_MAX_CONNECTIONS_PER_CLIENT  # 0: no cap
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    # Messages (chat), prompts (completions) or inputs (embeddings) one request may carry.
+    max_messages: int = DEFAULT_MAX_MESSAGES
     api_keys: tuple[TenantKey, ...] = ()
     # The operator's key for /admin/* and global views; None: the admin API is off.
     admin_api_key: str | None = field(default=None, repr=False)
@@ -189,6 +203,7 @@ class GatewayConfig:
     fleet: FleetConfig = field(default_factory=FleetConfig)  # replicas sharing one Redis
     keys: KeysConfig = field(default_factory=KeysConfig)  # virtual keys (hasten.keys)
     prices: Mapping[str, ModelPrice] = field(default_factory=dict)  # [prices."<model>"]
+    limits: LimitsConfig = field(default_factory=LimitsConfig)  # [limits]: reservations
 
     @property
     def is_simulated(self) -> bool:
@@ -273,6 +288,9 @@ def _upstream(name: str, table: TomlTable, env: Mapping[str, str]) -> UpstreamCo
         has_stream_options=table.get("stream_options", bool, True),
         is_stream_upstream=table.get("stream_upstream", bool, True),
         prefill=table.choice("prefill", "none", PREFILL_MECHANISMS),
+        max_answer_bytes=table.integer(
+            "max_answer_bytes", DEFAULT_MAX_ANSWER_BYTES, minimum=64 * 1024
+        ),
     )
     table.finish()
     return config
@@ -356,6 +374,7 @@ def _cache(table: TomlTable) -> CacheConfig:
         is_enabled=table.get("enabled", bool, d.is_enabled),
         backend=table.get("backend", str, d.backend),
         sqlite_path=table.get("sqlite_path", str, d.sqlite_path),
+        sqlite_max_bytes=table.integer("sqlite_max_bytes", d.sqlite_max_bytes, minimum=1),
         redis_url=table.get("redis_url", str, d.redis_url),
         l1_max_bytes=table.integer("l1_max_bytes", d.l1_max_bytes, minimum=0),
         ttl_s=table.number("ttl_s", d.ttl_s),
@@ -412,6 +431,7 @@ def _server(table: TomlTable, env: Mapping[str, str]) -> ServerConfig:
             "max_connections_per_client", d.max_connections_per_client
         ),
         max_json_depth=_max_json_depth(table, d.max_json_depth),
+        max_messages=table.integer("max_messages", d.max_messages, minimum=1),
         api_keys=tuple(keys),
         admin_api_key=_admin_key(table, env, keys),
         log_level=table.get("log_level", str, d.log_level),
@@ -525,6 +545,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str]) -> GatewayConf
         root.table("tenants"), server.api_keys, has_virtual_keys=keys.is_enabled
     )
     prices = parse_prices(root.table("prices"))  # what budgets charge (hasten.limits)
+    limits = parse_limits(root.table("limits"))
     root.finish()
     return GatewayConfig(
         semantic=semantic,
@@ -533,6 +554,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str]) -> GatewayConf
         fleet=fleet,
         keys=keys,
         prices=prices,
+        limits=limits,
         server=server,
         upstreams=upstreams,
         models=models,

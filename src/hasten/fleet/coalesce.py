@@ -498,4 +498,10 @@ def _finish(flight: Flight, commit: Callable[[], None] | None) -> None:
 
 
 def _feed(flight: Flight, job: FleetJob) -> relay.Feed:
-    return relay.Feed(flight, job.recorder, is_sse=job.is_sse, endpoint=job.endpoint)
+    return relay.Feed(
+        flight,
+        job.recorder,
+        is_sse=job.is_sse,
+        endpoint=job.endpoint,
+        max_bytes=job.max_answer_bytes,
+    )

@@ -19,10 +19,13 @@ from dataclasses import dataclass
 
 import orjson
 
+from hasten.config.tables import DEFAULT_MAX_ANSWER_BYTES
 from hasten.errors import HastenError, RelayedError, UpstreamError
 from hasten.proxy.flight import Flight
 from hasten.proxy.recorder import Recorder
 from hasten.proxy.resume import Splice
+from hasten.upstream.bounded import AnswerBytes
+from hasten.upstream.integrity import MAX_EVENT_BYTES, malformed
 from hasten.wire.sse import last_event_end
 
 START = b"s"
@@ -113,7 +116,7 @@ def is_whole_stream(chunks: list[bytes]) -> bool:
 
 
 class Framer:
-    """Holds bytes back until they end a whole SSE event."""
+    """Holds bytes back until they end a whole SSE event (at most ``MAX_EVENT_BYTES``)."""
 
     __slots__ = ("_buffer",)
 
@@ -124,6 +127,8 @@ class Framer:
         buffer = self._buffer + data if self._buffer else data
         end = last_event_end(buffer)
         self._buffer = buffer[end:]
+        if len(self._buffer) > MAX_EVENT_BYTES:
+            raise malformed(f"an event of over {MAX_EVENT_BYTES} bytes")
         return buffer[:end]
 
     @property
@@ -134,12 +139,21 @@ class Framer:
 class Feed:
     """One answer's entries into a follower's flight, spliced after what it already has."""
 
-    __slots__ = ("_flight", "_framer", "_head", "_held", "_recorder", "_splice")
+    __slots__ = ("_count", "_flight", "_framer", "_head", "_held", "_recorder", "_splice")
 
     def __init__(
-        self, flight: Flight, recorder: Recorder | None, *, is_sse: bool, endpoint: str
+        self,
+        flight: Flight,
+        recorder: Recorder | None,
+        *,
+        is_sse: bool,
+        endpoint: str,
+        max_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     ) -> None:
         self._flight, self._recorder = flight, recorder
+        # What a follower holds of the answer is bounded as the leader's call is: a
+        # leader with a larger cap (or a stream written by anything else) cannot exceed it.
+        self._count = AnswerBytes(max_bytes)
         self._framer = Framer() if is_sse else None
         has_sent = is_sse and bool(flight.chunks)
         self._splice = Splice(b"".join(flight.chunks), endpoint) if has_sent else None
@@ -179,6 +193,7 @@ class Feed:
         self._head = head
 
     def push(self, data: bytes) -> None:
+        self._count.add(len(data))
         if self._framer is None:
             self._held.append(data)
             return

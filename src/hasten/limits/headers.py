@@ -12,7 +12,15 @@ import math
 
 from hasten.config.limits import KeyLimits
 from hasten.errors import BudgetExceeded, RateLimited
-from hasten.limits.ledger import BUDGET, CONCURRENCY, REQUESTS, TOKENS, TOO_LARGE, Verdict
+from hasten.limits.ledger import (
+    BUDGET,
+    CONCURRENCY,
+    REQUESTS,
+    RESERVED,
+    TOKENS,
+    TOO_LARGE,
+    Verdict,
+)
 
 _MS_PER_S = 1000
 _S_PER_MIN = 60
@@ -69,10 +77,16 @@ def denial(limits: KeyLimits, verdict: Verdict, num_tokens: int) -> RateLimited:
             f"is spent; it renews in {wait}",
             retry_after_s=retry_s,
         )
+    elif verdict.denied_by == RESERVED:
+        error = BudgetExceeded(
+            f"this key's budget of ${limits.budget_usd:g} per {limits.budget_period_s:g} s "
+            f"is spent or reserved by its requests in progress; try again in {wait}",
+            retry_after_s=retry_s,
+        )
     elif verdict.denied_by == TOO_LARGE:
         error = RateLimited(
-            f"Request too large: about {num_tokens} prompt tokens, over the key's "
-            f"{limits.tokens_per_minute} tokens per minute"
+            f"Request too large: about {num_tokens} tokens (the prompt and the most output "
+            f"tokens asked for), over the key's {limits.tokens_per_minute} tokens per minute"
         )
         retry_s = None
     else:

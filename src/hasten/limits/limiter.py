@@ -19,11 +19,15 @@ the request path.
 What counts: every admitted request counts against requests per minute. An exact-cache hit
 counts against that only: it holds no upstream capacity and spends nothing, so it takes no
 concurrency slot and reserves no tokens. Any other request is admitted against every limit
-before the semantic lookup and the upstream call; tokens and spend count only for a request
-that made the upstream call: a semantic hit or a coalesced follower spends nothing
-upstream, so its reservation is refunded. Without usage in the answer (a stream whose
-client did not ask for it and that the cache did not store), the prompt estimate stands and
-no completion tokens are known.
+before the semantic lookup and the upstream call, reserving what it may use: its prompt
+estimate plus its most output tokens (``max_tokens`` and its kin, else ``[limits]
+default_max_output_tokens``), in tokens and, priced, of the budget. Tokens and spend count
+only for a request that made the upstream call: a semantic hit or a coalesced follower
+spends nothing upstream, so its reservation is refunded. The answer's usage settles it
+(hasten asks the upstream for usage for such a key, and strips it from the copy of a client
+that did not ask); when no usage comes (the client left, the upstream sent none), the
+prompt estimate and the output tokens counted from what was forwarded are charged
+(``hasten.limits.streamed``).
 """
 
 from __future__ import annotations
@@ -36,21 +40,21 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from hasten.config.limits import KeyLimits
+from hasten.config.limits_table import LimitsConfig
 from hasten.config.prices import ModelPrice, price_of
 from hasten.errors import FleetUnavailable, HastenError
 from hasten.limits import ledger
-from hasten.limits.estimate import estimate_prompt_tokens
+from hasten.limits.estimate import estimate_prompt_tokens, max_output_tokens
 from hasten.limits.headers import denial, rate_header_pairs
 from hasten.limits.shared import Settlement, SharedLedger
+from hasten.limits.streamed import OutputCount
 from hasten.limits.tickets import Admission, TicketBook
-from hasten.proxy.ports import NO_LIMIT, Limit, Spent
-from hasten.values.caller import Caller
+from hasten.proxy.ports import NO_LIMIT, Limit, LimitedRequest, Spent
 from hasten.values.usage import usage_tokens
-from hasten.wire.asgi import Headers
+from hasten.wire.asgi import Headers, Message, Send
 
 if TYPE_CHECKING:
     from hasten.fleet.link import FleetLink
-    from hasten.routing.models import ResolvedModel
 
 # A fleet slot's lease: renewed every third of it while its request lives, so a replica
 # that dies holding slots gives them back within this long.
@@ -67,9 +71,11 @@ class Limiter:
         fleet: FleetLink | None = None,
         prices: Mapping[str, ModelPrice] | None = None,
         *,
+        settings: LimitsConfig | None = None,
         slot_lease_s: float = SLOT_LEASE_S,
         clock_s: Callable[[], float] = time.time,
     ) -> None:
+        self.settings = settings or LimitsConfig()
         self.slot_lease_ms = slot_lease_s * 1000.0
         self.shared = None if fleet is None else SharedLedger(fleet)
         # Pre-admitted tickets, and each key's bookkeeping off the request path.
@@ -91,13 +97,13 @@ class Limiter:
         """Fleet slots this replica holds (and renews) for requests in progress."""
         return len(self._held)
 
-    def open(self, caller: Caller, model: ResolvedModel, raw_body: bytes, request_id: str) -> Limit:
+    def open(self, request: LimitedRequest) -> Limit:
         """One request's limits; ``NO_LIMIT`` for a key without any."""
+        caller = request.caller
         limits = caller.limits
         if limits is None or limits.is_unlimited:
             return NO_LIMIT
-        key_id = caller.key_id or caller.tenant or ""
-        return Enforcement(self, limits, key_id, model, raw_body, request_id)
+        return Enforcement(self, limits, caller.key_id or caller.tenant or "", request)
 
     def hit_limits(self, limits: KeyLimits) -> KeyLimits:
         """What an exact-cache hit counts against: the request rate only (kept per limits,
@@ -123,31 +129,49 @@ class Limiter:
         return ticket.admission
 
     async def reserve(
-        self, key_id: str, limits: KeyLimits, request_id: str, num_tokens: int
+        self,
+        key_id: str,
+        limits: KeyLimits,
+        request_id: str,
+        num_tokens: int,
+        reserve_usd: float = 0.0,
     ) -> Admission:
         """Admits a request: from a pre-admitted ticket, else in Redis, else (no fleet, or
         Redis away) on this replica."""
         admission = self.take_ticket(key_id, limits, num_tokens)
         if admission is not None:
             return admission
-        return await self.admit_counted(key_id, limits, request_id, num_tokens)
+        return await self.admit_counted(key_id, limits, request_id, num_tokens, reserve_usd)
 
     async def admit_counted(
-        self, key_id: str, limits: KeyLimits, request_id: str, num_tokens: int
+        self,
+        key_id: str,
+        limits: KeyLimits,
+        request_id: str,
+        num_tokens: int,
+        reserve_usd: float = 0.0,
     ) -> Admission:
-        """Admits a request without a ticket: counted in Redis, else (no fleet, or Redis
-        away) on this replica."""
+        """Admits a request without a ticket, reserving ``num_tokens`` and ``reserve_usd``
+        of the budget: counted in Redis, else (no fleet, or Redis away) on this replica."""
         shared = self.shared
         if shared is not None and shared.link.is_up:
             try:
                 verdict = await shared.admit(
-                    key_id, limits, request_id, num_tokens, self.slot_lease_ms
+                    key_id,
+                    limits,
+                    request_id,
+                    num_tokens,
+                    self.slot_lease_ms,
+                    reserve_usd=reserve_usd,
                 )
             except FleetUnavailable:
                 pass
             else:
-                if verdict.is_allowed and limits.max_concurrent is not None:
-                    self._hold(key_id, request_id)
+                is_held = limits.max_concurrent is not None or (
+                    limits.budget_usd is not None and reserve_usd > 0
+                )
+                if verdict.is_allowed and is_held:
+                    self._hold(key_id, request_id)  # its slot, its reservation: renewed
                 headers = rate_header_pairs(limits, verdict)
                 return Admission(verdict, True, num_tokens, request_id, headers)
         self.num_local_admissions += 1
@@ -155,7 +179,9 @@ class Limiter:
         if book is None:
             book = self._ledgers[key_id] = ledger.KeyLedger()
         # A local slot needs no lease: it cannot outlive this process.
-        verdict = ledger.admit(book, limits, self._now_ms(), request_id, num_tokens, math.inf)
+        verdict = ledger.admit(
+            book, limits, self._now_ms(), request_id, num_tokens, math.inf, reserve_usd
+        )
         headers = rate_header_pairs(limits, verdict)
         return Admission(verdict, False, num_tokens, request_id, headers)
 
@@ -168,7 +194,8 @@ class Limiter:
         settlement: Settlement | None,
     ) -> None:
         """After an admitted request was answered (``limits``: what it was admitted under;
-        ``estimate``: its prompt estimate): frees its slot, corrects its tokens and charges
+        ``estimate``: the tokens it asked to reserve): frees its slot and reservation,
+        corrects its tokens and charges
         its cost (``settlement``; None when there is nothing to correct). On this replica at
         once; in Redis in the key's next round trip (``hasten.limits.tickets``), which also
         tops the key's tickets up."""
@@ -221,14 +248,20 @@ class Enforcement:
     __slots__ = (
         "_admission",
         "_admitted_limits",
+        "_body",
         "_estimate",
+        "_is_generating",
         "_is_hit",
         "_key_id",
         "_limiter",
         "_limits",
+        "_max_output",
         "_model",
+        "_num_reserved",
         "_raw_body",
         "_request_id",
+        "_reserve_usd",
+        "_tap",
     )
 
     def __init__(
@@ -236,21 +269,34 @@ class Enforcement:
         limiter: Limiter,
         limits: KeyLimits,
         key_id: str,
-        model: ResolvedModel,
-        raw_body: bytes,
-        request_id: str,
+        request: LimitedRequest,
     ) -> None:
         self._limiter, self._limits, self._key_id = limiter, limits, key_id
-        self._model, self._raw_body, self._request_id = model, raw_body, request_id
-        self._estimate = 0
+        self._model, self._raw_body = request.model, request.raw_body
+        self._body, self._request_id = request.body, request.request_id
+        self._is_generating = request.is_generating
+        self._estimate = 0  # the prompt's tokens, estimated
+        self._max_output: int | None = None  # the most output tokens the request named
+        self._reserve_usd = 0.0  # of the budget, reserved on admission
+        self._num_reserved = 0  # tokens this request asked to reserve (its ticket may hold more)
         self._admission: Admission | None = None
         self._is_hit = False
         self._admitted_limits = limits  # what admit() counted: a hit, its request rate only
+        self._tap: _Tap | None = None
 
     @property
     def is_reading_usage(self) -> bool:
-        """Only a token limit or a budget reads the answer's usage."""
+        """Whether the answer's usage settles this request (a token limit or a budget): the
+        upstream is then asked for it whatever the client asked."""
         return self._limits.tokens_per_minute is not None or self._limits.budget_usd is not None
+
+    def wrap(self, send: Send) -> Send:
+        """``send`` as the answer goes out: tapped for what it streamed when the usage
+        settles this request (its output is counted should no usage come)."""
+        if not self.is_reading_usage:
+            return send
+        tap = self._tap = _Tap(send)
+        return tap.send
 
     async def admit(self, *, is_hit: bool) -> Headers:
         """Admits the request (a 429 when a limit says no) before any byte is answered;
@@ -261,23 +307,48 @@ class Enforcement:
         admitted from a pre-admitted ticket when one is at hand (``hasten.limits.tickets``).
         """
         limits, limiter = self._limits, self._limiter
+        num_tokens = 0
         if is_hit:
             if limits.requests_per_minute is None:
                 self._is_hit = True
                 return []  # nothing a hit spends is limited for this key
             limits = limiter.hit_limits(limits)
         elif self.is_reading_usage:
-            self._estimate = estimate_prompt_tokens(self._raw_body)
+            num_tokens = self._num_reserved = self._reserve()
         # A ticket first, without a coroutine: on a hit this is the whole of the limit's work.
-        admission = limiter.take_ticket(self._key_id, limits, self._estimate)
+        admission = limiter.take_ticket(self._key_id, limits, num_tokens)
         if admission is None:
             admission = await limiter.admit_counted(
-                self._key_id, limits, self._request_id, self._estimate
+                self._key_id, limits, self._request_id, num_tokens, self._reserve_usd
             )
             if not admission.verdict.is_allowed:
                 raise denial(limits, admission.verdict, admission.num_tokens)
         self._is_hit, self._admission, self._admitted_limits = is_hit, admission, limits
         return list(admission.headers)
+
+    def _reserve(self) -> int:
+        """The tokens this request reserves (and, setting ``_reserve_usd``, its share of the
+        budget): its prompt estimate plus its most output tokens. A request that names no
+        most (the configured default stands in) reserves at most the whole bucket; one that
+        names more than the bucket holds is too large, as OpenAI refuses it."""
+        limits = self._limits
+        self._estimate = estimate_prompt_tokens(self._raw_body)
+        max_output = 0
+        if self._is_generating:  # it generates text (embeddings do not)
+            self._max_output = max_output_tokens(self._body)
+            max_output = self._max_output or self._limiter.settings.default_max_output_tokens
+        num_tokens = self._estimate + max_output
+        tpm = limits.tokens_per_minute
+        if tpm is not None and self._max_output is None and self._estimate <= tpm:
+            num_tokens = min(num_tokens, tpm)
+        if limits.budget_usd is not None:
+            price = self._price()
+            self._reserve_usd = 0.0 if price is None else price.cost_usd(self._estimate, max_output)
+        return num_tokens
+
+    def _price(self) -> ModelPrice | None:
+        model = self._model
+        return price_of(self._limiter.prices, model.requested, model.name, model.upstream_model)
 
     def settle(self, spent: Spent, error: BaseException | None) -> None:
         admission = self._admission
@@ -291,7 +362,7 @@ class Enforcement:
         # is one round trip after the answer (``hasten.limits.tickets``).
         settlement = None if self._is_hit else self._settlement(admission, spent)
         self._limiter.finish(
-            self._key_id, self._admitted_limits, admission, self._estimate, settlement
+            self._key_id, self._admitted_limits, admission, self._num_reserved, settlement
         )
 
     def _settlement(self, admission: Admission, spent: Spent) -> Settlement | None:
@@ -300,6 +371,7 @@ class Enforcement:
         token_delta, cost_usd = self._spent(admission.num_tokens, spent)
         if (
             limits.max_concurrent is None
+            and self._reserve_usd <= 0.0
             and (limits.tokens_per_minute is None or token_delta == 0)
             and (limits.budget_usd is None or cost_usd <= 0.0)
         ):
@@ -312,13 +384,36 @@ class Enforcement:
             return -num_reserved, 0.0  # a hit, a follower: nothing spent upstream
         tokens_in, tokens_out = usage_tokens(spent.usage_tail)
         if tokens_in is None and tokens_out is None:
-            tokens_in, tokens_out = self._estimate, 0  # no usage: the estimate stands
+            # No usage came: the prompt estimate, and what was forwarded to the client
+            # (an upstream held to a max_tokens wrote no more than that).
+            tokens_in = self._estimate
+            tokens_out = 0 if self._tap is None else self._tap.output.num_tokens
+            if self._max_output is not None:
+                tokens_out = min(tokens_out, self._max_output)
         num_in, num_out = tokens_in or 0, tokens_out or 0
         cost_usd = 0.0
         if self._limits.budget_usd is not None:
-            model = self._model
-            price = price_of(
-                self._limiter.prices, model.requested, model.name, model.upstream_model
-            )
+            price = self._price()
             cost_usd = 0.0 if price is None else price.cost_usd(num_in, num_out)
         return num_in + num_out - num_reserved, cost_usd
+
+
+class _Tap:
+    """Wraps ``send`` to count the output tokens a successful answer carried
+    (``hasten.limits.streamed``)."""
+
+    __slots__ = ("_is_ok", "_send", "output")
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.output = OutputCount()
+        self._is_ok = False  # a 200: its bytes are checked JSON events or a JSON body
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.body":
+            body: bytes = message.get("body", b"")
+            if body and self._is_ok:
+                self.output.feed(body)
+        elif message["type"] == "http.response.start":
+            self._is_ok = message["status"] == 200
+        await self._send(message)

@@ -23,9 +23,10 @@ if now < 0 then
 end
 """
 
-# KEYS: requests (zset id -> time), tokens (tat), slots (zset id -> expiry), budget (hash)
+# KEYS: requests (zset id -> time), tokens (tat), slots (zset id -> expiry), budget (hash),
+#       reserved (hash id -> "<expiry> <usd>": the budget the requests in progress reserved)
 # ARGV: now_ms, request id, rpm, tpm, num_tokens, max_concurrent, slot_lease_ms,
-#       budget_usd, budget_period_ms
+#       budget_usd, budget_period_ms, reserve_usd
 ADMIT = (
     _PRELUDE
     + """
@@ -37,6 +38,7 @@ local max_conc = tonumber(ARGV[6])
 local lease = tonumber(ARGV[7])
 local budget = tonumber(ARGV[8])
 local period_ms = tonumber(ARGV[9])
+local reserve = tonumber(ARGV[10])
 local denied_by = false
 local retry = 0
 local function deny(what, after)
@@ -58,7 +60,26 @@ if budget >= 0 then
   local stored = redis.call('HMGET', KEYS[4], 'period', 'usd')
   local spent = 0
   if stored[1] and tonumber(stored[1]) == period then spent = tonumber(stored[2]) end
-  if spent >= budget then deny('budget', (period + 1) * period_ms - now) end
+  if spent >= budget then
+    deny('budget', (period + 1) * period_ms - now)
+  else
+    -- In request id order, as the model sums them: the same floats, the same total.
+    local all = redis.call('HGETALL', KEYS[5])
+    local ids, amounts = {}, {}
+    for i = 1, #all, 2 do
+      local expiry, usd = string.match(all[i + 1], '^(%S+) (%S+)$')
+      if tonumber(expiry) <= now then
+        redis.call('HDEL', KEYS[5], all[i])
+      else
+        table.insert(ids, all[i])
+        amounts[all[i]] = tonumber(usd)
+      end
+    end
+    table.sort(ids)
+    local reserved = 0
+    for _, held in ipairs(ids) do reserved = reserved + amounts[held] end
+    if spent + reserved >= budget then deny('budget_reserved', 1000.0) end
+  end
 end
 if rpm >= 0 and count >= rpm then
   local after = window
@@ -96,6 +117,10 @@ if not denied_by then
     redis.call('ZADD', KEYS[3], num(now + lease), id)
     redis.call('PEXPIRE', KEYS[3], math.ceil(lease + window))
   end
+  if budget >= 0 and reserve > 0 then
+    redis.call('HSET', KEYS[5], id, num(now + lease) .. ' ' .. num(reserve))
+    redis.call('PEXPIRE', KEYS[5], math.ceil(lease + window))
+  end
 end
 local req_reset = 0
 local req_remaining = 0
@@ -116,7 +141,7 @@ return {denied_by or '', num(retry), num(req_remaining), num(req_reset),
 """
 )
 
-# KEYS: tokens, slots, budget
+# KEYS: tokens, slots, budget, reserved
 # ARGV: now_ms, request id, tpm, token_delta, budget_usd, budget_period_ms, cost_usd
 SETTLE = (
     _PRELUDE
@@ -127,12 +152,14 @@ local budget = tonumber(ARGV[5])
 local period_ms = tonumber(ARGV[6])
 local cost = tonumber(ARGV[7])
 redis.call('ZREM', KEYS[2], ARGV[2])
+redis.call('HDEL', KEYS[4], ARGV[2])
 if tpm > 0 and delta ~= 0 then
   local stored = tonumber(redis.call('GET', KEYS[1]) or '0')
   local base = now
   if stored > now then base = stored end
   local tat = base + delta * (window / tpm)
   if tat < now then tat = now end
+  if tat > now + window then tat = now + window end
   redis.call('SET', KEYS[1], num(tat), 'PX', math.ceil(tat - now + window))
 end
 if budget >= 0 and cost > 0 then
@@ -148,16 +175,24 @@ return 1
 """
 )
 
-# KEYS: one slots zset per held slot; ARGV: now_ms, slot_lease_ms, then one id per key
+# KEYS: per held request its key's slots zset and reserved hash; ARGV: now_ms,
+# slot_lease_ms, then one id per held request
 RENEW = (
     _PRELUDE
     + """
 local lease = tonumber(ARGV[2])
-for i, key in ipairs(KEYS) do
-  redis.call('ZADD', key, 'XX', num(now + lease), ARGV[i + 2])
-  redis.call('PEXPIRE', key, math.ceil(lease + window))
+for i = 1, #KEYS, 2 do
+  local id = ARGV[(i + 1) / 2 + 2]
+  redis.call('ZADD', KEYS[i], 'XX', num(now + lease), id)
+  redis.call('PEXPIRE', KEYS[i], math.ceil(lease + window))
+  local held = redis.call('HGET', KEYS[i + 1], id)
+  if held then
+    local _, usd = string.match(held, '^(%S+) (%S+)$')
+    redis.call('HSET', KEYS[i + 1], id, num(now + lease) .. ' ' .. usd)
+    redis.call('PEXPIRE', KEYS[i + 1], math.ceil(lease + window))
+  end
 end
-return #KEYS
+return #KEYS / 2
 """
 )
 

@@ -35,7 +35,8 @@ class Settlement:
 
 @dataclass(frozen=True, slots=True)
 class Grant:
-    """A request to admit ahead of time (a ticket): its id and the tokens it reserves."""
+    """A request to admit ahead of time (a ticket): its id and the tokens it reserves (a
+    ticket reserves no budget: a key with a budget gets none, hasten.limits.tickets)."""
 
     request_id: str
     num_tokens: int
@@ -60,12 +61,12 @@ class SharedLedger:
     def __init__(self, link: FleetLink) -> None:
         self.link = link
 
-    def keys(self, key_id: str) -> tuple[str, str, str, str]:
-        """(requests, tokens, slots, budget); the hash tag keeps one key's on one shard."""
+    def keys(self, key_id: str) -> tuple[str, str, str, str, str]:
+        """(requests, tokens, slots, budget, reserved budget); the hash tag keeps one key's
+        on one shard."""
         tag = "{" + key_id + "}"
-        return tuple(  # type: ignore[return-value]
-            self.link.key("limits", tag, part) for part in ("rpm", "tpm", "slots", "budget")
-        )
+        parts = ("rpm", "tpm", "slots", "budget", "reserved")
+        return tuple(self.link.key("limits", tag, part) for part in parts)  # type: ignore[return-value]
 
     async def admit(
         self,
@@ -75,8 +76,9 @@ class SharedLedger:
         num_tokens: int,
         slot_lease_ms: float,
         now_ms: float = REDIS_CLOCK,
+        reserve_usd: float = 0.0,
     ) -> Verdict:
-        args = _admit_args(limits, request_id, num_tokens, slot_lease_ms, now_ms)
+        args = _admit_args(limits, request_id, num_tokens, slot_lease_ms, now_ms, reserve_usd)
         (reply,) = await self.link.scripts("limits.admit", [(_ADMIT, self.keys(key_id), args)])
         return _verdict(reply)
 
@@ -98,10 +100,14 @@ class SharedLedger:
         slot_lease_ms: float,
         now_ms: float = REDIS_CLOCK,
     ) -> None:
-        """Extends the slots of live requests: ``held`` is (key id, request id) pairs."""
+        """Extends the slots and budget reservations of live requests: ``held`` is
+        (key id, request id) pairs."""
         if not held:
             return
-        keys = [self.keys(key_id)[2] for key_id, _ in held]
+        keys: list[str] = []
+        for key_id, _ in held:
+            _, _, slots, _, reserved = self.keys(key_id)
+            keys += (slots, reserved)
         args = [repr(now_ms), repr(slot_lease_ms), *(request for _, request in held)]
         await self.link.scripts("limits.renew", [(_RENEW, keys, args)])
 
@@ -129,8 +135,8 @@ class SharedLedger:
         return [_verdict(reply) for reply in replies[num_before:]]
 
     def _settle_run(self, key_id: str, settlement: Settlement, now_ms: float) -> ScriptRun:
-        _, tokens, slots, budget = self.keys(key_id)
-        return (_SETTLE, [tokens, slots, budget], _settle_args(settlement, now_ms))
+        _, tokens, slots, budget, reserved = self.keys(key_id)
+        return (_SETTLE, [tokens, slots, budget, reserved], _settle_args(settlement, now_ms))
 
     def _redate_run(self, key_id: str, member: str, ago_ms: float, now_ms: float) -> ScriptRun:
         args = [repr(now_ms), member, repr(max(0.0, ago_ms))]
@@ -138,7 +144,12 @@ class SharedLedger:
 
 
 def _admit_args(
-    limits: KeyLimits, request_id: str, num_tokens: int, slot_lease_ms: float, now_ms: float
+    limits: KeyLimits,
+    request_id: str,
+    num_tokens: int,
+    slot_lease_ms: float,
+    now_ms: float,
+    reserve_usd: float = 0.0,
 ) -> list[str]:
     return [
         repr(now_ms),
@@ -150,6 +161,7 @@ def _admit_args(
         repr(slot_lease_ms),
         _NONE if limits.budget_usd is None else repr(float(limits.budget_usd)),
         repr(limits.budget_period_s * 1000.0),
+        repr(float(reserve_usd)),
     ]
 
 

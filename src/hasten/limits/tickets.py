@@ -3,7 +3,7 @@ request path.
 
 A replica keeps up to ``MAX_TICKETS`` *tickets* per limited key: requests already admitted
 in Redis by the same atomic script as any request (a member of the key's request window, a
-block of tokens reserved in its bucket, a concurrency slot held, the budget checked) that no
+block of tokens reserved in its bucket, a concurrency slot held) that no
 request has used yet; more than one, so that a client sending requests back to back
 (faster than a Redis round trip refills one) still finds one. The next request of that key
 on this replica takes one at once, if its prompt estimate fits the ticket's tokens: no
@@ -29,9 +29,10 @@ removed, its tokens refunded, its slot freed), so an idle replica holds back at 
 ``MAX_TICKETS`` requests and blocks of a key, for at most that long. What is held back
 matters for a concurrency limit (an idle ticket's slot is one another replica cannot use):
 a key gets concurrency tickets only as far as ``MAX_TICKET_SHARE`` of its limit allows (none
-below 20 concurrent requests: such a key is admitted with a round trip per request). A
-budget is only checked on admission, so a ticket lets at most one request more per ticket
-through once the budget was spent (the overspend bound of docs/limits.md).
+below 20 concurrent requests: such a key is admitted with a round trip per request). A key
+with a budget gets no tickets: each of its requests reserves its own share of the budget in
+Redis on admission (what it may cost), so the fleet's spend stays within the budget plus one
+request's reservation (docs/limits.md).
 """
 
 from __future__ import annotations
@@ -79,7 +80,9 @@ Slot = tuple[str, KeyLimits]
 def num_tickets_for(limits: KeyLimits, num_tokens: int = 0, max_tickets: int = MAX_TICKETS) -> int:
     """How many tickets a replica keeps for a key with these limits, each reserving
     ``num_tokens`` (0: none, the key is admitted in Redis request by request)."""
-    if limits.is_unlimited:
+    if limits.is_unlimited or limits.budget_usd is not None:
+        # A budget is checked against what requests in progress reserved, each its own
+        # amount: a ticket granted ahead would let a request through unchecked.
         return 0
     num = max_tickets
     if limits.max_concurrent is not None:

@@ -22,6 +22,7 @@ import orjson
 
 from hasten.cache.replay import BodyMerge, chunks_to_body
 from hasten.errors import UpstreamError
+from hasten.proxy.ending import StreamEnd
 from hasten.proxy.validation import Endpoint
 from hasten.routing.models import ResolvedModel
 from hasten.wire.sse import DONE, SSEDecoder
@@ -48,23 +49,35 @@ def as_stream_request(body: dict[str, Any]) -> dict[str, Any]:
 def assemble(stream: bytes | Iterable[bytes], endpoint: str) -> bytes:
     """The JSON body a whole upstream stream stands for; ``stream`` is its raw SSE bytes.
 
-    Raises ``UpstreamError`` (502) for a stream that did not end with ``[DONE]``, carried
-    an error event (its message and code are the upstream's) or is not OpenAI-shaped.
+    Raises ``UpstreamError`` (502) for a stream that did not end properly
+    (``hasten.proxy.ending``: ``[DONE]``, a finish_reason for every choice; what follows
+    the first ``[DONE]`` is not read), carried an error event (its message and code are the
+    upstream's) or is not OpenAI-shaped.
     """
     decoder = SSEDecoder()
     payloads: list[bytes] = []
     for data in (stream,) if isinstance(stream, bytes) else stream:
         payloads.extend(decoder.feed(data))
+    has_pending = decoder.has_pending
+    if DONE in payloads:  # nothing after the first [DONE] is of this answer
+        del payloads[payloads.index(DONE) + 1 :]
+        has_pending = False
     for payload in payloads:
         if b'"error"' in payload and (error := stream_error(payload)) is not None:
             raise error  # its own words first: an error event ends the stream
-    if decoder.has_pending or not payloads or payloads[-1] != DONE:
+    if has_pending or not payloads or payloads[-1] != DONE:
         raise _incomplete()
     del payloads[-1]
     try:
-        return chunks_to_body(payloads, endpoint)
+        body = chunks_to_body(payloads, endpoint)
     except (ValueError, orjson.JSONDecodeError) as exc:
         raise _shape_error() from exc
+    end = StreamEnd(endpoint)
+    for payload in payloads:
+        end.event(orjson.loads(payload))
+    if not end.is_finished:
+        raise _incomplete()  # a choice without its finish_reason: cut short
+    return body
 
 
 def _incomplete() -> UpstreamError:
@@ -87,6 +100,7 @@ class Assembly:
 
     __slots__ = (
         "_body",
+        "_end",
         "_error",
         "_has_pending",
         "_is_done",
@@ -97,6 +111,7 @@ class Assembly:
 
     def __init__(self, endpoint: str) -> None:
         self._merge = BodyMerge(endpoint)
+        self._end = StreamEnd(endpoint)
         self._error: UpstreamError | None = None
         self._num_events = 0
         self._is_done = False  # the last event so far was [DONE]
@@ -106,6 +121,7 @@ class Assembly:
 
     def event(self, payload: bytes, parsed: Any) -> None:
         self._num_events += 1
+        self._end.event(parsed)
         if self._is_done:  # a [DONE] before this event is not JSON to merge
             self._is_done, self._is_misshapen = False, True
         if self._error is None and b'"error"' in payload:
@@ -143,9 +159,12 @@ class Assembly:
             raise _shape_error()
         if self._body is None:
             try:
-                self._body = self._merge.body()
+                body = self._merge.body()
             except ValueError as exc:
                 raise _shape_error() from exc
+            if not self._end.is_finished:
+                raise _incomplete()  # a choice without its finish_reason: cut short
+            self._body = body
         return self._body
 
 

@@ -57,13 +57,18 @@ class Exchange:
     usage_tail: bytes | None = None  # where the usage is when the client's copy has none
     # Asked upstream as a stream, answered as one assembled body (hasten.proxy.assemble).
     is_assembled: bool = False
-    caller: Caller | None = None  # the key's limits and allowed models (hasten.limits)
+    caller: Caller = field(kw_only=True)  # the key's limits and allowed models (hasten.limits)
     limit: Limit = NO_LIMIT  # the key's limits: admitted once hit or miss is known
     resume: str = ""  # how a broken stream was continued (hasten.proxy.resumer)
     front: Front = field(kw_only=True)  # what the body resolved to (hasten.proxy.fronts)
     # Listens for the client going away from the first wait on; an L1 hit never waits, so it
     # never pays for the listening task (see ``listen``).
     watcher: DisconnectWatcher | None = None
+
+    @property
+    def is_generating(self) -> bool:
+        """It asks for generated text (embeddings do not)."""
+        return self.endpoint.is_streamable
 
     @property
     def is_upstream_stream(self) -> bool:

@@ -87,7 +87,8 @@ class Flight:
         self._notify()
 
     def finish(self, error: HastenError | None = None) -> None:
-        self.error = error
+        # Kept past the call that raised it: without the frames (and what they read).
+        self.error = None if error is None else error.detached()
         if self.is_started:
             self.upstream_ms = self.ttfb_ms + (time.perf_counter() - self._started_s) * 1000.0
         self.is_done = True

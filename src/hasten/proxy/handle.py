@@ -15,8 +15,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from hasten.cache import (
     CachedAnswer,
     CacheDecision,
@@ -25,6 +23,7 @@ from hasten.cache import (
     namespaced_key,
     parse_cache_control,
     request_key,
+    with_headers,
 )
 from hasten.cache.replay import answer_body, answer_frames, answer_stream
 from hasten.errors import ClientGone, HastenError
@@ -32,7 +31,12 @@ from hasten.proxy.assemble import Assembly, as_stream_request, assemble, is_asse
 from hasten.proxy.exchange import Exchange
 from hasten.proxy.flight import Flight
 from hasten.proxy.fronts import Front
-from hasten.proxy.headers import assembled_headers, response_headers, upstream_headers
+from hasten.proxy.headers import (
+    answer_headers,
+    assembled_headers,
+    response_headers,
+    upstream_headers,
+)
 from hasten.proxy.outcome import answer_saved, emit_outcome, hedge_saved
 from hasten.proxy.pipeline import Pipeline
 from hasten.proxy.ports import NO_LIMIT, POLICY_HEADER, EarlyAsk, FleetJob, Spent
@@ -45,13 +49,22 @@ from hasten.proxy.spans import (
     keep_tail,
 )
 from hasten.proxy.track import ResponseTrack
-from hasten.proxy.validation import CHAT, EMBEDDINGS, Endpoint, parse_body
+from hasten.proxy.validation import (
+    CHAT,
+    EMBEDDINGS,
+    Endpoint,
+    check_num_items,
+    off_loop,
+    parse_body,
+)
 from hasten.routing.hybrid import decide_hybrid, route_name
 from hasten.routing.models import ResolvedModel
 from hasten.upstream.client import UpstreamCall
-from hasten.upstream.integrity import EventSink, is_event_stream
+from hasten.upstream.integrity import EventSink
 from hasten.values.caller import Caller, check_model
 from hasten.values.outcome import BYPASS, COALESCED, HIT, MISS, OBSERVED_SCOPE_KEY, SEMANTIC
+from hasten.values.usage import usage_marks, without_usage
+from hasten.wire import exactjson
 from hasten.wire.asgi import (
     DisconnectWatcher,
     Receive,
@@ -73,6 +86,7 @@ if TYPE_CHECKING:
 _log = logging.getLogger("hasten.proxy")
 
 _EMBEDDING_POLICY = ModelCachePolicy(is_deterministic_only=False)
+_COALESCED_LABEL = COALESCED.encode()
 # Per-request facts the JSON access record shows (hasten.app), kept in the ASGI scope.
 TENANT_SCOPE_KEY = "hasten.tenant"
 MODEL_SCOPE_KEY = "hasten.model"
@@ -92,8 +106,7 @@ async def handle(
         ex = await _exchange(pipe, endpoint, scope, receive, send, request_id, started_s)
         ex.trace = trace
         describe_request(trace, endpoint.name, ex.body)
-        assert ex.caller is not None
-        ex.limit = pipe.limits.open(ex.caller, ex.model, ex.raw_body, request_id)
+        ex.limit = pipe.limits.open(ex)
         with DisconnectWatcher(receive, is_armed=False) as ex.watcher:
             if not pipe.observers and ex.limit is NO_LIMIT:
                 await _dispatch(pipe, ex)  # nobody reads how it went
@@ -119,7 +132,14 @@ async def _exchange(
     raw = await read_body(receive, scope, pipe.config.server.max_body_bytes)
     front = pipe.fronts.get(endpoint.name, tenant, raw)
     if front is None:
-        front = _front(pipe, endpoint, raw, caller, scope, request_id)
+        # A large body is parsed, checked and keyed on a worker thread (never memoised).
+        front = await off_loop(
+            len(raw), lambda: _front(pipe, endpoint, raw, caller, scope, request_id)
+        )
+        # A hybrid choice is logged per request, so its requests are resolved each time.
+        hybrid = pipe.config.hybrid
+        if not (hybrid is not None and front.body["model"] == hybrid.model):
+            pipe.fronts.put(endpoint.name, tenant, raw, front)
     else:
         scope[MODEL_SCOPE_KEY] = front.body["model"]
         check_model(caller, front.body["model"], front.model.name)
@@ -160,10 +180,12 @@ def _front(
     scope: Scope,
     request_id: str,
 ) -> Front:
-    """The body parsed, checked and resolved; kept for its repeats (hasten.proxy.fronts)."""
+    """The body parsed, checked and resolved, to keep for its repeats (hasten.proxy.fronts);
+    off the event loop for a large body (no shared state written)."""
     tenant = caller.tenant
     assert tenant is not None
     body = parse_body(raw, pipe.config.server.max_json_depth)
+    check_num_items(body, endpoint, pipe.config.server.max_messages)
     endpoint.check(body)
     scope[MODEL_SCOPE_KEY] = body["model"]  # the access record's, refused past here or not
     model, extra_headers = _resolve(pipe, body, request_id)
@@ -178,7 +200,7 @@ def _front(
     keys = None
     if pipe.cache is not None and (decision.is_lookup or decision.is_store):
         keys = _cache_keys(pipe, endpoint, body, model, tenant)
-    front = Front(
+    return Front(
         body,
         model,
         extra_headers,
@@ -189,10 +211,6 @@ def _front(
         decision,
         keys,
     )
-    # A hybrid choice is logged per request, so its requests are resolved each time.
-    if not (pipe.config.hybrid is not None and body["model"] == pipe.config.hybrid.model):
-        pipe.fronts.put(endpoint.name, tenant, raw, front)
-    return front
 
 
 def _cache_keys(
@@ -210,8 +228,10 @@ def _namespace(pipe: Pipeline, tenant: str) -> str:
 async def _observed(pipe: Pipeline, ex: Exchange) -> None:
     """``_dispatch`` with the client's view recorded (the one wrapper around ``send``),
     settled with the key's limits and reported to the observers once it is over."""
+    # The one place the answer's send is wrapped: what the client saw (the metrics, the
+    # usage tail), then what the key's limits read of it.
     track = ex.track = ResponseTrack(ex.send)
-    ex.send = track.send
+    ex.send = ex.limit.wrap(track.send)
     if pipe.observers:
         ex.scope[OBSERVED_SCOPE_KEY] = True
     status, code = 0, None
@@ -252,10 +272,10 @@ def _upstream_body(ex: Exchange) -> bytes:
         return ex.raw_body
     body = {**ex.body, "model": ex.model.upstream_model} if ex.model.is_renamed else {**ex.body}
     if ex.is_assembled:
-        return orjson.dumps(as_stream_request(body))
+        return exactjson.dumps(as_stream_request(body))
     if ex.is_usage_added:
         body["stream_options"] = {**(ex.body.get("stream_options") or {}), "include_usage": True}
-    return orjson.dumps(body)
+    return exactjson.dumps(body)  # integers past 64 bits as the client wrote them
 
 
 def _resolve(
@@ -275,6 +295,13 @@ async def _dispatch(pipe: Pipeline, ex: Exchange) -> None:
     decision = _decide(ex)
     if pipe.cache is None or not decision.is_lookup:
         ex.listen()  # only a lookup can answer without waiting
+    # Usage is asked of the upstream for the cache and for a key whose limits read it.
+    ex.is_usage_added = (
+        ex.is_stream
+        and not ex.wants_usage
+        and ex.model.has_stream_options
+        and ((pipe.cache is not None and decision.is_store) or _reads_usage(ex))
+    )
     if pipe.cache is None or not (decision.is_lookup or decision.is_store):
         pipe.stats.count("bypass", tenant=ex.tenant)
         ex.trace.set("hasten.cache", "bypass")
@@ -286,6 +313,10 @@ async def _dispatch(pipe: Pipeline, ex: Exchange) -> None:
     if keys is None:  # not cacheable without Cache-Control, but this request's directives
         keys = _cache_keys(pipe, ex.endpoint, ex.body, ex.model, ex.tenant)
     request, key = keys
+    varied = answer_headers(ex.forwarded_headers)
+    if varied:  # an organisation, project or beta the upstream answers for
+        request = with_headers(request, varied)
+        key = namespaced_key(request, namespace)
     # What /admin/cache/invalidate takes as "key"; it only ever names the caller's entry.
     ex.extra_headers = (*ex.extra_headers, (b"x-hasten-cache-key", request.encode()))
     flight_key = None  # what a miss needs; built up front only for the fleet's early ask
@@ -365,8 +396,6 @@ async def _lookup_and_serve(
     ex.cache_label = MISS if decision.is_lookup else BYPASS
     ex.trace.set("hasten.cache", "miss" if decision.is_lookup else "bypass")
     stored = _Stored(pipe, ex, key, namespace, found) if decision.is_store else None
-    can_add_usage = ex.model.has_stream_options
-    ex.is_usage_added = ex.is_stream and decision.is_store and not ex.wants_usage and can_add_usage
     if flight_key is None:
         flight_key = _flight_key(ex, key, decision)
     run = _flight_run(pipe, ex, stored, flight_key, decision.is_lookup, early)
@@ -380,6 +409,10 @@ async def _lookup_and_serve(
         await _serve_flight(pipe, ex, flight, b"miss" if decision.is_lookup else b"bypass")
     finally:
         pipe.coalescer.leave(flight)
+
+
+def _reads_usage(ex: Exchange) -> bool:
+    return ex.limit.is_reading_usage
 
 
 async def _admit(ex: Exchange, *, is_hit: bool) -> None:
@@ -419,6 +452,7 @@ def _flight_run(
             ex.is_upstream_stream,
             ex.endpoint.name,
             _is_idempotent(ex),
+            ex.model.route.max_answer_bytes,
         )
         await fleet.pump(flight, job, early)
 
@@ -435,8 +469,8 @@ def _flight_key(ex: Exchange, key: str, decision: CacheDecision) -> str:
         return f"{key}:1"  # usage always asked for: each client keeps or drops the event
     # Not stored, or to an upstream that takes no ``stream_options``: sent as the client
     # sent it, so it is shared only by requests that made the same usage choice (an
-    # assembled request always asks for usage).
-    return f"{key}:1:{int(ex.wants_usage or ex.is_assembled)}"
+    # assembled request always asks for usage, and so does one for a key's limits).
+    return f"{key}:1:{int(ex.wants_usage or ex.is_assembled or ex.is_usage_added)}"
 
 
 class _Stored:
@@ -550,12 +584,17 @@ async def _forward_direct(pipe: Pipeline, ex: Exchange) -> None:
             await send_response(ex.send, status, body, headers)
             return
         await start_stream(ex.send, status, headers)
+        usage: list[bytes] = []
+        if ex.is_usage_added:  # asked for a key's limits: not for this client
+            chunks = without_usage(chunks, usage)
         if not ex.trace.is_recording:
             await _stream_body(ex.send, chunks)
-            return
-        tail: list[bytes] = []
-        await _stream_body(ex.send, keep_tail(chunks, tail))
-        describe_answer(ex.trace, status, tail, is_stream=True)
+        else:
+            tail: list[bytes] = []
+            await _stream_body(ex.send, keep_tail(chunks, tail))
+            describe_answer(ex.trace, status, tail, is_stream=True)
+        if ex.is_usage_added:
+            ex.usage_tail = b"".join(usage)
     finally:
         call.close()
         _note_resume(ex, resume)
@@ -589,16 +628,17 @@ async def _send_assembled(
 
 def _assembly(ex: Exchange, call: UpstreamCall) -> Assembly | None:
     """Where a non-stream client's body is merged as the guard checks the call's events."""
-    if not ex.is_assembled or call.status != 200 or not is_event_stream(call.headers):
+    if not ex.is_assembled or call.status != 200:
         return None
     return Assembly(ex.endpoint.name)
 
 
 def _listeners(
-    call: UpstreamCall, recorder: Recorder | None, assembly: Assembly | None
+    ex: Exchange, call: UpstreamCall, recorder: Recorder | None, assembly: Assembly | None
 ) -> EventSink | None:
-    """Who takes the events the call's guard checks: the recorder (then the assembly)."""
-    if recorder is None or call.status != 200 or not is_event_stream(call.headers):
+    """Who takes the events the call's guard checks: the recorder (then the assembly).
+    A stream request's answer is guarded as a stream whatever its content type."""
+    if recorder is None or call.status != 200 or not ex.is_upstream_stream:
         return assembly  # no guard, no events: the recorder decodes the bytes itself
     return recorder.listen(assembly)
 
@@ -612,7 +652,7 @@ async def _stream_body(
         async for chunk in chunks:
             await send_body(send, chunk)
     except HastenError as exc:
-        failure = exc
+        failure = exc.detached()  # its traceback would hold this frame, and it this one
     if failure is None and error is not None:
         failure = error()
     if failure is not None:
@@ -637,11 +677,16 @@ async def _pump(pipe: Pipeline, ex: Exchange, flight: Flight, stored: _Stored | 
             chunks = resume.chunks(call)
         else:
             flight.assembly = _assembly(ex, call)
-            chunks = call.iter_chunks(_listeners(call, recorder, flight.assembly))
+            chunks = call.iter_chunks(_listeners(ex, call, recorder, flight.assembly))
         try:
+            # Usage asked for a key's limits, with nothing recorded: marked from the bytes.
+            marks = usage_marks if recorder is None and ex.is_usage_added else None
             async for chunk in chunks:
                 # Recorded first: a chunk completing a usage event is marked before it is read.
-                flight.push(chunk, 0 if recorder is None else recorder.feed(chunk))
+                if recorder is not None:
+                    flight.push(chunk, recorder.feed(chunk))
+                else:
+                    flight.push(chunk, 0 if marks is None else marks(chunk))
         except HastenError as exc:
             flight.finish(exc)
             return
@@ -677,12 +722,14 @@ async def _serve_flight(pipe: Pipeline, ex: Exchange, flight: Flight, label: byt
     if flight.is_relayed and ex.is_upstream_call:  # another replica's call answers it
         ex.is_upstream_call, ex.cache_label = False, COALESCED
         pipe.stats.count("coalesced", tenant=ex.tenant)
+    if ex.cache_label == COALESCED:  # what the metrics say, the client reads too
+        label = _COALESCED_LABEL
     _note_call(ex, flight.headers, flight.upstream_name, flight.ttfb_ms)
     saved = hedge_saved(pipe, ex) if ex.is_upstream_call else None
     if not ex.is_stream or flight.status != 200:
         body = await flight.read_all()
         if flight.error is not None:
-            raise flight.error
+            raise flight.error.copy()  # shared by the flight's waiters
         if ex.is_assembled and flight.status == 200:
             resumed = resume_header(body) if ex.model.route.is_resuming_streams else None
             assembly = flight.assembly

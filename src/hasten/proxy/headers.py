@@ -32,6 +32,9 @@ _PASSED_HEADERS = frozenset(
 )
 _CONTROL_CHARACTERS = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
 _FORWARDED_REQUEST_HEADERS = frozenset({b"openai-organization", b"openai-project", b"openai-beta"})
+# Of those, what can change the answer (an organisation's or project's models and settings,
+# a beta's behaviour): part of the cache key (hasten.cache.keys.with_headers).
+_ANSWER_HEADERS = ("openai-beta", "openai-organization", "openai-project")
 # W3C trace context: passed on as sent unless the gateway traces (hasten.telemetry), when
 # each upstream attempt carries its own span's traceparent instead.
 _WITH_TRACE_HEADERS = _FORWARDED_REQUEST_HEADERS | {b"traceparent", b"tracestate"}
@@ -54,6 +57,12 @@ def upstream_headers(
             if text not in headers:
                 headers[text] = _forwardable(name, value)
     return headers
+
+
+def answer_headers(forwarded: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """The headers of ``forwarded`` (what ``upstream_headers`` built) that can change the
+    answer, as (name, value) pairs; none for most requests."""
+    return tuple((name, forwarded[name]) for name in _ANSWER_HEADERS if name in forwarded)
 
 
 def _forwardable(name: bytes, value: bytes) -> str:

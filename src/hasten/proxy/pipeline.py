@@ -21,15 +21,15 @@ from hasten.proxy.ports import (
     Callers,
     FleetFlights,
     Limit,
+    LimitedRequest,
     Limits,
     Policies,
     Savings,
     Tracer,
 )
 from hasten.proxy.stats import Stats
-from hasten.routing.models import ModelRouter, ResolvedModel
+from hasten.routing.models import ModelRouter
 from hasten.upstream.client import UpstreamClient
-from hasten.values.caller import Caller
 from hasten.values.outcome import Observer
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 class _NoLimits:
     __slots__ = ()
 
-    def open(self, caller: Caller, model: ResolvedModel, raw_body: bytes, request_id: str) -> Limit:
+    def open(self, request: LimitedRequest) -> Limit:
         return NO_LIMIT
 
 

@@ -14,10 +14,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from hasten.config.tables import DEFAULT_MAX_ANSWER_BYTES
 from hasten.values.caller import Caller
 from hasten.values.outcome import RequestOutcome
 from hasten.values.stage import NO_STAGE, Stage
-from hasten.wire.asgi import Headers, Scope
+from hasten.wire.asgi import Headers, Scope, Send
 
 if TYPE_CHECKING:
     from hasten.proxy.flight import Flight
@@ -67,6 +68,29 @@ class Spent:
     usage_tail: bytes  # where the answer's usage is (its body, or its stream's last events)
 
 
+class LimitedRequest(Protocol):
+    """What the limits read of a request (the pipeline's ``Exchange``, read only)."""
+
+    @property
+    def caller(self) -> Caller: ...
+
+    @property
+    def model(self) -> ResolvedModel: ...
+
+    @property
+    def raw_body(self) -> bytes: ...
+
+    @property
+    def body(self) -> dict[str, Any]: ...
+
+    @property
+    def request_id(self) -> str: ...
+
+    @property
+    def is_generating(self) -> bool:
+        """It asks for generated text (not embeddings): output tokens may be reserved."""
+
+
 class Limit(Protocol):
     """One request's limits (``hasten.limits.limiter.Enforcement``); ``NO_LIMIT`` for a key
     without any. ``admit`` once hit or miss is known, ``settle`` once, however it ended."""
@@ -74,6 +98,9 @@ class Limit(Protocol):
     @property
     def is_reading_usage(self) -> bool:
         """Whether ``settle`` reads the answer's usage (a token limit or a budget)."""
+
+    def wrap(self, send: Send) -> Send:
+        """``send`` with what the limit reads of the answer as it goes out."""
 
     async def admit(self, *, is_hit: bool) -> Headers:
         """The rate headers to send; raises the 429 when a limit says no."""
@@ -90,6 +117,9 @@ class _NoLimit:
     def is_reading_usage(self) -> bool:
         return False
 
+    def wrap(self, send: Send) -> Send:
+        return send
+
     async def admit(self, *, is_hit: bool) -> Headers:
         return []
 
@@ -103,9 +133,7 @@ NO_LIMIT: Limit = _NoLimit()
 class Limits(Protocol):
     """Every key's limits (``hasten.limits.limiter.Limiter``)."""
 
-    def open(
-        self, caller: Caller, model: ResolvedModel, raw_body: bytes, request_id: str
-    ) -> Limit: ...
+    def open(self, request: LimitedRequest) -> Limit: ...
 
 
 class Savings(Protocol):
@@ -174,6 +202,8 @@ class FleetJob:
     # False (``x-hasten-idempotent: false``): a lost leader's call may have run, so a
     # follower ends with an error rather than run the request a second time.
     is_idempotent: bool = True
+    # What a follower holds of the relayed answer at most (the route's max_answer_bytes).
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
 
 
 class EarlyAsk(Protocol):

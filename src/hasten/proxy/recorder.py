@@ -1,8 +1,13 @@
 """Records an upstream answer while it is forwarded, and stores it only if it is whole.
 
-A stream counts as whole when it ended with ``data: [DONE]`` and carried no error event;
-a JSON body when it parses to an object without an ``error``. Anything else (a cut
-stream, an upstream error, a cancelled call) never reaches the cache.
+A stream counts as whole when it ended properly: with ``data: [DONE]`` and nothing after
+it, no error event, nothing unparseable, and, for chat and completions, a ``finish_reason``
+for every choice it opened (a stream cut short can still end with ``[DONE]``). A JSON body
+is whole when it parses to an object without an ``error``. Anything else (a cut stream, an
+upstream error, a cancelled call) never reaches the cache.
+
+What is recorded are the chunks as forwarded: the flight's own objects, so a recorded answer
+is held once, not twice; its events are decoded once more only to be stored.
 """
 
 from __future__ import annotations
@@ -12,22 +17,26 @@ from typing import Any
 import orjson
 
 from hasten.cache import CachedAnswer, TieredCache
+from hasten.proxy.ending import StreamEnd
 from hasten.upstream.integrity import EventSink
 from hasten.values.usage import is_usage_chunk, is_usage_value
 from hasten.wire.sse import DONE, SSEDecoder
 
+_UNPARSEABLE = object()
+
 
 class Recorder:
-    """Records one answer: from its bytes (``feed``), or, once ``listen`` was called, from
-    the events the stream's guard decoded and parsed anyway (no second decode)."""
+    """Records one answer: its chunks as forwarded (``feed``), and, for a stream, whether it
+    ended properly, from the events the stream's guard decoded and parsed anyway once
+    ``listen`` was called, else from decoding the chunks itself."""
 
     __slots__ = (
         "_cache",
         "_decoder",
+        "_end",
         "_endpoint",
         "_has_pending",
         "_is_listening",
-        "_is_stream",
         "_key",
         "_num_chunk_events",
         "_parts",
@@ -40,9 +49,10 @@ class Recorder:
         self, cache: TieredCache, key: str, endpoint: str, is_stream: bool, *, ttl_s: float
     ) -> None:
         self._cache, self._key, self._endpoint = cache, key, endpoint
-        self._is_stream, self._ttl_s = is_stream, ttl_s
+        self._ttl_s = ttl_s
         self._decoder = SSEDecoder() if is_stream else None
-        self._parts: list[bytes] = []
+        self._end = StreamEnd(endpoint) if is_stream else None
+        self._parts: list[bytes] = []  # the chunks as forwarded (shared, never copied)
         self._is_listening = False
         self._then: EventSink | None = None
         self._has_pending = False
@@ -63,7 +73,8 @@ class Recorder:
         return self
 
     def event(self, payload: bytes, parsed: Any) -> None:
-        self._parts.append(payload)
+        assert self._end is not None
+        self._end.event(parsed)
         is_usage = (
             isinstance(parsed, dict)
             and parsed.get("usage") is not None
@@ -76,7 +87,8 @@ class Recorder:
             self._then.event(payload, parsed)
 
     def done(self) -> None:
-        self._parts.append(DONE)
+        assert self._end is not None
+        self._end.done()
         self._num_chunk_events += 1
         self._usage_tail = (self._usage_tail[1], False)
         if self._then is not None:
@@ -94,18 +106,22 @@ class Recorder:
         usage learn which chunk to look inside (see ``hasten.wire.sse.UsageStripper``). The
         usage chunk comes last but for ``[DONE]``: only a chunk's last two events can be it.
         """
+        self._parts.append(chunk)
         if self._is_listening:
             num_events, (previous, last) = self._num_chunk_events, self._usage_tail
             self._num_chunk_events, self._usage_tail = 0, (False, False)
             return int(last) + int(previous and num_events > 1)
-        decoder = self._decoder
-        if decoder is None:
-            self._parts.append(chunk)
+        decoder, end = self._decoder, self._end
+        if decoder is None or end is None:
             return 0
         payloads = decoder.feed(chunk)
         if not payloads:
             return 0
-        self._parts.extend(payloads)
+        for payload in payloads:
+            if payload == DONE:
+                end.done()
+            else:
+                end.event(_parsed(payload))
         count = int(is_usage_chunk(payloads[-1]))
         if len(payloads) > 1 and is_usage_chunk(payloads[-2]):
             count += 1
@@ -113,26 +129,23 @@ class Recorder:
 
     def answer(self) -> CachedAnswer | None:
         """The complete answer, or None when what was recorded must not be stored."""
-        if self._decoder is not None:
-            return self._stream_answer(self._decoder)
         body = b"".join(self._parts)
-        try:
-            parsed = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return None
-        if not isinstance(parsed, dict) or "error" in parsed:
-            return None
-        return CachedAnswer.from_body(body, endpoint=self._endpoint, ttl_s=self._ttl_s)
-
-    def _stream_answer(self, decoder: SSEDecoder) -> CachedAnswer | None:
-        events = self._parts
-        has_pending = self._has_pending if self._is_listening else decoder.has_pending
-        if has_pending or not events or events[-1] != DONE:
-            return None
-        chunks = events[:-1]
-        for event in chunks:
-            if b'"error"' in event and _is_error_event(event):
+        if self._decoder is None:
+            try:
+                parsed = orjson.loads(body)
+            except orjson.JSONDecodeError:
                 return None
+            if not isinstance(parsed, dict) or "error" in parsed:
+                return None
+            return CachedAnswer.from_body(body, endpoint=self._endpoint, ttl_s=self._ttl_s)
+        assert self._end is not None
+        has_pending = self._has_pending if self._is_listening else self._decoder.has_pending
+        if not self._end.is_whole(has_pending):
+            return None
+        events = SSEDecoder().feed(body)
+        if DONE not in events:
+            return None
+        chunks = events[: events.index(DONE)]
         return CachedAnswer.from_chunks(chunks, endpoint=self._endpoint, ttl_s=self._ttl_s)
 
     def commit(self) -> bool:
@@ -152,9 +165,8 @@ class Recorder:
         return True
 
 
-def _is_error_event(event: bytes) -> bool:
+def _parsed(payload: bytes) -> Any:
     try:
-        parsed = orjson.loads(event)
+        return orjson.loads(payload)
     except orjson.JSONDecodeError:
-        return True  # unparseable data is not an answer we can vouch for
-    return isinstance(parsed, dict) and "error" in parsed
+        return _UNPARSEABLE

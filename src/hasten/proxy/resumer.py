@@ -38,7 +38,9 @@ from hasten.proxy.continuation import (
 )
 from hasten.proxy.resume import Splice
 from hasten.routing.models import Route
+from hasten.upstream.bounded import TOO_LARGE_CODE, AnswerBytes
 from hasten.upstream.client import TOTAL_TIMEOUT_CODE, UpstreamCall
+from hasten.wire import exactjson
 from hasten.wire.sse import EVENT_END_SUFFIXES, SSEDecoder, last_event_end
 
 __all__ = ["RESUME_HEADER", "StreamResume", "resume_header"]
@@ -50,6 +52,9 @@ TRAILER_PREFIX = b": hasten-resume "
 _DONE_LINE = b"data: [DONE]"
 # Continuations one broken stream may get (each may break again): bounded, like retries.
 MAX_CONTINUATIONS = 3
+# A stream that failed so is not continued: it had all the time, or all the bytes, one
+# answer may take.
+_FINAL_CODES = frozenset({TOTAL_TIMEOUT_CODE, TOO_LARGE_CODE})
 
 Opener = Callable[[bytes, frozenset[str]], Awaitable[UpstreamCall]]
 
@@ -145,16 +150,23 @@ class StreamResume:
             failure = exc
         if forwarded.is_done:
             return  # whatever broke after [DONE] broke nothing the client needed
-        if failure is not None and failure.code == TOTAL_TIMEOUT_CODE:
-            raise failure  # the answer had all the time it may take: no second go
+        if failure is not None and failure.code in _FINAL_CODES:
+            raise failure  # all the time or all the bytes an answer may take: no second go
         failure = failure or forwarded.error or _incomplete()
-        async for data in self._continue(frozenset((call.upstream.name,)), failure):
+        count = AnswerBytes(call.upstream.max_answer_bytes)
+        async for data in self._continue(frozenset((call.upstream.name,)), failure, count):
             yield data
 
-    async def _continue(self, failed: frozenset[str], failure: HastenError) -> AsyncIterator[bytes]:
+    async def _continue(
+        self, failed: frozenset[str], failure: HastenError, count: AnswerBytes
+    ) -> AsyncIterator[bytes]:
+        """Continuations until one ends the stream; what they add to what the client got
+        counts against the first upstream's ``max_answer_bytes`` (``count``), as one
+        answer."""
         sent_body = self._body()
-        body = orjson.loads(sent_body)
+        body = exactjson.loads(sent_body)
         can_regenerate = is_deterministic(body)
+        count.add(sum(len(part) for part in self._parts))
         for _ in range(MAX_CONTINUATIONS):
             sent = b"".join(self._parts)
             mode = REGENERATED if can_regenerate else PREFILLED
@@ -171,11 +183,14 @@ class StreamResume:
             forwarded = _Forwarded(self._parts)
             try:
                 async for data in self._spliced(call, splice, forwarded, mode):
+                    count.add(len(data))
                     yield data
             except HastenError as exc:
                 failure = exc
             finally:
                 call.close()
+            if failure.code in _FINAL_CODES:
+                break
             if splice.mismatch is not None:
                 _log.info("stream resume: %s on %s: %s", mode, call.upstream.name, splice.mismatch)
                 can_regenerate = False
@@ -203,7 +218,7 @@ class StreamResume:
         continued = prefill_body(body, self._endpoint, probe.delivered_text(), target.mechanism)
         if continued is None:
             return None
-        return target.excluded, orjson.dumps(continued)
+        return target.excluded, exactjson.dumps(continued)
 
     async def _spliced(
         self, call: UpstreamCall, splice: Splice, forwarded: _Forwarded, mode: str

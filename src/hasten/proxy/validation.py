@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
 from hasten.config.tables import DEFAULT_MAX_JSON_DEPTH
 from hasten.errors import InvalidJSON, InvalidRequest
+from hasten.wire import exactjson
+
+_T = TypeVar("_T")
 
 _NUMBER = (int, float)
 _MIN_INT = -(2**63)
 _MAX_INT = 2**64 - 1
 
 _MAX_COUNTED_BYTES = 8192
+# A body this large is parsed and checked on a worker thread: parsing 10 MB of tiny messages
+# took the event loop ~0.5 s, and every other client waited for it.
+OFF_LOOP_BYTES = 256 * 1024
 
 
 def _is_number(value: Any) -> bool:
@@ -23,12 +31,12 @@ def _is_number(value: Any) -> bool:
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    """An integer parameter hasten reads (n, max_tokens, seed): one of 64 bits."""
+    return isinstance(value, int) and not isinstance(value, bool) and _MIN_INT <= value <= _MAX_INT
 
 
 def _is_beyond_64_bits(value: Any) -> bool:
-    """orjson reads an integer too big for 64 bits as a float (3.67e+22): not a typo'd type."""
-    return isinstance(value, float) and value.is_integer() and abs(value) >= 2**63
+    return isinstance(value, int) and not isinstance(value, bool) and not _is_int(value)
 
 
 def _require(body: dict[str, Any], param: str, check: Callable[[Any], bool], what: str) -> None:
@@ -122,7 +130,8 @@ def check_embedding(body: dict[str, Any]) -> None:
 
 
 def parse_body(raw: bytes, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> dict[str, Any]:
-    """The request's JSON object, nested at most ``max_depth`` levels (the object is one)."""
+    """The request's JSON object, nested at most ``max_depth`` levels (the object is one),
+    every key written once, its integers exact whatever their size (``hasten.wire.exactjson``)."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -133,7 +142,50 @@ def parse_body(raw: bytes, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> dict[str,
     # them in C costs a small body less than walking it, a large one (long texts) more.
     if len(raw) > _MAX_COUNTED_BYTES or raw.count(b"[") + raw.count(b"{") > max_depth:
         _check_depth(body, max_depth)
-    return body
+    # Read as hasten reads it, forwarded as the client wrote it: a key written twice could
+    # be read by the upstream the other way (the first value), so it is refused.
+    found = exactjson.shape(body)
+    duplicate = exactjson.duplicate_key(raw, found.num_keys)
+    if duplicate is not None:
+        shown = duplicate if len(duplicate) <= 60 else duplicate[:57] + "..."
+        raise InvalidRequest(
+            f"The key '{shown}' appears more than once in one object of the request body.",
+            param=shown,
+            code="duplicate_key",
+        )
+    try:
+        exact: dict[str, Any] = exactjson.exact_integers(raw, body, found)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidJSON(f"We could not parse the JSON body of your request: {exc}") from None
+    return exact
+
+
+def check_num_items(body: dict[str, Any], endpoint: Endpoint, max_items: int) -> None:
+    """Refuses more messages (prompts, inputs) than ``max_items`` in the endpoint's list."""
+    param = endpoint.items_param
+    items = None if param is None else body.get(param)
+    if isinstance(items, list) and len(items) > max_items:
+        raise InvalidRequest(
+            f"'{param}' holds {len(items)} items; at most {max_items} are accepted.",
+            param=param,
+            code="too_many_items",
+        )
+
+
+_PARSER: ThreadPoolExecutor | None = None
+
+
+async def off_loop(num_bytes: int, work: Callable[[], _T]) -> _T:
+    """``work()`` (parsing and checking a body of ``num_bytes``): here for a small body, on
+    the parser thread for a large one, so the event loop keeps serving other clients."""
+    if num_bytes < OFF_LOOP_BYTES:
+        return work()
+    global _PARSER
+    if _PARSER is None:
+        # One thread: the work is Python under the GIL, so a second would add no speed,
+        # only more of it competing with the event loop.
+        _PARSER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hasten-parse")
+    return await asyncio.get_running_loop().run_in_executor(_PARSER, work)
 
 
 def _check_depth(body: dict[str, Any], max_depth: int) -> None:
@@ -167,8 +219,10 @@ class Endpoint:
     path: str
     check: Callable[[dict[str, Any]], None]
     is_streamable: bool
+    # The body's list of messages (prompts, inputs): bounded by [server] max_messages.
+    items_param: str | None = None
 
 
-CHAT = Endpoint("chat", "/chat/completions", check_chat, True)
-COMPLETIONS = Endpoint("completions", "/completions", check_completion, True)
-EMBEDDINGS = Endpoint("embeddings", "/embeddings", check_embedding, False)
+CHAT = Endpoint("chat", "/chat/completions", check_chat, True, "messages")
+COMPLETIONS = Endpoint("completions", "/completions", check_completion, True, "prompt")
+EMBEDDINGS = Endpoint("embeddings", "/embeddings", check_embedding, False, "input")

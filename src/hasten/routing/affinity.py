@@ -16,7 +16,7 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-import orjson
+from hasten.wire import exactjson
 
 NUM_VIRTUAL_NODES = 64
 
@@ -26,11 +26,23 @@ def stable_hash(data: bytes) -> int:
 
 
 def prefix_bytes(body: Mapping[str, Any], max_chars: int) -> bytes:
-    """The repeating head of a request's prompt, at most ``max_chars`` long."""
+    """The repeating head of a request's prompt, at most ``max_chars`` long: the first
+    ``max_chars`` bytes of ``{"tools": ..., "messages": <all but the last>}`` as orjson
+    writes it, written only as far as needed (a body of 100 000 messages is not serialised
+    on the event loop to keep its first kilobytes)."""
     messages = body.get("messages")
     if isinstance(messages, list):
-        stable: Any = {"tools": body.get("tools"), "messages": messages[:-1]}
-        return orjson.dumps(stable)[:max_chars]
+        parts = [b'{"tools":', exactjson.dumps(body.get("tools")), b',"messages":[']
+        size = sum(len(part) for part in parts)
+        for i, message in enumerate(messages[:-1]):
+            if size >= max_chars:
+                break
+            part = exactjson.dumps(message)  # any integer, as the client wrote it
+            parts += (b",", part) if i else (part,)
+            size += len(part) + (1 if i else 0)
+        else:
+            parts.append(b"]}")
+        return b"".join(parts)[:max_chars]
     prompt = body.get("prompt")
     if isinstance(prompt, str):
         return prompt[:max_chars].encode()

@@ -48,6 +48,12 @@ class Route:
         """The deployments' upstreams, in order."""
         return tuple(self.upstreams[d.upstream] for d in self.deployments)
 
+    @property
+    def max_answer_bytes(self) -> int:
+        """The most of one answer any of the route's upstreams may send (what a copy of
+        it relayed from another replica may hold, hasten.fleet)."""
+        return max(upstream.max_answer_bytes for upstream in self.upstreams.values())
+
 
 def route_deployments(route: ModelRoute) -> tuple[DeploymentConfig, ...]:
     """A route's deployments; ``upstream`` + ``fallbacks`` become one priority tier each."""

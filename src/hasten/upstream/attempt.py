@@ -17,6 +17,7 @@ import orjson
 
 from hasten.config import UpstreamConfig
 from hasten.errors import HastenError, UpstreamConnectError, UpstreamError, UpstreamTimeout
+from hasten.upstream.bounded import MAX_ERROR_BODY_BYTES, TOO_LARGE_CODE, read_bounded, too_large
 from hasten.upstream.integrity import MAX_EVENT_BYTES, check_json_body, is_json_content, malformed
 from hasten.upstream.retry import is_retryable_status, parse_retry_after_s
 from hasten.upstream.transport import Transport, UpstreamRequest, UpstreamResponse
@@ -45,15 +46,28 @@ class BufferedResponse:
         return None
 
 
-async def buffer_response(response: UpstreamResponse, timeout_s: float) -> BufferedResponse:
-    try:
-        body = await response.read(min(ERROR_BODY_TIMEOUT_S, max(0.001, timeout_s)))
-    except HastenError:
-        body = b""
-    finally:
-        response.close()
+async def buffer_response(
+    response: UpstreamResponse, timeout_s: float, idle_timeout_s: float
+) -> BufferedResponse:
+    """An error answer read to pass on, within ``ERROR_BODY_TIMEOUT_S`` and
+    ``MAX_ERROR_BODY_BYTES``: a body past either is replaced by hasten's own error (in the
+    OpenAI shape, so the client still gets the status with a body it can read)."""
     # Lower-cased: aiohttp title-cases names, and the retry policy looks them up by name.
     headers = {name.lower(): value for name, value in response.headers.items()}
+    try:
+        body = await read_bounded(
+            response.iter_chunks(idle_timeout_s),
+            timeout_s=min(ERROR_BODY_TIMEOUT_S, timeout_s),
+            max_bytes=MAX_ERROR_BODY_BYTES,
+        )
+    except HastenError as exc:
+        body = b""
+        if exc.code == TOO_LARGE_CODE:
+            body = exc.to_json()
+            headers["content-type"] = "application/json"
+            headers.pop("content-length", None)
+    finally:
+        response.close()
     return BufferedResponse(response.status, headers, body)
 
 
@@ -117,6 +131,12 @@ def _event_has_output(event: dict[str, Any], watch: FirstTokenWatch) -> bool:
     return False
 
 
+def _untraced(error: HastenError) -> HastenError:
+    """``error`` without its traceback: a failure is kept (the dispatch's last, a flight's
+    end) past the frames that raised it, and those frames hold what was read."""
+    return error.detached()
+
+
 @dataclass(slots=True)
 class Ready:
     """An attempt with something usable; for a stream, the bytes read up to the first token."""
@@ -175,29 +195,38 @@ async def run_attempt(transport: Transport, spec: AttemptSpec) -> Ready | Failed
         return Failed("upstream_error", exc)
     status = response.status
     if is_retryable_status(status):
-        buffered = await buffer_response(response, spec.deadline_s - time.monotonic())
+        buffered = await buffer_response(
+            response, spec.deadline_s - time.monotonic(), upstream.timeouts.idle_s
+        )
         retry_after_s = parse_retry_after_s(buffered.headers)
         return Failed(str(status), None, buffered, retry_after_s, is_retryable_here=True)
     if status != 200:
         elapsed_ms = (time.perf_counter() - started_s) * 1000.0
         return Ready(response, elapsed_ms, is_token=False)
     if not spec.is_stream:
-        return await _read_whole(response, spec.deadline_s, started_s)
+        return await _read_whole(response, upstream, spec.deadline_s, started_s)
     return await _await_first_token(response, upstream, started_s)
 
 
 async def _read_whole(
-    response: UpstreamResponse, deadline_s: float, started_s: float
+    response: UpstreamResponse, upstream: UpstreamConfig, deadline_s: float, started_s: float
 ) -> Ready | Failed:
     """A non-stream answer is usable only once complete: one cut off midway has reached
-    no client yet, so it fails like a connect error and is retried or failed over."""
+    no client yet, so it fails like a connect error and is retried or failed over. One
+    past ``max_answer_bytes`` fails over too, never retried here (it would be as large)."""
     ttft_ms = (time.perf_counter() - started_s) * 1000.0
     try:
-        body = await response.read(max(0.001, deadline_s - time.monotonic()))
+        body = await read_bounded(
+            response.iter_chunks(upstream.timeouts.idle_s),
+            timeout_s=deadline_s - time.monotonic(),
+            max_bytes=upstream.max_answer_bytes,
+        )
     except UpstreamTimeout as exc:
-        return Failed("body_timeout", exc)
+        return Failed("body_timeout", _untraced(exc))
     except UpstreamError as exc:
-        return Failed("body_cut", exc, is_retryable_here=True)
+        if exc.code == TOO_LARGE_CODE:
+            return Failed("too_large", _untraced(exc))
+        return Failed("body_cut", _untraced(exc), is_retryable_here=True)
     finally:
         response.close()
     # Complete by HTTP yet cut mid-JSON (or not JSON at all): no client can use it, and
@@ -214,6 +243,7 @@ async def _await_first_token(
     watch = FirstTokenWatch()
     head: list[bytes] = []
     num_head_bytes = 0
+    max_head_bytes = min(MAX_EVENT_BYTES, upstream.max_answer_bytes)
     is_handed_over = False
     try:
         async for chunk in rest:
@@ -230,11 +260,14 @@ async def _await_first_token(
                 return Failed("stream_error_event", error)
             if watch.is_malformed:
                 return Failed("malformed", malformed("an event that is not JSON"))
-            if num_head_bytes > MAX_EVENT_BYTES:  # all of it held, none of it a token
+            if num_head_bytes > max_head_bytes:  # all of it held, none of it a token
+                head.clear()
+                if max_head_bytes < MAX_EVENT_BYTES:
+                    return Failed("too_large", too_large(upstream.max_answer_bytes))
                 error = malformed(f"over {MAX_EVENT_BYTES} bytes before the first token")
                 return Failed("malformed", error)
     except HastenError as exc:
-        return Failed("stream_error", exc)
+        return Failed("stream_error", _untraced(exc))
     finally:
         if not is_handed_over:
             response.close()

@@ -23,6 +23,13 @@ from hasten.errors import HastenError, UpstreamTimeout
 from hasten.routing.affinity import prefix_key
 from hasten.routing.models import ResolvedModel, Route
 from hasten.routing.pool import DeploymentPool
+from hasten.upstream.bounded import (
+    EVENT_COST_BYTES,
+    MAX_ERROR_BODY_BYTES,
+    AnswerBytes,
+    read_bounded,
+    too_large,
+)
 from hasten.upstream.dispatch import Dispatch, GaveUp, RequestTraits, Won
 from hasten.upstream.integrity import EventSink, StreamGuard, is_event_stream
 from hasten.upstream.transport import Transport, UpstreamRequest, UpstreamResponse
@@ -61,6 +68,23 @@ def _nothing() -> None:
     return None
 
 
+def _ignored(reason: str) -> None:
+    return None
+
+
+class _Nothing:
+    """An async iterator that ends at once."""
+
+    def __aiter__(self) -> _Nothing:
+        return self
+
+    async def __anext__(self) -> bytes:
+        raise StopAsyncIteration
+
+
+_NOTHING = _Nothing()
+
+
 class UpstreamCall:
     """An open upstream answer, all the proxy reads: status and headers, then the body once
     (``read`` or ``iter_chunks``), then ``close``, which always comes and ends the call's
@@ -69,7 +93,9 @@ class UpstreamCall:
     __slots__ = (
         "_deadline_s",
         "_head",
+        "_is_stream",
         "_on_close",
+        "_on_failure",
         "_report",
         "_response",
         "_rest",
@@ -91,57 +117,98 @@ class UpstreamCall:
         rest: AsyncIterator[bytes] | None = None,
         on_close: Callable[[], None] = _nothing,
         report: _StreamReport | None = None,
+        is_stream: bool = False,
+        on_failure: Callable[[str], None] = _ignored,
     ) -> None:
         self._response, self.upstream = response, upstream
+        self._is_stream = is_stream  # asked as a stream: its answer is checked as one
         self.status = response.status
         self.headers = headers  # the upstream's, plus the router's ``x-hasten-*`` account
         self.ttfb_ms, self._deadline_s = ttfb_ms, deadline_s
         self._head, self._rest = head, rest  # what the first-token wait already read
         self._on_close, self._report = on_close, report
+        self._on_failure = on_failure  # a body that failed to arrive, told to the pool
 
     async def iter_chunks(self, sink: EventSink | None = None) -> AsyncIterator[bytes]:
-        """Body chunks as they arrive, bounded by the idle gap and the total deadline; an
-        event stream's cut at event ends and checked (``hasten.upstream.integrity``), its
-        events handed to ``sink`` as they are checked (none when the answer is no stream)."""
+        """Body chunks as they arrive, bounded by the idle gap, the total deadline and the
+        upstream's ``max_answer_bytes``; an event stream's cut at event ends and checked
+        (``hasten.upstream.integrity``), its events handed to ``sink`` as they are checked
+        (none when the answer is no stream)."""
         report = self._report
-        is_guarded = self.status == 200 and is_event_stream(self.headers)
+        # What the client asked for decides how the answer is checked: a stream request's
+        # answer is checked as a stream whatever content type the upstream claims.
+        is_guarded = self.status == 200 and (self._is_stream or is_event_stream(self.headers))
         guard = StreamGuard(sink) if is_guarded else None
+        count = AnswerBytes(self.upstream.max_answer_bytes)
         try:
             async with asyncio.timeout_at(_loop_time(self._deadline_s)):
                 for chunk in self._head:
+                    count.add(len(chunk))
                     if guard is not None:
+                        num_events = guard.num_events
                         chunk = guard.feed(chunk)
+                        count.add(EVENT_COST_BYTES * (guard.num_events - num_events))
                     if chunk:
                         yield chunk
                 source = self._rest or self._response.iter_chunks(self.upstream.timeouts.idle_s)
-                async for chunk in source:
+                # Events after [DONE] end the reading: the answer is over, the rest unread.
+                is_over = guard is not None and guard.has_extra
+                async for chunk in _NOTHING if is_over else source:
+                    count.add(len(chunk))
                     if report is not None:
                         report.feed(chunk)
                     if guard is not None:
+                        num_events = guard.num_events
                         chunk = guard.feed(chunk)
+                        count.add(EVENT_COST_BYTES * (guard.num_events - num_events))
+                        if guard.has_extra:
+                            if chunk:
+                                yield chunk
+                            break
                     if chunk:
                         yield chunk
                 if guard is not None and (tail := guard.finish()):
                     yield tail
         except TimeoutError:
-            error = UpstreamTimeout(
+            if report is not None:
+                report.finish(TOTAL_TIMEOUT_CODE)
+            else:
+                self._on_failure(TOTAL_TIMEOUT_CODE)
+            # Not bound to a name here: this frame, held by the TimeoutError's traceback
+            # (the new error's context), would hold the new error too, a cycle.
+            raise UpstreamTimeout(
                 f"upstream response exceeded the total timeout of "
                 f"{self.upstream.timeouts.total_s:g} s",
                 code=TOTAL_TIMEOUT_CODE,
-            )
-            if report is not None:
-                report.finish(error.code or "timeout")
-            raise error from None
+            ) from None
         except HastenError as exc:
             if report is not None:
                 report.finish(exc.code or "stream_error")
+            else:
+                self._on_failure(exc.code or "body_error")
             raise
         if report is not None:
             report.finish()
 
     async def read(self) -> bytes:
-        remaining_s = self._deadline_s - time.monotonic()
-        body = await self._response.read(max(0.001, remaining_s))
+        """The whole body, within the total deadline and ``max_answer_bytes`` (an error
+        status's within ``MAX_ERROR_BODY_BYTES``)."""
+        max_bytes = self.upstream.max_answer_bytes
+        if self.status != 200:
+            max_bytes = min(max_bytes, MAX_ERROR_BODY_BYTES)
+        num_head_bytes = sum(len(chunk) for chunk in self._head)
+        rest = self._rest or self._response.iter_chunks(self.upstream.timeouts.idle_s)
+        try:
+            if num_head_bytes > max_bytes:
+                raise too_large(max_bytes)
+            body = await read_bounded(
+                rest,
+                timeout_s=self._deadline_s - time.monotonic(),
+                max_bytes=max_bytes - num_head_bytes,
+            )
+        except HastenError as exc:
+            self._on_failure(exc.code or "body_error")  # counted as a broken answer
+            raise
         return b"".join(self._head) + body if self._head else body
 
     def close(self) -> None:
@@ -335,6 +402,10 @@ def _call(
             rest=outcome.ready.rest,
             on_close=_ender(pool, name, outcome.span),
             report=_StreamReport(pool, name) if is_reported else None,
+            is_stream=is_stream,
+            on_failure=lambda reason: pool.on_stream_end(
+                name, time.monotonic(), tpot_ms=None, error=reason
+            ),
         )
     last = outcome.last
     if isinstance(last, HastenError):
@@ -346,6 +417,7 @@ def _call(
         headers=_with_routing(last.headers, outcome.headers, is_routed),
         ttfb_ms=0.0,
         deadline_s=outcome.deadline_s,
+        is_stream=is_stream,
     )
 
 

@@ -24,8 +24,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import orjson
-
 from hasten.config import UpstreamConfig
 from hasten.errors import HastenError, UpstreamError, UpstreamTimeout
 from hasten.routing.pool import DeploymentPool
@@ -34,6 +32,7 @@ from hasten.upstream.retry import retry_delay_s
 from hasten.upstream.spans import end_attempt, start_attempt
 from hasten.upstream.transport import Transport
 from hasten.values.stage import NO_STAGE, Stage
+from hasten.wire import exactjson
 
 _log = logging.getLogger("hasten.dispatch")
 PRIMARY_HEADER = "x-hasten-primary"
@@ -297,9 +296,9 @@ class Dispatch:
         key = self._request.affinity_key
         if deployment.is_prompt_cache_key and key is not None and body:
             # OpenAI routes by prompt_cache_key too: the same key keeps its cache warm.
-            parsed = orjson.loads(body)
+            parsed = exactjson.loads(body)  # its integers as sent, whatever their size
             if isinstance(parsed, dict) and "prompt_cache_key" not in parsed:
-                body = orjson.dumps({**parsed, "prompt_cache_key": f"hasten-{key:016x}"})
+                body = exactjson.dumps({**parsed, "prompt_cache_key": f"hasten-{key:016x}"})
         return AttemptSpec(
             self._upstreams[name],
             self._path,

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import orjson
 
 from hasten.errors import UpstreamError
-from hasten.wire.sse import DONE, SSEDecoder, last_event_end
+from hasten.wire.sse import DONE, EVENT_END, SSEDecoder, event_data, last_event_end
 
 MALFORMED_CODE = "upstream_malformed"
 # What an upstream can make the gateway hold before it has a whole event to check: one
@@ -66,20 +66,29 @@ class EventSink(Protocol):
 
 
 class StreamGuard:
-    """Feeds raw stream bytes, returns the whole events among them (raw, as they came).
+    """Feeds raw stream bytes, returns the whole events among them (raw, as they came), up
+    to the first ``[DONE]``: what follows it is the end of no answer, so it is neither
+    forwarded nor checked (``is_over``; ``has_extra`` once anything but blank lines came
+    after it, so the reader may stop reading).
 
     With a ``sink``, every data event it checked is handed over, in order, with its JSON.
     """
 
-    __slots__ = ("_decoder", "_sink", "_tail")
+    __slots__ = ("_decoder", "_sink", "_tail", "has_extra", "is_over", "num_events")
 
     def __init__(self, sink: EventSink | None = None) -> None:
         self._decoder = SSEDecoder()
         self._tail = b""
         self._sink = sink
+        self.num_events = 0  # data events checked so far
+        self.is_over = False  # a [DONE] passed
+        self.has_extra = False  # and something other than blank lines after it
 
     def feed(self, chunk: bytes) -> bytes:
         """The complete events of what came so far; raises UpstreamError on a bad one."""
+        if self.is_over:
+            self.has_extra = self.has_extra or bool(chunk.strip())
+            return b""
         data = self._tail + chunk if self._tail else chunk
         if data.endswith(b"\n\n"):  # the common case: upstreams send whole events
             self._tail = b""
@@ -90,14 +99,20 @@ class StreamGuard:
                 raise malformed(f"an event of over {MAX_EVENT_BYTES} bytes")
             if not data:
                 return data
+        if b"[DONE]" in data and (done_at := done_end(data)) is not None:
+            # The stream's end: nothing after it is an event of this answer.
+            self.is_over = True
+            self.has_extra = bool(data[done_at:].strip() or self._tail.strip())
+            data, self._tail = data[:done_at], b""
         if b"\r" in data:  # CR line ends: the decoder knows them
             self._check_all(self._decoder.feed(data))
             return data
         for event in data.split(b"\n\n"):
-            # One-line ``data: `` events are checked here (the decoder's own fast path);
-            # multi-line data and comments go through the decoder.
-            if event.startswith(b"data: ") and b"\n" not in event:
-                self._check(event[6:])
+            # One-line ``data:`` events are checked here (the decoder's own fast path, with
+            # or without the optional space); multi-line data and comments go through the
+            # decoder.
+            if event.startswith(b"data:") and b"\n" not in event:
+                self._check(event[6:] if event.startswith(b"data: ") else event[5:])
             elif event:
                 self._check_all(self._decoder.feed(event + b"\n\n"))
         return data
@@ -108,6 +123,7 @@ class StreamGuard:
 
     def _check(self, payload: bytes) -> None:
         """One event's data: JSON (or ``[DONE]``), handed to the sink when there is one."""
+        self.num_events += 1
         sink = self._sink
         if payload == DONE:
             if sink is not None:
@@ -123,13 +139,35 @@ class StreamGuard:
     def finish(self) -> bytes:
         """What is left at the end of the stream, as it came: comments, or a last event
         whose blank line is missing (``data: [DONE]\n``); raises when it is an event cut
-        off midway."""
+        off midway. Nothing after a ``[DONE]``."""
         tail, self._tail = self._tail, b""
+        if self.is_over:
+            if self._sink is not None:
+                self._sink.end(b"")
+            return b""
         if not all(p == DONE or _is_json(p) for p in SSEDecoder().feed(tail + b"\n\n")):
             raise malformed("a stream that ends halfway through an event")
         if self._sink is not None:
             self._sink.end(tail)
         return tail
+
+
+def done_end(data: bytes) -> int | None:
+    """Where the first ``[DONE]`` event of ``data`` (whole events) ends; None if it has none."""
+    if b"\r" not in data:
+        start = 0
+        while (end := data.find(b"\n\n", start)) >= 0:
+            if event_data(data[start:end]) == DONE:
+                return end + 2
+            start = end + 2
+        return None
+    start = 0
+    for match in EVENT_END.finditer(data):
+        event = data[start : match.start()].replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if event_data(event) == DONE:
+            return match.end()
+        start = match.end()
+    return None
 
 
 def _is_json(payload: bytes) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
 
 import orjson
 
@@ -53,6 +54,11 @@ def is_usage_chunk(chunk: bytes) -> bool:
 def is_usage_value(chunk: bytes) -> bool:
     """``is_usage_chunk``'s look at the bytes: a ``"usage"`` that is not null."""
     return _USAGE_VALUE.search(chunk) is not None
+
+
+def num_usage_values(data: bytes) -> int:
+    """How many ``"usage"`` that are not null ``data`` holds: at least its usage chunks."""
+    return len(_USAGE_VALUE.findall(data))
 
 
 def _is_usage_only(chunk: bytes) -> bool:
@@ -139,3 +145,25 @@ def _is_usage_event(event: bytes) -> bool:
         event = event.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     payload = event_data(event)
     return payload is not None and is_usage_chunk(payload)
+
+
+def usage_marks(chunk: bytes) -> int:
+    """At least how many usage events ``chunk`` completes, from its bytes alone (for a
+    stream nothing decodes): ``UsageStripper`` drops only the usage events among them."""
+    return num_usage_values(chunk) if b'"usage"' in chunk else 0
+
+
+async def without_usage(chunks: AsyncIterator[bytes], tail: list[bytes]) -> AsyncIterator[bytes]:
+    """``chunks`` minus their usage-only events, for a client that did not ask for usage
+    where hasten asked upstream for it (a key whose limits read it) and nothing recorded the
+    stream to say which chunk holds it; ``tail`` keeps the last two chunks as they came
+    (where the usage is)."""
+    stripper = UsageStripper()
+    async for chunk in chunks:
+        tail[:] = (*tail[-1:], chunk)
+        data = stripper.feed(chunk, usage_marks(chunk))
+        if data:
+            yield data
+    rest = stripper.finish()
+    if rest:
+        yield rest
