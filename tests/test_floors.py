@@ -11,8 +11,6 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 # Lowest first. A module belongs to the floor of its longest matching prefix (one ending
@@ -161,7 +159,6 @@ def test_every_module_has_a_floor() -> None:
     assert [m for m in _modules() if _floor(m) < 0] == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 40 in progress: upward imports and cycles remain")
 def test_no_import_points_up() -> None:
     upward = [
         f"{module} ({FLOORS[_floor(module)][0]}) -> {target} ({FLOORS[_floor(target)][0]})"
@@ -172,7 +169,6 @@ def test_no_import_points_up() -> None:
     assert upward == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 40 in progress: upward imports and cycles remain")
 def test_no_cycles() -> None:
     assert _cycles(_graph()) == []
 

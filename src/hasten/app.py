@@ -8,7 +8,6 @@ import os
 import random
 import time
 from collections import Counter
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
@@ -155,10 +154,6 @@ class HastenApp:
             fleet=fleet,
             keys=keys,
         )
-        if pipeline.semantic is not None and self.config.semantic.judge != "off":
-            from hasten.semantic.judge_setup import attach_judge
-
-            attach_judge(pipeline.semantic, self.config.semantic, pipeline.router, client)
         if fleet is not None and self.config.fleet.is_coalescing:
             gateway.fleet_flights = pipeline.fleet = FleetCoalescer(fleet)
         if self.config.metrics.is_enabled:
@@ -391,32 +386,13 @@ def _share_routing(gateway: Gateway) -> None:
 
 def _semantic_tier(config: GatewayConfig, cache: TieredCache | None) -> SemanticTier | None:
     """Loads the embedder only when the semantic tier is switched on (it costs memory)."""
-    settings = config.semantic
-    if not settings.is_enabled or cache is None:
+    if not config.semantic.is_enabled or cache is None:
         return None
-    from hasten.semantic import FreshnessPolicy, SemanticCache, SemanticStoreConfig, build_embedder
-    from hasten.semantic.tier import SemanticTier
-    from hasten.semantic.verifier import build_verifier
+    from hasten.semantic.build import build_tier
 
-    semantic = SemanticCache(
-        build_embedder(settings.embedder, num_threads=settings.num_threads),
-        SemanticStoreConfig(
-            path=Path(settings.path),
-            min_similarity=settings.min_similarity,
-            target_precision=settings.target_precision,
-            max_error_rate=settings.max_error_rate,
-            max_entries=settings.max_entries,
-            eviction=settings.eviction,
-            freshness=FreshnessPolicy(
-                default_ttl_s=settings.default_ttl_s, short_ttl_s=settings.short_ttl_s
-            ),
-            # Replicas sharing a Redis exact cache share semantic entries through it too.
-            redis_url=config.cache.redis_url if config.cache.backend == "redis" else None,
-        ),
-        verifier=build_verifier(settings.verifier),
-    )
-    semantic.start()  # follows the shared tier, if any, from startup on
-    return SemanticTier(semantic, cache)
+    # Replicas sharing a Redis exact cache share semantic entries through it too.
+    redis_url = config.cache.redis_url if config.cache.backend == "redis" else None
+    return build_tier(config.semantic, cache, redis_url=redis_url)
 
 
 async def _list_models(gateway: Gateway, caller: Caller | None) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The ``hasten`` command: serve, simulate, bench, local, doctor, eval-cache, check-config."""
+"""The ``hasten`` command: serve, simulate, bench, local, doctor, check-config."""
 
 from __future__ import annotations
 
@@ -31,8 +31,6 @@ commands:
   doctor        probe any OpenAI-compatible URL with a few bounded requests and explain
                 where the time goes (DNS, connect, TLS, RTT, TTFT, time per token,
                 streaming, prompt caching) and what each hasten lever would save.
-  eval-cache    measure the semantic cache on labelled question pairs: precision,
-                recall, false-hit rate and lookup latency.
   check-config  validate a config file and print what it declares.
 """
 
@@ -116,21 +114,10 @@ def _describe(path: str, config: GatewayConfig) -> str:
     )
     semantic = config.semantic
     if semantic.is_enabled:
-        if semantic.max_error_rate is not None:
-            decision = f"error budget {semantic.max_error_rate:g}"
-        elif semantic.min_similarity is not None:
+        if semantic.min_similarity is not None:
             decision = f"min similarity {semantic.min_similarity:g} (cosine override)"
         else:
             decision = f"target precision {semantic.target_precision:g} (calibrated)"
-            if semantic.verifier != "none":
-                decision += f", verifier {semantic.verifier} on close calls"
-            if semantic.judge != "off":
-                judge = semantic.judge_model or "the request's model"
-                judge = judge if semantic.judge == "upstream" else "the local verifier"
-                decision += (
-                    f", asynchronous judge {semantic.judge} ({judge}; band"
-                    f" {semantic.judge_band:g}, at most {semantic.judge_max_per_minute}/min)"
-                )
         lines.append(
             f"  semantic cache: on, embedder {semantic.embedder}, {decision}, file {semantic.path}"
         )
@@ -159,14 +146,13 @@ def _describe(path: str, config: GatewayConfig) -> str:
 
 
 # Each command's module is imported only when that command runs: `hasten local` pulls in
-# llama.cpp and `hasten eval-cache` an embedding model, which `serve` must not pay for.
+# llama.cpp, which `serve` must not pay for.
 _COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("hasten.server.run", "run the gateway"),
     "simulate": ("hasten.simulator.server", "run the latency simulator"),
     "bench": ("hasten.loadgen.cli", "run the load generator"),
     "local": ("hasten.local.server", "serve the local llama.cpp model on its own"),
     "doctor": ("hasten.doctor.cli", "explain where an endpoint's time goes"),
-    "eval-cache": ("hasten.semantic.evaluate", "evaluate the semantic cache on labelled pairs"),
 }
 
 

@@ -12,7 +12,6 @@ from hasten.routing.shared import (
     Outbox,
     Summary,
     Trip,
-    merge_remote,
 )
 from tests.support.routing import BREAKER, make_pool, teach
 
@@ -57,7 +56,7 @@ def test_a_degraded_deployment_learnt_elsewhere_is_avoided_here() -> None:
     now_s = teach(teacher, "c", 400.0, 4, now_s)
     learner = make_pool(seed=2)
     assert primaries(learner, now_s) == {"a", "b", "c"}  # knows nothing yet: P2C over all
-    merge_remote(learner, export(teacher), now_s)
+    learner.merge_remote(export(teacher), now_s)
     assert "c" not in primaries(learner, now_s)
     assert learner.num_remote_observations == 12
     slow = learner.deployments["c"].estimate
@@ -68,7 +67,7 @@ def test_what_was_merged_is_never_exported_again() -> None:
     teacher, _ = sharing_pool()
     now_s = teach(teacher, "c", 400.0, 4, 0.0)
     learner, _ = sharing_pool(seed=2)
-    merge_remote(learner, export(teacher), now_s)
+    learner.merge_remote(export(teacher), now_s)
     assert export(learner).is_empty
     assert learner.deployments["c"].num_wins == 0  # nor counted as this replica's own
 
@@ -87,7 +86,7 @@ def test_a_local_trip_is_exported_and_wakes_the_sync() -> None:
 def test_a_remote_trip_opens_the_local_breaker_until_its_reopen_time() -> None:
     pool = make_pool(routing=RoutingConfig(breaker=BREAKER))
     summary = Summary(trips=(Trip("b", 5.0, 2, "3 consecutive failures (500)"),))
-    assert merge_remote(pool, summary, 1.0) == 1
+    assert pool.merge_remote(summary, 1.0) == 1
     breaker = pool.deployments["b"].breaker
     assert breaker.state(4.9) is BreakerState.OPEN
     assert "b" not in primaries(pool, 2.0)
@@ -100,7 +99,7 @@ def test_a_remote_trip_opens_the_local_breaker_until_its_reopen_time() -> None:
 
 def test_a_failed_probe_after_a_remote_trip_backs_off_as_the_tripper_would() -> None:
     pool = make_pool(routing=RoutingConfig(breaker=BREAKER))
-    merge_remote(pool, Summary(trips=(Trip("b", 2.0, 2, "x"),)), 1.0)
+    pool.merge_remote(Summary(trips=(Trip("b", 2.0, 2, "x"),)), 1.0)
     pool.on_attempt_start("b", 2.5)
     pool.on_failure("b", 2.5, is_probe=True, reason="500")
     # Two trips in a row already: the third cools down for 4 x cooldown_s.
@@ -109,10 +108,10 @@ def test_a_failed_probe_after_a_remote_trip_backs_off_as_the_tripper_would() -> 
 
 def test_stale_or_shorter_remote_trips_change_nothing() -> None:
     pool = make_pool(routing=RoutingConfig(breaker=BREAKER))
-    assert merge_remote(pool, Summary(trips=(Trip("b", 1.0, 1, "old"),)), 2.0) == 0
+    assert pool.merge_remote(Summary(trips=(Trip("b", 1.0, 1, "old"),)), 2.0) == 0
     assert pool.deployments["b"].breaker.state(2.0) is BreakerState.CLOSED
-    merge_remote(pool, Summary(trips=(Trip("b", 9.0, 1, "long"),)), 2.0)
-    assert merge_remote(pool, Summary(trips=(Trip("b", 4.0, 1, "short"),)), 2.0) == 0
+    pool.merge_remote(Summary(trips=(Trip("b", 9.0, 1, "long"),)), 2.0)
+    assert pool.merge_remote(Summary(trips=(Trip("b", 4.0, 1, "short"),)), 2.0) == 0
     assert pool.deployments["b"].breaker.reopen_at_s == 9.0
 
 
@@ -125,7 +124,7 @@ def test_unknown_deployments_are_skipped_and_future_times_clamped() -> None:
         ),
         trips=(Trip("zz", 9.0, 1, "x"),),
     )
-    assert merge_remote(pool, summary, 2.0) == 0
+    assert pool.merge_remote(summary, 2.0) == 0
     assert pool.num_remote_observations == 1
     assert pool.deployments["a"].estimate.updated_s == 2.0
 
@@ -133,7 +132,7 @@ def test_unknown_deployments_are_skipped_and_future_times_clamped() -> None:
 def test_an_older_remote_sample_does_not_move_the_estimates_clock_back() -> None:
     pool = make_pool()
     teach(pool, "a", 20.0, 1, 9.95)  # at 10.0
-    merge_remote(pool, Summary((Observation("a", ObservationKind.TTFT, 30.0, 8.0),)), 10.0)
+    pool.merge_remote(Summary((Observation("a", ObservationKind.TTFT, 30.0, 8.0),)), 10.0)
     assert pool.deployments["a"].estimate.updated_s == 10.0
     assert pool.deployments["a"].estimate.num_samples == 2
 
@@ -181,7 +180,7 @@ def test_remote_censored_waits_past_the_hedge_delay_are_tail_samples() -> None:
             Observation("c", ObservationKind.CENSORED, delay_ms / 2, 1.0),
         )
     )
-    merge_remote(pool, summary, 1.0)
+    pool.merge_remote(summary, 1.0)
     assert pool.deployments["b"].estimate.recent_samples() == [delay_ms + 1.0]
     assert pool.deployments["c"].estimate.recent_samples() == []  # evidence only
     assert pool.deployments["c"].estimate.slowness_ms(1.0) == 0.0  # one sample: no second

@@ -1,9 +1,8 @@
-"""Semantic cache: partitions, tenants, TTL, invalidation, persistence, batching, budget."""
+"""Semantic cache: partitions, tenants, TTL, invalidation, persistence, batching."""
 
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -13,11 +12,11 @@ import pytest
 
 from hasten.cache import TieredCache
 from hasten.cache.memory import MemoryLRU
-from hasten.semantic import budget, evaluate
 from hasten.semantic.embedder import AsyncEmbedder, Vectors, normalize
 from hasten.semantic.freshness import FreshnessPolicy
 from hasten.semantic.index import VectorIndex
 from hasten.semantic.partition import split_chat
+from hasten.semantic.records import Row
 from hasten.semantic.store import NewEntry, SemanticCache, SemanticStoreConfig
 from hasten.semantic.tier import MAX_BACKGROUND_TASKS, SemanticTier
 from tests.support.semantic import Clock, WordsEmbedder, chat, make_cache
@@ -132,13 +131,17 @@ async def test_invalidate_by_id_tenant_model_age(tmp_path: Path) -> None:
     await cache.close()
 
 
-async def test_wrong_hit_report_removes_entry(tmp_path: Path) -> None:
-    cache = make_cache(tmp_path)
+async def test_wrong_hit_report_removes_entry_of_its_tenant_only(tmp_path: Path) -> None:
+    tier = SemanticTier(make_cache(tmp_path), TieredCache(MemoryLRU(1 << 20)))
+    cache = tier.cache
     await cache.insert(chat("capital of australia"), model="m", tenant="t", answer_key="c")
     match = await cache.lookup(chat("capital of australia"), model="m", tenant="t")
-    assert match is not None and await cache.report_wrong_hit(match)
+    assert match is not None
+    assert not await tier.report_wrong(match.entry_id, "another tenant")
+    assert await tier.report_wrong(match.entry_id, "t")
     assert await cache.lookup(chat("capital of australia"), model="m", tenant="t") is None
-    await cache.close()
+    assert cache.counters["reported_wrong"] == 1
+    await tier.aclose()
 
 
 @pytest.mark.parametrize("policy", ["lru", "lfu"])
@@ -209,95 +212,6 @@ def test_flat_and_graph_partitions_agree() -> None:
     assert flat.search("other", vectors[0], 3) == []
 
 
-def test_error_budget_converges_within_budget() -> None:
-    """Synthetic entries whose answers are right above their own hidden threshold."""
-    rng = random.Random(7)
-    learner = budget.ErrorBudget(
-        budget.BudgetPolicy(max_error_rate=0.02, center_similarity=0.9, scale_similarity=0.03),
-        seed=1,
-    )
-    thresholds = [rng.uniform(0.86, 0.94) for _ in range(50)]
-    observations: list[list[budget.Observation]] = [[] for _ in thresholds]
-    num_wrong = num_served = 0
-    served_late = 0
-    num_lookups = 6000
-    for step in range(num_lookups):
-        entry = rng.randrange(len(thresholds))
-        similarity = rng.uniform(0.8, 1.0)
-        is_correct = similarity >= thresholds[entry]
-        learner.note_lookup()
-        action = learner.decide(similarity, observations[entry])
-        if action == budget.EXPLOIT:
-            num_served += 1
-            num_wrong += not is_correct
-            served_late += step >= num_lookups // 2
-        elif action == budget.EXPLORE:
-            observation = budget.Observation(similarity, is_correct)
-            observations[entry].append(observation)
-            learner.observe(similarity, is_correct)
-    assert num_wrong / num_lookups <= 0.02
-    assert served_late / (num_lookups / 2) > 0.1  # it learned to serve the safe region
-    stats = learner.stats()
-    assert stats["verify_fraction"] <= learner.policy.max_verify_fraction + 0.01
-
-
-async def test_budget_mode_asks_for_verification(tmp_path: Path) -> None:
-    cache = make_cache(tmp_path, max_error_rate=0.01)
-    await cache.insert(chat("how to boil an egg"), model="m", tenant="t", answer_key="egg")
-    match = await cache.lookup(chat("how to boil an egg"), model="m", tenant="t")
-    assert match is not None and match.is_verification  # no evidence yet: verify first
-    await cache.report_verification(match, is_correct=True)
-    assert cache.stats()["error_budget"]["observations"] == 1
-    await cache.close()
-
-
-async def test_evaluate_protocol_counts(tmp_path: Path) -> None:
-    pairs = [
-        evaluate.Pair("how do i cook rice", "cook rice how do i", 1),
-        evaluate.Pair("best way to learn python", "learn python best way", 1),
-        evaluate.Pair("what is the capital of peru", "capital of chile", 0),
-    ]
-    cache = make_cache(tmp_path, min_similarity=0.8)
-    (outcomes,) = await evaluate.evaluate(pairs, cache)
-    result = evaluate.metrics(outcomes, pairs, min_similarity=0.8)
-    assert result["correct"] == 2 and result["false"] == 0
-    assert result["precision"] == 1.0 and result["recall"] == 1.0
-    await cache.close()
-
-
-def test_http_embedder_talks_openai_embeddings() -> None:
-    import json
-    import threading
-    from http.server import BaseHTTPRequestHandler, HTTPServer
-
-    from hasten.semantic.embedder import HttpEmbedder
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            assert self.path == "/v1/embeddings" and request["model"] == "emb"
-            data = [{"index": i, "embedding": [3.0, 4.0 + i]} for i in range(len(request["input"]))]
-            payload = json.dumps({"data": list(reversed(data))}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-        vectors = HttpEmbedder(url, model="emb", dim=2).embed(["a", "b"])
-    finally:
-        server.shutdown()
-    np.testing.assert_allclose(vectors[0], [0.6, 0.8], rtol=1e-6)
-    assert np.isclose(float(np.linalg.norm(vectors[1])), 1.0)
-
-
 async def test_embedder_failure_is_a_miss_not_an_error(tmp_path: Path) -> None:
     class Broken(WordsEmbedder):
         def embed(self, texts: Sequence[str]) -> Vectors:
@@ -343,11 +257,11 @@ async def test_insert_many_rolls_a_failed_chunk_back_from_file_and_index(
     records = cache._open()
     real_insert, calls = records.insert, []
 
-    def insert_then_fail(**row: Any) -> int:
-        calls.append(row["text"])
+    def insert_then_fail(row: Row, *args: Any) -> int:
+        calls.append(row.text)
         if len(calls) == 3:
             raise OSError("disk full")
-        return real_insert(**row)
+        return real_insert(row, *args)
 
     monkeypatch.setattr(records, "insert", insert_then_fail)
     entries = [NewEntry(chat(f"new question {i}"), "m", "t", f"k{i}") for i in range(5)]

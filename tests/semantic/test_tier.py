@@ -1,4 +1,4 @@
-"""What a semantic hit tells the client: similarity, entry, calibrated risk, verifier."""
+"""What a semantic hit tells the client: similarity, entry, calibrated risk."""
 
 from __future__ import annotations
 
@@ -17,10 +17,7 @@ def test_a_cosine_hit_names_similarity_and_entry_only() -> None:
     }
 
 
-def test_a_calibrated_hit_adds_its_risk_and_the_verifiers_verdict() -> None:
-    match = SemanticMatch(7, 0.93, "k", risk=0.0312, script="latin", verdict="agreed")
+def test_a_calibrated_hit_adds_its_risk() -> None:
+    match = SemanticMatch(7, 0.93, "k", risk=0.0312, script="latin")
     headers = dict(SemanticHit(ENTRY, match).headers())
-    assert headers[b"x-hasten-semantic-risk"] == b"0.0312"
-    assert headers[b"x-hasten-semantic-verifier"] == b"agreed"
-    unverified = SemanticMatch(7, 0.99, "k", risk=0.01, script="latin")
-    assert b"x-hasten-semantic-verifier" not in dict(SemanticHit(ENTRY, unverified).headers())
+    assert headers[b"x-hasten-semantic-risk"] == b"0.0312" and len(headers) == 3

@@ -12,7 +12,7 @@ import pytest
 
 from hasten.semantic.guard import signature
 from hasten.semantic.index import VectorIndex
-from hasten.semantic.records import Records
+from hasten.semantic.records import Records, Row
 from hasten.semantic.store_config import SemanticStoreConfig
 from hasten.semantic.upkeep import LOW_WATER_FRACTION, PURGE_EVERY_INSERTS, Upkeep
 
@@ -32,16 +32,8 @@ class Store:
 
     def add(self, text: str, *, now: float = 0.0, ttl_s: float = 1e9) -> int:
         vector = np.full(DIM, 0.5, dtype=np.float32)
-        entry_id = self.records.insert(
-            partition=PARTITION,
-            tenant="t",
-            model="m",
-            text=text,
-            vector=vector,
-            answer_key=f"k-{text}",
-            now=now,
-            ttl_s=ttl_s,
-        )
+        row = Row(PARTITION, "t", "m", text, f"k-{text}", now, now + ttl_s)
+        entry_id = self.records.insert(row, vector)
         self.index.add(PARTITION, entry_id, vector)
         self.upkeep.note_insert(self.records, text, now)
         return entry_id

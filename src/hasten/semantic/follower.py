@@ -4,7 +4,7 @@ A background task: resume from the saved stream position (or rebuild from the en
 hashes when there is none or it was trimmed off the stream), then apply events as a short
 blocking XREAD returns them. Any failure means "Redis is away": wait, then resume again.
 Invalidations made here while Redis was away are published first, before any rebuild could
-bring their entries back. See ``shared`` for the data layout.
+bring their entries back. See ``redis_tier`` for the data layout.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import logging
 from collections.abc import Sequence
 from typing import Protocol
 
-from hasten.semantic.shared import FAILURES, DeleteEvent, Event, SharedTier, is_before
+from hasten.semantic.redis_tier import FAILURES, DeleteEvent, Event, RedisTier, is_before
 
 _LOG = logging.getLogger("hasten.semantic")
 _REBUILD_BATCH = 500
@@ -54,7 +54,7 @@ def needs_rebuild(saved: bytes | None, first: bytes | None, last: bytes) -> bool
 class Follower:
     """Applies the shared stream to a local copy until cancelled."""
 
-    def __init__(self, shared: SharedTier, local: LocalCopy) -> None:
+    def __init__(self, shared: RedisTier, local: LocalCopy) -> None:
         self.shared = shared
         self.local = local
         self.num_applied = 0

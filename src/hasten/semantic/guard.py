@@ -3,7 +3,8 @@
 Embeddings place "learn Python in 3 months" and "learn Java in 6 months" next to each other;
 the guard vetoes such a candidate when the two texts disagree on numbers, dates, units,
 negation, opposites ("turn on" / "turn off", "buy" / "sell"), named entities, quoted
-strings, code identifiers or language. It is pure and
+strings, code identifiers, language, or only in whitespace where whitespace can be meaning
+(code's indentation, quoted text). It is pure and
 deterministic: a :class:`TextSignature` is computed once per text (stored with cache entries)
 and two signatures are compared in a few microseconds.
 """
@@ -11,10 +12,10 @@ and two signatures are compared in a few microseconds.
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass
 
 from hasten.semantic import lexicon, polarity
+from hasten.semantic.partition import trimmed
 
 # Reasons, in the order they are checked (cheapest and most decisive first).
 LANGUAGE = "language"
@@ -26,7 +27,8 @@ UNITS = "units"
 QUOTED = "quoted"
 CODE = "code"
 ENTITIES = "entities"
-REASONS = (LANGUAGE, NEGATION, POLARITY, NUMBERS, UNITS, QUOTED, DATES, CODE, ENTITIES)
+SPACING = "spacing"
+REASONS = (LANGUAGE, NEGATION, POLARITY, NUMBERS, UNITS, QUOTED, DATES, CODE, ENTITIES, SPACING)
 
 _QUOTED = re.compile(
     r"\"([^\"]{1,200})\"|“([^”]{1,200})”|`([^`]{1,200})`|「([^」]{1,200})」|『([^』]{1,200})』"
@@ -45,6 +47,11 @@ _HAN_NUMERAL = re.compile(r"[零〇一二两三四五六七八九十百千万亿
 _SENTENCE_END = re.compile(r"[.!?。！？:;](?:\s+|$)")
 _SQUASHED_OUT = re.compile(r"[\s\-]+")
 _MYRIADS = {"万": 10_000, "亿": 100_000_000}  # "39.5万" = 395,000
+# Full-width ASCII forms and the ideographic space read as ASCII ("３６１，４００" = 361400).
+# Not NFKC: it also reads "10²" as "102" and "½" as "1⁄2", which are other numbers.
+_HALF_WIDTH = {code: code - 0xFEE0 for code in range(0xFF01, 0xFF5F)} | {0x3000: ord(" ")}
+# Characters near which whitespace can be meaning: lines (code's indentation) and quotes.
+_LAYOUT_CHARS = frozenset("\n\"'`“”‘’「」『』《》")
 # Shorter entities are too often part of unrelated words to be found by substring.
 _MIN_CONTAINED_ENTITY_CHARS = 4
 
@@ -61,21 +68,26 @@ class TextSignature:
     units: frozenset[str]
     quantities: frozenset[str]
     quoted: frozenset[str]
+    quoted_spans: frozenset[tuple[str, str]]  # (squashed, as written)
     code: frozenset[str]
     entities: frozenset[str]
     words: frozenset[str]
     # Lower-cased text without whitespace or hyphens: a quoted span, identifier or entity of
     # the other text found in it is mentioned here too, only spaced, cased or quoted otherwise.
     squashed: str
-    # The text with its whitespace runs made single spaces: the same question asked again.
-    normalized: str = ""
+    # The text as given (``partition.trimmed``): equal texts are the same question asked again.
+    text: str = ""
+    # The text without whitespace, and whether its whitespace can be meaning (``SPACING``).
+    unspaced: str = ""
+    has_layout: bool = False
 
 
 def signature(text: str) -> TextSignature:
     """The decisive features of ``text``."""
-    # Full-width digits, letters and punctuation ("３６１，４００") read as their ASCII forms.
-    text = unicodedata.normalize("NFKC", text)
-    quoted = frozenset(_squash(m) for m in _quoted_spans(text))
+    given = trimmed(text)  # as a repeat is told apart (the store's texts are so already)
+    text = text.translate(_HALF_WIDTH)
+    spans = _quoted_spans(text)
+    quoted = frozenset(_squash(span) for span in spans)
     code = frozenset(_squash(m.group(0).rstrip(".")) for m in _CODE_TOKEN.finditer(text))
     lowered = text.lower()
     words = [w.strip("'’.-").lower() for w in _LATIN_WORD.findall(text)]
@@ -91,19 +103,16 @@ def signature(text: str) -> TextSignature:
         | {q.split(" ", 1)[1] for q in quantities},
         quantities=frozenset(quantities),
         quoted=quoted,
+        quoted_spans=frozenset((_squash(span), span) for span in spans),
         code=code,
         entities=entities,
         # An entity always counts as mentioned by its own text, whatever the tokenisation.
         words=frozenset(_stem(part) for w in words for part in {w, *w.split(".")}) | entities,
         squashed=_squash(text),
-        normalized=" ".join(text.split()),  # = normalized_text: ``text`` is NFKC already
+        text=given,
+        unspaced="".join(given.split()),
+        has_layout=not _LAYOUT_CHARS.isdisjoint(given),
     )
-
-
-def normalized_text(text: str) -> str:
-    """``text`` as ``signature`` compares it for identity: NFKC, whitespace runs made single
-    spaces (case counts)."""
-    return " ".join(unicodedata.normalize("NFKC", text).split())
 
 
 def near_miss(first: str, second: str) -> str | None:
@@ -125,13 +134,27 @@ def compare(first: TextSignature, second: TextSignature) -> str | None:
         return UNITS
     if not _is_mentioned(first.quoted, second) or not _is_mentioned(second.quoted, first):
         return QUOTED
+    if _is_requoted(first, second) or _is_requoted(second, first):
+        return QUOTED
     if _is_contradiction(first.dates, second.dates):
         return DATES
     if not _is_mentioned(first.code, second) or not _is_mentioned(second.code, first):
         return CODE
     if _has_entity_swap(first, second):
         return ENTITIES
+    if _is_respaced(first, second):
+        return SPACING
     return None
+
+
+def _is_respaced(first: TextSignature, second: TextSignature) -> bool:
+    """The same characters spaced otherwise, where spacing can be meaning: code indented
+    otherwise, "'a  b'" / "'a b'". Prose on one line spaced otherwise passes."""
+    return (
+        (first.has_layout or second.has_layout)
+        and first.unspaced == second.unspaced
+        and first.text != second.text
+    )
 
 
 def _is_contradiction(first: frozenset[str], second: frozenset[str]) -> bool:
@@ -145,6 +168,16 @@ def _is_contradiction(first: frozenset[str], second: frozenset[str]) -> bool:
 def _is_mentioned(spans: frozenset[str], other: TextSignature) -> bool:
     """Every span (squashed) occurs in the other text: "'best' deck" / "best decks"."""
     return all(span in other.squashed for span in spans)
+
+
+def _is_requoted(first: TextSignature, second: TextSignature) -> bool:
+    """A span quoted in both texts, written otherwise in one ("'a  b'" / "'a b'"): quoted
+    text is literal, so its spacing and case are meaning."""
+    for squashed, span in first.quoted_spans:
+        written = {other for key, other in second.quoted_spans if key == squashed}
+        if written and span not in written:
+            return True
+    return False
 
 
 def _has_unit_swap(first: TextSignature, second: TextSignature) -> bool:

@@ -134,9 +134,6 @@ class VectorIndex:
         self._expansion_search = expansion_search
         self._partitions: dict[str, _Flat | _Hnsw] = {}
 
-    def has_partition(self, partition: str) -> bool:
-        return partition in self._partitions
-
     def partition_size(self, partition: str) -> int:
         index = self._partitions.get(partition)
         if index is None:
@@ -207,9 +204,6 @@ class VectorIndex:
         if self.partition_size(partition) == 0:
             del self._partitions[partition]
         return is_removed
-
-    def drop_partition(self, partition: str) -> None:
-        self._partitions.pop(partition, None)
 
     def search(self, partition: str, vector: Vector, k: int) -> list[tuple[int, float]]:
         """Up to ``k`` (entry id, cosine) pairs, most similar first."""

@@ -7,7 +7,7 @@ Pure: it sees candidates (already found by the index and read from the store) an
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from hasten.semantic.calibration import Calibration, Evidence, evidence, script_of
 from hasten.semantic.guard import TextSignature, compare
@@ -22,9 +22,6 @@ RISKY = "risky"  # calibrated: the chance of a wrong answer is above the operato
 # Calibrated, where only a repeated question can be served (``MatchPolicy.serves_only_repeats``)
 # and none is stored: decided from the text, without an embedding.
 NOT_REPEATED = "not_repeated"
-# The verifier's verdicts on a close call.
-AGREED = "agreed"
-DISAGREED = "disagreed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,21 +61,12 @@ class MatchPolicy:
     calibration: Calibration | None = None
     max_risk: float = 0.05
 
-    def serves_only_repeats(self, script: str, *, has_verifier: bool) -> bool:
-        """Whether, in ``script``, no evidence but identical text (``guard.normalized_text``)
-        can reach the target, the verifier's included: then a lookup needs no embedding to
-        decide, only the stored questions' texts."""
+    def serves_only_repeats(self, script: str) -> bool:
+        """Whether, in ``script``, no evidence but identical text (``partition.trimmed``) can
+        reach the target: then a lookup needs no embedding to decide, only the stored
+        questions' texts."""
         calibration = self.calibration
-        if calibration is None:
-            return False
-        precision = 1.0 - self.max_risk
-        if calibration.can_reach(precision, script, is_verified=False):
-            return False
-        return not (
-            has_verifier
-            and calibration.verified
-            and calibration.can_reach(precision, script, is_verified=True)
-        )
+        return calibration is not None and not calibration.can_reach(1.0 - self.max_risk, script)
 
     @property
     def serves_repeats(self) -> bool:
@@ -106,7 +94,6 @@ class Choice:
     risk: float | None = None  # calibrated P(wrong) of ``candidate``, when calibrated
     script: str = ""
     evidence: Evidence | None = None  # what the risk was computed from
-    verdict: str | None = None  # the verifier's, when one was asked (``reconsider``)
 
     @property
     def is_hit(self) -> bool:
@@ -158,60 +145,18 @@ def _calibrated(
     return Choice(reason, best, risk=risk, script=script, evidence=item)
 
 
-def needs_second_opinion(choice: Choice, policy: MatchPolicy) -> bool:
-    """A calibrated close call that a verifier's evidence could still make safe."""
-    return (
-        choice.reason == RISKY
-        and choice.risk is not None
-        and policy.calibration is not None
-        and is_close_call(choice.risk, policy.max_risk)
-        and policy.calibration.can_reach(1.0 - policy.max_risk, choice.script, is_verified=True)
-    )
-
-
-def reconsider(choice: Choice, second_similarity: float, policy: MatchPolicy) -> Choice:
-    """The decision on a close call once the verifier scored the pair."""
-    if choice.evidence is None or policy.calibration is None:
-        return choice
-    item = replace(choice.evidence, second_similarity=second_similarity)
-    risk = policy.calibration.risk(item, choice.script)
-    is_safe = risk < policy.max_risk
-    return replace(
-        choice,
-        reason=HIT if is_safe else RISKY,
-        risk=risk,
-        evidence=item,
-        verdict=AGREED if is_safe else DISAGREED,
-    )
-
-
 def best_evidence(
     query: TextSignature, best: Candidate, compatible: Sequence[Candidate]
 ) -> Evidence:
-    """What the calibration judges ``best`` by (shared with bench/semantic_calibrate.py)."""
+    """What the calibration judges ``best`` by (shared with bench/semantic/calibrate.py)."""
     runner_up = next((c for c in compatible[1:] if _conflicts(best, c)), None)
     return evidence(
         query.squashed,
         best.signature.squashed,
         best.similarity,
         None if runner_up is None else runner_up.similarity,
-        is_identical=query.normalized == best.signature.normalized,
+        is_identical=query.text == best.signature.text,
     )
-
-
-# A candidate riskier than this is a clear miss: the verifier is not asked about it.
-MAX_CLOSE_CALL_RISK = 0.9
-
-
-def is_close_call(risk: float, max_risk: float) -> bool:
-    """Whether a second opinion could change the decision on a candidate of this risk."""
-    return max_risk <= risk < MAX_CLOSE_CALL_RISK
-
-
-def guard_passing(query: TextSignature, candidates: Sequence[Candidate]) -> list[Candidate]:
-    """The candidates the near-miss guard lets through, most similar first."""
-    ordered = sorted(candidates, key=lambda item: (-item.similarity, item.entry_id))
-    return [candidate for candidate in ordered if compare(query, candidate.signature) is None]
 
 
 def _conflicts(best: Candidate, other: Candidate) -> bool:

@@ -11,32 +11,28 @@ So a lookup that serves nothing reports the closest entry it refused (``NearMiss
 fresh answer is in, ``SemanticTier`` compares it with that entry's cached answer and, if they
 agree, stores the new entry in the near entry's answer class. Entries of one class never
 make each other ambiguous. Without that evidence every entry is its own class (its id), so
-an insert-only workload (``hasten eval-cache``) decides exactly as before classes existed.
+an insert-only workload (bench/semantic/evaluate.py) decides exactly as before classes existed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hasten.semantic.matcher import Candidate, MatchPolicy
+from hasten.semantic.matcher import Candidate
 
 
 @dataclass(frozen=True, slots=True)
 class SemanticMatch:
     """A cached question close enough to the request.
 
-    ``answer_key`` is the exact-cache key its answer was stored under. ``is_verification``
-    (error-budget mode): do not serve it; answer from upstream, then call
-    ``report_verification`` with whether the fresh answer agrees with the cached one.
+    ``answer_key`` is the exact-cache key its answer was stored under.
     """
 
     entry_id: int
     similarity: float
     answer_key: str
-    is_verification: bool = False
     risk: float | None = None  # calibrated chance the answer is wrong (precision-first mode)
     script: str = ""
-    verdict: str | None = None  # the verifier's ("agreed"), when a close call was verified
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,18 +43,13 @@ class NearMiss:
     similarity: float
     answer_key: str
     answer_class: int
-    # What the asynchronous judge needs of it (``judge``): its calibrated risk, the stored
-    # question and the query's script.
-    risk: float | None = None
-    text: str = ""
-    script: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class LookupResult:
-    """``match``: as ``SemanticCache.lookup`` returns it. ``near``: when nothing is served
-    (a miss, or a verification in error-budget mode), the closest entry whose answer the
-    fresh one should be compared with, if any is within the candidate floor."""
+    """``match``: as ``SemanticCache.lookup`` returns it. ``near``: when nothing is served,
+    the closest entry whose answer the fresh one should be compared with, if any is within
+    the candidate floor."""
 
     match: SemanticMatch | None = None
     near: NearMiss | None = None
@@ -67,27 +58,9 @@ class LookupResult:
 NOTHING = LookupResult()
 
 
-def candidate_floor(min_similarity: float) -> float:
-    """The lowest similarity worth reading from the store under a cosine cut-off."""
-    return MatchPolicy(min_similarity).floor
-
-
-def near_miss(
-    candidate: Candidate | None,
-    floor: float,
-    *,
-    risk: float | None = None,
-    text: str = "",
-    script: str = "",
-) -> NearMiss | None:
+def near_miss(candidate: Candidate | None, floor: float) -> NearMiss | None:
     if candidate is None or candidate.similarity < floor:
         return None
     return NearMiss(
-        candidate.entry_id,
-        candidate.similarity,
-        candidate.answer_key,
-        candidate.answer_class,
-        risk,
-        text,
-        script,
+        candidate.entry_id, candidate.similarity, candidate.answer_key, candidate.answer_class
     )

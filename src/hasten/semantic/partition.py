@@ -11,15 +11,20 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from hasten.cache.keys import cache_key
 
 # Bump when the partition's form changes so stale partitions can never match new requests.
 # The marker also keeps partition keys disjoint from exact-cache keys of the same body.
+# Version 2: the text is kept as sent (version 1 made whitespace runs single spaces, so
+# "a  b" and "a b", or code indented otherwise, were one question): rows of version 1
+# are never matched again and leave with their TTL.
 _PARTITION_MARKER = "$hasten_semantic_partition"
-_PARTITION_VERSION = 1
-_WHITESPACE = re.compile(r"\s+")
+_PARTITION_VERSION = 2
+# Blank lines before the first line with text: never meaning (the first line's own
+# indentation may be: code's, or Markdown's code block).
+_LEADING_BLANK_LINES = re.compile(r"\A(?:[^\S\n]*\n)+")
 # Long prompts are documents, not questions: a near-duplicate document with one changed
 # paragraph embeds almost identically, so they are never matched by meaning.
 DEFAULT_MAX_TEXT_CHARS = 2000
@@ -49,12 +54,17 @@ def split_chat(
     last = messages[-1]
     if not isinstance(last, Mapping) or last.get("role") != "user":
         return None
-    text = _user_text(last.get("content"))
+    content = last.get("content")
+    text = _user_text(content)
     if text is None or not text or len(text) > max_text_chars:
         return None
     # The exact-cache key of the body with the last turn's text taken out: the same canonical
-    # form (key order, 0 vs 0.0, transport fields ignored) as the exact cache.
+    # form (key order, 0 vs 0.0, transport fields ignored) as the exact cache. Parts keep
+    # everything but their text, and its length: ["ab", "c"] and ["a", "bc"] stay apart.
     last_rest = {name: value for name, value in last.items() if name != "content"}
+    if not isinstance(content, str):
+        parts = cast(Sequence[Mapping[str, Any]], content)  # checked by _user_text
+        last_rest["content"] = [_without_text(part) for part in parts]
     context = dict(body)
     context["messages"] = [*messages[:-1], last_rest]
     context[_PARTITION_MARKER] = _PARTITION_VERSION
@@ -62,10 +72,18 @@ def split_chat(
     return SemanticQuery(partition_key=key, text=text)
 
 
+def trimmed(text: str) -> str:
+    """``text`` as a repeat must match it: only trailing whitespace and leading blank lines
+    dropped. Nothing else, since nothing else is proven not to change an answer: inner
+    whitespace is indentation in code and content in quoted text ("a  b"), and NFKC makes
+    "10²" read "102"."""
+    return _LEADING_BLANK_LINES.sub("", text.rstrip())
+
+
 def _user_text(content: Any) -> str | None:
     """Plain text of a user turn; None if it carries anything but text (images, audio, files)."""
     if isinstance(content, str):
-        return _WHITESPACE.sub(" ", content).strip()
+        return trimmed(content)
     if not isinstance(content, Sequence) or isinstance(content, bytes):
         return None
     parts: list[str] = []
@@ -76,4 +94,9 @@ def _user_text(content: Any) -> str | None:
         if not isinstance(value, str):
             return None
         parts.append(value)
-    return _WHITESPACE.sub(" ", " ".join(parts)).strip()
+    return trimmed("\n".join(parts))
+
+
+def _without_text(part: Mapping[str, Any]) -> dict[str, Any]:
+    rest = {name: value for name, value in part.items() if name != "text"}
+    return {**rest, "$text_chars": len(part["text"])}

@@ -18,10 +18,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import orjson
-
-from hasten.semantic.budget import Observation
-from hasten.semantic.guard import normalized_text
 
 _TABLE = "hasten_semantic_v1"
 _SCHEMA = f"""
@@ -38,9 +34,8 @@ CREATE TABLE IF NOT EXISTS {_TABLE} (
     accessed_at REAL NOT NULL,
     num_hits INTEGER NOT NULL DEFAULT 0,
     size_bytes INTEGER NOT NULL,
-    observations BLOB,
-    answer_class INTEGER,
-    alias_of INTEGER
+    observations BLOB,  -- unused since issue 40 (error-budget mode); kept for old files
+    answer_class INTEGER
 );
 CREATE INDEX IF NOT EXISTS {_TABLE}_partition ON {_TABLE} (partition);
 CREATE INDEX IF NOT EXISTS {_TABLE}_tenant ON {_TABLE} (tenant);
@@ -51,22 +46,32 @@ CREATE INDEX IF NOT EXISTS {_TABLE}_hits ON {_TABLE} (num_hits, accessed_at);
 CREATE TABLE IF NOT EXISTS {_TABLE}_meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
 """
 # Columns added after the first release: files written before them get them on open.
-_ADDED_COLUMNS = {"answer_class": "INTEGER", "alias_of": "INTEGER", "text_key": "INTEGER"}
-# A repeated question (``text_key``: its normalised text's hash) is found without a vector.
+_ADDED_COLUMNS = {"answer_class": "INTEGER", "text_key": "INTEGER"}
+# A repeated question (``text_key``: its text's hash) is found without a vector. Rows
+# written before the column have none: they are in partitions of an older form
+# (``partition``), which no lookup reads.
 _TEXT_INDEX = f"CREATE INDEX IF NOT EXISTS {_TABLE}_text ON {_TABLE} (partition, text_key)"
-_ROWS_PER_BACKFILL = 1000
-_TEXT_KEYS_FILLED = "text_keys_filled"
-# Partial: only aliases are in it, so an entry's removal finds its aliases without a scan.
-_ALIAS_INDEX = (
-    f"CREATE INDEX IF NOT EXISTS {_TABLE}_alias ON {_TABLE} (alias_of) WHERE alias_of IS NOT NULL"
-)
 # Partial: only rows waiting for their vector are in it, so finding them never scans.
 _PENDING_INDEX = (
     f"CREATE INDEX IF NOT EXISTS {_TABLE}_pending ON {_TABLE} (id) WHERE length(vector) = 0"
 )
-_IDS_PER_QUERY = 500
 # Rough per-row overhead of SQLite plus the in-memory index (graph links, id maps).
 _ROW_OVERHEAD_BYTES = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """A question to store: its partition (and so its tenant's), text, where its answer is,
+    when it was stored and when it expires; ``answer_class`` None: its own (its id)."""
+
+    partition: str
+    tenant: str
+    model: str
+    text: str
+    answer_key: str
+    created_at: float
+    expires_at: float
+    answer_class: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,10 +83,7 @@ class StoredEntry:
     text: str
     answer_key: str
     expires_at: float
-    observations: tuple[Observation, ...]
     answer_class: int
-    # A verified alias (``aliases``): the entry whose answer it serves; None for an entry.
-    alias_of: int | None = None
 
 
 class Records:
@@ -94,8 +96,6 @@ class Records:
         self.conn.execute("PRAGMA synchronous=NORMAL")
         self.conn.executescript(_SCHEMA)
         self._add_missing_columns()
-        self.conn.execute(_ALIAS_INDEX)  # after the column exists in files from before it
-        self._fill_text_keys()
         self.conn.execute(_TEXT_INDEX)
         self.conn.execute(_PENDING_INDEX)
 
@@ -108,20 +108,6 @@ class Records:
             except sqlite3.OperationalError:
                 if column not in self._columns():  # else another process added it first
                     raise
-
-    def _fill_text_keys(self) -> None:
-        """Gives rows written before ``text_key`` existed theirs, once per file (the search
-        for them reads every row: not on every open of a large file)."""
-        if self.get_meta(_TEXT_KEYS_FILLED) is not None:
-            return
-        select = f"SELECT id, text FROM {_TABLE} WHERE text_key IS NULL LIMIT {_ROWS_PER_BACKFILL}"
-        while rows := self.conn.execute(select).fetchall():
-            with self.transaction():
-                self.conn.executemany(
-                    f"UPDATE {_TABLE} SET text_key = ? WHERE id = ?",
-                    ((text_key(text), entry_id) for entry_id, text in rows),
-                )
-        self.set_meta(_TEXT_KEYS_FILLED, b"1")  # every insert since writes its key
 
     def _columns(self) -> set[str]:
         return {row[1] for row in self.conn.execute(f"PRAGMA table_info({_TABLE})")}
@@ -156,44 +142,20 @@ class Records:
         self.conn.execute(f"DELETE FROM {_TABLE}")
 
     def insert(
-        self,
-        *,
-        partition: str,
-        tenant: str,
-        model: str,
-        text: str,
-        vector: npt.NDArray[np.float32] | None,
-        answer_key: str,
-        now: float,
-        ttl_s: float,
-        entry_id: int | None = None,
-        answer_class: int | None = None,
-        alias_of: int | None = None,
+        self, row: Row, vector: npt.NDArray[np.float32] | None, entry_id: int | None = None
     ) -> int:
-        """A new row; ``entry_id`` None lets SQLite pick (local mode), else it is kept as is.
-        ``vector`` None: the row waits for ``set_vector``;
-        ``answer_class`` None: the row is its own class (NULL, read back as its id);
-        ``alias_of``: the entry a verified alias serves (``aliases``)."""
+        """The row's id; ``entry_id`` None lets SQLite pick (local mode), else it is kept.
+        ``vector`` None: the row waits for ``set_vector``."""
         blob = b"" if vector is None else _blob(vector)
+        text, answer_key = row.text, row.answer_key
         size_bytes = len(blob) + len(text.encode()) + len(answer_key) + _ROW_OVERHEAD_BYTES
         cursor = self.conn.execute(
             f"INSERT INTO {_TABLE} (id, partition, tenant, model, text, vector, answer_key,"
-            " created_at, expires_at, accessed_at, size_bytes, answer_class, alias_of, text_key)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " created_at, expires_at, accessed_at, size_bytes, answer_class, text_key)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
-                entry_id,
-                partition,
-                tenant,
-                model,
-                text,
-                blob,
-                answer_key,
-                now,
-                now + ttl_s,
-                now,
-                size_bytes,
-                answer_class,
-                alias_of,
+                *(entry_id, row.partition, row.tenant, row.model, text, blob, answer_key),
+                *(row.created_at, row.expires_at, row.created_at, size_bytes, row.answer_class),
                 text_key(text),
             ),
         )
@@ -241,23 +203,22 @@ class Records:
             return {}
         marks = ",".join("?" * len(ids))
         rows = self.conn.execute(
-            f"SELECT id, partition, text, answer_key, expires_at, observations,"
-            f" coalesce(answer_class, id), alias_of FROM {_TABLE} WHERE id IN ({marks})",
+            f"SELECT id, partition, text, answer_key, expires_at,"
+            f" coalesce(answer_class, id) FROM {_TABLE} WHERE id IN ({marks})",
             tuple(ids),
         )
         return {int(row[0]): _stored_entry(row) for row in rows}
 
-    def entries_with_text(self, partition: str, normalized: str) -> list[StoredEntry]:
-        """The partition's rows whose question, made ``normalized_text``, is ``normalized``
-        (already made so), by id."""
+    def entries_with_text(self, partition: str, text: str) -> list[StoredEntry]:
+        """The partition's rows whose question is ``text``, by id."""
         rows = self.conn.execute(
-            f"SELECT id, partition, text, answer_key, expires_at, observations,"
-            f" coalesce(answer_class, id), alias_of FROM {_TABLE}"
+            f"SELECT id, partition, text, answer_key, expires_at,"
+            f" coalesce(answer_class, id) FROM {_TABLE}"
             " WHERE partition = ? AND text_key = ? ORDER BY id",
-            (partition, _key(normalized)),
+            (partition, text_key(text)),
         )
         found = (_stored_entry(row) for row in rows)  # compared: two texts' keys may collide
-        return [entry for entry in found if normalized_text(entry.text) == normalized]
+        return [entry for entry in found if entry.text == text]
 
     def partition_vectors(
         self, partition: str, dim: int
@@ -286,16 +247,6 @@ class Records:
             f"UPDATE {_TABLE} SET accessed_at = ?, num_hits = num_hits + 1 WHERE id = ?",
             (now, entry_id),
         )
-
-    def add_observation(self, entry_id: int, observation: Observation, keep: int) -> None:
-        row = self.conn.execute(
-            f"SELECT observations FROM {_TABLE} WHERE id = ?", (entry_id,)
-        ).fetchone()
-        if row is None:
-            return
-        kept = (*_decode_observations(row[0]), observation)[-keep:]
-        blob = orjson.dumps([[item.similarity, item.is_correct] for item in kept])
-        self.conn.execute(f"UPDATE {_TABLE} SET observations = ? WHERE id = ?", (blob, entry_id))
 
     def totals(self) -> tuple[int, int]:
         row = self.conn.execute(f"SELECT count(*), coalesce(sum(size_bytes), 0) FROM {_TABLE}")
@@ -336,18 +287,6 @@ class Records:
         row = self.conn.execute(f"SELECT COUNT(*) FROM {_TABLE}{where}", values).fetchone()
         return int(row[0])
 
-    def select_aliases_of(self, ids: Sequence[int]) -> list[tuple[int, str]]:
-        """Ids and partitions of the aliases serving any of ``ids`` (``aliases``)."""
-        found: list[tuple[int, str]] = []
-        for start in range(0, len(ids), _IDS_PER_QUERY):  # an eviction may name 100k rows
-            chunk = tuple(ids[start : start + _IDS_PER_QUERY])
-            marks = ",".join("?" * len(chunk))
-            rows = self.conn.execute(
-                f"SELECT id, partition FROM {_TABLE} WHERE alias_of IN ({marks})", chunk
-            )
-            found.extend((int(row[0]), row[1]) for row in rows)
-        return found
-
     def delete(self, ids: Iterable[int]) -> None:
         self.conn.executemany(f"DELETE FROM {_TABLE} WHERE id = ?", ((i,) for i in ids))
 
@@ -357,12 +296,8 @@ def _blob(vector: npt.NDArray[np.float32]) -> bytes:
 
 
 def text_key(text: str) -> int:
-    """A 64-bit key of the question as ``normalized_text`` makes it (a signed SQLite integer)."""
-    return _key(normalized_text(text))
-
-
-def _key(normalized: str) -> int:
-    digest = hashlib.blake2b(normalized.encode(), digest_size=8).digest()
+    """A 64-bit key of the question's text (a signed SQLite integer)."""
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
 
 
@@ -378,20 +313,12 @@ def _where(*conditions: tuple[str, str, object]) -> tuple[str, list[object]]:
 
 
 def _stored_entry(row: tuple[Any, ...]) -> StoredEntry:
-    entry_id, partition, text, answer_key, expires_at, observations, answer_class, alias_of = row
+    entry_id, partition, text, answer_key, expires_at, answer_class = row
     return StoredEntry(
         int(entry_id),
         partition,
         text,
         answer_key,
         float(expires_at),
-        _decode_observations(observations),
         int(answer_class),
-        None if alias_of is None else int(alias_of),
     )
-
-
-def _decode_observations(blob: bytes | None) -> tuple[Observation, ...]:
-    if not blob:
-        return ()
-    return tuple(Observation(float(s), bool(c)) for s, c in orjson.loads(blob))

@@ -1,7 +1,7 @@
 """One replica of the shared tier: its ``Follower``, and what the follower keeps in the file.
 
 ``SemanticCache`` owns a ``SharedReplica`` when ``redis_url`` is set. The replica owns the
-Redis side (``SharedTier``), the follower task and the two things the follower keeps in
+Redis side (``RedisTier``), the follower task and the two things the follower keeps in
 the store's file: its stream position and the invalidations waiting for Redis. Rows and
 the index stay the store's: the replica reaches them only through ``ReplicaStore``.
 """
@@ -16,7 +16,7 @@ from typing import Any, Protocol, TypeVar
 import orjson
 
 from hasten.semantic.follower import Follower
-from hasten.semantic.shared import DeleteEvent, Event, SharedEntry, SharedTier
+from hasten.semantic.redis_tier import DeleteEvent, Event, RedisTier, SharedEntry
 
 CURSOR_META = "shared_stream_id"
 PENDING_META = "pending_deletes"
@@ -51,7 +51,7 @@ class SharedReplica:
 
     def __init__(
         self,
-        shared: SharedTier,
+        shared: RedisTier,
         local: ReplicaStore,
         counters: Counter[str],
         *,

@@ -3,14 +3,12 @@
 Request path (the gateway calls it after an exact-cache miss)::
 
     match = await semantic.lookup(body, model=resolved_model, tenant=tenant)
-    if match is not None and not match.is_verification:
+    if match is not None:
         answer = await exact_cache.get(match.answer_key)   # serve it if still there
     ...after an upstream answer stored under ``key``:
     await semantic.insert(body, model=resolved_model, tenant=tenant, answer_key=key)
     # lookup_near also names the entry a miss came close to; if that entry's cached answer
     # agrees with the fresh one, insert(..., answer_class=near.answer_class) (``near``)
-    if match is not None and match.is_verification:        # error-budget mode only
-        await semantic.report_verification(match, is_correct=<fresh answer ~ cached answer>)
 
 Only the final user turn is compared by meaning; everything else must match exactly (see
 ``partition``). Embedding runs on its own worker thread; SQLite and the vector index on
@@ -20,7 +18,7 @@ from the stored vectors whenever missing or stale.
 
 With ``redis_url`` set (the gateway does so when its exact cache is in Redis), that file is
 this replica's copy of a shared tier: entries are also written to Redis and a background
-``Follower`` applies the other replicas' inserts and invalidations (see ``shared``).
+``Follower`` applies the other replicas' inserts and invalidations (see ``redis_tier``).
 
 What the store owns and who does what: the rows (``Records``), the vector index and its
 saved graphs are the store's, touched on its one worker thread; ``Upkeep`` keeps their
@@ -45,28 +43,23 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from hasten.semantic import budget as budget_mod
 from hasten.semantic import freshness, matcher
 from hasten.semantic.calibrated import CALIBRATIONS
 from hasten.semantic.calibration import SCRIPTS, Calibration, script_of
 from hasten.semantic.embedder import AsyncEmbedder, Embedder
-from hasten.semantic.gguf_embedder import EmbedderUnavailable
 from hasten.semantic.graphs import GraphFiles
-from hasten.semantic.guard import normalized_text, signature
+from hasten.semantic.guard import signature
 from hasten.semantic.index import VectorIndex
-from hasten.semantic.judge_rules import JudgeCase
 from hasten.semantic.near import NOTHING, LookupResult, SemanticMatch, near_miss
-from hasten.semantic.partition import SemanticQuery, split_chat
-from hasten.semantic.records import Records, StoredEntry
+from hasten.semantic.partition import split_chat
+from hasten.semantic.records import Records, Row, StoredEntry
+from hasten.semantic.redis_tier import LOCAL_ID_BASE, DeleteEvent, Event, RedisTier, SharedEntry
 from hasten.semantic.replica import SharedReplica
-from hasten.semantic.shared import LOCAL_ID_BASE, DeleteEvent, Event, SharedEntry, SharedTier
-from hasten.semantic.store_config import DEFAULT_MIN_SIMILARITY, SemanticStoreConfig
+from hasten.semantic.store_config import SemanticStoreConfig
 from hasten.semantic.upkeep import Upkeep
-from hasten.semantic.verifier import NomicVerifier, Verifier
 from hasten.values.stage import NO_STAGE, Stage
 
 __all__ = [
-    "DEFAULT_MIN_SIMILARITY",
     "NewEntry",
     "SemanticCache",
     "SemanticMatch",
@@ -76,8 +69,6 @@ __all__ = [
 _LOG = logging.getLogger("hasten.semantic")
 _R = TypeVar("_R")
 Vector = npt.NDArray[np.float32]
-# The verdict header of a hit served through a verified alias (``aliases``).
-ALIAS = "alias"
 # Rows of an import written per transaction (and embedded per call of ``embed_many``).
 _INSERT_CHUNK = 256
 # Rows given their vectors per model call after an import: small, so a lookup that needs the
@@ -97,16 +88,6 @@ class NewEntry:
     ttl_s: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class _Row:
-    partition: str
-    tenant: str
-    model: str
-    text: str
-    answer_key: str
-    ttl_s: float
-
-
 class SemanticCache:
     """The semantic tier. ``embedder`` may be shared with other users via ``AsyncEmbedder``.
 
@@ -119,53 +100,25 @@ class SemanticCache:
         config: SemanticStoreConfig,
         *,
         clock: Callable[[], float] = time.time,
-        verifier: Verifier | None = None,
         calibration: Calibration | None = None,
     ) -> None:
-        """``verifier``: a second opinion on calibrated close calls (``verifier``);
-        ``calibration``: instead of the embedder's committed one (``calibrated``)."""
-        self.verifier = verifier
+        """``calibration``: instead of the embedder's committed one (``calibrated``)."""
         self.embedder = embedder if isinstance(embedder, AsyncEmbedder) else AsyncEmbedder(embedder)
         model = self.embedder.embedder
         self.config = config
-        min_similarity = config.min_similarity
-        if min_similarity is None:
-            min_similarity = DEFAULT_MIN_SIMILARITY.get(model.name)
         calibration = calibration or CALIBRATIONS.get(model.name)
-        if calibration is not None and verifier is not None:
-            calibration = calibration.with_verifier(verifier.name)
-        is_calibrated = (
-            config.min_similarity is None and config.max_error_rate is None and calibration
-        )
-        if min_similarity is None and not is_calibrated:
-            raise ValueError(f"no measured threshold for {model.name}: set min_similarity")
+        if config.min_similarity is None and calibration is None:
+            raise ValueError(f"no calibration for {model.name}: set min_similarity")
         self.policy = matcher.MatchPolicy(
-            min_similarity if min_similarity is not None else 1.0,
+            config.min_similarity or 1.0,
             config.max_distance_ratio,
-            calibration=calibration if is_calibrated else None,
+            calibration=calibration if config.min_similarity is None else None,
             max_risk=1.0 - config.target_precision,
-        )
-        self.budget = (
-            None
-            if config.max_error_rate is None
-            else budget_mod.ErrorBudget(
-                budget_mod.BudgetPolicy(
-                    max_error_rate=config.max_error_rate,
-                    center_similarity=self.policy.min_similarity,
-                    max_hit_error_rate=config.max_hit_error_rate,
-                    max_verify_fraction=config.max_verify_fraction,
-                ),
-                seed=config.seed,
-            )
         )
         # Scripts whose lookups are decided from the text alone: the target admits nothing
         # but a repeated question there, so embedding the query could not change the answer.
-        has_verifier = verifier is not None
         self._repeat_only_scripts = frozenset(
-            script
-            for script in SCRIPTS
-            if self.budget is None
-            and self.policy.serves_only_repeats(script, has_verifier=has_verifier)
+            script for script in SCRIPTS if self.policy.serves_only_repeats(script)
         )
         self._clock = clock
         self._dim = model.dim
@@ -174,8 +127,6 @@ class SemanticCache:
         self.counters: Counter[str] = Counter()
         # Decisions by the query's script (``calibration.script_of``): latin, cjk, other.
         self._by_script: defaultdict[str, Counter[str]] = defaultdict(Counter)
-        # The asynchronous judge's and the aliases' counters by script (``judge``, ``aliases``).
-        self.judge_counts: defaultdict[str, Counter[str]] = defaultdict(Counter)
         # Worker-thread state below.
         self._records: Records | None = None
         self._graphs = GraphFiles(config.path.with_name(config.path.name + ".graphs"))
@@ -190,7 +141,7 @@ class SemanticCache:
         self.replica: SharedReplica | None = None
         if config.redis_url is not None:
             namespace = f"{config.redis_namespace}{model.name}:{model.dim}:"
-            shared = SharedTier(config.redis_url, namespace=namespace)
+            shared = RedisTier(config.redis_url, namespace=namespace)
             self.replica = SharedReplica(shared, self, self.counters, clock=clock)
 
     def start(self) -> None:
@@ -222,7 +173,7 @@ class SemanticCache:
         self, body: Mapping[str, Any], *, model: str, tenant: str
     ) -> SemanticMatch | None:
         """A cached question meaning the same as the request's last user turn, or None."""
-        result = await self.lookup_near(body, model=model, tenant=tenant, is_near_needed=False)
+        result = await self.lookup_near(body, model=model, tenant=tenant)
         return result.match
 
     async def lookup_near(
@@ -232,13 +183,12 @@ class SemanticCache:
         model: str,
         tenant: str,
         trace: Stage = NO_STAGE,
-        is_near_needed: bool = True,
     ) -> LookupResult:
         """``lookup``, plus the entry it came close to when it serves nothing (``near``).
 
-        In a script where the target admits only a repeated question, the question is looked
-        up by its text first: a repeat is served without an embedding, and without
-        ``is_near_needed`` so is a miss (``near`` is then None)."""
+        In a script where the target admits only a repeated question, the lookup is decided
+        by the question's text: a repeat is served and a miss is final, without an embedding
+        (``near`` is then None)."""
         query = split_chat(body, model=model, tenant=tenant)
         if query is None:
             self.counters["skipped_not_cacheable"] += 1
@@ -246,22 +196,16 @@ class SemanticCache:
         if freshness.ttl_s(query.text, model=model, policy=self.config.freshness) <= 0:
             self.counters["skipped_volatile"] += 1
             return NOTHING
-        if self.budget is not None:
-            self.budget.note_lookup()
         self.start()
         try:
             if self._repeat_only_scripts:
-                normalized = normalized_text(query.text)
-                script = script_of(normalized)
+                script = script_of(query.text)
                 if script in self._repeat_only_scripts:
-                    args = (query.partition_key, normalized, script)
+                    args = (query.partition_key, query.text, script)
                     repeat = await self._run(self._repeat_lookup_sync, *args)
-                    if repeat is not None:
-                        return repeat
-                    if not is_near_needed:
+                    if repeat is None:
                         self._count_decision(script, matcher.NOT_REPEATED)
-                        return NOTHING
-                    # No repeat, and the judge wants the near miss: only the embedding finds it.
+                    return repeat or NOTHING
             with trace.child("embedding") as embedding:
                 vector = await self.embedder.embed(query.text)
                 embedding.set("hasten.embedder", self._embedder_name)
@@ -286,48 +230,24 @@ class SemanticCache:
         ``answer_class``: another entry's, when this answer was seen to agree with that
         entry's (None: its own). Returns the entry id, or None if not cacheable by meaning.
         """
-        prepared = self._prepare(body, model=model, tenant=tenant, ttl_s=ttl_s)
-        if prepared is None:
+        row = self._prepare(body, model, tenant, answer_key, ttl_s)
+        if row is None:
             return None
-        query, entry_ttl_s = prepared
+        row = replace(row, answer_class=answer_class)
         self.start()
         try:
-            vector = await self.embedder.embed(query.text)
-            now = self._clock()
+            vector = await self.embedder.embed(row.text)
             shared_id = None if self.replica is None else await self.replica.next_id()
-            entry_id = await self._run(
-                self._insert_sync,
-                query.partition_key,
-                tenant,
-                model,
-                query.text,
-                vector,
-                answer_key,
-                entry_ttl_s,
-                now,
-                shared_id,
-                answer_class,
-            )
+            entry_id = await self._run(self._insert_sync, row, vector, shared_id)
         except Exception:
             self._note_error("insert")
             return None
         if self.replica is not None and shared_id is not None:
             # Local-only ids name unrelated entries on other replicas: such a class stays here.
-            is_shared_class = answer_class is not None and answer_class < LOCAL_ID_BASE
-            shared_class = answer_class if is_shared_class else None
-            entry = SharedEntry(
-                entry_id,
-                query.partition_key,
-                tenant,
-                model,
-                query.text,
-                np.asarray(vector, dtype=np.float16).tobytes(),
-                answer_key,
-                now,
-                now + entry_ttl_s,
-                shared_class,
-            )
-            await self.replica.publish_insert(entry)
+            if answer_class is not None and answer_class >= LOCAL_ID_BASE:
+                row = replace(row, answer_class=None)
+            vector_f16 = np.asarray(vector, dtype=np.float16).tobytes()
+            await self.replica.publish_insert(SharedEntry(entry_id, row, vector_f16))
         return entry_id
 
     async def insert_many(self, items: Sequence[NewEntry]) -> int:
@@ -335,41 +255,24 @@ class SemanticCache:
         one transaction per chunk. Returns how many were indexed."""
         if self.replica is not None:
             return await self._insert_each(items)
-        rows: list[_Row] = []
-        for item in items:
-            prepared = self._prepare(
-                item.body, model=item.model, tenant=item.tenant, ttl_s=item.ttl_s
-            )
-            if prepared is not None:
-                query, ttl_s = prepared
-                rows.append(
-                    _Row(
-                        query.partition_key,
-                        item.tenant,
-                        item.model,
-                        query.text,
-                        item.answer_key,
-                        ttl_s,
-                    )
-                )
+        prepared = (self._prepare(i.body, i.model, i.tenant, i.answer_key, i.ttl_s) for i in items)
+        rows = [row for row in prepared if row is not None]
         num_inserted = 0
         for start in range(0, len(rows), _INSERT_CHUNK):
             chunk = rows[start : start + _INSERT_CHUNK]
             try:
                 vectors = await self._import_vectors(chunk)
-                num_inserted += await self._run(
-                    self._insert_many_sync, chunk, vectors, self._clock()
-                )
+                num_inserted += await self._run(self._insert_many_sync, chunk, vectors)
             except Exception:
                 self._note_error("insert")
         self.start()  # the rows stored without a vector get theirs in the background
         return num_inserted
 
-    async def _import_vectors(self, rows: Sequence[_Row]) -> list[Vector | None]:
+    async def _import_vectors(self, rows: Sequence[Row]) -> list[Vector | None]:
         """The vectors an import must have now: where only a repeated question is served, a
         row is found by its text, so its vector (the model's time, ~15 ms a question here)
         is left to ``_fill`` (None) and the import is bound by the file, not the model."""
-        is_later = [script_of(normalized_text(r.text)) in self._repeat_only_scripts for r in rows]
+        is_later = [script_of(row.text) in self._repeat_only_scripts for row in rows]
         texts = [row.text for row, later in zip(rows, is_later, strict=True) if not later]
         embedded = iter(await self.embedder.embed_many(texts) if texts else [])
         return [None if later else next(embedded) for later in is_later]
@@ -402,9 +305,15 @@ class SemanticCache:
         return num_inserted
 
     def _prepare(
-        self, body: Mapping[str, Any], *, model: str, tenant: str, ttl_s: float | None
-    ) -> tuple[SemanticQuery, float] | None:
-        """The query to index and its TTL; None when it is not cacheable by meaning."""
+        self,
+        body: Mapping[str, Any],
+        model: str,
+        tenant: str,
+        answer_key: str,
+        ttl_s: float | None,
+    ) -> Row | None:
+        """The row to store, stored now; None when it is not cacheable by meaning. Its TTL is
+        the smallest of ``ttl_s``, the model's and the question's freshness TTL."""
         query = split_chat(body, model=model, tenant=tenant)
         if query is None:
             return None
@@ -414,18 +323,10 @@ class SemanticCache:
         if entry_ttl_s <= 0:
             self.counters["insert_skipped_volatile"] += 1
             return None
-        return query, entry_ttl_s
-
-    async def report_verification(self, match: SemanticMatch, *, is_correct: bool) -> None:
-        """Error-budget mode: whether the entry's answer agreed with a fresh upstream answer."""
-        self.counters["verified_correct" if is_correct else "verified_wrong"] += 1
-        await self._run(self._observe_sync, match.entry_id, match.similarity, is_correct)
-
-    async def report_wrong_hit(self, match: SemanticMatch) -> bool:
-        """A served answer was wrong (user feedback): learn from it and drop the entry."""
-        self.counters["reported_wrong"] += 1
-        await self._run(self._observe_sync, match.entry_id, match.similarity, False)
-        return await self.invalidate(entry_id=match.entry_id) > 0
+        now = self._clock()
+        return Row(
+            query.partition_key, tenant, model, query.text, answer_key, now, now + entry_ttl_s
+        )
 
     async def invalidate(
         self,
@@ -446,26 +347,6 @@ class SemanticCache:
         if self.replica is not None and not is_local_only:
             await self.replica.share_delete(event, [i for i, _ in rows])
         return len(rows)
-
-    async def add_alias(self, case: JudgeCase, *, ttl_s: float) -> int | None:
-        """Makes ``case``'s asked question a verified alias of its stored entry (the judge
-        said yes and the fresh answer agreed: ``aliases``); the alias's id, or None when the
-        entry is gone or changed. Local to this replica: its invalidation stays in step with
-        the entry's only here."""
-        entry_ttl_s = freshness.ttl_s(case.asked, model=case.model, policy=self.config.freshness)
-        entry_ttl_s = min(entry_ttl_s, ttl_s)
-        if entry_ttl_s <= 0:
-            return None
-        try:
-            vector = await self.embedder.embed(case.asked)
-            return await self._run(self._alias_sync, case, vector, entry_ttl_s, self._clock())
-        except Exception:
-            self._note_error("alias")
-            return None
-
-    async def on_worker(self, operation: Callable[[], _R]) -> _R:
-        """Runs a blocking call on the store's worker thread (where its verifier lives)."""
-        return await self._run(operation)
 
     async def count_entries(self, *, tenant: str | None = None, entry_id: int | None = None) -> int:
         """Entries matching every given condition (a tenant's, or one id within a tenant)."""
@@ -488,12 +369,6 @@ class SemanticCache:
             ),
             embedder=self._embedder_name,
             vectors_pending=self._num_pending,
-            verifier=None if self.verifier is None else self.verifier.name,
-            # A verifier in a child process: False while it loads or restarts.
-            verifier_ready=(
-                self.verifier.is_ready if isinstance(self.verifier, NomicVerifier) else None
-            ),
-            judge=dict(sum(self.judge_counts.values(), Counter[str]())),
             by_script=self.script_stats(),
             embed_batches=self.embedder.num_batches,
             embedded_texts=self.embedder.num_embedded,
@@ -502,24 +377,18 @@ class SemanticCache:
         )
         if self.replica is not None and self.replica.follower is not None:
             report["shared"] = self.replica.follower_stats()
-        if self.budget is not None:
-            report["error_budget"] = {"max_error_rate": self.budget.policy.max_error_rate}
-            report["error_budget"].update(self.budget.stats())
         return report
 
     def script_stats(self) -> dict[str, dict[str, int]]:
-        """Lookups by the question's script (latin, cjk, other): hits, misses, reasons, and
-        the asynchronous judge's counters (``judged``, ``judge_yes``, ``aliases_made``, ...)."""
-        scripts = sorted({*self._by_script, *self.judge_counts})
-        return {name: self._script_stats(name) for name in scripts}
+        """Lookups by the question's script (latin, cjk, other): hits, misses, reasons."""
+        return {name: self._script_stats(name) for name in sorted(self._by_script)}
 
     def _script_stats(self, script: str) -> dict[str, int]:
         """Hits and misses of one script's lookups (and each miss reason)."""
         reasons = self._by_script.get(script, Counter())
         num_hits = reasons.get(matcher.HIT, 0)
-        num_lookups = sum(n for reason, n in reasons.items() if reason != "verified")
-        judged = self.judge_counts.get(script, Counter())
-        return {"hits": num_hits, "misses": num_lookups - num_hits, **reasons, **judged}
+        num_lookups = sum(reasons.values())
+        return {"hits": num_hits, "misses": num_lookups - num_hits, **reasons}
 
     async def close(self) -> None:
         """Stops following and filling vectors (rows still waiting get theirs after the next
@@ -531,8 +400,6 @@ class SemanticCache:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._filler
         await self._run(self._close_sync)
-        if isinstance(self.verifier, NomicVerifier):  # its child process ends with the store
-            await self._run(self.verifier.close)
         self._executor.shutdown(wait=True)
         await self.embedder.close()
 
@@ -570,12 +437,6 @@ class SemanticCache:
             records.clear()
             self._graphs.clear()
         records.set_meta("embedder", identity)
-        if self.budget is not None:
-            saved = records.get_meta("budget_observations")
-            if saved:
-                self.budget.restore(
-                    [budget_mod.Observation(s, bool(c)) for s, c in orjson.loads(saved)]
-                )
         self._upkeep.recount(records)
         self._num_pending = records.count_pending()
         self._records = records
@@ -615,50 +476,32 @@ class SemanticCache:
             if i in live
         ]
         policy = self.policy
-        if self.budget is not None:  # thresholds are learned: let every candidate through
-            policy = matcher.MatchPolicy(-1.0, policy.max_distance_ratio, policy.min_similarity)
         choice = matcher.choose(signature(text), candidates, policy)
-        if self.verifier is not None and matcher.needs_second_opinion(choice, policy):
-            choice = self._second_opinion(choice, text, live, policy)
         self._count_decision(choice.script or "latin", choice.reason)
         if choice.guard_reason is not None:
             self.counters[f"guard_{choice.guard_reason}"] += 1
         best = choice.candidate
         if not choice.is_hit or best is None:
-            if best is None or best.entry_id not in live:
-                return LookupResult(None, near_miss(best, floor))
-            stored_text = live[best.entry_id].text
-            near = near_miss(best, floor, risk=choice.risk, text=stored_text, script=choice.script)
-            return LookupResult(None, near)
-        if self.budget is not None:
-            action = self.budget.decide(best.similarity, live[best.entry_id].observations)
-            if action == budget_mod.MISS:
-                return LookupResult(None, near_miss(best, floor))
-            if action == budget_mod.EXPLORE:
-                match = SemanticMatch(best.entry_id, best.similarity, best.answer_key, True)
-                return LookupResult(match, near_miss(best, floor))
+            return LookupResult(None, near_miss(best, floor))
         match = SemanticMatch(
             best.entry_id,
             best.similarity,
             best.answer_key,
             risk=choice.risk,
             script=choice.script,
-            verdict=choice.verdict,
         )
         return self._served(records, live[best.entry_id], match, now)
 
-    def _repeat_lookup_sync(
-        self, partition: str, normalized: str, script: str
-    ) -> LookupResult | None:
+    def _repeat_lookup_sync(self, partition: str, text: str, script: str) -> LookupResult | None:
         """The hit where only a repeated question can be served: the oldest live entry whose
-        question is ``normalized`` (``normalized_text``) too; None if there is none. The
-        embedding path serves the same row: a text equal but for spacing is its nearest
-        (ties go to the lowest id)."""
+        question is ``text`` too (both ``partition.trimmed``); None if there is none. The
+        embedding path serves the same row: an equal text is its nearest (ties go to the
+        lowest id)."""
         if not self.policy.serves_repeats:  # a target above even a repeat's bound
             return None
         records = self._open()
         now = self._clock()
-        stored = records.entries_with_text(partition, normalized)
+        stored = records.entries_with_text(partition, text)
         self._upkeep.drop_expired(records, [e for e in stored if e.expires_at <= now])
         live = [entry for entry in stored if entry.expires_at > now]
         if not live:
@@ -677,89 +520,26 @@ class SemanticCache:
     def _served(
         self, records: Records, entry: StoredEntry, match: SemanticMatch, now: float
     ) -> LookupResult:
-        """A hit on ``entry``: touched, counted, and named an alias's when it is one."""
+        """A hit on ``entry``: touched and counted."""
         records.touch(entry.entry_id, now)
         self.counters["hits"] += 1
-        if entry.alias_of is not None:  # a verified alias (``aliases``)
-            self.judge_counts[match.script or "latin"]["alias_hits"] += 1
-            match = replace(match, verdict=ALIAS)
         return LookupResult(match)
 
-    def _second_opinion(
-        self,
-        choice: matcher.Choice,
-        text: str,
-        live: Mapping[int, StoredEntry],
-        policy: matcher.MatchPolicy,
-    ) -> matcher.Choice:
-        """Asks the verifier about a close call (on this worker thread, off the loop)."""
-        best = choice.candidate
-        if best is None or self.verifier is None:
-            return choice
-        started = time.perf_counter()
-        try:
-            second = self.verifier.similarity(text, live[best.entry_id].text)
-        except EmbedderUnavailable:  # loading or restarting in its child: a miss, not an error
-            self.counters["verifier_unavailable"] += 1
-            return choice
-        except Exception:  # a broken verifier only costs the close calls
-            self._note_error("verifier")
-            return choice
-        self.counters["verifier_runs"] += 1
-        self.counters["verifier_us"] += int((time.perf_counter() - started) * 1e6)
-        decided = matcher.reconsider(choice, second, policy)
-        self.counters[f"verifier_{decided.verdict}"] += 1
-        self._by_script[choice.script or "latin"]["verified"] += 1
-        return decided
-
-    def _insert_sync(
-        self,
-        partition: str,
-        tenant: str,
-        model: str,
-        text: str,
-        vector: npt.NDArray[np.float32],
-        answer_key: str,
-        ttl_s: float,
-        now: float,
-        entry_id: int | None,
-        answer_class: int | None,
-    ) -> int:
+    def _insert_sync(self, row: Row, vector: Vector, entry_id: int | None) -> int:
         records = self._open()
         if entry_id is None and self.replica is not None:  # Redis away: a local-only id
             entry_id = records.next_id_from(LOCAL_ID_BASE)
-        row = _Row(partition, tenant, model, text, answer_key, ttl_s)
-        entry_id = self._add_row(records, row, vector, now, entry_id, answer_class)
+        entry_id = self._add_row(records, row, vector, entry_id)
         self.counters["inserts"] += 1
         return entry_id
 
-    def _alias_sync(self, case: JudgeCase, vector: Vector, ttl_s: float, now: float) -> int | None:
-        records = self._open()
-        entry = records.entries([case.entry_id]).get(case.entry_id)
-        # The entry judged must still be the one judged: live, in the asked question's
-        # partition (so its tenant's) and with the answer compared (an id can be reused).
-        is_same = entry is not None and entry.partition == case.partition
-        if entry is None or not is_same or entry.answer_key != case.answer_key:
-            self.counters["alias_refused"] += 1
-            return None
-        if entry.expires_at <= now:
-            self.counters["alias_refused"] += 1
-            return None
-        entry_id = None if self.replica is None else records.next_id_from(LOCAL_ID_BASE)
-        ttl_s = min(ttl_s, entry.expires_at - now)
-        row = _Row(case.partition, case.tenant, case.model, case.asked, entry.answer_key, ttl_s)
-        root = entry.entry_id if entry.alias_of is None else entry.alias_of
-        return self._add_row(records, row, vector, now, entry_id, entry.answer_class, root)
-
-    def _insert_many_sync(
-        self, rows: Sequence[_Row], vectors: Sequence[Vector | None], now: float
-    ) -> int:
+    def _insert_many_sync(self, rows: Sequence[Row], vectors: Sequence[Vector | None]) -> int:
         records = self._open()
         added: list[tuple[str, int]] = []
         try:
             with records.transaction():
                 for row, vector in zip(rows, vectors, strict=True):
-                    added.append((row.partition, self._add_row(records, row, vector, now)))
+                    added.append((row.partition, self._add_row(records, row, vector)))
         except Exception:
             # The rows were rolled back: so go their vectors (an eviction that was rolled back
             # too leaves a row unindexed until the partition is next rebuilt: a lost hit only).
@@ -791,35 +571,16 @@ class SemanticCache:
         self._num_pending = max(0, self._num_pending - len(rows))
 
     def _add_row(
-        self,
-        records: Records,
-        row: _Row,
-        vector: Vector | None,
-        now: float,
-        entry_id: int | None = None,
-        answer_class: int | None = None,
-        alias_of: int | None = None,
+        self, records: Records, row: Row, vector: Vector | None, entry_id: int | None = None
     ) -> int:
         """One row into the file and the index (its partition loaded first); its id. Without
         a vector, into the file only (it waits for ``_fill``)."""
         if vector is not None:
             self._partition(records, row.partition)
-        entry_id = records.insert(
-            partition=row.partition,
-            tenant=row.tenant,
-            model=row.model,
-            text=row.text,
-            vector=vector,
-            answer_key=row.answer_key,
-            now=now,
-            ttl_s=row.ttl_s,
-            entry_id=entry_id,
-            answer_class=answer_class,
-            alias_of=alias_of,
-        )
+        entry_id = records.insert(row, vector, entry_id)
         if vector is not None:
             self._index.add(row.partition, entry_id, vector)
-        self._upkeep.note_insert(records, row.text, now)
+        self._upkeep.note_insert(records, row.text, self._clock())
         return entry_id
 
     def _apply_sync(self, events: Sequence[Event]) -> None:
@@ -829,23 +590,14 @@ class SemanticCache:
         for event in events:
             if isinstance(event, DeleteEvent):
                 self._delete_sync(event, reason="invalidated_shared")
-            elif event is not None and event.expires_at > now and not records.has(event.entry_id):
+            elif event is not None and event.row.expires_at > now:
+                if records.has(event.entry_id):
+                    continue
                 vector = np.frombuffer(event.vector_f16, dtype=np.float16).astype(np.float32)
-                records.insert(
-                    partition=event.partition,
-                    tenant=event.tenant,
-                    model=event.model,
-                    text=event.text,
-                    vector=vector,
-                    answer_key=event.answer_key,
-                    now=event.created_at,
-                    ttl_s=event.expires_at - event.created_at,
-                    entry_id=event.entry_id,
-                    answer_class=event.answer_class,
-                )
-                if event.partition in self._loaded:  # else loaded from the file on first use
-                    self._index.add(event.partition, event.entry_id, vector)
-                self._upkeep.note_insert(records, event.text, now)
+                records.insert(event.row, vector, event.entry_id)
+                if event.row.partition in self._loaded:  # else loaded from the file when used
+                    self._index.add(event.row.partition, event.entry_id, vector)
+                self._upkeep.note_insert(records, event.row.text, now)
                 self.counters["shared_applied"] += 1
 
     def _keep_only_sync(self, shared_ids: set[int]) -> None:
@@ -864,24 +616,11 @@ class SemanticCache:
     def _count_sync(self, tenant: str | None, entry_id: int | None) -> int:
         return self._open().count_where(tenant=tenant, entry_id=entry_id)
 
-    def _observe_sync(self, entry_id: int, similarity: float, is_correct: bool) -> None:
-        if self.budget is None:
-            return
-        records = self._open()
-        observation = budget_mod.Observation(similarity, is_correct)
-        records.add_observation(
-            entry_id, observation, self.budget.policy.max_observations_per_entry
-        )
-        self.budget.observe(similarity, is_correct)
-
     def _close_sync(self) -> None:
         if self._records is None:
             return
         for partition in self._index.graph_partitions():
             digest = self._records.partition_digest(partition)
             self._graphs.save(self._index, partition, digest)
-        if self.budget is not None:
-            pooled = [[o.similarity, o.is_correct] for o in self.budget.pooled_observations]
-            self._records.set_meta("budget_observations", orjson.dumps(pooled))
         self._records.close()
         self._records = None

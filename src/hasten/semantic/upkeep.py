@@ -89,10 +89,6 @@ class Upkeep:
         """Deletes ``(entry_id, partition)`` rows from the file and the index."""
         if not rows:
             return
-        # An entry's verified aliases serve its answer: they go with it (``aliases``).
-        aliases = records.select_aliases_of([entry_id for entry_id, _ in rows])
-        if aliases:
-            self.remove(records, aliases, "aliases_removed")
         records.delete(entry_id for entry_id, _ in rows)
         for entry_id, partition in rows:
             self._index.remove(partition, entry_id)

@@ -24,6 +24,7 @@ from hasten.errors import ConfigError
 from hasten.local.gateway import LOCAL, is_local_available
 from hasten.local.supervisor import EngineSupervisor, RestartSettings
 from hasten.metrics.endpoint import MetricsApp
+from hasten.semantic import build as semantic_build
 from hasten.served import DEMO_UPSTREAM, Overrides, served_config
 from hasten.server import logs
 from hasten.server.connection import bind, uvicorn_server
@@ -151,6 +152,7 @@ def _integer(value: Any, flag: str, env: str, what: str, minimum: int, maximum: 
 
 async def _serve(config: GatewayConfig, *, is_simulator_default: bool) -> None:
     check_workers(config)
+    semantic_build.require_extra(config.semantic)  # before anything starts: names the extra
     servers: list[tuple[uvicorn.Server, socket.socket]] = []
     local = config.local
     if local is None and config.is_simulated and not is_simulator_default:
@@ -265,6 +267,7 @@ def _banner(config: GatewayConfig, sock: socket.socket, supervisor: EngineSuperv
         )
     else:
         lines.append("  cache: disabled")
+    lines.append("  " + semantic_build.describe(config.semantic))
     lines.append("  " + describe_metrics(config.metrics))
     if config.server.api_keys:
         lines.append(f"  gateway keys: {len(config.server.api_keys)} tenant key(s) enforced")
