@@ -34,6 +34,7 @@ _RESPONSES_UNKEYED = frozenset(
         "store",
         "background",
         "metadata",
+        "client_metadata",  # Codex: its session, thread, turn and installation ids
         "user",
         "safety_identifier",
         "prompt_cache_key",

@@ -49,7 +49,8 @@ STREAM_ERROR_CODE = "upstream_stream_error"
 MAX_CACHE_BREAKPOINTS = 4  # Anthropic: at most 4 blocks with cache_control per request
 CACHE_TTLS = ("5m", "1h")
 MIN_THINKING_BUDGET_TOKENS = 1024
-_ROLES = ("user", "assistant")
+# A system turn mid-conversation is Claude Code's (2.1 sends its agent list as one).
+_ROLES = ("user", "assistant", "system")
 _TOOL_CHOICES = ("auto", "any", "tool", "none")
 _IMAGE_SOURCES = ("base64", "url", "file")
 _WHITESPACE = re.compile(r"\s+")
@@ -139,7 +140,11 @@ def _check_message(message: Any, param: str) -> None:
     if not isinstance(message, dict):
         raise fields.invalid(param, "an object", message)
     fields.require(
-        message, "role", lambda role: role in _ROLES, "'user' or 'assistant'", f"{param}.role"
+        message,
+        "role",
+        lambda role: role in _ROLES,
+        "'user', 'assistant' or 'system'",
+        f"{param}.role",
     )
     content = message.get("content")
     if isinstance(content, str):

@@ -223,6 +223,14 @@ def _message_to_chat(message: Mapping[str, Any], param: str) -> list[dict[str, A
     content = message.get("content")
     if isinstance(content, str):
         return [{"role": role, "content": content}]
+    if role == "system":  # a system turn of text blocks, mid-conversation
+        texts: list[str] = []
+        for block in content or ():
+            text = block.get("text") if isinstance(block, dict) else None
+            if not isinstance(text, str):
+                raise _refuse(f"{param}.content", "a system turn holds text blocks only")
+            texts.append(text)
+        return [{"role": "system", "content": "\n\n".join(texts)}]
     if role == "assistant":
         return [_assistant_to_chat(content or [], param)]
     tool_messages: list[dict[str, Any]] = []
