@@ -788,18 +788,24 @@ async def _serve_flight(gateway: Gateway, ex: Exchange, flight: Flight, label: b
     _note_call(ex, flight.headers, flight.upstream_name, flight.ttfb_ms)
     saved = hedge_saved(gateway, ex) if ex.is_upstream_call else None
     if not ex.is_stream or flight.status != 200:
-        body = await flight.read_all()
+        await flight.wait_done()
         if flight.error is not None:
             raise flight.error.copy()  # shared by the flight's waiters
         if ex.is_assembled and flight.status == 200:
-            resumed = resume_header(body) if ex.model.route.is_resuming_streams else None
+            # Its chunks are not joined: the assembly has the body (a copy of what may be
+            # max_answer_bytes, made only to be thrown away, is not).
+            chunks = flight.chunks
+            resumed = None
+            if ex.model.route.is_resuming_streams:
+                resumed = resume_header(b"".join(chunks[-2:]))
             assembly = flight.assembly
-            body = assemble(body, ex.endpoint.name) if assembly is None else assembly.body()
+            body = assemble(chunks, ex.endpoint.name) if assembly is None else assembly.body()
             headers = assembled_headers(flight.headers)
             headers.extend(ex.base_headers(label, flight.upstream_ms))
             if resumed is not None:
                 headers.append(resumed)
         else:
+            body = b"".join(flight.chunks)
             headers = response_headers(flight.headers, flight.status, ex.is_stream)
             headers.extend(ex.base_headers(label, flight.ttfb_ms))
         if saved is not None:
