@@ -23,7 +23,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from hasten.local.config import default_model_path  # noqa: E402
+from hasten.config.local import default_model_path  # noqa: E402
 
 NATIVE_VENV = ROOT / "bench" / ".venvs" / "llama-native"
 PACKAGES = ("httpx", "jinja2", "numpy", "orjson")

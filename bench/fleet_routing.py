@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hasten.config import CacheConfig, GatewayConfig, ModelRoute, ServerConfig, UpstreamConfig
 from hasten.config.fleet import FleetConfig
-from hasten.routing.settings import DeploymentConfig, RoutingConfig
+from hasten.config.routing import DeploymentConfig, RoutingConfig
 from hasten.simulator import SimConfig, build_app
 from tests.support.gateway import running_gateway
 from tests.support.servers import ServerThread, redis_server

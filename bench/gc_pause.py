@@ -24,7 +24,7 @@ from typing import Any
 
 from hasten.app import HastenApp
 from hasten.config import parse_config
-from hasten.config.served import Overrides, served_config
+from hasten.served import Overrides, served_config
 
 CONFIGS = {"default": {}, "semantic": {"semantic": {"enabled": True}}}
 

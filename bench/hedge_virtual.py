@@ -24,9 +24,9 @@ import random
 import statistics
 from dataclasses import dataclass, field
 
+from hasten.config.routing import DeploymentConfig, HedgeConfig, RoutingConfig
 from hasten.loadgen.stats import percentile
 from hasten.routing.pool import DeploymentPool
-from hasten.routing.settings import DeploymentConfig, HedgeConfig, RoutingConfig
 
 NAMES = ("a", "b", "c")
 NUM_CLIENTS = 8

@@ -24,13 +24,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hasten.auth import Authenticator
 from hasten.config import TenantKey
 from hasten.config.fleet import FleetConfig
+from hasten.config.limits import KeyLimits
 from hasten.fleet.link import FleetLink
 from hasten.keys.directory import KeyDirectory
 from hasten.keys.lookup import ResolvedKeys
 from hasten.keys.record import new_record
 from hasten.keys.redis_store import RedisKeyStore
 from hasten.keys.store import KeyStore, MemoryKeyStore
-from hasten.limits.spec import KeyLimits
 from tests.support.servers import redis_server
 
 STATIC_KEYS = tuple(TenantKey(f"tenant-{i}", f"static-key-{i:04d}") for i in range(10))

@@ -40,11 +40,11 @@ from server_process import ServerProcess, free_port  # noqa: E402
 from hasten.app import HastenApp  # noqa: E402
 from hasten.config import CacheConfig, GatewayConfig, TenantKey  # noqa: E402
 from hasten.config.fleet import FleetConfig  # noqa: E402
+from hasten.config.limits import KeyLimits  # noqa: E402
+from hasten.config.prices import ModelPrice  # noqa: E402
 from hasten.fleet.link import FleetLink  # noqa: E402
 from hasten.limits.limiter import Limiter  # noqa: E402
-from hasten.limits.prices import ModelPrice  # noqa: E402
 from hasten.limits.shared import Settlement, SharedLedger  # noqa: E402
-from hasten.limits.spec import KeyLimits  # noqa: E402
 from hasten.server.connection import protocol_for  # noqa: E402
 from hasten.simulator import SimConfig, build_app  # noqa: E402
 from tests.support.gateway import make_config  # noqa: E402

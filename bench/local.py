@@ -39,7 +39,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from hasten.local.config import default_model_path  # noqa: E402
+from hasten.config.local import default_model_path  # noqa: E402
 
 STREAM_LEVELS = (1, 2, 4, 8)
 SYSTEM_SENTENCE = "You are the support assistant of a hardware store that sells tools and paint. "

@@ -28,8 +28,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hasten.cache.policy import ModelCachePolicy
 from hasten.config import CacheConfig, GatewayConfig, ModelRoute, UpstreamConfig
+from hasten.config.cache_policy import ModelCachePolicy
 from hasten.proxy.resumer import StreamResume
 from hasten.routing.models import build_route
 from hasten.simulator import SimConfig, build_app

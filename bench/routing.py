@@ -26,8 +26,8 @@ import litellm_env
 import orjson
 from routing_setup import CACHE_SIMS, HEDGE_BUDGET_BURST, TAIL_SIMS, Fleet, started_fleet
 
+from hasten.config.routing import HedgeConfig
 from hasten.loadgen.stats import percentile
-from hasten.routing.settings import HedgeConfig
 from hasten.upstream.attempt import FirstTokenWatch
 
 REPO = Path(__file__).resolve().parents[1]

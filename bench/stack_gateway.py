@@ -18,7 +18,7 @@ from stack_transports import transport_named
 
 from hasten.app import HastenApp
 from hasten.config import parse_config
-from hasten.config.served import Overrides, served_config
+from hasten.served import Overrides, served_config
 from hasten.server.connection import bind, uvicorn_server
 
 

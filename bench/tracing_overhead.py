@@ -28,8 +28,8 @@ from hasten.app import HastenApp
 from hasten.config import CacheConfig, GatewayConfig, ModelRoute, UpstreamConfig
 from hasten.config.telemetry import TelemetryConfig
 from hasten.simulator import SimConfig, build_app
-from hasten.telemetry.stage import NO_STAGE
 from hasten.telemetry.tracing import Tracing
+from hasten.values.stage import NO_STAGE
 
 NUM_WARMUP = 50
 NUM_STAGE_CALLS = 200_000

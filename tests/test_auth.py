@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hasten.auth import PUBLIC_TENANT, Authenticator, Caller
+from hasten.auth import PUBLIC_TENANT, Authenticator
 from hasten.config import TenantKey
 from hasten.errors import Unauthorized
+from hasten.values.caller import Caller
 
 KEYS = (TenantKey(tenant="team-a", key="key-a-123"), TenantKey(tenant="team-b", key="key-b-456"))
 

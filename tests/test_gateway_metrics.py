@@ -31,12 +31,12 @@ from hasten.config import (
     TimeoutConfig,
     UpstreamConfig,
 )
+from hasten.config.metrics import MetricsConfig
+from hasten.config.routing import DeploymentConfig, HedgeConfig, RoutingConfig
 from hasten.config.semantic import SemanticConfig
 from hasten.metrics.endpoint import MetricsApp
-from hasten.metrics.outcome import RequestOutcome
-from hasten.metrics.settings import MetricsConfig
-from hasten.routing.settings import DeploymentConfig, HedgeConfig, RoutingConfig
 from hasten.simulator import SimConfig, build_app
+from hasten.values.outcome import RequestOutcome
 from tests.support.gateway import (
     FAST_RETRY,
     ScriptedUpstream,

@@ -16,8 +16,8 @@ import pytest
 
 from hasten.config import GatewayConfig
 from hasten.proxy.assemble import assemble
-from hasten.proxy.sse import SSEDecoder
 from hasten.simulator import SimConfig, build_app
+from hasten.wire.sse import SSEDecoder
 from tests.support.gateway import chat_body, make_config, running_gateway, sim_stats
 from tests.support.servers import ServerThread
 

@@ -13,32 +13,37 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
-from hasten import admin, dashboard
-from hasten.asgi import Message, Receive, Scope, Send, header, send_error, send_json
-from hasten.auth import Authenticator, Caller
+from hasten import dashboard
+from hasten.admin import cache as admin
+from hasten.admin import keys as key_endpoints
+from hasten.auth import Authenticator
 from hasten.cache import TieredCache, build_cache
 from hasten.config import GatewayConfig
-from hasten.config.served import served_config
+from hasten.dashboard.data import EngineStatus
 from hasten.dashboard.window import RollingWindow
 from hasten.errors import ClientGone, HastenError, MethodNotAllowed, NotFound
 from hasten.fleet.coalesce import FleetCoalescer
 from hasten.fleet.link import FleetLink
 from hasten.fleet.routing import RoutingSync
-from hasten.gateway import EngineStatus, Gateway, Stats
-from hasten.keys import endpoints as key_endpoints
-from hasten.keys.access import visible_models
+from hasten.gateway import Gateway
 from hasten.keys.factory import build_key_directory
 from hasten.limits.limiter import Limiter
 from hasten.metrics.endpoint import OBSERVED_SCOPE_KEY, build_metrics, serve_metrics
 from hasten.openapi import openapi_json
 from hasten.policy import POLICY_HEADER, PolicyBook
 from hasten.proxy.handle import MODEL_SCOPE_KEY, TENANT_SCOPE_KEY, handle
+from hasten.proxy.pipeline import Pipeline
+from hasten.proxy.stats import Stats
 from hasten.proxy.validation import CHAT, COMPLETIONS, EMBEDDINGS, Endpoint
 from hasten.routing.models import ModelRouter
+from hasten.served import served_config
+from hasten.server.heap import freeze_startup_heap
 from hasten.telemetry.tracing import Tracing
 from hasten.upstream.client import UpstreamClient
 from hasten.upstream.lean import LeanTransport
 from hasten.upstream.transport import AiohttpTransport, Transport
+from hasten.values.caller import Caller, visible_models
+from hasten.wire.asgi import Message, Receive, Scope, Send, header, send_error, send_json
 
 if TYPE_CHECKING:
     from hasten.semantic.tier import SemanticTier
@@ -76,6 +81,7 @@ class HastenApp:
         peers: Peers | None = None,
         worker_index: int | None = None,
         tracing: Tracing | None = None,
+        is_heap_frozen: bool = False,
     ) -> None:
         # Any parsed config can be served: the app adds what needs no process (hybrid routes).
         self.config = served_config(config)
@@ -84,6 +90,8 @@ class HastenApp:
         self._peers = peers
         self._worker_index = worker_index
         self._tracing = tracing  # None: as [telemetry] says (tests pass their own)
+        # A served gateway freezes its startup heap (hasten.server.heap) once built.
+        self._is_heap_frozen = is_heap_frozen
         self._openapi = openapi_json()
         self.gateway: Gateway | None = None
         self._startup_lock = asyncio.Lock()
@@ -93,6 +101,8 @@ class HastenApp:
         async with self._startup_lock:
             if self.gateway is None:
                 self.gateway = self._build()
+                if self._is_heap_frozen:
+                    freeze_startup_heap()  # before any task it starts can be stalled by it
                 _share_routing(self.gateway)
                 if self._peers is not None and self.gateway.cache is not None:
                     self._peers.attach(self.gateway.cache)
@@ -117,37 +127,53 @@ class HastenApp:
         client = UpstreamClient(transport, rng=random.Random())
         fleet = FleetLink(self.config.fleet) if self.config.fleet.is_enabled else None
         keys = build_key_directory(self.config, fleet)
-        gateway = Gateway(
+        auth = Authenticator(server.api_keys, server.admin_api_key, keys)
+        policies = _policy_book(self.config)
+        limiter = Limiter(fleet, self.config.prices, settings=self.config.limits)
+        pipeline = Pipeline(
             config=self.config,
             router=ModelRouter(self.config),
-            auth=Authenticator(server.api_keys, server.admin_api_key, keys),
-            stats=Stats(is_per_tenant=bool(server.api_keys) or keys is not None),
+            callers=auth,
             client=client,
             cache=cache,
             semantic=_semantic_tier(self.config, cache),
-            policies=_policy_book(self.config),
+            policies=policies,
+            limits=limiter,
+            tracer=tracing,
+            stats=Stats(is_per_tenant=bool(server.api_keys) or keys is not None),
+        )
+        gateway = Gateway(
+            pipeline,
+            auth,
+            policies=policies,
+            limiter=limiter,
             tracing=tracing,
             fleet=fleet,
             keys=keys,
         )
-        if gateway.semantic is not None and self.config.semantic.judge != "off":
+        if pipeline.semantic is not None and self.config.semantic.judge != "off":
             from hasten.semantic.judge_setup import attach_judge
 
-            attach_judge(gateway.semantic, self.config.semantic, gateway.router, gateway.client)
-        gateway.limiter = Limiter(gateway.fleet, self.config.prices, settings=self.config.limits)
-        if gateway.fleet is not None and self.config.fleet.is_coalescing:
-            gateway.fleet_flights = FleetCoalescer(gateway.fleet)
+            attach_judge(pipeline.semantic, self.config.semantic, pipeline.router, client)
+        if fleet is not None and self.config.fleet.is_coalescing:
+            gateway.fleet_flights = pipeline.fleet = FleetCoalescer(fleet)
         if self.config.metrics.is_enabled:
-            gateway.metrics = build_metrics(gateway, transport, self._engine)
-            gateway.observers.append(gateway.metrics)
+            gateway.metrics = build_metrics(pipeline, transport, self._engine)
+            pipeline.savings = gateway.metrics.saved
+            pipeline.observers.append(gateway.metrics)
         # The dashboard's window is an observer too, after the metrics: they see the same
         # records, so its totals agree with a scrape. `[metrics] enabled = false` promises
         # no per-request observation at all: the dashboard then shows live state only.
         gateway.dashboard = dashboard.Dashboard(
-            RollingWindow(), engine=self._engine, is_observing=self.config.metrics.is_enabled
+            RollingWindow(),
+            pipeline,
+            auth,
+            scrape=None if gateway.metrics is None else gateway.metrics.scrape,
+            engine=self._engine,
+            is_observing=self.config.metrics.is_enabled,
         )
         if gateway.dashboard.is_observing:
-            gateway.observers.append(gateway.dashboard.observe)
+            pipeline.observers.append(gateway.dashboard.observe)
         return gateway
 
     async def shutdown(self) -> None:
@@ -241,7 +267,7 @@ class HastenApp:
         if endpoint is not None:
             if method != "POST":
                 raise MethodNotAllowed(f"{method} is not allowed on {path}; use POST", allow="POST")
-            await handle(gateway, endpoint, scope, receive, send, request_id)
+            await handle(gateway.pipeline, endpoint, scope, receive, send, request_id)
             return
         if path in admin.PATHS:
             await admin.handle(gateway, scope, receive, send)
@@ -253,7 +279,7 @@ class HastenApp:
             await serve_metrics(gateway.metrics, scope, send, gateway.auth)
             return
         if path in dashboard.PATHS and gateway.dashboard is not None:
-            await gateway.dashboard.handle(gateway, scope, send)
+            await gateway.dashboard.handle(scope, send)
             return
         if path not in _GET_PATHS:
             raise NotFound(f"Unknown path {path}", code="unknown_url")

@@ -6,12 +6,11 @@ import base64
 import binascii
 import hashlib
 import hmac
-from dataclasses import dataclass
 from typing import Protocol
 
 from hasten.config import DEFAULT_ADMIN_KEY_ENV, TenantKey
 from hasten.errors import Unauthorized
-from hasten.limits.spec import KeyLimits
+from hasten.values.caller import ADMIN, Caller
 
 PUBLIC_TENANT = "public"
 ADMIN_KEY_HINT = (
@@ -26,23 +25,6 @@ _MAX_ANONYMOUS_CALLERS = 4096
 
 def _digest(key: bytes) -> bytes:
     return hashlib.sha256(key).digest()
-
-
-@dataclass(frozen=True, slots=True)
-class Caller:
-    """Who sent a request: the operator (admin key) or one tenant's namespace."""
-
-    tenant: str | None  # None for the admin key, which belongs to no tenant
-    key_id: str | None = None  # which gateway key, when keys are enforced
-    limits: KeyLimits | None = None  # what that key may spend (hasten.limits)
-    models: frozenset[str] | None = None  # the models it may call; None: any
-
-    @property
-    def is_admin(self) -> bool:
-        return self.tenant is None
-
-
-ADMIN = Caller(tenant=None)
 
 
 class KeyLookup(Protocol):

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from hasten import __version__
 from hasten.config import GatewayConfig, ModelRoute, load_config, redact_url
 from hasten.config.keys import describe_keys
+from hasten.config.metrics import describe_metrics
 from hasten.errors import ConfigError
-from hasten.metrics.settings import describe_metrics
 
 DESCRIPTION = """\
 hasten makes LLM applications answer faster: point your OpenAI SDK's base_url at it.

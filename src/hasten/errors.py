@@ -1,6 +1,6 @@
 """Every exception hasten raises, in one tree.
 
-Handlers raise a ``HastenError``; ``hasten.asgi.send_error`` is the one place that renders
+Handlers raise a ``HastenError``; ``hasten.wire.asgi.send_error`` is the one place that renders
 it, as OpenAI-shaped JSON (``{"error": {"message", "type", "param", "code"}}``) with the
 status (and headers) it carries. The others never reach a client as themselves.
 
@@ -253,7 +253,7 @@ class KeyStoreUnavailable(HastenError):
 
 class ClientGone(Exception):
     """The client disconnected: seen while reading its body, while answering it (see
-    ``hasten.asgi.DisconnectWatcher``) or when a send failed. Never rendered."""
+    ``hasten.wire.asgi.DisconnectWatcher``) or when a send failed. Never rendered."""
 
 
 class EngineQueueFull(Exception):

@@ -1,24 +1,26 @@
-"""Everything a request needs, built once at startup and hung off one object."""
+"""Everything the gateway runs, built once at startup and hung off one object: the request
+path (``Pipeline``, with the parts it holds) and the services around it."""
 
 from __future__ import annotations
 
 import itertools
 import os
-from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from hasten.auth import Authenticator
 from hasten.cache import TieredCache
 from hasten.config import GatewayConfig
 from hasten.limits.limiter import Limiter
-from hasten.metrics.outcome import Observer
 from hasten.policy import PolicyBook
 from hasten.proxy.flight import Coalescer
 from hasten.proxy.fronts import FrontMemo
+from hasten.proxy.pipeline import Pipeline
+from hasten.proxy.stats import Stats
 from hasten.routing.models import ModelRouter
 from hasten.telemetry.tracing import Tracing
 from hasten.upstream.client import UpstreamClient
+from hasten.values.outcome import Observer
 
 if TYPE_CHECKING:
     from hasten.dashboard import Dashboard
@@ -28,31 +30,6 @@ if TYPE_CHECKING:
     from hasten.keys.directory import KeyDirectory
     from hasten.metrics.registry import Metrics
     from hasten.semantic.tier import SemanticTier
-
-
-class EngineStatus(Protocol):
-    """The local engine child's supervisor, as ``/readyz`` and the dashboard see it."""
-
-    def status(self) -> dict[str, object]: ...
-
-
-@dataclass
-class Stats:
-    """Request counters, served on ``GET /stats`` (a tenant key sees only its own)."""
-
-    counts: Counter[str] = field(default_factory=Counter)
-    # Only with gateway keys: their tenants are few and fixed, while pass-through tenants
-    # (one per upstream key a client sends) would grow without bound.
-    is_per_tenant: bool = False
-    by_tenant: dict[str, Counter[str]] = field(default_factory=dict)
-
-    def count(self, name: str, amount: int = 1, *, tenant: str | None = None) -> None:
-        self.counts[name] += amount
-        if tenant is not None and self.is_per_tenant:
-            self.by_tenant.setdefault(tenant, Counter())[name] += amount
-
-    def of_tenant(self, tenant: str) -> dict[str, int]:
-        return dict(self.by_tenant.get(tenant, {}))
 
 
 class RequestIds:
@@ -68,24 +45,52 @@ class RequestIds:
 
 @dataclass
 class Gateway:
-    config: GatewayConfig
-    router: ModelRouter
+    pipeline: Pipeline  # the request path, and the parts it holds (router, cache, client...)
     auth: Authenticator
-    client: UpstreamClient
-    cache: TieredCache | None
-    semantic: SemanticTier | None = None
     policies: PolicyBook = field(default_factory=PolicyBook)
-    coalescer: Coalescer = field(default_factory=Coalescer)
-    fronts: FrontMemo = field(default_factory=FrontMemo)  # bodies seen before, resolved
-    stats: Stats = field(default_factory=Stats)
-    request_ids: RequestIds = field(default_factory=RequestIds)
+    limiter: Limiter = field(default_factory=Limiter)  # gateway keys' limits
     tracing: Tracing = field(default_factory=Tracing)
+    request_ids: RequestIds = field(default_factory=RequestIds)
     metrics: Metrics | None = None  # None with ``[metrics] enabled = false``
-    # Called once per finished completion/embeddings request (hasten.metrics.outcome).
-    observers: list[Observer] = field(default_factory=list)
     dashboard: Dashboard | None = None  # GET /dashboard; built by the app at startup
     fleet: FleetLink | None = None  # the replicas' shared Redis ([fleet] redis_url)
     keys: KeyDirectory | None = None  # virtual keys ([keys] enabled), also in ``auth``
-    limiter: Limiter = field(default_factory=Limiter)  # gateway keys' limits
     fleet_routing: RoutingSync | None = None  # shared routing state ([fleet] shared_routing)
     fleet_flights: FleetCoalescer | None = None  # cross-replica coalescing ([fleet] coalescing)
+
+    # The pipeline's parts, as the admin API, /stats, /metrics and the dashboard read them.
+    @property
+    def config(self) -> GatewayConfig:
+        return self.pipeline.config
+
+    @property
+    def router(self) -> ModelRouter:
+        return self.pipeline.router
+
+    @property
+    def client(self) -> UpstreamClient:
+        return self.pipeline.client
+
+    @property
+    def cache(self) -> TieredCache | None:
+        return self.pipeline.cache
+
+    @property
+    def semantic(self) -> SemanticTier | None:
+        return self.pipeline.semantic
+
+    @property
+    def stats(self) -> Stats:
+        return self.pipeline.stats
+
+    @property
+    def coalescer(self) -> Coalescer:
+        return self.pipeline.coalescer
+
+    @property
+    def fronts(self) -> FrontMemo:
+        return self.pipeline.fronts
+
+    @property
+    def observers(self) -> list[Observer]:
+        return self.pipeline.observers

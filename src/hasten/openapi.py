@@ -158,7 +158,7 @@ def _get(summary: str) -> dict[str, Any]:
 
 
 def _key_paths() -> dict[str, Any]:
-    """``/admin/keys`` (hasten.keys.endpoints): virtual keys, with the admin key."""
+    """``/admin/keys`` (hasten.admin.keys): virtual keys, with the admin key."""
     one = {
         "parameters": _KEY_ID,
         **_get("A virtual key (never its secret)"),

@@ -9,11 +9,11 @@ from hypothesis import strategies as st
 from hasten.cache.policy import (
     CacheDecision,
     CacheDirectives,
-    ModelCachePolicy,
     decide,
     is_deterministic,
     parse_cache_control,
 )
+from hasten.config.cache_policy import ModelCachePolicy
 
 DETERMINISTIC: dict[str, Any] = {"messages": [], "temperature": 0}
 

@@ -18,11 +18,11 @@ from hasten.cache.replay import (
     answer_frames,
     body_to_chunks,
     chunks_to_body,
-    is_usage_chunk,
     sse_frames,
     sse_stream,
 )
-from hasten.proxy.sse import SSEDecoder
+from hasten.values.usage import is_usage_chunk
+from hasten.wire.sse import SSEDecoder
 
 texts = st.text(max_size=40)
 usages = st.fixed_dictionaries(

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from hasten.config import parse_config
+from hasten.config.limits import KeyLimits
 from hasten.errors import ConfigError
-from hasten.limits.spec import KeyLimits
 from hasten.server.workers import check_workers
 
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from hasten.config import parse_config
+from hasten.config.local import load_local_config
 from hasten.config.reader import MAX_EXACT_FLOAT_INT, TomlTable, read_toml_file
 from hasten.errors import ConfigError
-from hasten.local.config import load_local_config
 from hasten.simulator.config import SimConfig, load_toml_config
 
 CLOUD = {"upstreams": {"a": {"url": "http://a"}}, "models": {"m": {"upstream": "a"}}}

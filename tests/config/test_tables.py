@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from hasten.cache.policy import ModelCachePolicy
 from hasten.config import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -25,6 +24,7 @@ from hasten.config import (
     parse_config,
     with_upstream,
 )
+from hasten.config.cache_policy import ModelCachePolicy
 from hasten.errors import ConfigError
 
 SECRET = "sk-very-secret-upstream-key-123"

@@ -48,7 +48,7 @@ async def test_totals_tiers_and_deployments() -> None:
             window.observe(Outcome(f"r{i}", cache, saved_s), 5.0)
         window.observe(Outcome("r3", "semantic", 0.5), 5.0)
         snapshot: Any = build_snapshot(
-            gateway, window, Engine(), TokenRate(), now_s=6.0, wall_s=1000.5
+            gateway.pipeline, window, Engine(), TokenRate(), now_s=6.0, wall_s=1000.5
         )
     finally:
         await app.shutdown()

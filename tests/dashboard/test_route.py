@@ -10,8 +10,8 @@ from dataclasses import replace
 import httpx
 import pytest
 
+from hasten.config.metrics import MetricsConfig
 from hasten.dashboard.route import content_security_policy, load_page
-from hasten.metrics.settings import MetricsConfig
 from hasten.simulator import SimConfig, build_app
 from tests.support.gateway import chat_body, make_config, running_gateway
 from tests.support.servers import ServerThread

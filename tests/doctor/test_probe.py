@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from hasten.asgi import Receive, Scope, Send, send_error, send_response
 from hasten.doctor.analysis import diagnose
 from hasten.doctor.probe import DoctorSettings, probe
 from hasten.errors import DoctorError, NotFound, Unauthorized
 from hasten.simulator import SimConfig, build_app
+from hasten.wire.asgi import Receive, Scope, Send, send_error, send_response
 from tests.support.servers import ServerThread, free_port
 
 SECRET = "sk-doctor-test-secret-4711"

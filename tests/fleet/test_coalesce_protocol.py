@@ -19,9 +19,10 @@ import redis.asyncio
 from hasten.config.fleet import FleetConfig
 from hasten.errors import HastenError
 from hasten.fleet import relay
-from hasten.fleet.coalesce import FleetCoalescer, FleetJob, lease_key
+from hasten.fleet.coalesce import FleetCoalescer, lease_key
 from hasten.fleet.link import FleetLink
 from hasten.proxy.flight import Flight
+from hasten.proxy.ports import FleetJob
 from hasten.upstream.client import UpstreamCall
 from tests.support.scripted import Reply, ScriptedResponse, delta, sse, upstream
 from tests.support.servers import redis_server

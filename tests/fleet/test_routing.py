@@ -10,11 +10,11 @@ from dataclasses import replace
 import pytest
 
 from hasten.config.fleet import FleetConfig
+from hasten.config.routing import HedgeConfig, RoutingConfig
 from hasten.fleet.link import FleetLink
 from hasten.fleet.routing import RoutingSync
 from hasten.routing.breaker import BreakerState
 from hasten.routing.pool import DeploymentPool
-from hasten.routing.settings import HedgeConfig, RoutingConfig
 from tests.support.routing import BREAKER, make_pool
 from tests.support.servers import free_port, redis_server
 

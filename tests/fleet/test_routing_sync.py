@@ -27,7 +27,7 @@ from hasten.config import (
     UpstreamConfig,
 )
 from hasten.config.fleet import FleetConfig
-from hasten.routing.settings import BreakerConfig, DeploymentConfig, HedgeConfig, RoutingConfig
+from hasten.config.routing import BreakerConfig, DeploymentConfig, HedgeConfig, RoutingConfig
 from hasten.simulator import SimConfig, build_app
 from tests.support.gateway import FAST_RETRY, chat_body, running_gateway, sim_stats
 from tests.support.servers import ServerThread, free_port, redis_server

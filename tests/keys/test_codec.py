@@ -5,10 +5,10 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from hasten.config.limits import KeyLimits
 from hasten.errors import DamagedKeyRecord
 from hasten.keys.codec import MAGIC, decode, encode
 from hasten.keys.record import KeyRecord, new_record
-from hasten.limits.spec import KeyLimits
 
 
 def _record() -> KeyRecord:

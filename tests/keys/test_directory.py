@@ -7,12 +7,12 @@ import logging
 
 import pytest
 
+from hasten.config.limits import KeyLimits
 from hasten.errors import DamagedKeyRecord, KeyStoreUnavailable
 from hasten.keys.directory import KeyDirectory
 from hasten.keys.lookup import ResolvedKeys
 from hasten.keys.record import KeyRecord, new_record, new_secret
 from hasten.keys.store import MemoryKeyStore
-from hasten.limits.spec import KeyLimits
 
 
 class CountingStore(MemoryKeyStore):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from hasten.auth import Caller
 from hasten.keys.lookup import ResolvedKeys
+from hasten.values.caller import Caller
 
 ALICE = Caller("team-a", "vk_1")
 

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
+from hasten.config.limits import KeyLimits
 from hasten.errors import InvalidRequest
 from hasten.keys.payloads import creation, patch, shown, with_secret
 from hasten.keys.record import new_record
-from hasten.limits.spec import KeyLimits
 
 
 def test_creation_reads_every_field() -> None:

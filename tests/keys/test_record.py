@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
+from hasten.config.limits import KeyLimits
 from hasten.keys.record import (
     HINT_CHARS,
     ID_PREFIX,
@@ -13,7 +14,6 @@ from hasten.keys.record import (
     new_secret,
     secret_digest,
 )
-from hasten.limits.spec import KeyLimits
 
 
 def test_secrets_are_random_and_long() -> None:

@@ -8,12 +8,12 @@ from collections.abc import AsyncIterator
 import pytest
 
 from hasten.config.fleet import FleetConfig
+from hasten.config.limits import KeyLimits
 from hasten.errors import DamagedKeyRecord, KeyStoreUnavailable
 from hasten.fleet.link import FleetLink
 from hasten.keys.codec import encode
 from hasten.keys.record import new_record
 from hasten.keys.redis_store import RedisKeyStore
-from hasten.limits.spec import KeyLimits
 from tests.support.servers import free_port
 
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from hasten.config.limits import KeyLimits
 from hasten.errors import DamagedKeyRecord, KeyStoreUnavailable
 from hasten.keys.codec import encode
 from hasten.keys.record import KeyRecord, new_record
 from hasten.keys.sqlite_store import SqliteKeyStore
-from hasten.limits.spec import KeyLimits
 
 
 def _new(name: str = "n") -> KeyRecord:

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from hasten.config.fleet import FleetConfig
+from hasten.config.limits import KeyLimits
 from hasten.fleet.link import FleetLink
 from hasten.keys.record import KeyRecord, new_record, new_secret
 from hasten.keys.redis_store import RedisKeyStore
 from hasten.keys.sqlite_store import SqliteKeyStore
 from hasten.keys.store import KeyStore, MemoryKeyStore
-from hasten.limits.spec import KeyLimits
 
 
 @pytest.fixture(params=["memory", "sqlite", "redis"])

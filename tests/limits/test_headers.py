@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hasten.config.limits import KeyLimits
 from hasten.errors import BudgetExceeded, RateLimited
 from hasten.limits.headers import denial, duration_text, rate_headers
 from hasten.limits.ledger import BUDGET, REQUESTS, TOO_LARGE, Verdict
-from hasten.limits.spec import KeyLimits
 
 
 @pytest.mark.parametrize(

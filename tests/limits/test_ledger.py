@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hasten.config.limits import KeyLimits
 from hasten.limits.ledger import (
     BUDGET,
     CONCURRENCY,
@@ -19,7 +20,6 @@ from hasten.limits.ledger import (
     renew,
     settle,
 )
-from hasten.limits.spec import KeyLimits
 
 LEASE_MS = 30_000.0
 T0_MS = 1_700_000_000_000.0

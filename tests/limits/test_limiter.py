@@ -16,9 +16,9 @@ import pytest
 from hasten.app import HastenApp
 from hasten.config import GatewayConfig, TenantKey
 from hasten.config.fleet import FleetConfig
+from hasten.config.limits import KeyLimits
+from hasten.config.prices import ModelPrice
 from hasten.limits.limiter import SLOT_LEASE_S, Limiter
-from hasten.limits.prices import ModelPrice
-from hasten.limits.spec import KeyLimits
 from hasten.server.connection import protocol_for
 from hasten.simulator import SimConfig, build_app
 from tests.support.gateway import chat_body, make_config
@@ -72,7 +72,7 @@ def gateway_of(
         gateway = app.gateway
         assert gateway is not None
         if clock_s is not None or slot_lease_s is not None:
-            gateway.limiter = Limiter(
+            gateway.limiter = gateway.pipeline.limits = Limiter(
                 gateway.fleet,
                 app.config.prices,
                 clock_s=clock_s or time.time,

@@ -25,8 +25,8 @@ import httpx
 import pytest
 
 from hasten.app import HastenApp
-from hasten.limits.prices import ModelPrice
-from hasten.limits.spec import KeyLimits
+from hasten.config.limits import KeyLimits
+from hasten.config.prices import ModelPrice
 from tests.limits.test_limiter import FROZEN_S, KEY, gateway_of, limited_config
 from tests.support.hostile import HostileUpstream
 from tests.support.servers import ServerThread

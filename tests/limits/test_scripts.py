@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hasten.config.fleet import FleetConfig
+from hasten.config.limits import KeyLimits
 from hasten.fleet.link import FleetLink
 from hasten.limits import ledger
 from hasten.limits.shared import SharedLedger
-from hasten.limits.spec import KeyLimits
 
 LEASE_MS = 4000.0
 T0_MS = 1_700_000_000_000.0

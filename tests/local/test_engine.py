@@ -18,7 +18,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from hasten.local.config import default_model_path
+from hasten.config.local import default_model_path
 from tests.support.servers import EngineProcess
 
 SYSTEM_PROMPT = "You are a terse assistant for a hardware store. " * 12

@@ -14,8 +14,8 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionSystemMessageParam
 
 from hasten.config import GatewayConfig, TimeoutConfig
-from hasten.config.served import served_config
-from hasten.routing.hybrid import HybridConfig
+from hasten.config.hybrid import HybridConfig
+from hasten.served import served_config
 from hasten.simulator import SimConfig
 from hasten.simulator import build_app as build_sim
 from tests.support.gateway import make_config, running_gateway, sim_stats

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from hasten.local.config import EngineConfig
+from hasten.config.local import EngineConfig
 from hasten.local.server import add_arguments, resolve_config
 from hasten.local.supervisor import (
     EngineSupervisor,

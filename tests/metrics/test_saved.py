@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hasten.config.routing import DeploymentConfig, RoutingConfig
 from hasten.metrics.saved import (
     ESTIMATES_REUSE_S,
     DeploymentEstimate,
@@ -18,7 +19,6 @@ from hasten.metrics.saved import (
     saved_s,
 )
 from hasten.routing.pool import DeploymentPool
-from hasten.routing.settings import DeploymentConfig, RoutingConfig
 
 
 def _estimate(

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from hasten.cache.policy import ModelCachePolicy
 from hasten.config import ModelRoute, UpstreamConfig
+from hasten.config.cache_policy import ModelCachePolicy
 from hasten.proxy.continuation import (
     is_deterministic,
     prefill_body,

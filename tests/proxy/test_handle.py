@@ -10,12 +10,12 @@ from typing import Any
 import orjson
 
 from hasten.app import HastenApp
-from hasten.asgi import Message
 from hasten.cache.replay import body_to_chunks, sse_frames
 from hasten.config import CacheConfig, GatewayConfig, ModelRoute
+from hasten.config.hybrid import HybridConfig
 from hasten.local.gateway import with_hybrid_routes
-from hasten.routing.hybrid import HybridConfig
 from hasten.routing.models import ModelRouter, ResolvedModel
+from hasten.wire.asgi import Message
 from tests.support.scripted import Reply, ScriptedTransport, delta, sse, upstream
 
 ANSWER = {
@@ -61,7 +61,7 @@ class InProcess:
 
     async def __aenter__(self) -> InProcess:
         gateway = await self.app.startup()
-        gateway.router = self.router
+        gateway.pipeline.router = self.router
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

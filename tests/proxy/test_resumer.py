@@ -14,8 +14,8 @@ import openai
 import orjson
 import pytest
 
-from hasten.cache.policy import ModelCachePolicy
 from hasten.config import ModelRoute, UpstreamConfig
+from hasten.config.cache_policy import ModelCachePolicy
 from hasten.errors import HastenError, UpstreamError, UpstreamTimeout
 from hasten.proxy.assemble import assemble
 from hasten.proxy.resumer import StreamResume, resume_header

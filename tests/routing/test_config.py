@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from hasten.config import parse_config
+from hasten.config.routing import DeploymentConfig
 from hasten.errors import ConfigError
-from hasten.routing.settings import DeploymentConfig
 
 UPSTREAMS = {
     "east": {"url": "http://127.0.0.1:1/v1"},

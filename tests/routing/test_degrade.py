@@ -11,8 +11,8 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
+from hasten.config.routing import DeploymentConfig, RoutingConfig
 from hasten.routing.pool import DeploymentPool
-from hasten.routing.settings import DeploymentConfig, RoutingConfig
 
 NAMES = ("a", "b", "c")
 NUM_CLIENTS = 8

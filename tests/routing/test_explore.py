@@ -9,10 +9,10 @@ import random
 
 import pytest
 
+from hasten.config.routing import DeploymentConfig, RoutingConfig
 from hasten.routing.estimates import LatencyEstimate, healthy_quantile_ms
 from hasten.routing.exploration import is_slow, may_explore
 from hasten.routing.pool import DeploymentPool
-from hasten.routing.settings import DeploymentConfig, RoutingConfig
 from tests.support.routing import make_pool, teach
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
+from hasten.config.routing import HedgeConfig, RoutingConfig
 from hasten.routing.hedge_delay import (
     LATE_MEDIAN_FACTOR,
     POSTPONE_SPREAD,
     first_hedge_delay_ms,
     scarcity,
 )
-from hasten.routing.settings import HedgeConfig, RoutingConfig
 from tests.support.routing import make_pool, teach
 
 

@@ -12,9 +12,9 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
+from hasten.config.routing import DeploymentConfig, HedgeConfig, RoutingConfig
 from hasten.routing.exploration import fastest_typical_ms, is_avoided
 from hasten.routing.pool import DeploymentPool
-from hasten.routing.settings import DeploymentConfig, HedgeConfig, RoutingConfig
 
 NAMES = ("a", "b", "c")
 NUM_CLIENTS = 8

@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hasten.config.hybrid import HybridConfig, parse_hybrid
 from hasten.config.reader import TomlTable
 from hasten.errors import ConfigError
-from hasten.routing.hybrid import HybridConfig, complexity_score, decide_hybrid, parse_hybrid
+from hasten.routing.hybrid import complexity_score, decide_hybrid
 
 
 def _chat(text: str, **extra: Any) -> dict[str, Any]:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from hasten.cache.policy import ModelCachePolicy
 from hasten.config import CacheConfig, GatewayConfig, parse_config
+from hasten.config.cache_policy import ModelCachePolicy
 from hasten.errors import ModelNotFound
 from hasten.routing.models import ModelRouter, route_deployments
 

@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
+from hasten.config.routing import HedgeConfig, RoutingConfig
 from hasten.routing.pool import DeploymentPool
-from hasten.routing.settings import HedgeConfig, RoutingConfig
 from tests.support.routing import BREAKER, make_pool, teach
 
 

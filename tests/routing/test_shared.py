@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from hasten.config.routing import RoutingConfig
 from hasten.routing.breaker import BreakerState
 from hasten.routing.pool import DeploymentPool
-from hasten.routing.settings import RoutingConfig
 from hasten.routing.shared import (
     MAX_PENDING,
     Observation,

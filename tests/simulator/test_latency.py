@@ -144,3 +144,42 @@ def test_prefix_cache_never_exceeds_capacity(tokens: list[str], capacity: int) -
         cached = cache.lookup_and_insert("m", tokens[start:])
         assert 0 <= cached <= len(tokens) - start
         assert len(cache) <= capacity
+
+
+# --- Anthropic's breakpoint cache -----------------------------------------------------------
+
+
+def test_breakpoint_cache_writes_at_breakpoints_and_reads_at_boundaries() -> None:
+    from hasten.simulator.latency import BreakpointCache
+
+    cache = BreakpointCache(capacity=100, min_tokens=4)
+    tokens = [f"t{i}" for i in range(30)]
+    # Blocks end at 10, 20 and 30; the first request marks 20.
+    assert cache.lookup_and_write("m", tokens, (10, 20, 30), (20,)) == (0, 20)
+    assert cache.lookup_and_write("m", tokens, (10, 20, 30), (20,)) == (20, 0)
+    # The conversation grew and the marker moved to 30: the old prefix is read back.
+    longer = [*tokens, "t30", "t31"]
+    assert cache.lookup_and_write("m", longer, (10, 20, 30, 32), (32,)) == (20, 12)
+    assert cache.lookup_and_write("m", longer, (10, 20, 30, 32), (32,)) == (32, 0)
+    # No breakpoint: nothing cached; another model: nothing shared.
+    assert cache.lookup_and_write("m", tokens, (10, 20, 30), ()) == (0, 0)
+    assert cache.lookup_and_write("other", tokens, (10, 20, 30), (20,)) == (0, 20)
+    # A changed early block misses everything after it.
+    changed = ["x", *tokens[1:]]
+    assert cache.lookup_and_write("m", changed, (10, 20, 30), (20,)) == (0, 20)
+
+
+def test_breakpoint_cache_minimum_and_capacity() -> None:
+    from hasten.simulator.latency import BreakpointCache
+
+    cache = BreakpointCache(capacity=100, min_tokens=16)
+    tokens = [f"t{i}" for i in range(20)]
+    assert cache.lookup_and_write("m", tokens, (8, 20), (8,)) == (0, 0)  # too short
+    assert cache.lookup_and_write("m", tokens, (8, 20), (8, 20)) == (0, 20)
+    cache.resize(capacity=0, min_tokens=16)
+    assert len(cache) == 0
+    assert cache.lookup_and_write("m", tokens, (8, 20), (20,)) == (0, 0)
+    small = BreakpointCache(capacity=1, min_tokens=1)
+    small.lookup_and_write("m", tokens, (10, 20), (10,))
+    small.lookup_and_write("m", ["y", *tokens[1:]], (10, 20), (10,))
+    assert small.lookup_and_write("m", tokens, (10, 20), (10,)) == (0, 10)  # evicted

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hasten.asgi import error_headers
 from hasten.simulator.payloads import rate_limit_error
+from hasten.wire.asgi import error_headers
 
 
 @pytest.mark.parametrize(

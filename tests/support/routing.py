@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
+from hasten.config.routing import BreakerConfig, DeploymentConfig, RoutingConfig
 from hasten.routing.pool import DeploymentPool
-from hasten.routing.settings import BreakerConfig, DeploymentConfig, RoutingConfig
 
 BREAKER = BreakerConfig(max_consecutive_failures=3, min_requests=10, window_size=20, cooldown_s=1.0)
 

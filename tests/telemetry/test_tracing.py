@@ -19,12 +19,12 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from hasten.cache import build_cache
 from hasten.config import CacheConfig, RetryConfig
-from hasten.routing.settings import DeploymentConfig, RoutingConfig
+from hasten.config.routing import DeploymentConfig, RoutingConfig
 from hasten.semantic.tier import SemanticTier
 from hasten.simulator import SimConfig, build_app
 from hasten.telemetry.otel import SpanStage
-from hasten.telemetry.stage import NO_STAGE
 from hasten.telemetry.tracing import Tracing
+from hasten.values.stage import NO_STAGE
 from tests.routing.test_gateway import ALWAYS_HEDGE, routed_config, simulators
 from tests.support.gateway import chat_body, sim_stats
 from tests.support.semantic import chat, make_cache

@@ -10,7 +10,6 @@ from dataclasses import replace
 import pytest
 
 from hasten.errors import HastenError, UpstreamConnectError, UpstreamTimeout
-from hasten.proxy.sse import SSEDecoder
 from hasten.upstream.attempt import (
     AttemptSpec,
     BufferedResponse,
@@ -20,6 +19,7 @@ from hasten.upstream.attempt import (
     run_attempt,
 )
 from hasten.upstream.integrity import MAX_EVENT_BYTES
+from hasten.wire.sse import SSEDecoder
 from tests.support.scripted import Reply, ScriptedTransport, delta, sse, upstream
 
 ROLE_ONLY = {"choices": [{"index": 0, "delta": {"role": "assistant"}}]}

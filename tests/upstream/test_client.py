@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from hasten.config import GatewayConfig, ModelRoute
+from hasten.config.routing import RoutingConfig
 from hasten.errors import HastenError, UpstreamConnectError
 from hasten.routing.models import ModelRouter, ResolvedModel
-from hasten.routing.settings import RoutingConfig
 from hasten.upstream.client import UpstreamClient, request_traits
 from tests.support.scripted import Reply, ScriptedTransport, delta, sse, upstream
 

@@ -14,9 +14,9 @@ import orjson
 import pytest
 
 from hasten.config import UpstreamConfig
+from hasten.config.routing import DeploymentConfig, HedgeConfig, RoutingConfig
 from hasten.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
 from hasten.routing.pool import DeploymentPool
-from hasten.routing.settings import DeploymentConfig, HedgeConfig, RoutingConfig
 from hasten.upstream.attempt import BufferedResponse
 from hasten.upstream.dispatch import Dispatch, GaveUp, RequestTraits, Won
 from tests.support.scripted import (

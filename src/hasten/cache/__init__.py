@@ -9,7 +9,6 @@ from hasten.cache.memory import MemoryLRU
 from hasten.cache.policy import (
     CacheDecision,
     CacheDirectives,
-    ModelCachePolicy,
     decide,
     is_deterministic,
     parse_cache_control,
@@ -20,11 +19,11 @@ from hasten.cache.replay import (
     answer_frames,
     body_to_chunks,
     chunks_to_body,
-    is_usage_chunk,
     sse_frames,
 )
 from hasten.cache.sqlite_store import SQLiteStore
 from hasten.cache.tiered import L2Store, TieredCache
+from hasten.config.cache_policy import ModelCachePolicy
 
 __all__ = [
     "BACKENDS",
@@ -46,7 +45,6 @@ __all__ = [
     "chunks_to_body",
     "decide",
     "is_deterministic",
-    "is_usage_chunk",
     "namespaced_key",
     "parse_cache_control",
     "request_key",

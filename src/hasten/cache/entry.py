@@ -12,7 +12,7 @@ from typing import Literal
 import orjson
 
 from hasten.errors import DamagedCacheEntry, OutdatedCacheEntry
-from hasten.metrics.usage import usage_tokens
+from hasten.values.usage import usage_tokens
 
 AnswerKind = Literal["json", "stream"]
 

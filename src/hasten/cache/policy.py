@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hasten.config.cache_policy import ModelCachePolicy
+
 # OpenAI samples at temperature 1 when the field is absent or null.
 _DEFAULT_TEMPERATURE = 1.0
 
@@ -18,15 +20,6 @@ class CacheDirectives:
     is_no_cache: bool = False
     is_no_store: bool = False
     max_age_s: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ModelCachePolicy:
-    """Operator policy for one model."""
-
-    is_enabled: bool = True
-    is_deterministic_only: bool = True
-    ttl_s: float = 3600.0
 
 
 @dataclass(frozen=True, slots=True)

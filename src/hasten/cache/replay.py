@@ -6,20 +6,18 @@ Pure functions on OpenAI wire shapes. ``endpoint`` is ``"chat"`` (chat.completio
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import orjson
 
 from hasten.cache.entry import CachedAnswer
+from hasten.values.usage import is_usage_chunk
 
 CHAT = "chat"
 COMPLETIONS = "completions"
 
 _DONE_FRAME = b"data: [DONE]\n\n"
-# A "usage" that is not null: with include_usage every ordinary chunk says "usage":null.
-_USAGE_VALUE = re.compile(rb'"usage"(?!:null|: null)')
 _HEAD_FIELDS = ("id", "created", "model", "system_fingerprint", "service_tier")
 # Message fields with dedicated handling; any other message field rides on the role delta.
 _CHAT_MESSAGE_FIELDS = frozenset({"role", "content", "refusal", "tool_calls"})
@@ -363,31 +361,6 @@ def _completion_choice_chunks(choice: dict[str, Any]) -> list[dict[str, Any]]:
             "finish_reason": choice.get("finish_reason"),
         },
     ]
-
-
-def is_usage_chunk(chunk: bytes) -> bool:
-    """True for the trailing usage-only chunk (empty ``choices``, non-null ``usage``)."""
-    return is_usage_value(chunk) and _is_usage_only(chunk)
-
-
-def is_usage_value(chunk: bytes) -> bool:
-    """``is_usage_chunk``'s look at the bytes: a ``"usage"`` that is not null."""
-    return _USAGE_VALUE.search(chunk) is not None
-
-
-def num_usage_values(data: bytes) -> int:
-    """How many ``"usage"`` that are not null ``data`` holds: at least its usage chunks."""
-    return len(_USAGE_VALUE.findall(data))
-
-
-def _is_usage_only(chunk: bytes) -> bool:
-    try:
-        parsed = orjson.loads(chunk)
-    except orjson.JSONDecodeError:
-        return False
-    return (
-        isinstance(parsed, dict) and parsed.get("usage") is not None and not parsed.get("choices")
-    )
 
 
 def sse_frames(chunks: Sequence[bytes], include_usage: bool) -> list[bytes]:

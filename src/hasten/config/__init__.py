@@ -3,7 +3,7 @@
 ``tables`` holds every table of the gateway's file and ``parse_config``; ``reader`` is
 the TOML reader every table goes through (and the one shape of a config error);
 ``semantic`` is the ``[semantic]`` table; ``served`` builds the config actually served
-from a parsed one (import it as ``hasten.config.served``: it builds on the local edge's
+from a parsed one (import it as ``hasten.served``: it builds on the local edge's
 routes, which import this package).
 """
 

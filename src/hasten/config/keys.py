@@ -14,10 +14,10 @@ import re
 from dataclasses import dataclass
 
 from hasten.config.fleet import FleetConfig
+from hasten.config.key_fields import LIMIT_FIELDS, key_limits, key_models
+from hasten.config.limits import KeyLimits
 from hasten.config.reader import TomlTable
 from hasten.errors import ConfigError, InvalidKeyField
-from hasten.keys.fields import LIMIT_FIELDS, key_limits, key_models
-from hasten.limits.spec import KeyLimits
 
 DEFAULT_MAX_KEYS = 10_000
 MAX_MAX_KEYS = 1_000_000

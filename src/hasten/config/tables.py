@@ -12,32 +12,26 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from hasten.cache.policy import ModelCachePolicy
+from hasten.config.cache_policy import ModelCachePolicy
 from hasten.config.fleet import FleetConfig, parse_fleet
+from hasten.config.hybrid import HybridConfig, parse_hybrid
 from hasten.config.keys import KeysConfig, parse_keys, static_key_fields
+from hasten.config.limits import KeyLimits
+from hasten.config.limits_table import LimitsConfig, parse_limits
+from hasten.config.local import LocalServerConfig, parse_local
+from hasten.config.metrics import MetricsConfig, parse_metrics
+from hasten.config.policy import ParamPolicy, parse_policy
+from hasten.config.prices import ModelPrice, parse_prices
 from hasten.config.reader import TomlTable, read_toml_file
-from hasten.config.semantic import SemanticConfig, parse_semantic
-from hasten.config.telemetry import TelemetryConfig, parse_telemetry
-from hasten.errors import ConfigError
-from hasten.limits.prices import ModelPrice, parse_prices
-from hasten.limits.settings import LimitsConfig, parse_limits
-from hasten.limits.spec import KeyLimits
-from hasten.local.config import LocalServerConfig, parse_local
-from hasten.metrics.settings import MetricsConfig, parse_metrics
-from hasten.policy.config import ParamPolicy, parse_policy
-from hasten.proxy.validation import (
-    DEFAULT_MAX_JSON_DEPTH,
-    DEFAULT_MAX_MESSAGES,
-    MAX_JSON_DEPTH_LIMIT,
-)
-from hasten.routing.hybrid import HybridConfig, parse_hybrid
-from hasten.routing.settings import (
+from hasten.config.routing import (
     DeploymentConfig,
     RoutingConfig,
     parse_deployment,
     parse_routing,
 )
-from hasten.server.logs import LOG_FORMATS
+from hasten.config.semantic import SemanticConfig, parse_semantic
+from hasten.config.telemetry import TelemetryConfig, parse_telemetry
+from hasten.errors import ConfigError
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -66,6 +60,16 @@ DEFAULT_ADMIN_KEY_ENV = "HASTEN_ADMIN_API_KEY"
 WILDCARD_MODEL = "*"
 CACHE_BACKENDS = ("memory", "sqlite", "redis")
 REPLAY_MODES = ("instant", "paced")
+
+# Deep enough for any real request (tool schemas nest a dozen levels), shallow enough that
+# every later serialisation stays far below orjson's 254-level limit.
+DEFAULT_MAX_JSON_DEPTH = 64
+# The cache key wraps a body two levels deeper; orjson refuses to serialise past 254.
+MAX_JSON_DEPTH_LIMIT = 200
+# Messages (chat), prompts (completions) or inputs (embeddings) in one request: as many as
+# any API takes (Anthropic's 100 000 messages), and a bound on the work one body is.
+DEFAULT_MAX_MESSAGES = 100_000
+LOG_FORMATS = ("text", "json")
 
 
 @dataclass(frozen=True)

@@ -2,21 +2,28 @@
 
 Nothing here is counted twice: the windowed numbers come from the rolling window, the
 totals since start from the same per-request records the Prometheus ``Metrics`` counts
-(the seam, ``hasten.metrics.outcome``), and the live state from the objects ``/metrics``
+(the seam, ``hasten.values.outcome``), and the live state from the objects ``/metrics``
 and ``/admin/*`` read themselves: the routing pools' snapshots
-(``UpstreamClient.routing_state``), the cache tiers' stats (``admin.cache_stats``) and the
-local engine's status. So a dashboard and a scrape taken at the same moment agree.
+(``UpstreamClient.routing_state``), the cache tiers' stats (``Pipeline.cache_stats``) and
+the local engine's status. So a dashboard and a scrape taken at the same moment agree.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from hasten.admin import cache_stats
 from hasten.dashboard.window import RollingWindow
 
 if TYPE_CHECKING:
-    from hasten.gateway import EngineStatus, Gateway
+    from hasten.metrics.registry import EngineScrape
+    from hasten.proxy.pipeline import Pipeline
+
+
+class EngineStatus(Protocol):
+    """The local engine child's supervisor, as ``/readyz`` and the dashboard see it."""
+
+    def status(self) -> dict[str, object]: ...
+
 
 # The rows of the hit-ratio table, in the order a request can be answered.
 TIERS = (
@@ -29,16 +36,18 @@ TIERS = (
 
 
 def build_snapshot(
-    gateway: Gateway,
+    pipeline: Pipeline,
     window: RollingWindow,
     engine: EngineStatus | None,
     rate: TokenRate,
     *,
     now_s: float,
     wall_s: float,
+    scrape: EngineScrape | None = None,
 ) -> dict[str, Any]:
-    """Everything the page shows, JSON-ready; ``now_s`` monotonic, ``wall_s`` epoch."""
-    routing = gateway.client.routing_state()
+    """Everything the page shows, JSON-ready; ``now_s`` monotonic, ``wall_s`` epoch;
+    ``scrape``: the metrics' last look at the engine child, when the metrics are on."""
+    routing = pipeline.client.routing_state()
     lifetime = window.lifetime
     num_requests = sum(lifetime.by_cache.values())
     num_hits = lifetime.by_cache["hit"] + lifetime.by_cache["semantic"]
@@ -53,13 +62,13 @@ def build_snapshot(
             "hit_ratio": round(num_hits / num_requests, 4) if num_requests else None,
             "latency_saved_s": round(lifetime.saved_s, 3),
             "in_flight": sum(d["in_flight"] for d in deployments),
-            "flights": len(gateway.coalescer),
+            "flights": len(pipeline.coalescer),
             "hedges": sum(_int(pool.get("hedges")) for pool in _pools(routing)),
         },
         "tiers": _tiers(lifetime.by_cache, num_requests),
-        "cache": cache_stats(gateway),
+        "cache": pipeline.cache_stats(),
         "deployments": deployments,
-        "engine": _engine(gateway, engine, rate, now_s),
+        "engine": _engine(scrape, engine, rate, now_s),
     }
 
 
@@ -79,7 +88,7 @@ class TokenRate:
 
 
 def _engine(
-    gateway: Gateway, engine: EngineStatus | None, rate: TokenRate, now_s: float
+    scrape: EngineScrape | None, engine: EngineStatus | None, rate: TokenRate, now_s: float
 ) -> dict[str, object] | None:
     """The supervisor's status, and the child's queue and speed as the last scrape saw them
     (``hasten.metrics.endpoint.Scrape.sample_engine``, which the route runs first)."""
@@ -87,8 +96,7 @@ def _engine(
         return None
     status = engine.status()
     view: dict[str, object] = {"state": status.get("state"), "restarts": status.get("restarts")}
-    scrape = gateway.metrics.scrape if gateway.metrics is not None else None
-    sample = scrape.collector.engine if scrape is not None else None
+    sample = scrape.engine if scrape is not None else None
     if sample is not None:
         for key in ("num_waiting", "num_running", "used_kv_tokens"):
             if isinstance(sample.stats.get(key), int):

@@ -24,14 +24,15 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from hasten.asgi import Scope, Send, header, send_json, send_response
-from hasten.auth import ADMIN_KEY_HINT
-from hasten.dashboard.data import TokenRate, build_snapshot
+from hasten.auth import ADMIN_KEY_HINT, Authenticator
+from hasten.dashboard.data import EngineStatus, TokenRate, build_snapshot
 from hasten.dashboard.window import Completed, RollingWindow
 from hasten.errors import AdminDisabled, CredentialsRequired, MethodNotAllowed
+from hasten.wire.asgi import Scope, Send, header, send_json, send_response
 
 if TYPE_CHECKING:
-    from hasten.gateway import EngineStatus, Gateway
+    from hasten.metrics.registry import EngineScrape
+    from hasten.proxy.pipeline import Pipeline
 
 PAGE_PATH = "/dashboard"
 DATA_PATH = "/dashboard/data"
@@ -74,13 +75,17 @@ class Dashboard:
     def __init__(
         self,
         window: RollingWindow,
+        pipeline: Pipeline,
+        auth: Authenticator,
         *,
+        scrape: EngineScrape | None = None,
         engine: EngineStatus | None = None,
         clock: Callable[[], float] = time.monotonic,
         page: bytes | None = None,
         is_observing: bool = True,
     ) -> None:
         self.window = window
+        self._pipeline, self._auth, self._scrape = pipeline, auth, scrape
         self.is_observing = is_observing  # False: nothing feeds the window
         self._engine = engine
         self._clock = clock
@@ -98,36 +103,36 @@ class Dashboard:
         """The seam's observer: one finished request into the window."""
         self.window.observe(outcome, self._clock())
 
-    async def handle(self, gateway: Gateway, scope: Scope, send: Send) -> None:
+    async def handle(self, scope: Scope, send: Send) -> None:
         path: str = scope["path"]
         if scope["method"] not in ("GET", "HEAD"):
             raise MethodNotAllowed(
                 f"{scope['method']} is not allowed on {path}; use GET", allow="GET, HEAD"
             )
-        authorize(gateway, scope)
+        authorize(self._auth, scope)
         if path == PAGE_PATH:
             await send_response(send, 200, self._page, self._page_headers)
             return
         self._num_snapshots += 1
-        scrape = gateway.metrics.scrape if gateway.metrics is not None else None
+        scrape = self._scrape
         if scrape is not None and self._engine is not None:
             await scrape.sample_engine()  # the child's queue and counters, as /metrics has
         snapshot = build_snapshot(
-            gateway,
+            self._pipeline,
             self.window,
             self._engine,
             self._token_rate,
             now_s=self._clock(),
             wall_s=time.time(),
+            scrape=scrape,
         )
         snapshot["snapshot"] = self._num_snapshots
         snapshot["is_observing"] = self.is_observing
         await send_json(send, 200, orjson.dumps(snapshot), _NO_STORE)
 
 
-def authorize(gateway: Gateway, scope: Scope) -> None:
+def authorize(auth: Authenticator, scope: Scope) -> None:
     """Returns for a caller who may see the dashboard; raises 401 or 403 otherwise."""
-    auth = gateway.auth
     if auth.has_admin_key:
         if not auth.is_admin_credential(header(scope, b"authorization")):
             raise CredentialsRequired(

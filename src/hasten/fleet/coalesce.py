@@ -38,20 +38,17 @@ import itertools
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import hiredis
 from redis.asyncio import Redis
 
-from hasten.config.tables import DEFAULT_MAX_ANSWER_BYTES
 from hasten.errors import FleetUnavailable, HastenError, UpstreamError
 from hasten.fleet import relay
 from hasten.fleet.link import FAILURES, FleetLink
 from hasten.fleet.resp import LuaScript, error_of
 from hasten.proxy.flight import Flight
-from hasten.proxy.recorder import Recorder
-from hasten.upstream.client import UpstreamCall
+from hasten.proxy.ports import EarlyAsk, FleetJob
 
 _log = logging.getLogger("hasten.fleet")
 
@@ -105,24 +102,6 @@ class _Outcome(enum.Enum):
     AWAY = "away"  # Redis failed
     GAP = "gap"  # the stream lost entries (trimmed, expired): it cannot be followed
     RELEASED = "released"  # given back before any upstream call: nothing ran
-
-
-@dataclass(frozen=True, slots=True)
-class FleetJob:
-    """What the fleet needs of one cacheable request's flight."""
-
-    flight_key: str
-    pump: Callable[[Flight], Awaitable[None]]  # the local leader: upstream into the flight
-    open: Callable[[], Awaitable[UpstreamCall]]
-    recorder: Recorder | None
-    commit: Callable[[], None] | None  # the leader's store (every tier)
-    is_sse: bool  # the upstream answers as an event stream
-    endpoint: str  # "chat" or "completions": how a splice reads the answer's text
-    # False (``x-hasten-idempotent: false``): a lost leader's call may have run, so a
-    # follower ends with an error rather than run the request a second time.
-    is_idempotent: bool = True
-    # What a follower holds of the relayed answer at most (the route's max_answer_bytes).
-    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
 
 
 class EarlyLease:
@@ -181,6 +160,10 @@ class FleetCoalescer:
         self._token_prefix = secrets.token_hex(6)
         self._num_tokens = itertools.count()
 
+    @property
+    def is_on(self) -> bool:
+        return True
+
     def new_token(self) -> str:
         """A token no other lease holder uses: this process's random prefix, a counter."""
         return f"{self._token_prefix}{next(self._num_tokens):x}"
@@ -189,9 +172,10 @@ class FleetCoalescer:
         """An early lease for ``flight_key``, not asked for yet (no I/O)."""
         return EarlyLease(self, flight_key)
 
-    def release(self, early: EarlyLease) -> None:
+    def release(self, early: EarlyAsk) -> None:
         """Gives back an early lease nobody used (a no-op once a pump took it over): if it
         was won, it is dropped after the answer, so other replicas stop waiting on it."""
+        assert isinstance(early, EarlyLease)
         if early.is_used:
             return
         early.is_used = True
@@ -199,8 +183,9 @@ class FleetCoalescer:
         if reply is not None:
             reply.add_done_callback(lambda done: self._give_back(lease, token, done))
 
-    async def pump(self, flight: Flight, job: FleetJob, early: EarlyLease | None = None) -> None:
+    async def pump(self, flight: Flight, job: FleetJob, early: EarlyAsk | None = None) -> None:
         """Fills ``flight``: leading the fleet's call, following it, or locally."""
+        assert early is None or isinstance(early, EarlyLease)
         reply = None if early is None or early.is_used else early.reply
         if early is not None and reply is not None and early.flight_key == job.flight_key:
             early.is_used, lease = True, early.lease

@@ -24,9 +24,9 @@ from hasten.errors import HastenError, RelayedError, UpstreamError
 from hasten.proxy.flight import Flight
 from hasten.proxy.recorder import Recorder
 from hasten.proxy.resume import Splice
-from hasten.proxy.sse import last_event_end
 from hasten.upstream.bounded import AnswerBytes
 from hasten.upstream.integrity import MAX_EVENT_BYTES, malformed
+from hasten.wire.sse import last_event_end
 
 START = b"s"
 CHUNK = b"c"

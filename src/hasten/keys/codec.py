@@ -15,8 +15,8 @@ from typing import Any
 
 import orjson
 
+from hasten.config.key_fields import key_limits, key_models, limits_dict
 from hasten.errors import DamagedKeyRecord, InvalidKeyField
-from hasten.keys.fields import key_limits, key_models, limits_dict
 from hasten.keys.record import ID_PREFIX, KeyRecord
 
 MAGIC = b"vk1:"

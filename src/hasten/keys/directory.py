@@ -15,10 +15,10 @@ import logging
 import time
 from collections.abc import Callable
 
-from hasten.auth import Caller
 from hasten.errors import DamagedKeyRecord, KeyStoreUnavailable
 from hasten.keys.lookup import ResolvedKeys
 from hasten.keys.store import KeyStore
+from hasten.values.caller import Caller
 
 _log = logging.getLogger("hasten.keys")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from hasten.auth import Caller
+from hasten.values.caller import Caller
 
 DEFAULT_TTL_S = 1.0
 DEFAULT_MAX_KNOWN = 100_000

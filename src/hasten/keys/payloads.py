@@ -7,10 +7,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from hasten.config.key_fields import key_limits, key_models, limits_dict
+from hasten.config.limits import KeyLimits
 from hasten.errors import InvalidKeyField, InvalidRequest
-from hasten.keys.fields import key_limits, key_models, limits_dict
 from hasten.keys.record import SECRET_PREFIX, KeyRecord
-from hasten.limits.spec import KeyLimits
 
 MAX_NAME_CHARS = 128
 TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")

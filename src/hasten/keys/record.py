@@ -13,8 +13,8 @@ import hashlib
 import secrets
 from dataclasses import dataclass, field, replace
 
-from hasten.auth import Caller
-from hasten.limits.spec import KeyLimits
+from hasten.config.limits import KeyLimits
+from hasten.values.caller import Caller
 
 ID_PREFIX = "vk_"
 SECRET_PREFIX = "hsk_"  # recognisable by secret scanners and by people

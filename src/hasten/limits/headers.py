@@ -2,7 +2,7 @@
 on every response, and the 429 a denied request gets.
 
 The reset headers use OpenAI's duration format (Go's: ``600ms``, ``1s``, ``6m0s``,
-``1h0m0s``); ``retry-after`` is whole seconds (``hasten.asgi.error_headers``) and
+``1h0m0s``); ``retry-after`` is whole seconds (``hasten.wire.asgi.error_headers``) and
 ``retry-after-ms`` the exact wait, which the openai SDK prefers.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from hasten.config.limits import KeyLimits
 from hasten.errors import BudgetExceeded, RateLimited
 from hasten.limits.ledger import (
     BUDGET,
@@ -20,7 +21,6 @@ from hasten.limits.ledger import (
     TOO_LARGE,
     Verdict,
 )
-from hasten.limits.spec import KeyLimits
 
 _MS_PER_S = 1000
 _S_PER_MIN = 60

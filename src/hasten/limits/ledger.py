@@ -30,7 +30,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from hasten.limits.spec import KeyLimits
+from hasten.config.limits import KeyLimits
 
 WINDOW_MS = 60_000.0  # "per minute": both rate limits count over a rolling minute
 # What denied a request, in the order ``Verdict.denied_by`` names the first one.

@@ -1,12 +1,13 @@
 """Enforcing a key's limits around one request: admit before answering, settle after.
 
-``Limiter.enforce(exchange)`` is the request path's one context (``hasten.proxy.handle``)
-around the answer. A key without limits gets a shared no-op context (no Redis call, no
-allocation). For a limited key the path calls ``Enforcement.admit`` once it knows whether
-the exact cache has the answer, before any byte is sent (a denial is the 429 of
-``hasten.limits.headers``); its response carries the x-ratelimit-* headers, and on exit,
-however the request ended (answered, failed, client gone, cancelled), its slot is freed,
-its token reservation corrected from the answer's usage and its cost charged.
+``Limiter.open(...)`` gives the request path (``hasten.proxy.handle``) one request's
+``Limit`` (the pipeline's port, ``hasten.proxy.ports``). A key without limits gets the
+shared ``NO_LIMIT`` (no Redis call, no allocation). For a limited key the path calls
+``Enforcement.admit`` once it knows whether the exact cache has the answer, before any
+byte is sent (a denial is the 429 of ``hasten.limits.headers``), and sends the
+x-ratelimit-* headers it returns; ``settle``, however the request ended (answered, failed,
+client gone, cancelled), frees its slot, corrects its token reservation from the answer's
+usage and charges its cost.
 
 Where the counts live: with ``[fleet]``, in Redis, exact across replicas
 (``hasten.limits.shared``); without it, or while Redis is away, in this process
@@ -36,32 +37,30 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Mapping
-from types import TracebackType
 from typing import TYPE_CHECKING
 
+from hasten.config.limits import KeyLimits
+from hasten.config.limits_table import LimitsConfig
+from hasten.config.prices import ModelPrice, price_of
 from hasten.errors import FleetUnavailable, HastenError
 from hasten.limits import ledger
 from hasten.limits.estimate import estimate_prompt_tokens, max_output_tokens
 from hasten.limits.headers import denial, rate_header_pairs
-from hasten.limits.prices import ModelPrice, price_of
-from hasten.limits.settings import LimitsConfig
 from hasten.limits.shared import Settlement, SharedLedger
-from hasten.limits.spec import KeyLimits
 from hasten.limits.streamed import OutputCount
 from hasten.limits.tickets import Admission, TicketBook
-from hasten.metrics.usage import usage_tokens
+from hasten.proxy.ports import NO_LIMIT, Limit, LimitedRequest, Spent
+from hasten.values.usage import usage_tokens
+from hasten.wire.asgi import Headers, Message, Send
 
 if TYPE_CHECKING:
-    from hasten.asgi import Message, Send
     from hasten.fleet.link import FleetLink
-    from hasten.proxy.handle import Exchange
 
 # A fleet slot's lease: renewed every third of it while its request lives, so a replica
 # that dies holding slots gives them back within this long.
 SLOT_LEASE_S = 30.0
 # Distinct limits whose hit-only form is kept (one per configured limit set, in practice).
 _MAX_HIT_LIMITS = 4096
-_UNLIMITED: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
 class Limiter:
@@ -98,13 +97,13 @@ class Limiter:
         """Fleet slots this replica holds (and renews) for requests in progress."""
         return len(self._held)
 
-    def enforce(self, request: Exchange) -> contextlib.AbstractAsyncContextManager[object]:
-        """The context the answer runs in; a no-op for a key without limits."""
+    def open(self, request: LimitedRequest) -> Limit:
+        """One request's limits; ``NO_LIMIT`` for a key without any."""
         caller = request.caller
-        limits = None if caller is None else caller.limits
-        if caller is None or limits is None or limits.is_unlimited:
-            return _UNLIMITED
-        return Enforcement(self, request, caller.key_id or caller.tenant or "", limits)
+        limits = caller.limits
+        if limits is None or limits.is_unlimited:
+            return NO_LIMIT
+        return Enforcement(self, limits, caller.key_id or caller.tenant or "", request)
 
     def hit_limits(self, limits: KeyLimits) -> KeyLimits:
         """What an exact-cache hit counts against: the request rate only (kept per limits,
@@ -249,20 +248,33 @@ class Enforcement:
     __slots__ = (
         "_admission",
         "_admitted_limits",
+        "_body",
         "_estimate",
+        "_is_generating",
         "_is_hit",
         "_key_id",
         "_limiter",
         "_limits",
         "_max_output",
+        "_model",
         "_num_reserved",
-        "_request",
+        "_raw_body",
+        "_request_id",
         "_reserve_usd",
         "_tap",
     )
 
-    def __init__(self, limiter: Limiter, request: Exchange, key_id: str, limits: KeyLimits) -> None:
-        self._limiter, self._request, self._key_id, self._limits = limiter, request, key_id, limits
+    def __init__(
+        self,
+        limiter: Limiter,
+        limits: KeyLimits,
+        key_id: str,
+        request: LimitedRequest,
+    ) -> None:
+        self._limiter, self._limits, self._key_id = limiter, limits, key_id
+        self._model, self._raw_body = request.model, request.raw_body
+        self._body, self._request_id = request.body, request.request_id
+        self._is_generating = request.is_generating
         self._estimate = 0  # the prompt's tokens, estimated
         self._max_output: int | None = None  # the most output tokens the request named
         self._reserve_usd = 0.0  # of the budget, reserved on admission
@@ -273,59 +285,57 @@ class Enforcement:
         self._tap: _Tap | None = None
 
     @property
-    def reads_usage(self) -> bool:
+    def is_reading_usage(self) -> bool:
         """Whether the answer's usage settles this request (a token limit or a budget): the
         upstream is then asked for it whatever the client asked."""
         return self._limits.tokens_per_minute is not None or self._limits.budget_usd is not None
 
-    async def __aenter__(self) -> Enforcement:
-        # Admitted by the request path once it knows a hit from a miss (``admit``).
-        self._request.limit = self
-        return self
+    def wrap(self, send: Send) -> Send:
+        """``send`` as the answer goes out: tapped for what it streamed when the usage
+        settles this request (its output is counted should no usage come)."""
+        if not self.is_reading_usage:
+            return send
+        tap = self._tap = _Tap(send)
+        return tap.send
 
-    async def admit(self, *, is_hit: bool) -> None:
-        """Admits the request (a 429 when a limit says no) before any byte is answered.
+    async def admit(self, *, is_hit: bool) -> Headers:
+        """Admits the request (a 429 when a limit says no) before any byte is answered;
+        returns the rate headers its answer carries.
 
         A cache hit counts against the request rate only: it holds no upstream capacity and
         spends no tokens or money, so it takes no slot and reserves no tokens. Either is
         admitted from a pre-admitted ticket when one is at hand (``hasten.limits.tickets``).
         """
-        limits, request, limiter = self._limits, self._request, self._limiter
+        limits, limiter = self._limits, self._limiter
         num_tokens = 0
         if is_hit:
             if limits.requests_per_minute is None:
                 self._is_hit = True
-                return  # nothing a hit spends is limited for this key
+                return []  # nothing a hit spends is limited for this key
             limits = limiter.hit_limits(limits)
-        elif self.reads_usage:
+        elif self.is_reading_usage:
             num_tokens = self._num_reserved = self._reserve()
         # A ticket first, without a coroutine: on a hit this is the whole of the limit's work.
         admission = limiter.take_ticket(self._key_id, limits, num_tokens)
         if admission is None:
             admission = await limiter.admit_counted(
-                self._key_id, limits, request.request_id, num_tokens, self._reserve_usd
+                self._key_id, limits, self._request_id, num_tokens, self._reserve_usd
             )
             if not admission.verdict.is_allowed:
                 raise denial(limits, admission.verdict, admission.num_tokens)
         self._is_hit, self._admission, self._admitted_limits = is_hit, admission, limits
-        # Every answer's head is built from the exchange's headers (``Exchange.base_headers``),
-        # so the rate headers ride there: no wrapper around ``send``.
-        request.extra_headers += admission.headers
-        if not is_hit and self.reads_usage:
-            # Only a token limit or a budget reads the answer's usage (or what it streamed).
-            tap = self._tap = _Tap(request.send)
-            request.send = tap.send
+        return list(admission.headers)
 
     def _reserve(self) -> int:
         """The tokens this request reserves (and, setting ``_reserve_usd``, its share of the
         budget): its prompt estimate plus its most output tokens. A request that names no
         most (the configured default stands in) reserves at most the whole bucket; one that
         names more than the bucket holds is too large, as OpenAI refuses it."""
-        request, limits = self._request, self._limits
-        self._estimate = estimate_prompt_tokens(request.raw_body)
+        limits = self._limits
+        self._estimate = estimate_prompt_tokens(self._raw_body)
         max_output = 0
-        if request.endpoint.is_streamable:  # it generates text (embeddings do not)
-            self._max_output = max_output_tokens(request.body)
+        if self._is_generating:  # it generates text (embeddings do not)
+            self._max_output = max_output_tokens(self._body)
             max_output = self._max_output or self._limiter.settings.default_max_output_tokens
         num_tokens = self._estimate + max_output
         tpm = limits.tokens_per_minute
@@ -337,31 +347,28 @@ class Enforcement:
         return num_tokens
 
     def _price(self) -> ModelPrice | None:
-        model = self._request.model
+        model = self._model
         return price_of(self._limiter.prices, model.requested, model.name, model.upstream_model)
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def settle(self, spent: Spent, error: BaseException | None) -> None:
         admission = self._admission
         if admission is None:
             return  # never counted
-        if isinstance(exc, HastenError):  # the app renders it: the same rate headers
-            exc.headers.update((name.decode(), value.decode()) for name, value in admission.headers)
-        # No await from here on: a second cancellation cannot lose the release, and the
-        # Redis side is one round trip after the answer (``hasten.limits.tickets``).
-        settlement = None if self._is_hit else self._settlement(admission)
+        if isinstance(error, HastenError):  # the app renders it: the same rate headers
+            error.headers.update(
+                (name.decode(), value.decode()) for name, value in admission.headers
+            )
+        # No await here: a second cancellation cannot lose the release, and the Redis side
+        # is one round trip after the answer (``hasten.limits.tickets``).
+        settlement = None if self._is_hit else self._settlement(admission, spent)
         self._limiter.finish(
             self._key_id, self._admitted_limits, admission, self._num_reserved, settlement
         )
 
-    def _settlement(self, admission: Admission) -> Settlement | None:
+    def _settlement(self, admission: Admission, spent: Spent) -> Settlement | None:
         """The finished miss's correction; None when there is nothing to correct or free."""
         limits = self._limits
-        token_delta, cost_usd = self._spent(admission.num_tokens)
+        token_delta, cost_usd = self._spent(admission.num_tokens, spent)
         if (
             limits.max_concurrent is None
             and self._reserve_usd <= 0.0
@@ -371,15 +378,11 @@ class Enforcement:
             return None
         return Settlement(admission.admission_id, limits, token_delta, cost_usd)
 
-    def _spent(self, num_reserved: int) -> tuple[int, float]:
+    def _spent(self, num_reserved: int, spent: Spent) -> tuple[int, float]:
         """(tokens used minus those reserved, USD) of the finished request."""
-        request = self._request
-        if not request.is_upstream_call:
+        if not spent.is_upstream_call:
             return -num_reserved, 0.0  # a hit, a follower: nothing spent upstream
-        tail = request.usage_tail
-        if tail is None:
-            tail = b"" if self._tap is None else self._tap.prev + self._tap.tail
-        tokens_in, tokens_out = usage_tokens(tail)
+        tokens_in, tokens_out = usage_tokens(spent.usage_tail)
         if tokens_in is None and tokens_out is None:
             # No usage came: the prompt estimate, and what was forwarded to the client
             # (an upstream held to a max_tokens wrote no more than that).
@@ -396,25 +399,21 @@ class Enforcement:
 
 
 class _Tap:
-    """Wraps ``send`` to keep the last two body chunks (where the usage is, as
-    ``hasten.metrics.track`` finds it) and to count the output tokens a successful answer
-    carried (``hasten.limits.streamed``)."""
+    """Wraps ``send`` to count the output tokens a successful answer carried
+    (``hasten.limits.streamed``)."""
 
-    __slots__ = ("_is_ok", "_send", "output", "prev", "tail")
+    __slots__ = ("_is_ok", "_send", "output")
 
     def __init__(self, send: Send) -> None:
         self._send = send
-        self.prev = self.tail = b""
         self.output = OutputCount()
         self._is_ok = False  # a 200: its bytes are checked JSON events or a JSON body
 
     async def send(self, message: Message) -> None:
         if message["type"] == "http.response.body":
             body: bytes = message.get("body", b"")
-            if body:
-                self.prev, self.tail = self.tail, body
-                if self._is_ok:
-                    self.output.feed(body)
+            if body and self._is_ok:
+                self.output.feed(body)
         elif message["type"] == "http.response.start":
             self._is_ok = message["status"] == 200
         await self._send(message)

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hasten.config.limits import KeyLimits
 from hasten.fleet.link import FleetLink
 from hasten.fleet.resp import LuaScript, ScriptRun
 from hasten.limits.ledger import Verdict
 from hasten.limits.scripts import ADMIT, FORGET, REDATE, RENEW, SETTLE
-from hasten.limits.spec import KeyLimits
 
 _ADMIT, _SETTLE, _RENEW = LuaScript(ADMIT), LuaScript(SETTLE), LuaScript(RENEW)
 _REDATE, _FORGET = LuaScript(REDATE), LuaScript(FORGET)

@@ -45,11 +45,11 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from hasten.config.limits import KeyLimits
 from hasten.errors import FleetUnavailable
 from hasten.limits.headers import rate_header_pairs
 from hasten.limits.ledger import Verdict
 from hasten.limits.shared import FollowUp, Grant, Settlement, SharedLedger
-from hasten.limits.spec import KeyLimits
 
 TICKET_TTL_S = 1.0
 MAX_TICKETS = 8  # refilled in one round trip once half are used

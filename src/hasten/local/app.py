@@ -13,7 +13,32 @@ from typing import Any
 
 import orjson
 
-from hasten.asgi import (
+from hasten.config.local import MODEL_ID
+from hasten.errors import (
+    ClientGone,
+    ContextTooLong,
+    EngineFailed,
+    EngineQueueFull,
+    HastenError,
+    InvalidRequest,
+    MethodNotAllowed,
+    ModelNotFound,
+    NotFound,
+    RateLimited,
+)
+from hasten.local.engine import Engine, Generation, StreamEvent, Usage
+from hasten.local.protocol import (
+    ChatRequest,
+    chunk_body,
+    completion_body,
+    completion_id,
+    model_body,
+    models_body,
+    parse_chat_request,
+    usage_chunk_body,
+)
+from hasten.proxy.validation import parse_body
+from hasten.wire.asgi import (
     SSE_DONE,
     ASGIApp,
     DisconnectWatcher,
@@ -29,31 +54,6 @@ from hasten.asgi import (
     sse_event,
     start_sse,
 )
-from hasten.errors import (
-    ClientGone,
-    ContextTooLong,
-    EngineFailed,
-    EngineQueueFull,
-    HastenError,
-    InvalidRequest,
-    MethodNotAllowed,
-    ModelNotFound,
-    NotFound,
-    RateLimited,
-)
-from hasten.local.config import MODEL_ID
-from hasten.local.engine import Engine, Generation, StreamEvent, Usage
-from hasten.local.protocol import (
-    ChatRequest,
-    chunk_body,
-    completion_body,
-    completion_id,
-    model_body,
-    models_body,
-    parse_chat_request,
-    usage_chunk_body,
-)
-from hasten.proxy.validation import parse_body
 
 _log = logging.getLogger(__name__)
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024

@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hasten.config.local import EngineConfig, default_model_path
 from hasten.errors import DecodeError, EngineQueueFull, QueueFull
-from hasten.local.config import EngineConfig, default_model_path
 from hasten.local.model import ContextParams, LocalModel
 from hasten.local.runner import DECODE_NO_KV_SLOT, Runner
 from hasten.local.sampling import SamplingParams, TokenSampler

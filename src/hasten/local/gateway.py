@@ -20,9 +20,10 @@ from hasten.config import (
     TimeoutConfig,
     UpstreamConfig,
 )
-from hasten.routing.hybrid import HybridConfig, Target
+from hasten.config.hybrid import HybridConfig
+from hasten.config.routing import DeploymentConfig, RoutingConfig
+from hasten.routing.hybrid import Target, route_name
 from hasten.routing.models import route_deployments
-from hasten.routing.settings import DeploymentConfig, RoutingConfig
 
 LOCAL = "local"
 # The engine answers its own 429 with Retry-After when its queue is full; retrying in
@@ -35,8 +36,8 @@ def is_local_available() -> bool:
     """True when llama.cpp and a GGUF model can be found without loading anything."""
     import importlib.util
 
+    from hasten.config.local import default_model_path
     from hasten.errors import ModelFileNotFound
-    from hasten.local.config import default_model_path
 
     if importlib.util.find_spec("llama_cpp") is None:
         return False
@@ -44,10 +45,6 @@ def is_local_available() -> bool:
         return default_model_path().is_file()
     except ModelFileNotFound:
         return False
-
-
-def route_name(model: str, target: Target) -> str:
-    return f"{model}@{target}"
 
 
 def with_local_upstream(config: GatewayConfig, url: str) -> GatewayConfig:

@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import uvicorn
 
-from hasten.errors import ConfigError, ModelFileNotFound
-from hasten.local.config import (
+from hasten.config.local import (
     DEFAULT_HOST,
     DEFAULT_PORT,
     EngineConfig,
     LocalServerConfig,
     load_local_config,
 )
+from hasten.errors import ConfigError, ModelFileNotFound
 from hasten.local.sampling import SamplingParams
 from hasten.local.supervisor import EVENT_PREFIX
 from hasten.server.connection import bind

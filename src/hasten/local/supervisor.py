@@ -26,7 +26,7 @@ from dataclasses import dataclass, fields
 
 import orjson
 
-from hasten.local.config import EngineConfig
+from hasten.config.local import EngineConfig
 
 _log = logging.getLogger("hasten.local")
 

@@ -1,7 +1,7 @@
 """Scrape-time export of the counters and gauges other objects already keep.
 
 The cache tiers, the routing pools (deployments, breakers, hedge budgets), the semantic
-store, ``Gateway.stats`` and the engine child count on their own; counting the same events
+store, the pipeline's ``stats`` and the engine child count on their own; counting the same events
 again on the request path would cost twice for nothing. This collector reads them when
 Prometheus scrapes, so their cost is paid per scrape, not per request.
 """
@@ -9,9 +9,10 @@ Prometheus scrapes, so their cost is paid per scrape, not per request.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -20,13 +21,22 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from hasten.metrics.families import export_all
-from hasten.metrics.registry import Metrics
+from hasten.metrics.families import CounterFamily, HistogramFamily, export_all
 
 if TYPE_CHECKING:
-    from hasten.gateway import Gateway
+    from hasten.proxy.pipeline import Pipeline
 
 BREAKER_STATES = ("closed", "open", "half_open")
+
+
+class Counted(Protocol):
+    """What the per-request observer counted (``hasten.metrics.registry.Metrics``)."""
+
+    @property
+    def families(self) -> tuple[HistogramFamily | CounterFamily, ...]: ...
+
+    @property
+    def hedges(self) -> Counter[tuple[str, str]]: ...
 
 
 @dataclass(slots=True)
@@ -39,10 +49,11 @@ class EngineSample:
 
 
 class GatewayCollector(Collector):
-    """Everything ``Gateway`` already counts, as metric families, read at scrape time."""
+    """Everything the request path and its parts already count, as metric families, read
+    at scrape time."""
 
-    def __init__(self, gateway: Gateway, metrics: Metrics) -> None:
-        self._gateway = gateway
+    def __init__(self, pipeline: Pipeline, metrics: Counted) -> None:
+        self._pipeline = pipeline
         self._metrics = metrics
         self.engine: EngineSample | None = None  # set by the scrape before collecting
 
@@ -55,7 +66,7 @@ class GatewayCollector(Collector):
             yield from _engine(self.engine)
 
     def _requests(self) -> Iterator[Metric]:
-        counts = self._gateway.stats.counts
+        counts = self._pipeline.stats.counts
         yield _counter(
             "hasten_coalesced_waiters", "Requests that joined an identical request's call",
             counts["coalesced"],
@@ -71,7 +82,7 @@ class GatewayCollector(Collector):
         )  # fmt: skip
         yield _gauge(
             "hasten_coalescer_flights", "Upstream calls in flight that requests can join",
-            len(self._gateway.coalescer),
+            len(self._pipeline.coalescer),
         )  # fmt: skip
 
     def _cache(self) -> Iterator[Metric]:
@@ -81,7 +92,7 @@ class GatewayCollector(Collector):
         evictions = _tiers("hasten_cache_evictions", "Entries evicted (or expired), by tier")
         entries = GaugeMetricFamily("hasten_cache_entries", "Entries held", labels=["tier"])
         reports = 0
-        cache = self._gateway.cache
+        cache = self._pipeline.cache
         if cache is not None:
             s = cache.stats()
             lookups.add_metric(["l1"], s["l1_hits"] + s["l2_hits"] + s["misses"])
@@ -94,7 +105,7 @@ class GatewayCollector(Collector):
                 hits.add_metric(["l2"], s["l2_hits"])
                 l2_failed = s["write_errors"] + s["writes_dropped"] + s["pending_writes"]
                 stores.add_metric(["l2"], max(0, s["writes"] - l2_failed))
-        semantic = self._gateway.semantic
+        semantic = self._pipeline.semantic
         if semantic is not None:
             counters = semantic.cache.counters
             lookups.add_metric(["semantic"], sum(v for k, v in counters.items() if _is_lookup(k)))
@@ -129,7 +140,7 @@ class GatewayCollector(Collector):
             "primary did) and denied (no budget left)", labels=["model", "outcome"],
         )  # fmt: skip
         outcomes = self._metrics.hedges
-        for model, pool in self._gateway.client.pools().items():
+        for model, pool in self._pipeline.client.pools().items():
             for name, d in pool.deployments.items():
                 in_flight.add_metric([model, name], d.num_in_flight)
                 state = d.breaker.state(now_s).value

@@ -17,15 +17,6 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import orjson
 from prometheus_client.exposition import choose_encoder
 
-from hasten.asgi import (
-    Receive,
-    Scope,
-    Send,
-    accept_lifespan,
-    header,
-    send_error,
-    send_response,
-)
 from hasten.auth import Authenticator
 from hasten.errors import (
     AdminDisabled,
@@ -36,12 +27,21 @@ from hasten.errors import (
     Unauthorized,
 )
 from hasten.metrics.collector import EngineSample, GatewayCollector
-from hasten.metrics.outcome import OBSERVED_SCOPE_KEY
 from hasten.metrics.registry import Metrics
 from hasten.upstream.transport import Transport, UpstreamRequest
+from hasten.values.outcome import OBSERVED_SCOPE_KEY
+from hasten.wire.asgi import (
+    Receive,
+    Scope,
+    Send,
+    accept_lifespan,
+    header,
+    send_error,
+    send_response,
+)
 
 if TYPE_CHECKING:
-    from hasten.gateway import Gateway
+    from hasten.proxy.pipeline import Pipeline
 
 __all__ = ["OBSERVED_SCOPE_KEY", "MetricsApp", "build_metrics", "render", "serve_metrics"]
 
@@ -64,6 +64,10 @@ class Scrape:
     def __init__(self, collector: GatewayCollector, transport: Transport, engine: object) -> None:
         self.collector, self._transport = collector, transport
         self._engine = engine if isinstance(engine, EngineChild) else None
+
+    @property
+    def engine(self) -> EngineSample | None:
+        return self.collector.engine
 
     async def sample_engine(self) -> None:
         engine = self._engine
@@ -97,10 +101,11 @@ class Scrape:
         return parsed if isinstance(parsed, dict) else {}
 
 
-def build_metrics(gateway: Gateway, transport: Transport, engine: object) -> Metrics:
-    """The metrics of ``gateway``, with its scrape-time collector registered."""
-    metrics = Metrics(gateway.client, is_tenant_label=gateway.config.metrics.is_tenant_label)
-    collector = GatewayCollector(gateway, metrics)
+def build_metrics(pipeline: Pipeline, transport: Transport, engine: object) -> Metrics:
+    """The metrics of the gateway's request path, with its scrape-time collector registered."""
+    is_tenant_label = pipeline.config.metrics.is_tenant_label
+    metrics = Metrics(pipeline.client, is_tenant_label=is_tenant_label)
+    collector = GatewayCollector(pipeline, metrics)
     metrics.registry.register(collector)
     metrics.scrape = Scrape(collector, transport, engine)
     return metrics
@@ -144,10 +149,17 @@ async def serve_metrics(
     await send_response(send, 200, body, [(b"content-type", content_type.encode())])
 
 
+class Metered(Protocol):
+    """What the metrics port reads of the gateway: its metrics, if on."""
+
+    @property
+    def metrics(self) -> Metrics | None: ...
+
+
 class GatewaySource(Protocol):
     """The gateway app, as the metrics port reaches its ``Gateway``."""
 
-    async def startup(self) -> Gateway: ...
+    async def startup(self) -> Metered: ...
 
 
 class MetricsApp:

@@ -13,16 +13,27 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry
 
 from hasten.metrics.families import CounterChild, CounterFamily, HistogramChild, HistogramFamily
-from hasten.metrics.outcome import COALESCED, HIT, SEMANTIC, RequestOutcome
 from hasten.metrics.saved import PoolSource, SavedTime
+from hasten.values.outcome import COALESCED, HIT, SEMANTIC, RequestOutcome
 
 if TYPE_CHECKING:
-    from hasten.metrics.endpoint import Scrape
+    from hasten.metrics.collector import EngineSample
+
+
+class EngineScrape(Protocol):
+    """What a scrape fetches before collecting (``hasten.metrics.endpoint.Scrape``)."""
+
+    async def sample_engine(self) -> None: ...
+
+    @property
+    def engine(self) -> EngineSample | None:
+        """The engine child as last sampled; None before (or without a child)."""
+
 
 # Seconds: from a sub-millisecond cache hit to a long generation.
 LATENCY_BUCKETS_S = (
@@ -61,7 +72,7 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self.is_tenant_label = is_tenant_label
         self.saved = SavedTime(pools)
-        self.scrape: Scrape | None = None  # set by endpoint.build_metrics
+        self.scrape: EngineScrape | None = None  # set by endpoint.build_metrics
         self._series: dict[tuple[str, ...], _Series] = {}
         self.hedges: Counter[tuple[str, str]] = Counter()  # (model, won|lost) outcomes
         tenant = ("tenant",) if is_tenant_label else ()

@@ -32,8 +32,8 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 if TYPE_CHECKING:
-    from hasten.metrics.outcome import RequestOutcome
     from hasten.routing.pool import DeploymentPool
+    from hasten.values.outcome import RequestOutcome
 
 
 class DeploymentEstimate(NamedTuple):

@@ -9,10 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hasten.policy.config import ParamPolicy
+from hasten.config.policy import ParamPolicy
 from hasten.policy.decide import Applied, EffectivePolicy, apply_policy, combine
 
-POLICY_HEADER = b"x-hasten-policy"
 # Embeddings have no max_tokens, n or stop, and a `set` meant for generation would break them.
 POLICY_ENDPOINTS = frozenset({"chat", "completions"})
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import orjson
 
+from hasten.config.policy import ParamPolicy
 from hasten.errors import InvalidRequest
-from hasten.policy.config import ParamPolicy
 
 MAX_TOKENS_FIELDS = ("max_tokens", "max_completion_tokens")
 # A value longer than this (a long string, a table) is named in the header but not shown.

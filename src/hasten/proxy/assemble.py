@@ -23,9 +23,9 @@ import orjson
 from hasten.cache.replay import BodyMerge, chunks_to_body
 from hasten.errors import UpstreamError
 from hasten.proxy.ending import StreamEnd
-from hasten.proxy.sse import DONE, SSEDecoder
 from hasten.proxy.validation import Endpoint
 from hasten.routing.models import ResolvedModel
+from hasten.wire.sse import DONE, SSEDecoder
 
 STREAM_ERROR_CODE = "upstream_stream_error"
 _INCLUDE_USAGE = {"include_usage": True}

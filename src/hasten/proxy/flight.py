@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 from hasten.errors import HastenError
 from hasten.proxy.assemble import Assembly
-from hasten.proxy.sse import UsageStripper
+from hasten.values.usage import UsageStripper
 
 _log = logging.getLogger("hasten.flight")
 

@@ -12,26 +12,9 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hasten import exactjson
-from hasten.asgi import (
-    DisconnectWatcher,
-    Headers,
-    Receive,
-    Scope,
-    Send,
-    header,
-    read_body,
-    send_body,
-    send_json,
-    send_response,
-    sse_event,
-    start_sse,
-    start_stream,
-)
-from hasten.auth import Caller
 from hasten.cache import (
     CachedAnswer,
     CacheDecision,
@@ -44,15 +27,8 @@ from hasten.cache import (
 )
 from hasten.cache.replay import answer_body, answer_frames, answer_stream
 from hasten.errors import ClientGone, HastenError
-from hasten.fleet.coalesce import EarlyLease, FleetJob
-from hasten.gateway import Gateway
-from hasten.keys.access import check_model
-from hasten.local.gateway import route_name
-from hasten.metrics.outcome import BYPASS, COALESCED, HIT, MISS, OBSERVED_SCOPE_KEY, SEMANTIC
-from hasten.metrics.report import answer_saved, emit_outcome, hedge_saved
-from hasten.metrics.track import ResponseTrack
-from hasten.policy import POLICY_HEADER
 from hasten.proxy.assemble import Assembly, as_stream_request, assemble, is_assembled
+from hasten.proxy.exchange import Exchange
 from hasten.proxy.flight import Flight
 from hasten.proxy.fronts import Front
 from hasten.proxy.headers import (
@@ -61,9 +37,18 @@ from hasten.proxy.headers import (
     response_headers,
     upstream_headers,
 )
+from hasten.proxy.outcome import answer_saved, emit_outcome, hedge_saved
+from hasten.proxy.pipeline import Pipeline
+from hasten.proxy.ports import NO_LIMIT, POLICY_HEADER, EarlyAsk, FleetJob, Spent
 from hasten.proxy.recorder import Recorder
 from hasten.proxy.resumer import StreamResume, resume_header
-from hasten.proxy.sse import usage_marks, without_usage
+from hasten.proxy.spans import (
+    describe_answer,
+    describe_cached,
+    describe_request,
+    keep_tail,
+)
+from hasten.proxy.track import ResponseTrack
 from hasten.proxy.validation import (
     CHAT,
     EMBEDDINGS,
@@ -72,20 +57,30 @@ from hasten.proxy.validation import (
     off_loop,
     parse_body,
 )
-from hasten.routing.hybrid import decide_hybrid
+from hasten.routing.hybrid import decide_hybrid, route_name
 from hasten.routing.models import ResolvedModel
-from hasten.telemetry.attributes import (
-    describe_answer,
-    describe_cached,
-    describe_request,
-    keep_tail,
-)
-from hasten.telemetry.stage import NO_STAGE, Stage
 from hasten.upstream.client import UpstreamCall
 from hasten.upstream.integrity import EventSink
+from hasten.values.caller import Caller, check_model
+from hasten.values.outcome import BYPASS, COALESCED, HIT, MISS, OBSERVED_SCOPE_KEY, SEMANTIC
+from hasten.values.usage import usage_marks, without_usage
+from hasten.wire import exactjson
+from hasten.wire.asgi import (
+    DisconnectWatcher,
+    Receive,
+    Scope,
+    Send,
+    header,
+    read_body,
+    send_body,
+    send_json,
+    send_response,
+    sse_event,
+    start_sse,
+    start_stream,
+)
 
 if TYPE_CHECKING:
-    from hasten.limits.limiter import Enforcement
     from hasten.semantic.tier import Found
 
 _log = logging.getLogger("hasten.proxy")
@@ -97,74 +92,8 @@ TENANT_SCOPE_KEY = "hasten.tenant"
 MODEL_SCOPE_KEY = "hasten.model"
 
 
-@dataclass(slots=True)
-class Exchange:
-    """One client request on its way through the gateway."""
-
-    scope: Scope
-    send: Send
-    endpoint: Endpoint
-    body: dict[str, Any]
-    raw_body: bytes  # as the client sent it; see _upstream_body
-    model: ResolvedModel
-    tenant: str
-    is_stream: bool
-    wants_usage: bool  # a stream with stream_options.include_usage
-    started_s: float
-    request_id: str
-    extra_headers: tuple[tuple[bytes, bytes], ...] = ()
-    # What goes upstream, built (and refused if it cannot be forwarded unchanged) up front.
-    forwarded_headers: dict[str, str] = field(default_factory=dict)
-    # A stored stream asks upstream for usage so the cache can serve it to anyone; a
-    # client that did not ask gets its copy without the usage event.
-    is_usage_added: bool = False
-    is_rewritten: bool = False  # a parameter policy changed ``body`` (hasten.policy)
-    trace: Stage = NO_STAGE  # the request's root span (hasten.telemetry)
-    # What the metrics observers learn (hasten.metrics.report); set along the way.
-    track: ResponseTrack | None = None
-    cache_label: str = BYPASS
-    call_headers: Mapping[str, str] | None = None  # the upstream's, with the router's account
-    deployment: str | None = None
-    upstream_ttfb_ms: float | None = None
-    is_upstream_call: bool = False
-    semantic_s: float | None = None
-    saved_s: float | None = None
-    usage_tail: bytes | None = None  # where the usage is when the client's copy has none
-    # Asked upstream as a stream, answered as one assembled body (hasten.proxy.assemble).
-    is_assembled: bool = False
-    caller: Caller | None = None  # the key's limits and allowed models (hasten.limits)
-    limit: Enforcement | None = None  # set for a limited key: admit() before answering
-    resume: str = ""  # how a broken stream was continued (hasten.proxy.resumer)
-    front: Front = field(kw_only=True)  # what the body resolved to (hasten.proxy.fronts)
-    # Listens for the client going away from the first wait on; an L1 hit never waits, so it
-    # never pays for the listening task (see ``listen``).
-    watcher: DisconnectWatcher | None = None
-
-    @property
-    def is_upstream_stream(self) -> bool:
-        return self.is_stream or self.is_assembled
-
-    def listen(self) -> None:
-        """From now on a disconnect ends the answer (before anything that can wait: the
-        upstream, the L2 or semantic lookup, a limit's admission, a paced replay)."""
-        if self.watcher is not None:
-            self.watcher.arm()
-
-    def base_headers(self, cache_label: bytes, ttfb_ms: float | None) -> Headers:
-        gateway_ms = (time.perf_counter() - self.started_s) * 1000.0 - (ttfb_ms or 0.0)
-        timing = f"hasten;dur={gateway_ms:.3f}"
-        if ttfb_ms is not None:
-            timing += f", upstream;dur={ttfb_ms:.3f}"
-        return [
-            (b"x-hasten-cache", cache_label),
-            (b"x-hasten-request-id", self.request_id.encode()),
-            (b"server-timing", timing.encode()),
-            *self.extra_headers,
-        ]
-
-
 async def handle(
-    gateway: Gateway,
+    pipe: Pipeline,
     endpoint: Endpoint,
     scope: Scope,
     receive: Receive,
@@ -173,21 +102,20 @@ async def handle(
 ) -> None:
     """Serves one chat/completions/embeddings request end to end."""
     started_s = time.perf_counter()
-    with gateway.tracing.start_request(scope, endpoint.name, request_id) as trace:
-        exchange = await _exchange(gateway, endpoint, scope, receive, send, request_id, started_s)
-        exchange.trace = trace
-        describe_request(trace, endpoint.name, exchange.body)
-        # The key's limits (hasten.limits): a no-op for a key without any.
-        async with gateway.limiter.enforce(exchange):
-            with DisconnectWatcher(receive, is_armed=False) as exchange.watcher:
-                if not gateway.observers:
-                    await _dispatch(gateway, exchange)
-                    return
-                await _observed(gateway, exchange)
+    with pipe.tracer.start_request(scope, endpoint.name, request_id) as trace:
+        ex = await _exchange(pipe, endpoint, scope, receive, send, request_id, started_s)
+        ex.trace = trace
+        describe_request(trace, endpoint.name, ex.body)
+        ex.limit = pipe.limits.open(ex)
+        with DisconnectWatcher(receive, is_armed=False) as ex.watcher:
+            if not pipe.observers and ex.limit is NO_LIMIT:
+                await _dispatch(pipe, ex)  # nobody reads how it went
+                return
+            await _observed(pipe, ex)
 
 
 async def _exchange(
-    gateway: Gateway,
+    pipe: Pipeline,
     endpoint: Endpoint,
     scope: Scope,
     receive: Receive,
@@ -197,27 +125,27 @@ async def _exchange(
 ) -> Exchange:
     """The request read, checked and resolved: everything that can refuse it up front."""
     # The key first: a caller without one learns nothing about validation (or our limits).
-    caller = await gateway.auth.resolve_model_caller(header(scope, b"authorization"))
+    caller = await pipe.callers.resolve_model_caller(header(scope, b"authorization"))
     tenant = caller.tenant
     assert tenant is not None
     scope[TENANT_SCOPE_KEY] = tenant
-    raw = await read_body(receive, scope, gateway.config.server.max_body_bytes)
-    front = gateway.fronts.get(endpoint.name, tenant, raw)
+    raw = await read_body(receive, scope, pipe.config.server.max_body_bytes)
+    front = pipe.fronts.get(endpoint.name, tenant, raw)
     if front is None:
         # A large body is parsed, checked and keyed on a worker thread (never memoised).
         front = await off_loop(
-            len(raw), lambda: _front(gateway, endpoint, raw, caller, scope, request_id)
+            len(raw), lambda: _front(pipe, endpoint, raw, caller, scope, request_id)
         )
         # A hybrid choice is logged per request, so its requests are resolved each time.
-        hybrid = gateway.config.hybrid
+        hybrid = pipe.config.hybrid
         if not (hybrid is not None and front.body["model"] == hybrid.model):
-            gateway.fronts.put(endpoint.name, tenant, raw, front)
+            pipe.fronts.put(endpoint.name, tenant, raw, front)
     else:
         scope[MODEL_SCOPE_KEY] = front.body["model"]
         check_model(caller, front.body["model"], front.model.name)
     body = front.body
     # With tracing on, each attempt sends its own span's traceparent instead of the client's.
-    is_trace_forwarded = not gateway.tracing.is_enabled
+    is_trace_forwarded = not pipe.tracer.is_enabled
     return Exchange(
         scope,
         send,
@@ -234,7 +162,7 @@ async def _exchange(
         upstream_headers(
             scope,
             front.is_stream or front.is_assembled,
-            not gateway.auth.is_enforcing,
+            not pipe.callers.is_enforcing,
             is_trace_forwarded,
         ),
         is_rewritten=front.is_rewritten,
@@ -245,7 +173,7 @@ async def _exchange(
 
 
 def _front(
-    gateway: Gateway,
+    pipe: Pipeline,
     endpoint: Endpoint,
     raw: bytes,
     caller: Caller,
@@ -256,22 +184,22 @@ def _front(
     off the event loop for a large body (no shared state written)."""
     tenant = caller.tenant
     assert tenant is not None
-    body = parse_body(raw, gateway.config.server.max_json_depth)
-    check_num_items(body, endpoint, gateway.config.server.max_messages)
+    body = parse_body(raw, pipe.config.server.max_json_depth)
+    check_num_items(body, endpoint, pipe.config.server.max_messages)
     endpoint.check(body)
     scope[MODEL_SCOPE_KEY] = body["model"]  # the access record's, refused past here or not
-    model, extra_headers = _resolve(gateway, body, request_id)
+    model, extra_headers = _resolve(pipe, body, request_id)
     check_model(caller, body["model"], model.name)  # a key's allowed models (404 otherwise)
     # Before the cache key is built: the key, the flight and upstream all see what is sent.
-    applied = gateway.policies.apply(body, endpoint.name, model.route.name, tenant)
+    applied = pipe.policies.apply(body, endpoint.name, model.route.name, tenant)
     if applied is not None:
         body = applied.body
         extra_headers = (*extra_headers, (POLICY_HEADER, applied.header))
     is_stream = endpoint.is_streamable and body.get("stream") is True
     decision = decide(body, _cache_policy(endpoint, model), parse_cache_control(None))
     keys = None
-    if gateway.cache is not None and (decision.is_lookup or decision.is_store):
-        keys = _cache_keys(gateway, endpoint, body, model, tenant)
+    if pipe.cache is not None and (decision.is_lookup or decision.is_store):
+        keys = _cache_keys(pipe, endpoint, body, model, tenant)
     return Front(
         body,
         model,
@@ -286,36 +214,50 @@ def _front(
 
 
 def _cache_keys(
-    gateway: Gateway, endpoint: Endpoint, body: dict[str, Any], model: ResolvedModel, tenant: str
+    pipe: Pipeline, endpoint: Endpoint, body: dict[str, Any], model: ResolvedModel, tenant: str
 ) -> tuple[str, str]:
     """The request key (what /admin/cache/invalidate takes) and the key stored under."""
     request = request_key(body, endpoint=endpoint.name, model=model.name)
-    return request, namespaced_key(request, _namespace(gateway, tenant))
+    return request, namespaced_key(request, _namespace(pipe, tenant))
 
 
-def _namespace(gateway: Gateway, tenant: str) -> str:
-    return "*" if gateway.config.cache.is_shared_across_tenants else tenant
+def _namespace(pipe: Pipeline, tenant: str) -> str:
+    return "*" if pipe.config.cache.is_shared_across_tenants else tenant
 
 
-async def _observed(gateway: Gateway, ex: Exchange) -> None:
-    """``_dispatch`` with the client's view recorded, reported once the response is over."""
+async def _observed(pipe: Pipeline, ex: Exchange) -> None:
+    """``_dispatch`` with the client's view recorded (the one wrapper around ``send``),
+    settled with the key's limits and reported to the observers once it is over."""
+    # The one place the answer's send is wrapped: what the client saw (the metrics, the
+    # usage tail), then what the key's limits read of it.
     track = ex.track = ResponseTrack(ex.send)
-    ex.send = track.send
-    ex.scope[OBSERVED_SCOPE_KEY] = True
+    ex.send = ex.limit.wrap(track.send)
+    if pipe.observers:
+        ex.scope[OBSERVED_SCOPE_KEY] = True
     status, code = 0, None
+    error: BaseException | None = None
     try:
-        await _dispatch(gateway, ex)
+        await _dispatch(pipe, ex)
     except HastenError as exc:
-        status, code = exc.status_code, exc.code
+        status, code, error = exc.status_code, exc.code, exc
         raise
-    except (ClientGone, asyncio.CancelledError):
-        code = "client_gone"
+    except (ClientGone, asyncio.CancelledError) as exc:
+        code, error = "client_gone", exc
         raise
-    except Exception:
-        status = 500  # a bug: the app logs it and answers 500
+    except Exception as exc:
+        status, error = 500, exc  # a bug: the app logs it and answers 500
         raise
     finally:
-        emit_outcome(gateway, ex, status, code)
+        # Settled first and without an await: a second cancellation cannot lose it.
+        ex.limit.settle(Spent(ex.is_upstream_call, _usage_tail(ex, track)), error)
+        if pipe.observers:
+            emit_outcome(pipe, ex, status, code)
+
+
+def _usage_tail(ex: Exchange, track: ResponseTrack) -> bytes:
+    """Where the answer's usage is: the pipeline's own note of it, else what the client got
+    last."""
+    return ex.usage_tail if ex.usage_tail is not None else track.prev + track.tail
 
 
 def _asks_usage(body: dict[str, Any]) -> bool:
@@ -337,39 +279,39 @@ def _upstream_body(ex: Exchange) -> bytes:
 
 
 def _resolve(
-    gateway: Gateway, body: dict[str, Any], request_id: str
+    pipe: Pipeline, body: dict[str, Any], request_id: str
 ) -> tuple[ResolvedModel, tuple[tuple[bytes, bytes], ...]]:
     """The route for this request; a hybrid model name picks local or cloud per request."""
-    hybrid = gateway.config.hybrid
+    hybrid = pipe.config.hybrid
     if hybrid is None or body["model"] != hybrid.model:
-        return gateway.router.resolve(body["model"]), ()
+        return pipe.router.resolve(body["model"]), ()
     choice = decide_hybrid(body, hybrid)
     _log.info("request %s: hybrid %s", request_id, choice.header)
-    model = gateway.router.resolve(route_name(hybrid.model, choice.target))
+    model = pipe.router.resolve(route_name(hybrid.model, choice.target))
     return model, ((b"x-hasten-hybrid", choice.header.encode()),)
 
 
-async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
+async def _dispatch(pipe: Pipeline, ex: Exchange) -> None:
     decision = _decide(ex)
-    if gateway.cache is None or not decision.is_lookup:
+    if pipe.cache is None or not decision.is_lookup:
         ex.listen()  # only a lookup can answer without waiting
     # Usage is asked of the upstream for the cache and for a key whose limits read it.
     ex.is_usage_added = (
         ex.is_stream
         and not ex.wants_usage
         and ex.model.has_stream_options
-        and ((gateway.cache is not None and decision.is_store) or _reads_usage(ex))
+        and ((pipe.cache is not None and decision.is_store) or _reads_usage(ex))
     )
-    if gateway.cache is None or not (decision.is_lookup or decision.is_store):
-        gateway.stats.count("bypass", tenant=ex.tenant)
+    if pipe.cache is None or not (decision.is_lookup or decision.is_store):
+        pipe.stats.count("bypass", tenant=ex.tenant)
         ex.trace.set("hasten.cache", "bypass")
         await _admit(ex, is_hit=False)
-        await _forward_direct(gateway, ex)
+        await _forward_direct(pipe, ex)
         return
-    namespace = _namespace(gateway, ex.tenant)
+    namespace = _namespace(pipe, ex.tenant)
     keys = ex.front.keys
     if keys is None:  # not cacheable without Cache-Control, but this request's directives
-        keys = _cache_keys(gateway, ex.endpoint, ex.body, ex.model, ex.tenant)
+        keys = _cache_keys(pipe, ex.endpoint, ex.body, ex.model, ex.tenant)
     request, key = keys
     varied = answer_headers(ex.forwarded_headers)
     if varied:  # an organisation, project or beta the upstream answers for
@@ -378,59 +320,57 @@ async def _dispatch(gateway: Gateway, ex: Exchange) -> None:
     # What /admin/cache/invalidate takes as "key"; it only ever names the caller's entry.
     ex.extra_headers = (*ex.extra_headers, (b"x-hasten-cache-key", request.encode()))
     flight_key = None  # what a miss needs; built up front only for the fleet's early ask
-    fleet = gateway.fleet_flights
+    fleet = pipe.fleet
     early = None
-    if fleet is not None and decision.is_lookup:
+    if fleet.is_on and decision.is_lookup:
         flight_key = _flight_key(ex, key, decision)
-        if not gateway.coalescer.is_flying(flight_key):
+        if not pipe.coalescer.is_flying(flight_key):
             early = fleet.early(flight_key)  # asked at the L1 miss, so it overlaps what follows
             ex.listen()
     try:
-        await _lookup_and_serve(gateway, ex, decision, key, namespace, flight_key, early)
+        await _lookup_and_serve(pipe, ex, decision, key, namespace, flight_key, early)
     finally:
-        if fleet is not None and early is not None:
+        if early is not None:
             fleet.release(early)  # unless the flight's pump took it over
 
 
 async def _lookup_and_serve(
-    gateway: Gateway,
+    pipe: Pipeline,
     ex: Exchange,
     decision: CacheDecision,
     key: str,
     namespace: str,
     flight_key: str | None,
-    early: EarlyLease | None,
+    early: EarlyAsk | None,
 ) -> None:
-    assert gateway.cache is not None
+    assert pipe.cache is not None
     found = None
     if decision.is_lookup:
         with ex.trace.child("cache.lookup") as lookup:
             on_l1_miss = ex.listen if early is None else early.ask
-            entry = await gateway.cache.get(
-                key, max_age_s=decision.max_age_s, on_l1_miss=on_l1_miss
-            )
-            replay = None if entry is None else _replay(gateway, ex, entry, key)
+            entry = await pipe.cache.get(key, max_age_s=decision.max_age_s, on_l1_miss=on_l1_miss)
+            replay = None if entry is None else _replay(pipe, ex, entry, key)
             if entry is not None and replay is None:
-                await _drop_unservable(gateway, key)
+                await _drop_unservable(pipe, key)
             lookup.set("hasten.cache.is_hit", replay is not None)
         if replay is not None:
-            gateway.stats.count("hit", tenant=ex.tenant)
+            pipe.stats.count("hit", tenant=ex.tenant)
             ex.cache_label = HIT
             ex.trace.set("hasten.cache", "hit")
-            if ex.limit is not None:
-                ex.listen()
+            if ex.limit is not NO_LIMIT:
+                ex.listen()  # an admission may wait
             await _admit(ex, is_hit=True)
             with ex.trace.child("cache.replay"):
-                await _serve_hit(gateway, ex, replay, b"hit")
+                await _serve_hit(pipe, ex, replay, b"hit")
             return
         ex.listen()
         # Admitted as a miss before the semantic lookup: a key over its limit must not
         # make the gateway embed its questions (a semantic hit is refunded at the end).
         await _admit(ex, is_hit=False)
-        if gateway.semantic is not None and ex.endpoint is CHAT:
+        if pipe.semantic is not None and ex.endpoint is CHAT:
             looked_s = time.perf_counter()
             with ex.trace.child("semantic.lookup") as lookup:
-                found = await gateway.semantic.find(
+                found = await pipe.semantic.find(
                     ex.body,
                     model=ex.model.name,
                     tenant=namespace,
@@ -440,62 +380,64 @@ async def _lookup_and_serve(
                 lookup.set("hasten.cache.is_hit", found.hit is not None)
             ex.semantic_s = time.perf_counter() - looked_s
             hit = found.hit
-            replay = None if hit is None else _replay(gateway, ex, hit.entry)
+            replay = None if hit is None else _replay(pipe, ex, hit.entry)
             if hit is not None and replay is None:
-                _note_unservable(gateway, "a semantic hit")  # asked upstream below
+                _note_unservable(pipe, "a semantic hit")  # asked upstream below
             elif hit is not None and replay is not None:
-                gateway.stats.count("semantic_hit", tenant=ex.tenant)
+                pipe.stats.count("semantic_hit", tenant=ex.tenant)
                 ex.cache_label = SEMANTIC
                 ex.trace.set("hasten.cache", "semantic")
                 with ex.trace.child("cache.replay"):
-                    await _serve_hit(gateway, ex, replay, b"semantic", hit.headers())
+                    await _serve_hit(pipe, ex, replay, b"semantic", hit.headers())
                 return
     if not decision.is_lookup:
         await _admit(ex, is_hit=False)
-    gateway.stats.count("miss" if decision.is_lookup else "bypass", tenant=ex.tenant)
+    pipe.stats.count("miss" if decision.is_lookup else "bypass", tenant=ex.tenant)
     ex.cache_label = MISS if decision.is_lookup else BYPASS
     ex.trace.set("hasten.cache", "miss" if decision.is_lookup else "bypass")
-    stored = _Stored(gateway, ex, key, namespace, found) if decision.is_store else None
+    stored = _Stored(pipe, ex, key, namespace, found) if decision.is_store else None
     if flight_key is None:
         flight_key = _flight_key(ex, key, decision)
-    run = _flight_run(gateway, ex, stored, flight_key, decision.is_lookup, early)
-    flight, is_new = gateway.coalescer.join(flight_key, run)
+    run = _flight_run(pipe, ex, stored, flight_key, decision.is_lookup, early)
+    flight, is_new = pipe.coalescer.join(flight_key, run)
     if not is_new:
-        gateway.stats.count("coalesced", tenant=ex.tenant)
+        pipe.stats.count("coalesced", tenant=ex.tenant)
         ex.cache_label = COALESCED
         ex.trace.set("hasten.coalesced", True)
     ex.is_upstream_call = is_new
     try:
-        await _serve_flight(gateway, ex, flight, b"miss" if decision.is_lookup else b"bypass")
+        await _serve_flight(pipe, ex, flight, b"miss" if decision.is_lookup else b"bypass")
     finally:
-        gateway.coalescer.leave(flight)
+        pipe.coalescer.leave(flight)
 
 
 def _reads_usage(ex: Exchange) -> bool:
-    return ex.limit is not None and ex.limit.reads_usage
+    return ex.limit.is_reading_usage
 
 
 async def _admit(ex: Exchange, *, is_hit: bool) -> None:
-    """A limited key's admission (hasten.limits), once hit or miss is known."""
-    if ex.limit is not None:
-        await ex.limit.admit(is_hit=is_hit)
+    """The key's admission (hasten.limits), once hit or miss is known: a 429 when a limit
+    says no, else its rate headers on the answer."""
+    headers = await ex.limit.admit(is_hit=is_hit)
+    if headers:
+        ex.extra_headers = (*ex.extra_headers, *headers)
 
 
 def _flight_run(
-    gateway: Gateway,
+    pipe: Pipeline,
     ex: Exchange,
     stored: _Stored | None,
     flight_key: str,
     is_shared: bool,
-    early: EarlyLease | None,
+    early: EarlyAsk | None,
 ) -> Callable[[Flight], Awaitable[None]]:
     """What fills a new flight: this replica's upstream call, or the fleet's (hasten.fleet)."""
-    fleet = gateway.fleet_flights
+    fleet = pipe.fleet
 
     def pump(flight: Flight) -> Awaitable[None]:
-        return _pump(gateway, ex, flight, stored)
+        return _pump(pipe, ex, flight, stored)
 
-    if fleet is None or not is_shared:
+    if not fleet.is_on or not is_shared:
         return pump
 
     async def fleet_pump(flight: Flight) -> None:
@@ -504,7 +446,7 @@ def _flight_run(
         job = FleetJob(
             flight_key,
             pump,
-            lambda: _open(gateway, ex),
+            lambda: _open(pipe, ex),
             recorder,
             commit,
             ex.is_upstream_stream,
@@ -534,23 +476,23 @@ def _flight_key(ex: Exchange, key: str, decision: CacheDecision) -> str:
 class _Stored:
     """Where a complete answer goes: the exact tiers, then the semantic index."""
 
-    __slots__ = ("_ex", "_found", "_gateway", "_key", "_tenant", "recorder")
+    __slots__ = ("_ex", "_found", "_key", "_pipe", "_tenant", "recorder")
 
     def __init__(
-        self, gateway: Gateway, ex: Exchange, key: str, tenant: str, found: Found | None
+        self, pipe: Pipeline, ex: Exchange, key: str, tenant: str, found: Found | None
     ) -> None:
-        assert gateway.cache is not None
-        self._gateway, self._ex, self._key, self._tenant = gateway, ex, key, tenant
+        assert pipe.cache is not None
+        self._pipe, self._ex, self._key, self._tenant = pipe, ex, key, tenant
         self._found = found  # what the semantic lookup saw, if one ran
         ttl_s = ex.model.cache.ttl_s
         self.recorder = Recorder(
-            gateway.cache, key, ex.endpoint.name, ex.is_upstream_stream, ttl_s=ttl_s
+            pipe.cache, key, ex.endpoint.name, ex.is_upstream_stream, ttl_s=ttl_s
         )
 
     def commit(self) -> None:
         if not self.recorder.commit():
             return
-        semantic = self._gateway.semantic
+        semantic = self._pipe.semantic
         if semantic is None or self._ex.endpoint is not CHAT:
             return
         found = self._found
@@ -586,13 +528,13 @@ def _header_str(scope: Scope, name: bytes) -> str | None:
 
 
 async def _open(
-    gateway: Gateway,
+    pipe: Pipeline,
     ex: Exchange,
     body: bytes | None = None,
     excluded: frozenset[str] = frozenset(),
 ) -> UpstreamCall:
-    gateway.stats.count("upstream_calls", tenant=ex.tenant)
-    return await gateway.client.open(
+    pipe.stats.count("upstream_calls", tenant=ex.tenant)
+    return await pipe.client.open(
         ex.model,
         ex.endpoint.path,
         _upstream_body(ex) if body is None else body,
@@ -610,7 +552,7 @@ def _is_idempotent(ex: Exchange) -> bool:
     return header(ex.scope, b"x-hasten-idempotent") not in (b"false", b"0", b"no")
 
 
-def _resumable(gateway: Gateway, ex: Exchange, call: UpstreamCall) -> StreamResume | None:
+def _resumable(pipe: Pipeline, ex: Exchange, call: UpstreamCall) -> StreamResume | None:
     """The resume of this call's stream, when its route continues broken streams."""
     if not (ex.model.route.is_resuming_streams and ex.is_upstream_stream and call.status == 200):
         return None
@@ -618,19 +560,19 @@ def _resumable(gateway: Gateway, ex: Exchange, call: UpstreamCall) -> StreamResu
         return None  # a continuation is a second request
 
     def reopen(body: bytes, excluded: frozenset[str]) -> Awaitable[UpstreamCall]:
-        return _open(gateway, ex, body, excluded)
+        return _open(pipe, ex, body, excluded)
 
     return StreamResume(reopen, ex.model.route, ex.endpoint.name, lambda: _upstream_body(ex))
 
 
-async def _forward_direct(gateway: Gateway, ex: Exchange) -> None:
-    call = await _open(gateway, ex)
+async def _forward_direct(pipe: Pipeline, ex: Exchange) -> None:
+    call = await _open(pipe, ex)
     ex.is_upstream_call = True
     _note_call(ex, call.headers, call.upstream.name, call.ttfb_ms)
-    resume = _resumable(gateway, ex, call)
+    resume = _resumable(pipe, ex, call)
     try:
         status = call.status
-        saved = hedge_saved(gateway, ex)
+        saved = hedge_saved(pipe, ex)
         if ex.is_assembled and status == 200:
             await _send_assembled(ex, call, resume, saved)
             return
@@ -721,14 +663,14 @@ async def _stream_body(
     await send_body(send, b"", more_body=False)
 
 
-async def _pump(gateway: Gateway, ex: Exchange, flight: Flight, stored: _Stored | None) -> None:
+async def _pump(pipe: Pipeline, ex: Exchange, flight: Flight, stored: _Stored | None) -> None:
     """Runs one upstream call into a flight; stores the answer when it completed cleanly."""
     try:
-        call = await _open(gateway, ex)
+        call = await _open(pipe, ex)
     except HastenError as exc:
         flight.finish(exc)
         return
-    resume = _resumable(gateway, ex, call)
+    resume = _resumable(pipe, ex, call)
     try:
         flight.start(call.status, call.headers, call.upstream.name, call.ttfb_ms)
         if call.status != 200:
@@ -774,7 +716,7 @@ def _note_call(ex: Exchange, headers: Mapping[str, str], name: str, ttfb_ms: flo
     ex.call_headers, ex.deployment, ex.upstream_ttfb_ms = headers, name, ttfb_ms
 
 
-async def _serve_flight(gateway: Gateway, ex: Exchange, flight: Flight, label: bytes) -> None:
+async def _serve_flight(pipe: Pipeline, ex: Exchange, flight: Flight, label: bytes) -> None:
     if not ex.is_upstream_call:  # a follower: it waits for another request's call
         with ex.trace.child("coalescing.wait"):
             await flight.wait_started()
@@ -782,11 +724,11 @@ async def _serve_flight(gateway: Gateway, ex: Exchange, flight: Flight, label: b
         await flight.wait_started()
     if flight.is_relayed and ex.is_upstream_call:  # another replica's call answers it
         ex.is_upstream_call, ex.cache_label = False, COALESCED
-        gateway.stats.count("coalesced", tenant=ex.tenant)
+        pipe.stats.count("coalesced", tenant=ex.tenant)
     if ex.cache_label == COALESCED:  # what the metrics say, the client reads too
         label = _COALESCED_LABEL
     _note_call(ex, flight.headers, flight.upstream_name, flight.ttfb_ms)
-    saved = hedge_saved(gateway, ex) if ex.is_upstream_call else None
+    saved = hedge_saved(pipe, ex) if ex.is_upstream_call else None
     if not ex.is_stream or flight.status != 200:
         await flight.wait_done()
         if flight.error is not None:
@@ -838,7 +780,7 @@ class _Replay:
 
 
 def _replay(
-    gateway: Gateway, ex: Exchange, entry: CachedAnswer, key: str | None = None
+    pipe: Pipeline, ex: Exchange, entry: CachedAnswer, key: str | None = None
 ) -> _Replay | None:
     """``entry`` rendered for this client, or None when it has no such form.
 
@@ -848,7 +790,7 @@ def _replay(
     body merged from a stream answer is kept for the next non-stream hit.
     """
     try:
-        if ex.is_stream and gateway.config.cache.replay != "instant":
+        if ex.is_stream and pipe.config.cache.replay != "instant":
             frames = answer_frames(entry, include_usage=ex.wants_usage)
             return _Replay(entry, b"", frames)
         if ex.is_stream:
@@ -856,26 +798,26 @@ def _replay(
         body = answer_body(entry)
     except ValueError:
         return None
-    if entry.body is None and key is not None and gateway.cache is not None:
-        gateway.cache.keep_body(key, entry, body)  # merged once, not on every hit
+    if entry.body is None and key is not None and pipe.cache is not None:
+        pipe.cache.keep_body(key, entry, body)  # merged once, not on every hit
     return _Replay(entry, body)
 
 
-async def _drop_unservable(gateway: Gateway, key: str) -> None:
+async def _drop_unservable(pipe: Pipeline, key: str) -> None:
     """An entry this client cannot be given is dropped: the request goes upstream as a
     miss, and its answer may replace the entry."""
-    assert gateway.cache is not None
-    _note_unservable(gateway, f"cache entry {key[:16]}")
-    await gateway.cache.delete(key)
+    assert pipe.cache is not None
+    _note_unservable(pipe, f"cache entry {key[:16]}")
+    await pipe.cache.delete(key)
 
 
-def _note_unservable(gateway: Gateway, what: str) -> None:
+def _note_unservable(pipe: Pipeline, what: str) -> None:
     _log.warning("%s has no form for this client; asked upstream instead", what)
-    gateway.stats.count("unservable_entries")
+    pipe.stats.count("unservable_entries")
 
 
 async def _serve_hit(
-    gateway: Gateway,
+    pipe: Pipeline,
     ex: Exchange,
     replay: _Replay,
     label: bytes,
@@ -887,9 +829,9 @@ async def _serve_hit(
     headers = ex.base_headers(label, None)
     if extra_headers:
         headers.extend(extra_headers)
-    interval_s = 0.0 if frames is None else gateway.config.cache.replay_chunk_interval_ms / 1000.0
+    interval_s = 0.0 if frames is None else pipe.config.cache.replay_chunk_interval_ms / 1000.0
     num_gaps = 0 if frames is None else max(0, len(frames) - 1)
-    saved = answer_saved(gateway, ex, entry, interval_s * num_gaps)
+    saved = answer_saved(pipe, ex, entry, interval_s * num_gaps)
     if saved is not None:
         headers.append(saved)
     if not ex.is_stream:

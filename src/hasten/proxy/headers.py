@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from hasten.asgi import JSON_CONTENT_TYPE, SSE_HEADERS, Headers, Scope
 from hasten.errors import InvalidRequest
+from hasten.wire.asgi import JSON_CONTENT_TYPE, SSE_HEADERS, Headers, Scope
 
 # Upstream response headers worth passing back (rate limits, request ids, timings).
 _PASSED_HEADERS = frozenset(

@@ -16,11 +16,11 @@ from typing import Any
 
 import orjson
 
-from hasten.cache import CachedAnswer, TieredCache, is_usage_chunk
-from hasten.cache.replay import is_usage_value
+from hasten.cache import CachedAnswer, TieredCache
 from hasten.proxy.ending import StreamEnd
-from hasten.proxy.sse import DONE, SSEDecoder
 from hasten.upstream.integrity import EventSink
+from hasten.values.usage import is_usage_chunk, is_usage_value
+from hasten.wire.sse import DONE, SSEDecoder
 
 _UNPARSEABLE = object()
 
@@ -103,7 +103,7 @@ class Recorder:
         """Records a chunk; returns how many usage-only stream events it completed.
 
         The stream is decoded here anyway, so this is where clients that did not ask for
-        usage learn which chunk to look inside (see ``hasten.proxy.sse.UsageStripper``). The
+        usage learn which chunk to look inside (see ``hasten.wire.sse.UsageStripper``). The
         usage chunk comes last but for ``[DONE]``: only a chunk's last two events can be it.
         """
         self._parts.append(chunk)

@@ -35,7 +35,7 @@ import orjson
 
 from hasten.cache.replay import CHAT
 from hasten.errors import SpliceMismatch
-from hasten.proxy.sse import DONE, SSEDecoder
+from hasten.wire.sse import DONE, SSEDecoder
 
 _DONE_FRAME = b"data: [DONE]\n\n"
 _TOOL_FIELDS = ("name", "arguments")

@@ -25,7 +25,6 @@ from typing import Any
 
 import orjson
 
-from hasten import exactjson
 from hasten.errors import HastenError, UpstreamError
 from hasten.proxy.assemble import STREAM_ERROR_CODE, stream_error
 from hasten.proxy.continuation import (
@@ -38,10 +37,11 @@ from hasten.proxy.continuation import (
     regenerate_excluded,
 )
 from hasten.proxy.resume import Splice
-from hasten.proxy.sse import EVENT_END_SUFFIXES, SSEDecoder, last_event_end
 from hasten.routing.models import Route
 from hasten.upstream.bounded import TOO_LARGE_CODE, AnswerBytes
 from hasten.upstream.client import TOTAL_TIMEOUT_CODE, UpstreamCall
+from hasten.wire import exactjson
+from hasten.wire.sse import EVENT_END_SUFFIXES, SSEDecoder, last_event_end
 
 __all__ = ["RESUME_HEADER", "StreamResume", "resume_header"]
 

@@ -10,8 +10,9 @@ from typing import Any, TypeVar
 
 import orjson
 
-from hasten import exactjson
+from hasten.config.tables import DEFAULT_MAX_JSON_DEPTH
 from hasten.errors import InvalidJSON, InvalidRequest
+from hasten.wire import exactjson
 
 _T = TypeVar("_T")
 
@@ -19,15 +20,7 @@ _NUMBER = (int, float)
 _MIN_INT = -(2**63)
 _MAX_INT = 2**64 - 1
 
-# Deep enough for any real request (tool schemas nest a dozen levels), shallow enough that
-# every later serialisation stays far below orjson's 254-level limit.
-DEFAULT_MAX_JSON_DEPTH = 64
-# The cache key wraps a body two levels deeper; orjson refuses to serialise past 254.
-MAX_JSON_DEPTH_LIMIT = 200
 _MAX_COUNTED_BYTES = 8192
-# Messages (chat), prompts (completions) or inputs (embeddings) in one request: as many as
-# any API takes (Anthropic's 100 000 messages), and a bound on the work one body is.
-DEFAULT_MAX_MESSAGES = 100_000
 # A body this large is parsed and checked on a worker thread: parsing 10 MB of tiny messages
 # took the event loop ~0.5 s, and every other client waited for it.
 OFF_LOOP_BYTES = 256 * 1024
@@ -138,7 +131,7 @@ def check_embedding(body: dict[str, Any]) -> None:
 
 def parse_body(raw: bytes, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> dict[str, Any]:
     """The request's JSON object, nested at most ``max_depth`` levels (the object is one),
-    every key written once, its integers exact whatever their size (``hasten.exactjson``)."""
+    every key written once, its integers exact whatever their size (``hasten.wire.exactjson``)."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

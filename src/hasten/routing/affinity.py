@@ -16,7 +16,7 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from hasten import exactjson
+from hasten.wire import exactjson
 
 NUM_VIRTUAL_NODES = 64
 

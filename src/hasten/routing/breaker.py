@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 from enum import StrEnum
 
-from hasten.routing.settings import BreakerConfig
+from hasten.config.routing import BreakerConfig
 
 # The longest pause a Retry-After can impose on a deployment: an upstream (or whatever sits
 # in front of it) asking for a day must not take it out of the rotation until a restart.

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 
+from hasten.config.routing import DeploymentConfig, RoutingConfig
 from hasten.routing.breaker import CircuitBreaker
 from hasten.routing.estimates import LatencyEstimate
-from hasten.routing.settings import DeploymentConfig, RoutingConfig
 
 # LLM servers batch: one more request in flight slows each a little, not by a whole request
 # time as in a single queue, so in-flight counts add 25% each rather than multiply.

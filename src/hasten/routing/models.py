@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from hasten.cache.policy import ModelCachePolicy
 from hasten.config import (
     WILDCARD_MODEL,
     CacheConfig,
@@ -19,8 +18,9 @@ from hasten.config import (
     ModelRoute,
     UpstreamConfig,
 )
+from hasten.config.cache_policy import ModelCachePolicy
+from hasten.config.routing import DeploymentConfig, RoutingConfig
 from hasten.errors import ModelNotFound
-from hasten.routing.settings import DeploymentConfig, RoutingConfig
 
 # Resolutions are memoised per requested name; bounded because model names come from clients.
 MAX_MEMOISED_NAMES = 10_000
@@ -132,7 +132,7 @@ class ModelRouter:
         name = self._aliases.get(requested, requested)
         route = self._routes.get(name) or self._routes.get(WILDCARD_MODEL)
         if route is None:
-            # OpenAI's words, also a key's answer for a model it may not use (hasten.keys.access):
+            # OpenAI's words, also a key's answer for a model it may not use (hasten.values.caller):
             # the two cannot be told apart.
             raise ModelNotFound(
                 f"The model `{requested}` does not exist or you do not have access to it.",

@@ -22,6 +22,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from hasten.config.routing import DeploymentConfig, RoutingConfig
 from hasten.routing.affinity import HashRing, bounded_capacity, choose_bounded
 from hasten.routing.budget import HedgeBudget
 from hasten.routing.deployment import Deployment
@@ -29,7 +30,6 @@ from hasten.routing.estimates import healthy_pooled, nearest_rank
 from hasten.routing.exploration import fastest_typical_ms, is_avoided, may_explore
 from hasten.routing.hedge_delay import RESERVE_SHARE, first_hedge_delay_ms, scarcity
 from hasten.routing.homes import HomeTable
-from hasten.routing.settings import DeploymentConfig, RoutingConfig
 from hasten.routing.shared import ObservationKind, Outbox, Trip
 
 MAX_EXPECTED_TOKENS = 4096

@@ -63,7 +63,7 @@ from hasten.semantic.shared import LOCAL_ID_BASE, DeleteEvent, Event, SharedEntr
 from hasten.semantic.store_config import DEFAULT_MIN_SIMILARITY, SemanticStoreConfig
 from hasten.semantic.upkeep import Upkeep
 from hasten.semantic.verifier import NomicVerifier, Verifier
-from hasten.telemetry.stage import NO_STAGE, Stage
+from hasten.values.stage import NO_STAGE, Stage
 
 __all__ = [
     "DEFAULT_MIN_SIMILARITY",

@@ -27,7 +27,7 @@ from hasten.semantic import NearMiss, NewEntry, SemanticCache, SemanticMatch, al
 from hasten.semantic.judge import AsyncJudge, Ticket
 from hasten.semantic.judge_rules import JudgeCase, is_judgeable
 from hasten.semantic.partition import split_chat
-from hasten.telemetry.stage import NO_STAGE, Stage
+from hasten.values.stage import NO_STAGE, Stage
 
 _log = logging.getLogger("hasten.semantic")
 # Two answers "agree" when their texts embed this close: deterministic answers to the

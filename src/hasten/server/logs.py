@@ -17,7 +17,6 @@ from typing import Any
 
 import orjson
 
-LOG_FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Request fields a record may carry (``extra=``); JSON lines show them as their own keys.
 RECORD_FIELDS = (

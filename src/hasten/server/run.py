@@ -17,18 +17,16 @@ from hasten.app import HastenApp
 from hasten.auth import ADMIN_KEY_HINT
 from hasten.config import GatewayConfig, load_config, redact_url
 from hasten.config.keys import describe_keys
-from hasten.config.served import DEMO_UPSTREAM, Overrides, served_config
-from hasten.config.tables import MAX_NUM_WORKERS
+from hasten.config.local import LocalServerConfig
+from hasten.config.metrics import describe_metrics
+from hasten.config.tables import LOG_FORMATS, MAX_NUM_WORKERS
 from hasten.errors import ConfigError
-from hasten.local.config import LocalServerConfig
 from hasten.local.gateway import LOCAL, is_local_available
 from hasten.local.supervisor import EngineSupervisor, RestartSettings
 from hasten.metrics.endpoint import MetricsApp
-from hasten.metrics.settings import describe_metrics
+from hasten.served import DEMO_UPSTREAM, Overrides, served_config
 from hasten.server import logs
 from hasten.server.connection import bind, uvicorn_server
-from hasten.server.heap import frozen_after_startup
-from hasten.server.logs import LOG_FORMATS
 from hasten.server.workers import WorkerPool, check_workers, install_stop_signals
 
 # The embedded demo upstream answers like a slow-ish cloud model so the cache shows.
@@ -180,15 +178,14 @@ async def _serve(config: GatewayConfig, *, is_simulator_default: bool) -> None:
             print(_banner(config, sock, supervisor), file=sys.stderr, flush=True)
             await _serve_workers(config, sock, servers)
             return
-        app = HastenApp(config, engine=supervisor)
+        app = HastenApp(config, engine=supervisor, is_heap_frozen=True)
         servers.append((uvicorn_server(app, server.log_level, server, server.log_format), sock))
         metrics = config.metrics
         if metrics.is_enabled and metrics.port is not None:
             metrics_sock = bind(metrics.host, metrics.port)
             servers.append((uvicorn_server(MetricsApp(app), "warning"), metrics_sock))
         print(_banner(config, sock, supervisor), file=sys.stderr, flush=True)
-        async with frozen_after_startup([server for server, _ in servers]):
-            await asyncio.gather(*(server.serve(sockets=[s]) for server, s in servers))
+        await asyncio.gather(*(server.serve(sockets=[s]) for server, s in servers))
     finally:
         if supervisor is not None:
             await supervisor.aclose()

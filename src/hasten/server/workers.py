@@ -37,7 +37,6 @@ from hasten.errors import ConfigError
 from hasten.local.supervisor import describe_exit
 from hasten.server import logs
 from hasten.server.connection import uvicorn_server
-from hasten.server.heap import frozen_after_startup
 
 _log = logging.getLogger("hasten.workers")
 
@@ -297,7 +296,7 @@ async def _serve_worker(
     config: GatewayConfig, sock: socket.socket, link_sock: socket.socket, index: int
 ) -> None:
     link = PeerLink(link_sock)
-    app = HastenApp(config, peers=link, worker_index=index)
+    app = HastenApp(config, peers=link, worker_index=index, is_heap_frozen=True)
     server = config.server
     uvicorn = uvicorn_server(app, server.log_level, server, server.log_format)
 
@@ -305,5 +304,4 @@ async def _serve_worker(
         uvicorn.should_exit = True  # an orphan must not keep holding the port
 
     link.on_parent_gone = parent_gone
-    async with frozen_after_startup([uvicorn]):
-        await uvicorn.serve(sockets=[sock])
+    await uvicorn.serve(sockets=[sock])

@@ -14,6 +14,16 @@ Endpoints
     POST /v1/completions        the same for legacy `text_completion`
     POST /v1/embeddings         unit vectors from a hash of (model, input); string or list input,
                                 `dimensions`, encoding_format float or base64
+    POST /v1/responses          the OpenAI Responses API, stream (typed SSE events with
+                                sequence numbers, no [DONE]) and not; function tools,
+                                instructions, max_output_tokens; `store` (default true) keeps
+                                the answer for `previous_response_id` (an unknown one is a 400
+                                `previous_response_not_found`); `background: true` is a 400
+    GET/DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items   stored answers
+    POST /v1/messages           the Anthropic Messages API, stream and not: custom tools,
+                                system, stop_sequences (stop_reason `stop_sequence`), a final
+                                assistant turn continued (prefill); errors in Anthropic's shape
+    POST /v1/messages/count_tokens   the input tokens a Messages answer would report
     GET  /v1/models[/{id}]      the configured model names
     GET  /sim/stats             counters as JSON (see `SimStats`, plus num_prefix_cache_blocks)
     POST /sim/reset             zero counters and reseed the RNG; `?clear_prefix_cache=1` also
@@ -26,11 +36,25 @@ Endpoints
 
 Length of a completion: `x-sim-tokens` if given, else max_tokens / max_completion_tokens (the
 model "runs to the limit", finish_reason "length"), else `SimConfig.output_tokens`; max_tokens
-always caps it; a `stop` sequence cuts it short (finish_reason "stop").
+always caps it; a `stop` sequence cuts it short (finish_reason "stop"). On the Responses and
+Messages APIs the limit only caps (agents set large ones): `x-sim-tokens` or output_tokens.
+
+Every API path also answers without its /v1 prefix. The Responses and Messages answers are
+the chat generation for the same turns, translated event by event (hasten.apis), on the same
+latency plan and faults; a mid-stream 500 ends a Responses stream with `response.failed` and
+a Messages stream with an `error` event, and fault positions count that API's events.
+
+Provider prompt caches (`simulator/native.py` says how prompts are tokenised): chat and
+Responses cache every full block of the prompt automatically (`prompt_tokens_details.
+cached_tokens`, `input_tokens_details.cached_tokens`); Messages caches only up to its
+`cache_control` breakpoints, no prefix shorter than `messages_cache_min_tokens`, reporting
+`cache_creation_input_tokens` and `cache_read_input_tokens`. Cached tokens prefill at
+`prefill_cached_ms_per_token` instead of `prefill_ms_per_token`, which is how they lower TTFT.
 
 Network round trip: `rtt_ms` is part of every completion's first-token delay (jittered with
 it); /v1/models[/{id}] and every /v1 error answer wait it alone (unjittered), as behind a real
-network, so a client can tell the round trip from the TTFT. /sim/* paths never wait.
+network, so a client can tell the round trip from the TTFT. /sim/* paths never wait. The
+Responses and Messages streams open (response.created, message_start) after `rtt_ms`.
 
 Per-request override headers (invalid values, or unknown `x-sim-*` names, give a 400):
     x-sim-ttft-ms: MS             exact delay before the first token (replaces rtt + ttft; no

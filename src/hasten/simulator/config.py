@@ -25,6 +25,10 @@ DEFAULT_PREFIX_BLOCK_TOKENS = 16
 DEFAULT_PREFIX_CACHE_BLOCKS = 65_536
 DEFAULT_STRAGGLER_MULT = 10.0
 DEFAULT_RETRY_AFTER_S = 1.0
+# Anthropic caches no prompt prefix shorter than this (1,024 tokens on most Claude models).
+DEFAULT_MESSAGES_CACHE_MIN_TOKENS = 1024
+# Stored Responses (previous_response_id, GET /v1/responses/{id}): at most this many bytes.
+DEFAULT_RESPONSE_STORE_BYTES = 64 * 1024 * 1024
 
 _FAULT_RATE_FIELDS = (
     "error_rate",
@@ -69,6 +73,10 @@ class SimConfig:
 
     prefix_block_tokens: int = DEFAULT_PREFIX_BLOCK_TOKENS
     prefix_cache_blocks: int = DEFAULT_PREFIX_CACHE_BLOCKS
+    # The Messages API caches only up to cache_control breakpoints, and no prefix shorter
+    # than this; the Responses API stores answers (store: true) within this many bytes.
+    messages_cache_min_tokens: int = DEFAULT_MESSAGES_CACHE_MIN_TOKENS
+    response_store_bytes: int = DEFAULT_RESPONSE_STORE_BYTES
 
     error_rate: float = 0.0
     rate_limit_rate: float = 0.0
@@ -126,6 +134,10 @@ def _validate(config: SimConfig) -> None:
             raise error(name, f"must be >= 1, got {value!r}")
     if config.prefix_cache_blocks < 0:
         raise error("prefix_cache_blocks", "must be >= 0 (0 disables the prefix cache)")
+    if config.messages_cache_min_tokens < 0:
+        raise error("messages_cache_min_tokens", "must be >= 0")
+    if config.response_store_bytes < 0:
+        raise error("response_store_bytes", "must be >= 0 (0 stores no response)")
     if not math.isfinite(config.straggler_mult) or config.straggler_mult < 1.0:
         raise error(
             "straggler_mult", f"must be a finite number >= 1, got {config.straggler_mult!r}"
@@ -156,6 +168,10 @@ def read_simulator(table: TomlTable, base: SimConfig) -> SimConfig:
         straggler_mult=table.real("straggler_mult", b.straggler_mult),
         prefix_block_tokens=int(table.get("prefix_block_tokens", int, b.prefix_block_tokens)),
         prefix_cache_blocks=int(table.get("prefix_cache_blocks", int, b.prefix_cache_blocks)),
+        messages_cache_min_tokens=int(
+            table.get("messages_cache_min_tokens", int, b.messages_cache_min_tokens)
+        ),
+        response_store_bytes=int(table.get("response_store_bytes", int, b.response_store_bytes)),
         error_rate=table.real("error_rate", b.error_rate),
         rate_limit_rate=table.real("rate_limit_rate", b.rate_limit_rate),
         disconnect_rate=table.real("disconnect_rate", b.disconnect_rate),

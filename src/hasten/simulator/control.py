@@ -6,12 +6,12 @@ from urllib.parse import parse_qs
 
 import orjson
 
-from hasten.asgi import Receive, Scope, Send, read_body, send_json
 from hasten.errors import ConfigError, InvalidRequest
 from hasten.proxy.validation import parse_body
 from hasten.simulator.inputs import MAX_BODY_BYTES
 from hasten.simulator.state import SimState
 from hasten.simulator.stats import Outcome
+from hasten.wire.asgi import Receive, Scope, Send, read_body, send_json
 
 _TRUE_VALUES = ("1", "true", "yes")
 MAX_BURST_REQUESTS = 1_000_000

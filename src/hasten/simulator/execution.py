@@ -10,9 +10,15 @@ wait cuts the wait short (`DisconnectWatcher.sleep`): the watcher's block ends i
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
-from hasten.asgi import (
+from hasten.errors import ClientGone, HastenError
+from hasten.simulator.faults import Fault, FaultKind
+from hasten.simulator.payloads import error_event
+from hasten.simulator.stats import Outcome
+from hasten.simulator.streaming import ScheduledEvent
+from hasten.wire.asgi import (
     JSON_CONTENT_TYPE,
     SSE_DONE,
     DisconnectWatcher,
@@ -23,11 +29,6 @@ from hasten.asgi import (
     start_sse,
     start_stream,
 )
-from hasten.errors import ClientGone, HastenError
-from hasten.simulator.faults import Fault, FaultKind
-from hasten.simulator.payloads import error_event
-from hasten.simulator.stats import Outcome
-from hasten.simulator.streaming import ScheduledEvent
 
 SIMULATED_500_MESSAGE = "The server had an error while processing your request."
 # "Never answers": until the client gives up, or this long (nothing waits for ever).
@@ -36,6 +37,25 @@ MAX_STALL_S = 3600.0
 MALFORMED_EVENT = b'data: {"object": "chat.completion.chunk", "choices": [{"delta": {"con\n\n'
 MALFORMED_BODY_INSERT = b"\x00<garbage>"
 WHOLE_BODY_FAULTS = frozenset({FaultKind.DISCONNECT, FaultKind.MALFORMED, FaultKind.TRUNCATE})
+
+
+@dataclass(frozen=True, slots=True)
+class StreamWire:
+    """What differs between the APIs' streams: the marker a whole stream ends with (chat's
+    ``[DONE]``; nothing for the typed Responses and Messages streams, whose last event says
+    it), the event a malformed fault inserts, and the mid-stream error event, given how
+    many events went out before it."""
+
+    done: bytes
+    malformed_event: bytes
+    error_event: Callable[[int], bytes]
+
+
+def _chat_error_event(num_events_sent: int) -> bytes:
+    return error_event(HastenError(SIMULATED_500_MESSAGE))
+
+
+CHAT_WIRE = StreamWire(SSE_DONE, MALFORMED_EVENT, _chat_error_event)
 
 
 async def wait_until_due(watcher: DisconnectWatcher, start_s: float, due_ms: float) -> None:
@@ -112,13 +132,21 @@ async def stall(
 class StreamRun:
     """One SSE response in progress; `run` returns the outcome and counts the tokens sent."""
 
-    def __init__(self, send: Send, watcher: DisconnectWatcher, start_s: float) -> None:
+    def __init__(
+        self,
+        send: Send,
+        watcher: DisconnectWatcher,
+        start_s: float,
+        wire: StreamWire = CHAT_WIRE,
+    ) -> None:
         self._send = send
         self._watcher = watcher
         self._start_s = start_s
+        self._wire = wire
         self._started = False
         self._buffer: list[bytes] = []
         self.num_tokens_sent = 0
+        self.num_events_sent = 0
 
     async def _flush(self, *, more_body: bool) -> None:
         if not self._started:
@@ -133,7 +161,7 @@ class StreamRun:
         if fault.kind is FaultKind.MALFORMED:
             return await self._run_malformed(events, limit or 0)
         buffer = self._buffer
-        next_event = SSE_DONE  # the event a truncation cuts in half
+        next_event = self._wire.done  # the event a truncation cuts in half
         for num_events, (due_ms, data, num_tokens) in enumerate(events):
             if limit is not None and num_events >= limit:
                 next_event = data
@@ -142,9 +170,15 @@ class StreamRun:
                 await self._wait_due(due_ms)
             buffer.append(data)
             self.num_tokens_sent += num_tokens
+            self.num_events_sent += 1
         else:
             if limit is None:
-                return await self._finish(SSE_DONE, Outcome.COMPLETED)
+                return await self._finish(self._wire.done, Outcome.COMPLETED)
+            if not next_event and buffer:
+                # A typed stream has no end marker to strike at: its last event (still
+                # buffered, since nothing waits after it) is the one struck.
+                next_event = buffer.pop()
+                self.num_events_sent -= 1
         return await self._strike(fault, next_event)
 
     async def _run_malformed(self, events: Iterable[ScheduledEvent], limit: int) -> Outcome:
@@ -154,13 +188,14 @@ class StreamRun:
         for num_events, (due_ms, data, num_tokens) in enumerate(events):
             await self._wait_due(due_ms)
             if num_events == limit:
-                self._buffer.append(MALFORMED_EVENT)
+                self._buffer.append(self._wire.malformed_event)
                 is_inserted = True
             self._buffer.append(data)
             self.num_tokens_sent += num_tokens
+            self.num_events_sent += 1
         if not is_inserted:
-            self._buffer.append(MALFORMED_EVENT)
-        return await self._finish(SSE_DONE, Outcome.CORRUPTED)
+            self._buffer.append(self._wire.malformed_event)
+        return await self._finish(self._wire.done, Outcome.CORRUPTED)
 
     async def _wait_due(self, due_ms: float) -> None:
         if due_ms <= 0:
@@ -178,10 +213,11 @@ class StreamRun:
 
     async def _strike(self, fault: Fault, next_event: bytes) -> Outcome:
         if fault.kind is FaultKind.SERVER_ERROR:
-            error = HastenError(SIMULATED_500_MESSAGE)
-            return await self._finish(error_event(error), Outcome.SERVER_ERROR)
+            error = self._wire.error_event(self.num_events_sent)
+            return await self._finish(error, Outcome.SERVER_ERROR)
         if fault.kind is FaultKind.TRUNCATE:
-            # A clean end of the body (no abort) halfway through an event, without [DONE].
+            # A clean end of the body (no abort) halfway through an event, without [DONE]
+            # (a typed stream's last event cut instead when the fault strikes past it).
             return await self._finish(next_event[: len(next_event) // 2], Outcome.CORRUPTED)
         # DISCONNECT: push what is buffered, then return with the body unfinished so the
         # server closes the connection without `[DONE]` or a final chunk.

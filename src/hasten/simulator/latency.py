@@ -85,6 +85,68 @@ class PrefixCache:
             self._lru.popitem(last=False)
 
 
+class BreakpointCache:
+    """Anthropic's prompt cache: prefixes written only at ``cache_control`` breakpoints,
+    read back at any content-block boundary a later prompt shares.
+
+    A prompt is given as its tokens and the positions where its content blocks end; a
+    prefix's key chains the hashes of its blocks (``PrefixCache`` says why), so a key names
+    the whole prefix. ``lookup_and_write`` returns how many tokens were read from the cache
+    (the longest written prefix at one of the prompt's block boundaries) and how many it
+    wrote (from there to the last breakpoint), and writes the prefix at every breakpoint.
+    Prefixes shorter than ``min_tokens`` are never cached, as at Anthropic.
+    """
+
+    def __init__(self, capacity: int, min_tokens: int) -> None:
+        self.capacity = max(0, capacity)
+        self.min_tokens = max(0, min_tokens)
+        self._lru: OrderedDict[int, None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def clear(self) -> None:
+        self._lru.clear()
+
+    def resize(self, capacity: int, min_tokens: int) -> None:
+        self.capacity = max(0, capacity)
+        self.min_tokens = max(0, min_tokens)
+        while len(self._lru) > self.capacity:
+            self._lru.popitem(last=False)
+
+    def lookup_and_write(
+        self,
+        namespace: str,
+        tokens: Sequence[str],
+        boundaries: Sequence[int],
+        breakpoints: Sequence[int],
+    ) -> tuple[int, int]:
+        """(tokens read, tokens written) for one prompt; (0, 0) without a breakpoint long
+        enough to cache."""
+        marks = [mark for mark in breakpoints if mark >= self.min_tokens and mark > 0]
+        if not marks or self.capacity == 0:
+            return 0, 0
+        last = max(marks)
+        keys: dict[int, int] = {}
+        key = hash(namespace)
+        start = 0
+        for end in sorted({*(b for b in boundaries if 0 < b <= last), *marks}):
+            key = hash((key, *tokens[start:end]))
+            keys[end] = key
+            start = end
+        lru = self._lru
+        read = max((end for end, key in keys.items() if key in lru), default=0)
+        for mark in marks:
+            lru[keys[mark]] = None
+            lru.move_to_end(keys[mark])
+        for end, key in keys.items():
+            if end <= read and key in lru:
+                lru.move_to_end(key)
+        while len(lru) > self.capacity:
+            lru.popitem(last=False)
+        return read, last - read
+
+
 @dataclass(frozen=True, slots=True)
 class LatencyPlan:
     """When each token of one response is due, in ms from the request's arrival."""

@@ -13,9 +13,9 @@ from typing import Protocol
 
 import orjson
 
-from hasten.asgi import sse_event
 from hasten.errors import HastenError, RateLimited
 from hasten.simulator.generation import GeneratedChoice, TokenLogprob, ToolCall
+from hasten.wire.asgi import sse_event
 
 SYSTEM_FINGERPRINT = "fp_hasten_sim"
 OWNED_BY = "hasten-simulator"

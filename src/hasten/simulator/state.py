@@ -8,7 +8,8 @@ from __future__ import annotations
 import random
 
 from hasten.simulator.config import SimConfig
-from hasten.simulator.latency import PrefixCache
+from hasten.simulator.latency import BreakpointCache, PrefixCache
+from hasten.simulator.response_store import ResponseStore
 from hasten.simulator.stats import SimStats
 
 
@@ -17,6 +18,12 @@ class SimState:
         self.config = config
         self.rng = random.Random(config.seed)
         self.prefix_cache = PrefixCache(config.prefix_block_tokens, config.prefix_cache_blocks)
+        # The Messages API's cache (written at cache_control breakpoints only) and the
+        # Responses API's stored answers.
+        self.breakpoint_cache = BreakpointCache(
+            config.prefix_cache_blocks, config.messages_cache_min_tokens
+        )
+        self.responses = ResponseStore(config.response_store_bytes)
         self.stats = SimStats()
         self._num_ids = 0
         # A 5xx burst (POST /sim/burst): the next this many requests fail with burst_status.
@@ -26,6 +33,16 @@ class SimState:
     def next_id(self, prefix: str) -> str:
         self._num_ids += 1
         return f"{prefix}-sim{self._num_ids:012x}"
+
+    def next_response_id(self) -> str:
+        """``resp_`` and 48 hex digits, as OpenAI's look (the last ones count)."""
+        self._num_ids += 1
+        return f"resp_5e{self._num_ids:046x}"
+
+    def next_message_id(self) -> str:
+        """``msg_01`` and 22 characters, as Anthropic's look (the last ones count)."""
+        self._num_ids += 1
+        return f"msg_01Sim{self._num_ids:019d}"
 
     def arm_burst(self, num_requests: int, status: int) -> None:
         self.num_burst_left = num_requests
@@ -49,6 +66,8 @@ class SimState:
             self.prefix_cache = PrefixCache(config.prefix_block_tokens, config.prefix_cache_blocks)
         else:
             self.prefix_cache.resize(config.prefix_cache_blocks)
+        self.breakpoint_cache.resize(config.prefix_cache_blocks, config.messages_cache_min_tokens)
+        self.responses.resize(config.response_store_bytes)
 
     def reset(self, *, clear_prefix_cache: bool) -> None:
         """Zeroes counters, ends a burst and reseeds the RNG so a run replays the same faults."""
@@ -57,3 +76,4 @@ class SimState:
         self.rng.seed(self.config.seed)
         if clear_prefix_cache:
             self.prefix_cache.clear()
+            self.breakpoint_cache.clear()

@@ -20,7 +20,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from hasten import __version__
 from hasten.config.telemetry import TelemetryConfig
 from hasten.errors import HastenError
-from hasten.telemetry.stage import AttributeValue, Stage
+from hasten.values.stage import AttributeValue, Stage
 
 INSTRUMENTATION_NAME = "hasten"
 MAX_EXPORT_BATCH_SPANS = 512  # the SDK's default; it must not exceed the queue

@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from hasten.asgi import Scope, header
 from hasten.config.telemetry import TelemetryConfig
-from hasten.telemetry.attributes import operation
-from hasten.telemetry.stage import NO_STAGE, AttributeValue, Stage
+from hasten.proxy.spans import operation
+from hasten.values.stage import NO_STAGE, AttributeValue, Stage
+from hasten.wire.asgi import Scope, header
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor

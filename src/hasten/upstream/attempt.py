@@ -17,11 +17,11 @@ import orjson
 
 from hasten.config import UpstreamConfig
 from hasten.errors import HastenError, UpstreamConnectError, UpstreamError, UpstreamTimeout
-from hasten.proxy.sse import DONE, SSEDecoder, event_data
 from hasten.upstream.bounded import MAX_ERROR_BODY_BYTES, TOO_LARGE_CODE, read_bounded, too_large
 from hasten.upstream.integrity import MAX_EVENT_BYTES, check_json_body, malformed
 from hasten.upstream.retry import is_retryable_status, parse_retry_after_s
 from hasten.upstream.transport import Transport, UpstreamRequest, UpstreamResponse
+from hasten.wire.sse import DONE, SSEDecoder, event_data
 
 ERROR_BODY_TIMEOUT_S = 5.0
 _TOKEN_DELTA_KEYS = ("content", "refusal", "tool_calls", "function_call", "reasoning_content")

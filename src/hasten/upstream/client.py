@@ -18,12 +18,11 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from hasten.config import UpstreamConfig
+from hasten.config.routing import DeploymentConfig, RoutingConfig
 from hasten.errors import HastenError, UpstreamTimeout
 from hasten.routing.affinity import prefix_key
 from hasten.routing.models import ResolvedModel, Route
 from hasten.routing.pool import DeploymentPool
-from hasten.routing.settings import DeploymentConfig, RoutingConfig
-from hasten.telemetry.stage import NO_STAGE, Stage
 from hasten.upstream.bounded import (
     EVENT_COST_BYTES,
     MAX_ERROR_BODY_BYTES,
@@ -34,6 +33,7 @@ from hasten.upstream.bounded import (
 from hasten.upstream.dispatch import Dispatch, GaveUp, RequestTraits, Won
 from hasten.upstream.integrity import EventSink, StreamGuard, is_event_stream
 from hasten.upstream.transport import Transport, UpstreamRequest, UpstreamResponse
+from hasten.values.stage import NO_STAGE, Stage
 
 __all__ = ["TOTAL_TIMEOUT_CODE", "UpstreamCall", "UpstreamClient", "request_traits"]
 

@@ -24,15 +24,15 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from hasten import exactjson
 from hasten.config import UpstreamConfig
 from hasten.errors import HastenError, UpstreamError, UpstreamTimeout
 from hasten.routing.pool import DeploymentPool
-from hasten.telemetry.attributes import end_attempt, start_attempt
-from hasten.telemetry.stage import NO_STAGE, Stage
 from hasten.upstream.attempt import AttemptSpec, BufferedResponse, Failed, Ready, run_attempt
 from hasten.upstream.retry import retry_delay_s
+from hasten.upstream.spans import end_attempt, start_attempt
 from hasten.upstream.transport import Transport
+from hasten.values.stage import NO_STAGE, Stage
+from hasten.wire import exactjson
 
 _log = logging.getLogger("hasten.dispatch")
 PRIMARY_HEADER = "x-hasten-primary"

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import orjson
 
 from hasten.errors import UpstreamError
-from hasten.proxy.sse import DONE, EVENT_END, SSEDecoder, event_data, last_event_end
+from hasten.wire.sse import DONE, EVENT_END, SSEDecoder, event_data, last_event_end
 
 MALFORMED_CODE = "upstream_malformed"
 # What an upstream can make the gateway hold before it has a whole event to check: one

@@ -24,7 +24,7 @@ from hasten.config import (
     TimeoutConfig,
     UpstreamConfig,
 )
-from hasten.routing.settings import BreakerConfig, DeploymentConfig, RoutingConfig
+from hasten.config.routing import BreakerConfig, DeploymentConfig, RoutingConfig
 from hasten.simulator import SimConfig, build_app
 from hasten.simulator.generation import generate_choices
 from hasten.simulator.inputs import parse_chat_request
