@@ -736,12 +736,12 @@ async def _serve_flight(pipe: Pipeline, ex: Exchange, flight: Flight, label: byt
         if ex.is_assembled and flight.status == 200:
             # Its chunks are not joined: the assembly has the body (a copy of what may be
             # max_answer_bytes, made only to be thrown away, is not).
-            chunks = flight.chunks
+            received = flight.chunks
             resumed = None
             if ex.model.route.is_resuming_streams:
-                resumed = resume_header(b"".join(chunks[-2:]))
+                resumed = resume_header(b"".join(received[-2:]))
             assembly = flight.assembly
-            body = assemble(chunks, ex.endpoint.name) if assembly is None else assembly.body()
+            body = assemble(received, ex.endpoint.name) if assembly is None else assembly.body()
             headers = assembled_headers(flight.headers)
             headers.extend(ex.base_headers(label, flight.upstream_ms))
             if resumed is not None:

@@ -10,10 +10,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from hasten import exactjson
 from hasten.errors import InvalidRequest
 from hasten.simulator.faults import FaultKind
 from hasten.simulator.textgen import chat_prompt_tokens, completion_prompt_tokens
+from hasten.wire import exactjson
 
 # Request bodies, the control endpoints' included: far above any real one, still bounded.
 MAX_BODY_BYTES = 64 * 1024 * 1024
