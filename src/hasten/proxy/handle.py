@@ -252,6 +252,9 @@ async def _observed(pipe: Pipeline, ex: Exchange) -> None:
         ex.limit.settle(Spent(ex.is_upstream_call, _usage_tail(ex, track)), error)
         if pipe.observers:
             emit_outcome(pipe, ex, status, code)
+        # The error leaves with its traceback, which holds this frame: the frame must not
+        # hold the error (a cycle keeping the request's flight until the cycle collector).
+        error = None
 
 
 def _usage_tail(ex: Exchange, track: ResponseTrack) -> bytes:
