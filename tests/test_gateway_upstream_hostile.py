@@ -206,6 +206,16 @@ def test_a_stream_lying_about_its_content_type_is_checked_and_never_stored(
     assert _post(gateway, "/chat/completions", _chat(scenario)).status_code == 502
 
 
+def test_a_whole_answer_that_is_no_json_is_refused_whatever_its_content_type(
+    gateway: GatewayProcess, upstream: tuple[ServerThread, HostileUpstream]
+) -> None:
+    body = {"model": "lying-text-body", "input": "x"}
+    response = _post(gateway, "/embeddings", body)
+    assert response.status_code == 502, response.text
+    assert response.json()["error"]["code"] == "upstream_malformed"
+    assert _post(gateway, "/embeddings", body).status_code == 502  # nothing was stored
+
+
 def test_events_after_done_are_neither_forwarded_nor_stored(
     gateway: GatewayProcess, upstream: tuple[ServerThread, HostileUpstream]
 ) -> None:

@@ -111,7 +111,7 @@ def test_a_full_request_passes() -> None:
         ({**BASE, "max_tokens": 0, "messages": [{"role": "user", "content": "x"}]}, "max_tokens"),
         (BASE, "messages"),
         ({**BASE, "messages": []}, "messages"),
-        ({**BASE, "messages": [{"role": "system", "content": "x"}]}, "messages.0.role"),
+        ({**BASE, "messages": [{"role": "tool", "content": "x"}]}, "messages.0.role"),
         ({**BASE, "messages": [{"role": "user", "content": 1}]}, "messages.0.content"),
         (
             {**BASE, "messages": [{"role": "user", "content": [{"type": "text"}]}]},

@@ -1009,3 +1009,18 @@ def test_openai_sdk_parses_the_translated_chat_stream() -> None:
     assert whole.choices[0].message.content == "Calling two tools."
     assert whole.usage is not None and whole.usage.prompt_tokens_details is not None
     assert whole.usage.prompt_tokens_details.cached_tokens == 1024
+
+
+def test_a_system_turn_mid_conversation_becomes_a_chat_system_message() -> None:
+    """Claude Code 2.1 sends its agent list as a system turn between user turns."""
+    body = {
+        "model": "m",
+        "max_tokens": 16,
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "system", "content": [{"type": "text", "text": "agents: a, b"}]},
+        ],
+    }
+    check_request(body)
+    chat = messages_request_to_chat(body)
+    assert chat["messages"][-1] == {"role": "system", "content": "agents: a, b"}

@@ -80,7 +80,7 @@ def _same(model: ledger.Verdict, redis: ledger.Verdict) -> None:
 
 
 async def _run(url: str, limits: KeyLimits, ops: list[Admit | Settle | Renew]) -> None:
-    link = FleetLink(FleetConfig(redis_url=url, op_timeout_s=2.0))
+    link = FleetLink(FleetConfig(redis_url=url, op_timeout_s=2.0, connect_timeout_s=2.0))
     shared = SharedLedger(link)
     key_id = uuid.uuid4().hex
     book = ledger.KeyLedger()

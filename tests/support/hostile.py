@@ -63,6 +63,7 @@ class HostileUpstream:
         "lying-json-stream",  # a stream request answered as application/json, not JSON inside
         "lying-no-type-stream",  # the same with no content type
         "lying-text-stream",  # the same as text/plain
+        "lying-text-body",  # a whole answer that is no JSON, as text/plain
         "events-after-done",  # a proper stream, then more events after [DONE]
         "no-finish-reason",  # ends with [DONE] but no choice ever finished
         "no-usage",  # a long proper stream (max_tokens honoured) that never sends usage
@@ -129,6 +130,9 @@ class HostileUpstream:
             body = chunk_event("fine") + b"data: \xff\xfe not json\n\n" + whole_stream(["ok"])
             await _start(send, 200, content_type.get(scenario))
             await _body(send, body, more=False)
+        elif scenario == "lying-text-body":
+            await _start(send, 200, b"text/plain")
+            await _body(send, b"\xff not json, whatever it says", more=False)
         elif scenario == "events-after-done":
             await _start(send, 200, sse_type)
             extra = chunk_event("after the end") + b"data: {not json\n\n"

@@ -138,9 +138,13 @@ class Flight:
         if rest:
             yield rest
 
-    async def read_all(self) -> bytes:
+    async def wait_done(self) -> None:
+        """Returns once the flight has ended (``error`` says how)."""
         while not self.is_done:
             await self._changed.wait()
+
+    async def read_all(self) -> bytes:
+        await self.wait_done()
         return b"".join(self.chunks)
 
 

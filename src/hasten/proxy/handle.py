@@ -248,6 +248,9 @@ async def _observed(pipe: Pipeline, ex: Exchange) -> None:
         ex.limit.settle(Spent(ex.is_upstream_call, _usage_tail(ex, track)), error)
         if pipe.observers:
             emit_outcome(pipe, ex, status, code)
+        # The error leaves with its traceback, which holds this frame: the frame must not
+        # hold the error (a cycle keeping the request's flight until the cycle collector).
+        error = None
 
 
 def _usage_tail(ex: Exchange, track: ResponseTrack) -> bytes:
@@ -749,18 +752,24 @@ async def _serve_flight(pipe: Pipeline, ex: Exchange, flight: Flight, label: byt
     _note_call(ex, flight.headers, flight.upstream_name, flight.ttfb_ms)
     saved = hedge_saved(pipe, ex) if ex.is_upstream_call else None
     if not ex.is_stream or flight.status != 200:
-        body = await flight.read_all()
+        await flight.wait_done()
         if flight.error is not None:
             raise flight.error.copy()  # shared by the flight's waiters
         if ex.is_assembled and flight.status == 200:
-            resumed = resume_header(body) if ex.model.route.is_resuming_streams else None
+            # Its chunks are not joined: the assembly has the body (a copy of what may be
+            # max_answer_bytes, made only to be thrown away, is not).
+            received = flight.chunks
+            resumed = None
+            if ex.model.route.is_resuming_streams:
+                resumed = resume_header(b"".join(received[-2:]))
             assembly = flight.assembly
-            body = assemble(body, ex.api) if assembly is None else assembly.body()
+            body = assemble(received, ex.api) if assembly is None else assembly.body()
             headers = assembled_headers(flight.headers)
             headers.extend(ex.base_headers(label, flight.upstream_ms))
             if resumed is not None:
                 headers.append(resumed)
         else:
+            body = b"".join(flight.chunks)
             headers = response_headers(flight.headers, flight.status, ex.is_stream)
             headers.extend(ex.base_headers(label, flight.ttfb_ms))
         if saved is not None:

@@ -10,11 +10,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-import orjson
-
 from hasten.errors import InvalidRequest
 from hasten.simulator.faults import FaultKind
 from hasten.simulator.textgen import chat_prompt_tokens, completion_prompt_tokens
+from hasten.wire import exactjson
 
 # Request bodies, the control endpoints' included: far above any real one, still bounded.
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -205,7 +204,7 @@ def parse_chat_request(data: dict[str, Any]) -> GenerationRequest:
     prefix = _continued_prefix(data, messages)
     # A continuation is seeded by the question alone, so it goes on with the answer it began.
     seeded = messages[:-1] if prefix is not None else messages
-    request = _generation(data, chat_prompt_tokens(messages), orjson.dumps(seeded))
+    request = _generation(data, chat_prompt_tokens(messages), exactjson.dumps(seeded))
     if prefix:
         request = replace(request, prefix=prefix)
     has_logprobs = data.get("logprobs") is True
@@ -265,7 +264,7 @@ def parse_completion_request(data: dict[str, Any]) -> GenerationRequest:
     prompt = data.get("prompt")
     if not isinstance(prompt, str | list):
         raise InvalidRequest("prompt must be a string or an array", param="prompt")
-    request = _generation(data, completion_prompt_tokens(prompt), orjson.dumps(prompt))
+    request = _generation(data, completion_prompt_tokens(prompt), exactjson.dumps(prompt))
     num_top = _optional_int(data, "logprobs", 0, MAX_COMPLETION_LOGPROBS)
     if num_top is None:
         return request

@@ -19,7 +19,7 @@ from hasten.config import UpstreamConfig
 from hasten.errors import HastenError, UpstreamConnectError, UpstreamError, UpstreamTimeout
 from hasten.upstream.bounded import MAX_ERROR_BODY_BYTES, TOO_LARGE_CODE, read_bounded, too_large
 from hasten.upstream.bridge import Bridging
-from hasten.upstream.integrity import MAX_EVENT_BYTES, check_json_body, is_json_content, malformed
+from hasten.upstream.integrity import MAX_EVENT_BYTES, check_json_body, malformed
 from hasten.upstream.retry import is_retryable_status, parse_retry_after_s
 from hasten.upstream.transport import Transport, UpstreamRequest, UpstreamResponse
 from hasten.wire import exactjson
@@ -240,7 +240,8 @@ async def _read_whole(
         response.close()
     # Complete by HTTP yet cut mid-JSON (or not JSON at all): no client can use it, and
     # none has seen a byte of it, so it fails over like a body cut off with its connection.
-    if is_json_content(response.headers) and (error := check_json_body(body)) is not None:
+    # Whatever content type the upstream claims: every API hasten serves answers JSON.
+    if (error := check_json_body(body)) is not None:
         return Failed("malformed", error, is_retryable_here=True)
     return Ready(BufferedResponse(200, response.headers, body), ttft_ms, is_token=True)
 

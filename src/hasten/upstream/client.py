@@ -142,7 +142,10 @@ class UpstreamCall:
         # answer is checked as a stream whatever content type the upstream claims.
         is_guarded = self.status == 200 and (self._is_stream or is_event_stream(self.headers))
         guard = StreamGuard(sink) if is_guarded else None
-        count = AnswerBytes(self.upstream.max_answer_bytes)
+        max_bytes = self.upstream.max_answer_bytes
+        if self.status != 200:  # an error's body, passed on: no answer is that long
+            max_bytes = min(max_bytes, MAX_ERROR_BODY_BYTES)
+        count = AnswerBytes(max_bytes)
         try:
             async with asyncio.timeout_at(_loop_time(self._deadline_s)):
                 for chunk in self._head:

@@ -35,10 +35,6 @@ def is_event_stream(headers: Mapping[str, str]) -> bool:
     return "event-stream" in _content_type(headers)
 
 
-def is_json_content(headers: Mapping[str, str]) -> bool:
-    return "json" in _content_type(headers)
-
-
 def malformed(what: str) -> UpstreamError:
     return UpstreamError(f"upstream sent {what}", code=MALFORMED_CODE)
 
