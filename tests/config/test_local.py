@@ -40,7 +40,9 @@ def test_local_config_table_keys_and_errors(tmp_path: Path) -> None:
         ({"max_restarts_per_minute": -1}, "local.max_restarts_per_minute: must be >= 0, got -1"),
         ({"model_path": 1}, "local.model_path: expected a string, got int 1"),
         ({"n_ctx": True}, "local.n_ctx: expected an integer, got bool True"),
-        ({"max_step_tokens": 8192}, "local.max_step_tokens: must not exceed local.n_ctx (4096)"),
+        ({"cache_ram_mib": -1}, "local.cache_ram_mib: must be >= 0, got -1"),
+        # The home-made engine's settings are gone with it: naming one is an error.
+        ({"num_cache_slots": 4}, "local.num_cache_slots"),
     ]
     for values, message in bad:
         with pytest.raises(ConfigError) as info:

@@ -45,24 +45,20 @@ def _default_num_threads() -> int:
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """``n_ctx`` is the KV cache size in tokens, shared by all sequences (unified cache)."""
+    """What ``llama-server`` is started with (``hasten.local.command`` maps each field to
+    its flag). ``n_ctx`` is the KV cache size in tokens, shared by all sequences."""
 
     model_path: Path | None = None
-    n_ctx: int = 4096
-    n_threads: int = 0  # the most threads a step may use; 0: one per core, at most 8
-    # Lone decoding tokens (one stream) start on this many threads and, like every other
-    # kind of step, move to the fastest count measured (see threads.py).
-    n_threads_single_token: int = 1
-    # Each kind of step tries another thread count (or one decode per sequence) after
-    # this many steps and keeps the fastest (see threads.py): 2 threads ran 8 batched
-    # sequences 1.7x faster on an idle core but 10-50x slower when other processes shared
-    # the cores. 0: fixed counts (n_threads_single_token for lone tokens, else n_threads).
-    thread_probe_steps: int = 8
-    max_seqs: int = 8
-    max_queue: int = 32
-    max_step_tokens: int = 256
-    num_cache_slots: int = 4
-    default_max_tokens: int = 512
+    n_ctx: int = 4096  # --ctx-size with --kv-unified: one KV cache for all sequences
+    n_threads: int = 0  # --threads; 0: one per core, at most 8
+    max_seqs: int = 8  # --parallel: sequences decoded together (continuous batching)
+    default_max_tokens: int = 512  # --n-predict: a request without max_tokens stops here
+    # --cache-ram: finished prompts' KV kept in RAM and restored by prefix, so a shared
+    # system prompt survives unrelated requests that took its slot. 0: off.
+    cache_ram_mib: int = 256
+    # --spec-type ngram-simple, drafting at most this many tokens (no draft model): a
+    # continuation the context already contains is verified in one batch. 0: off.
+    spec_ngram_max: int = 0
 
     def resolved(self) -> EngineConfig:
         threads = self.n_threads if self.n_threads > 0 else _default_num_threads()
@@ -71,22 +67,15 @@ class EngineConfig:
     def check(self) -> EngineConfig:
         minimums = {
             "n_ctx": 64,
-            "n_threads_single_token": 1,
-            "thread_probe_steps": 0,
+            "n_threads": 0,
             "max_seqs": 1,
-            "max_queue": 0,
-            "max_step_tokens": self.max_seqs,
-            "num_cache_slots": 0,
             "default_max_tokens": 1,
+            "cache_ram_mib": 0,
+            "spec_ngram_max": 0,
         }
         for name, minimum in minimums.items():
             if (value := getattr(self, name)) < minimum:
                 raise ConfigError(f"local.{name}: must be >= {minimum}, got {value}")
-        if self.max_step_tokens > self.n_ctx:
-            raise ConfigError(
-                f"local.max_step_tokens: must not exceed local.n_ctx ({self.n_ctx}), "
-                f"got {self.max_step_tokens}"
-            )
         return self
 
 
@@ -95,8 +84,8 @@ class LocalServerConfig:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     engine: EngineConfig = EngineConfig()
-    # The gateway's engine child; empty: ``python -m hasten local``. It is given
-    # ``--host``, ``--port``, ``--supervised`` and the engine flags (see supervisor.py).
+    # The gateway's engine child; empty: the ``llama-server`` that ``make`` built (see
+    # hasten.local.command). It is given llama-server's flags for ``engine`` and the port.
     command: tuple[str, ...] = ()
     # After a crash the child restarts after this, doubling per crash in a row, at most
     # max_restarts_per_minute times a minute; then it stays down and says so.
@@ -104,23 +93,23 @@ class LocalServerConfig:
     max_restarts_per_minute: int = 5
 
 
+ENGINE_INTEGERS = (
+    "n_ctx",
+    "n_threads",
+    "max_seqs",
+    "default_max_tokens",
+    "cache_ram_mib",
+    "spec_ngram_max",
+)
+
+
 def parse_local(table: TomlTable) -> LocalServerConfig:
     """Reads ``[local]``: host, port, command, the restart policy and the ``EngineConfig``."""
     d, e = LocalServerConfig(), EngineConfig()
     model_path = table.optional_string("model_path")
-    engine = EngineConfig(
-        model_path=None if model_path is None else Path(model_path),
-        n_ctx=int(table.get("n_ctx", int, e.n_ctx)),
-        n_threads=int(table.get("n_threads", int, e.n_threads)),
-        n_threads_single_token=int(
-            table.get("n_threads_single_token", int, e.n_threads_single_token)
-        ),
-        thread_probe_steps=int(table.get("thread_probe_steps", int, e.thread_probe_steps)),
-        max_seqs=int(table.get("max_seqs", int, e.max_seqs)),
-        max_queue=int(table.get("max_queue", int, e.max_queue)),
-        max_step_tokens=int(table.get("max_step_tokens", int, e.max_step_tokens)),
-        num_cache_slots=int(table.get("num_cache_slots", int, e.num_cache_slots)),
-        default_max_tokens=int(table.get("default_max_tokens", int, e.default_max_tokens)),
+    engine = replace(
+        EngineConfig(model_path=None if model_path is None else Path(model_path)),
+        **{name: int(table.get(name, int, getattr(e, name))) for name in ENGINE_INTEGERS},
     )
     backoff_s = table.real("restart_backoff_s", d.restart_backoff_s)
     if backoff_s < 0:

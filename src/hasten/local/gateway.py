@@ -1,6 +1,6 @@
 """The local edge model behind the gateway.
 
-The llama.cpp engine runs in a supervised child process (``hasten.local.supervisor``)
+llama.cpp's own server runs in a supervised child process (``hasten.local.supervisor``)
 behind a loopback listener and is registered as upstream ``local``, so it gets the same
 cache, coalescing, routing, breaker and failover as any cloud upstream. Hybrid routing
 becomes two ordinary routes per hybrid model name: ``<model>@local`` (local first, cloud as
@@ -26,24 +26,21 @@ from hasten.routing.hybrid import Target, route_name
 from hasten.routing.models import route_deployments
 
 LOCAL = "local"
-# The engine answers its own 429 with Retry-After when its queue is full; retrying in
-# the gateway would only add load to a saturated CPU, so the router fails over instead.
+# Retrying a local failure in the gateway would only add load to a saturated CPU, so the
+# router fails over instead.
 LOCAL_RETRY = RetryConfig(max_retries=0)
 LOCAL_TIMEOUTS = TimeoutConfig(connect_s=2.0, first_byte_s=120.0, idle_s=60.0, total_s=600.0)
 
 
 def is_local_available() -> bool:
-    """True when llama.cpp and a GGUF model can be found without loading anything."""
-    import importlib.util
-
+    """True when llama-server and a GGUF model can be found without starting anything."""
     from hasten.config.local import default_model_path
-    from hasten.errors import ModelFileNotFound
+    from hasten.errors import EngineNotBuilt, ModelFileNotFound
+    from hasten.local.command import find_binary
 
-    if importlib.util.find_spec("llama_cpp") is None:
-        return False
     try:
-        return default_model_path().is_file()
-    except ModelFileNotFound:
+        return find_binary().is_file() and default_model_path().is_file()
+    except (EngineNotBuilt, ModelFileNotFound):
         return False
 
 

@@ -1,11 +1,14 @@
-"""The local engine as a supervised child process of the gateway.
+"""The local engine, llama.cpp's own ``llama-server``, as a supervised child of the gateway.
 
 Why a process: llama.cpp is native code, and a native crash (a bad kernel for this CPU, an
 abort, the OOM killer) must end only the local requests then in flight, never the gateway.
-The child is ``hasten local --supervised``: it loads the model, runs a one-token self-test,
-binds its loopback port and then reports ``ready`` on stdout. The gateway reaches it as
-upstream ``local`` over HTTP like any other upstream, so while the child is down its port
-refuses connections and the router's failover and breaker do the rest.
+The child is ``llama-server`` on a loopback port with flags from ``[local]``
+(``hasten.local.command``). It is ready once its ``/health`` answers 200 and a one-token
+completion (the self-test) came back: a bad kernel for this CPU crashes there, not on a
+user's first request. The gateway reaches it as upstream ``local`` over HTTP like any other
+upstream, so while the child is down its port refuses connections and the router's
+failover and breaker do the rest. The child dies with the gateway: the kernel sends it
+SIGKILL when the gateway's process ends (``PR_SET_PDEATHSIG``), however that ends.
 
 ``RestartPolicy`` decides (pure: times are passed in); ``EngineSupervisor`` executes.
 """
@@ -14,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
+import os
 import pathlib
 import signal
 import socket
@@ -22,18 +27,23 @@ import sys
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import orjson
 
 from hasten.config.local import EngineConfig
+from hasten.errors import EngineNotBuilt, ModelFileNotFound
+from hasten.local.command import CHILD_ENV, server_command
 
 _log = logging.getLogger("hasten.local")
 
-# A child's stdout line starting with this carries one JSON event for the supervisor.
-EVENT_PREFIX = b"hasten-engine: "
 DEFAULT_START_TIMEOUT_S = 120.0
 STOP_GRACE_S = 5.0
+HEALTH_POLL_S = 0.05
+HTTP_TIMEOUT_S = 60.0  # the self-test's one token, on a loaded machine
+LOG_TAIL_LINES = 40  # the child's last lines, logged when it dies
+PR_SET_PDEATHSIG = 1
+SELF_TEST = {"prompt": "Hi", "n_predict": 1, "temperature": 0.0, "cache_prompt": False}
 REBUILD_ADVICE = (
     "run `make clean-engine && make serve` to rebuild llama.cpp for this CPU, "
     "or point [local] model_path at another GGUF"
@@ -100,16 +110,36 @@ def cpu_features() -> str:
     return " ".join(flag for flag in wanted if flag in flags) or "no AVX2"
 
 
-def engine_arguments(config: EngineConfig) -> list[str]:
-    """Command-line flags that make ``hasten local`` run exactly this engine config."""
-    args: list[str] = []
-    defaults = EngineConfig()
-    for item in fields(EngineConfig):
-        value = getattr(config, item.name)
-        if value is None or value == getattr(defaults, item.name):
-            continue
-        args += [f"--{item.name.replace('_', '-')}", str(value)]
-    return args
+def die_with_parent() -> None:
+    """Runs in the child between fork and exec: SIGKILL when the gateway's process ends."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+async def http_exchange(
+    port: int, method: str, path: str, body: object = None, timeout_s: float = HTTP_TIMEOUT_S
+) -> tuple[int, bytes]:
+    """One HTTP/1.1 request to 127.0.0.1:``port`` on its own connection: status and body."""
+    payload = b"" if body is None else orjson.dumps(body)
+    head = (
+        f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+    )
+    async with asyncio.timeout(timeout_s):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(head.encode() + payload)
+            await writer.drain()
+            raw = await reader.read(-1)
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+    status_line, _, rest = raw.partition(b"\r\n")
+    parts = status_line.split(b" ")
+    if len(parts) < 2 or not parts[1].isdigit():
+        raise ConnectionError(f"not an HTTP answer: {status_line[:80]!r}")
+    return int(parts[1]), rest.partition(b"\r\n\r\n")[2]
 
 
 def free_loopback_port() -> int:
@@ -135,18 +165,9 @@ class EngineSupervisor:
     ) -> None:
         self.port = port or free_loopback_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
-        base = list(command) if command else [sys.executable, "-m", "hasten", "local"]
-        self.command = [
-            *base,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--supervised",
-            "--any-model",
-            *engine_arguments(config),
-        ]
+        self.base_command = tuple(command or ())
         self.config = config
+        self.command: list[str] = []
         self.policy = RestartPolicy(restart)
         self.start_timeout_s = start_timeout_s
         self.state = "starting"
@@ -158,6 +179,7 @@ class EngineSupervisor:
         self._task: asyncio.Task[None] | None = None
         self._first_outcome = asyncio.Event()
         self._is_stopping = False
+        self._log_tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
 
     @property
     def is_ready(self) -> bool:
@@ -224,63 +246,91 @@ class EngineSupervisor:
     async def _run_once(self) -> int:
         """Runs one child until it exits; returns its return code."""
         self.info.pop("ready_s", None)
+        self._log_tail.clear()
         try:
+            self.command = server_command(self.config, "127.0.0.1", self.port, self.base_command)
             process = await asyncio.create_subprocess_exec(
                 *self.command,
-                stdin=asyncio.subprocess.PIPE,  # the child exits when this pipe closes
+                stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                env={**os.environ, **CHILD_ENV},
                 start_new_session=True,  # a Ctrl-C to the gateway is the gateway's to handle
+                preexec_fn=die_with_parent,
             )
-        except OSError as exc:
-            self._fail(f"cannot start {self.command[0]}: {exc}")
+        except (OSError, EngineNotBuilt, ModelFileNotFound) as exc:
+            self._fail(f"cannot start the engine: {exc}")
             self._is_stopping = True
             return 1
         self._process, self.pid = process, process.pid
         assert process.stdout is not None
-        reader = asyncio.create_task(self._read_events(process.stdout))
-        watchdog = asyncio.create_task(self._start_watchdog(process))
+        reader = asyncio.create_task(self._read_log(process.stdout))
+        starter = asyncio.create_task(self._become_ready(process))
         try:
-            return await process.wait()
+            returncode = await process.wait()
         finally:
-            watchdog.cancel()
+            starter.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await reader
+                await starter
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(reader, 1.0)
+        if not self._is_stopping and self._log_tail:
+            _log.error("local engine's last output:\n%s", "\n".join(self._log_tail))
+        return returncode
 
-    async def _start_watchdog(self, process: asyncio.subprocess.Process) -> None:
-        # A child that neither gets ready nor dies (a hung model load) is killed, so its
-        # failure is reported instead of a gateway that waits forever.
-        await asyncio.sleep(self.start_timeout_s)
-        if self.info.get("ready_s") is None and process.returncode is None:
-            _log.error("local engine not ready after %.0f s: killing it", self.start_timeout_s)
+    async def _become_ready(self, process: asyncio.subprocess.Process) -> None:
+        """Waits for /health, runs the self-test, then reports ready; a child that does
+        neither in time (a hung model load) is killed, so its failure is reported instead
+        of a gateway that waits forever."""
+        started_s = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.start_timeout_s):
+                while True:
+                    with contextlib.suppress(OSError, ConnectionError, TimeoutError):
+                        status, _ = await http_exchange(self.port, "GET", "/health", None, 5.0)
+                        if status == 200:
+                            break
+                    await asyncio.sleep(HEALTH_POLL_S)
+                test_started_s = time.perf_counter()
+                status, body = await http_exchange(self.port, "POST", "/completion", SELF_TEST)
+                if status != 200:
+                    raise ConnectionError(f"self-test answered {status}: {body[:200]!r}")
+        except (TimeoutError, OSError, ConnectionError) as exc:
+            _log.error(
+                "local engine not ready after %.0f s (%s): killing it",
+                time.perf_counter() - started_s,
+                exc or type(exc).__name__,
+            )
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
+            return
+        self._on_ready(round((time.perf_counter() - test_started_s) * 1000.0, 1))
 
-    async def _read_events(self, stdout: asyncio.StreamReader) -> None:
+    async def _read_log(self, stdout: asyncio.StreamReader) -> None:
+        # llama-server logs every request: its lines go to the debug log and a short tail
+        # is kept for the crash report; the CPU features it was built with are kept too.
         while line := await stdout.readline():
-            if not line.startswith(EVENT_PREFIX):
-                sys.stderr.write(line.decode(errors="replace"))
-                continue
-            try:
-                event = orjson.loads(line[len(EVENT_PREFIX) :])
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(event, dict):
-                self._on_event(event)
+            text = line.decode(errors="replace").rstrip()
+            self._log_tail.append(text)
+            _log.debug("llama-server: %s", text)
+            if "system_info:" in text:
+                self.info["system_info"] = text.split("system_info:", 1)[1].strip()
 
-    def _on_event(self, event: dict[str, object]) -> None:
-        kind = event.get("event")
-        if kind == "system_info":
-            self.info["system_info"] = str(event.get("system_info", ""))
-        elif kind == "ready":
-            for key in ("model", "n_threads", "max_seqs", "n_ctx", "self_test_ms"):
-                if key in event:
-                    self.info[key] = event[key]
-            self.info["pid"] = self.pid
-            self.info["ready_s"] = time.time()
-            if self.state != "ready":
-                _log.info("local engine ready (pid %s)", self.pid)
-            self.state = "ready"
-            self._first_outcome.set()
+    def _on_ready(self, self_test_ms: float) -> None:
+        engine = self.config.resolved()
+        self.info.update(
+            model=self.command[self.command.index("--model") + 1].rsplit("/", 1)[-1],
+            n_threads=engine.n_threads,
+            max_seqs=engine.max_seqs,
+            n_ctx=engine.n_ctx,
+            self_test_ms=self_test_ms,
+            pid=self.pid,
+            ready_s=time.time(),
+        )
+        if self.state != "ready":
+            _log.info("local engine ready (pid %s)", self.pid)
+        self.state = "ready"
+        self._first_outcome.set()
 
     def _fail(self, reason: str, *, with_advice: bool = False) -> None:
         detail = reason
