@@ -488,7 +488,6 @@ def raw_decode_tok_s(
     ``num_seqs`` single-token ones on this CPU, with no Python, HTTP or sampling around it.
     """
     import llama_cpp
-
     from hasten.local.model import ContextParams, LocalModel
 
     model = LocalModel(model_path)

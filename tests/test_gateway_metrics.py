@@ -359,8 +359,8 @@ def test_metrics_off_serves_no_endpoint_and_no_header(sim: ServerThread) -> None
 
 
 class _EngineChild:
-    """A stand-in engine child: a real loopback server answering ``/health`` like
-    ``hasten.local.app``, and a supervisor status saying it is ready."""
+    """A stand-in engine child: a real loopback server answering ``/metrics`` like
+    llama-server, and a supervisor status saying it is ready."""
 
     def __init__(self, url: str) -> None:
         self.url = url + "/v1"
@@ -369,21 +369,30 @@ class _EngineChild:
         return {"state": "ready", "restarts": 2}
 
 
-async def _health_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    assert scope["type"] == "http" and scope["path"] == "/health"
-    body = orjson.dumps({"status": "ok", "num_running": 3, "num_waiting": 5, "used_kv_tokens": 700})
+LLAMA_SERVER_METRICS = b"""# HELP llamacpp:tokens_predicted_total Generation tokens processed
+# TYPE llamacpp:tokens_predicted_total counter
+llamacpp:tokens_predicted_total 1234
+llamacpp:requests_processing 3
+llamacpp:requests_deferred 5
+llamacpp:n_busy_slots_per_decode 2.5
+llamacpp:requests_deferred_bogus x
+"""
+
+
+async def _metrics_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    assert scope["type"] == "http" and scope["path"] == "/metrics"
     await send(
         {
             "type": "http.response.start",
             "status": 200,
-            "headers": [(b"content-type", b"application/json")],
+            "headers": [(b"content-type", b"text/plain; version=0.0.4")],
         }
     )
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": "http.response.body", "body": LLAMA_SERVER_METRICS})
 
 
 def test_engine_child_stats_are_scraped_at_scrape_time(sim: ServerThread) -> None:
-    with ServerThread(_health_app, lifespan="off") as child:
+    with ServerThread(_metrics_app, lifespan="off") as child:
         app = HastenApp(make_config({"sim": sim.url + "/v1"}), engine=_EngineChild(child.url))
         with ServerThread(app, lifespan="on") as gateway:
             samples = _scrape(gateway.url)
@@ -391,7 +400,7 @@ def test_engine_child_stats_are_scraped_at_scrape_time(sim: ServerThread) -> Non
     assert _value(samples, "hasten_engine_restarts_total") == 2
     assert _value(samples, "hasten_engine_queue_depth") == 5
     assert _value(samples, "hasten_engine_running_sequences") == 3
-    assert _value(samples, "hasten_engine_kv_cache_used_tokens") == 700
+    assert _value(samples, "hasten_engine_decoded_tokens_total") == 1234
 
 
 def test_an_error_ending_a_stream_is_counted_with_its_code() -> None:

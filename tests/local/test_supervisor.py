@@ -1,31 +1,31 @@
-"""The engine child and its supervisor: restart decisions (pure), fake engine commands that
-crash (no llama.cpp), and the real engine killed under a running gateway."""
+"""The engine child and its supervisor: restart decisions (pure), llama-server's flags, fake
+engine commands that crash (no llama.cpp), and the real llama-server killed under a running
+gateway."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
+import itertools
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import httpx
 import pytest
 
 from hasten.config.local import EngineConfig
-from hasten.local.server import add_arguments, resolve_config
+from hasten.errors import ModelFileNotFound
+from hasten.local.command import server_arguments
 from hasten.local.supervisor import (
     EngineSupervisor,
     RestartPolicy,
     RestartSettings,
     describe_exit,
-    engine_arguments,
 )
 from hasten.simulator import SimConfig
 from hasten.simulator import build_app as build_sim
@@ -55,29 +55,50 @@ def test_exit_descriptions_name_the_signal() -> None:
     assert describe_exit(3) == "exit code 3"
 
 
-def test_engine_arguments_reproduce_the_config_in_the_child() -> None:
+def test_server_arguments_carry_the_config(tmp_path: Path) -> None:
+    model = tmp_path / "x.gguf"
+    model.write_bytes(b"GGUF")
     config = EngineConfig(
-        model_path=Path("/models/x.gguf"), n_ctx=2048, max_seqs=3, thread_probe_steps=0
+        model_path=model, n_ctx=2048, n_threads=3, max_seqs=5, cache_ram_mib=64, spec_ngram_max=16
     )
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    args = parser.parse_args(["--supervised", *engine_arguments(config)])
-    assert resolve_config(args).engine == config
-    assert engine_arguments(EngineConfig()) == []
+    args = server_arguments(config, "127.0.0.1", 9999)
+    flags = dict(itertools.pairwise(args))
+    assert (flags["--model"], flags["--alias"], flags["--port"]) == (str(model), "local", "9999")
+    assert (flags["--ctx-size"], flags["--parallel"], flags["--threads"]) == ("2048", "5", "3")
+    assert (flags["--cache-ram"], flags["--n-predict"]) == ("64", "512")
+    assert {"--kv-unified", "--jinja", "--metrics"} <= set(args)
+    assert (flags["--spec-type"], flags["--spec-ngram-simple-size-m"]) == ("ngram-simple", "16")
+    assert "--spec-type" not in server_arguments(replace(config, spec_ngram_max=0), "h", 1)
+    with pytest.raises(ModelFileNotFound, match="GGUF model not found"):
+        server_arguments(EngineConfig(model_path=tmp_path / "missing.gguf"), "h", 1)
 
 
 # --- the supervisor with fake engines ----------------------------------------------------
 
+# A stand-in llama-server: /health, then one self-test completion, then exit code 3.
 READY_THEN_EXIT = """
-import sys
-sys.stdout.write('hasten-engine: {"event": "ready", "model": "fake.gguf"}\\n')
-sys.stdout.flush()
-sys.exit(3)
+import http.server, json, os, sys, threading
+port = int(sys.argv[sys.argv.index("--port") + 1])
+class Handler(http.server.BaseHTTPRequestHandler):
+    def _send(self, body):
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def do_GET(self):
+        self._send({"status": "ok"})
+    def do_POST(self):
+        self.rfile.read(int(self.headers["content-length"]))
+        self._send({"content": "!"})
+        threading.Timer(0.05, lambda: os._exit(3)).start()
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), Handler).serve_forever()
 """
 SELF_TEST_SEGFAULT = """
 import os, signal, sys
-sys.stdout.write('hasten-engine: {"event": "system_info", "system_info": "AVX2 = 1"}\\n')
-sys.stdout.flush()
+print("system_info: n_threads = 1 | CPU : AVX2 = 1 |", flush=True)
 os.kill(os.getpid(), signal.SIGSEGV)
 """
 
@@ -113,7 +134,10 @@ async def test_a_self_test_crash_fails_at_once_and_says_why(tmp_path: Path) -> N
     try:
         state = await supervisor.wait_first_outcome(30)
         assert state.startswith("failed: self-test crashed with SIGSEGV (signal 11)")
-        assert "CPU features seen:" in state and "llama.cpp built with: AVX2 = 1" in state
+        assert (
+            "CPU features seen:" in state
+            and "llama.cpp built with: n_threads = 1 | CPU : AVX2 = 1" in state
+        )
         assert "make clean-engine && make serve" in state
         assert supervisor.num_restarts == 0
     finally:
@@ -283,10 +307,28 @@ def test_a_self_test_crash_shows_in_readyz_and_the_banner(
         assert down.status_code == 502 and down.json()["error"]["message"]
 
 
-def test_the_built_engine_has_no_amx_kernels() -> None:
-    # In a child: llama.cpp is never loaded into the test process.
-    code = "import llama_cpp; print(llama_cpp.llama_print_system_info().decode())"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert "CPU :" in done.stdout
-    assert "AMX_INT8 = 1" not in done.stdout
+def _is_gone(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "State:\tZ" in status
+
+
+def test_the_engine_has_no_amx_kernels_and_dies_with_the_gateway(
+    tmp_path: Path, cloud: ServerThread
+) -> None:
+    config = _gateway_config(tmp_path, cloud.url, "n_threads = 1\nmax_seqs = 2")
+    with GatewayProcess("--config", config) as gateway:
+        engine = _wait_engine(gateway, "ready")
+        system_info = str(engine["system_info"])
+        assert "CPU :" in system_info and "AMX_INT8 = 1" not in system_info
+        pid = int(str(engine["pid"]))
+        assert not _is_gone(pid)
+        assert gateway.proc is not None
+        gateway.proc.kill()  # no chance to stop its child: the kernel must
+        gateway.proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while not _is_gone(pid):
+            assert time.monotonic() < deadline, f"llama-server {pid} outlived the gateway"
+            time.sleep(0.05)

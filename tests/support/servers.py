@@ -3,6 +3,7 @@ the local engine child and the whole gateway as processes."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -150,57 +151,76 @@ def _exit_text(returncode: int) -> str:
 
 
 class EngineProcess:
-    """``hasten local --supervised`` in its own process: llama.cpp never loads in pytest.
+    """llama-server with hasten's ``[local]`` settings (``hasten local``'s flags), in its own
+    process as ``hasten serve`` runs it: a native crash fails only the tests that needed it.
 
-    A native crash then fails only the tests that needed the engine, with the child's
-    signal in the message, and the rest of the suite still runs.
+    Ready once ``/health`` answers 200; ``health()`` gives the engine's counters from its
+    ``/metrics`` (``num_running``, ``num_waiting``, ``num_decoded_tokens``, ``num_steps``).
     """
 
     def __init__(self, *flags: str, ready_timeout_s: float = 120.0) -> None:
+        from hasten.local.command import server_command
+        from hasten.local.server import add_arguments, resolve_config
+
+        parser = argparse.ArgumentParser()
+        add_arguments(parser)
+        config = resolve_config(parser.parse_args(list(flags)))
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        command = [sys.executable, "-m", "hasten", "local", "--host", "127.0.0.1"]
-        command += ["--port", str(self.port), "--supervised", *flags]
-        self.command = command
+        self.command = server_command(config.engine, "127.0.0.1", self.port)
         self.ready_timeout_s = ready_timeout_s
-        self.ready: dict[str, Any] = {}
         self.proc: subprocess.Popen[bytes] | None = None
+        self.log: list[bytes] = []
 
     def start(self) -> EngineProcess:
-        self.proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        assert self.proc.stdout is not None
+        from hasten.local.command import CHILD_ENV
+        from hasten.local.supervisor import die_with_parent
+
+        self.proc = subprocess.Popen(
+            self.command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **CHILD_ENV},
+            preexec_fn=die_with_parent,
+        )
+        # Keep draining its log so the child never blocks on a full pipe.
+        threading.Thread(target=self._drain, daemon=True).start()
         deadline = time.monotonic() + self.ready_timeout_s
-        for line in self.proc.stdout:
-            if line.startswith(b"hasten-engine: "):
-                event = json.loads(line[len(b"hasten-engine: ") :])
-                if event.get("event") == "ready":
-                    self.ready = event
-                    break
+        while True:
+            self.check_alive()
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=5) as response:
+                    if response.status == 200:
+                        return self
+            except OSError:
+                pass
             if time.monotonic() > deadline:
                 self.stop()
                 raise ProcessDied("engine child not ready in time")
-        else:
-            returncode = self.proc.wait(timeout=10)
-            raise ProcessDied(f"engine child died before it was ready: {_exit_text(returncode)}")
-        # Keep draining stdout so the child never blocks on a full pipe.
-        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
-        return self
+            time.sleep(0.05)
 
-    def health(self) -> dict[str, Any]:
+    def _drain(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.log.append(line)
+
+    def health(self) -> dict[str, int]:
+        from hasten.metrics.endpoint import engine_stats
+
         self.check_alive()
-        with urllib.request.urlopen(self.url + "/health", timeout=10) as response:
-            body: dict[str, Any] = json.loads(response.read())
-            return body
+        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as response:
+            return engine_stats(response.read().decode())
 
     def check_alive(self) -> None:
         if self.proc is not None and self.proc.poll() is not None:
-            raise ProcessDied(f"engine child died: {_exit_text(self.proc.returncode)}")
+            tail = b"".join(self.log[-20:]).decode(errors="replace")
+            raise ProcessDied(f"engine child died: {_exit_text(self.proc.returncode)}\n{tail}")
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()  # the child's cue that its parent is gone
+        self.proc.terminate()
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:

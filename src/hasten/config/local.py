@@ -6,7 +6,7 @@ import importlib.util
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hasten.errors import ConfigError, ModelFileNotFound
 
@@ -107,10 +107,10 @@ def parse_local(table: TomlTable) -> LocalServerConfig:
     """Reads ``[local]``: host, port, command, the restart policy and the ``EngineConfig``."""
     d, e = LocalServerConfig(), EngineConfig()
     model_path = table.optional_string("model_path")
-    engine = replace(
-        EngineConfig(model_path=None if model_path is None else Path(model_path)),
-        **{name: int(table.get(name, int, getattr(e, name))) for name in ENGINE_INTEGERS},
-    )
+    integers: dict[str, Any] = {
+        name: int(table.get(name, int, getattr(e, name))) for name in ENGINE_INTEGERS
+    }
+    engine = EngineConfig(model_path=None if model_path is None else Path(model_path), **integers)
     backoff_s = table.real("restart_backoff_s", d.restart_backoff_s)
     if backoff_s < 0:
         raise table.error("restart_backoff_s", f"must be >= 0, got {backoff_s:g}")

@@ -98,7 +98,7 @@ def _engine(
     view: dict[str, object] = {"state": status.get("state"), "restarts": status.get("restarts")}
     sample = scrape.engine if scrape is not None else None
     if sample is not None:
-        for key in ("num_waiting", "num_running", "used_kv_tokens"):
+        for key in ("num_waiting", "num_running"):
             if isinstance(sample.stats.get(key), int):
                 view[key.removeprefix("num_")] = sample.stats[key]
         decoded = sample.stats.get("num_decoded_tokens")

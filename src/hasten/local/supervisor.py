@@ -23,7 +23,6 @@ import os
 import pathlib
 import signal
 import socket
-import sys
 import time
 from collections import deque
 from collections.abc import Sequence

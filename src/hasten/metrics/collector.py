@@ -45,7 +45,7 @@ class EngineSample:
 
     state: str = ""  # the supervisor's, e.g. "ready", "restarting (2)"
     num_restarts: int = 0
-    stats: Mapping[str, Any] = field(default_factory=dict)  # the child's /health counters
+    stats: Mapping[str, Any] = field(default_factory=dict)  # from the child's /metrics
 
 
 class GatewayCollector(Collector):
@@ -167,7 +167,6 @@ def _engine(sample: EngineSample) -> Iterator[Metric]:
     for key, name, text in (
         ("num_waiting", "hasten_engine_queue_depth", "Requests waiting for a sequence slot"),
         ("num_running", "hasten_engine_running_sequences", "Sequences being decoded"),
-        ("used_kv_tokens", "hasten_engine_kv_cache_used_tokens", "KV cache cells in use"),
     ):
         if isinstance(stats.get(key), int):
             yield _gauge(name, text, stats[key])

@@ -14,7 +14,6 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-import orjson
 from prometheus_client.exposition import choose_encoder
 
 from hasten.auth import Authenticator
@@ -78,14 +77,14 @@ class Scrape:
         restarts = status.get("restarts", 0)
         stats: dict[str, object] = {}
         if state == "ready":
-            stats = await self._engine_stats(engine.url.removesuffix("/v1") + "/health")
+            stats = await self._engine_stats(engine.url.removesuffix("/v1") + "/metrics")
         self.collector.engine = EngineSample(
             state, restarts if isinstance(restarts, int) else 0, stats
         )
 
     async def _engine_stats(self, url: str) -> dict[str, object]:
         timeout_s = ENGINE_SCRAPE_TIMEOUT_S
-        headers = {"accept": "application/json"}
+        headers = {"accept": "text/plain"}
         request = UpstreamRequest("GET", url, headers, None, timeout_s, timeout_s)
         try:
             async with asyncio.timeout(timeout_s):
@@ -94,11 +93,35 @@ class Scrape:
                     body = await response.read(timeout_s)
                 finally:
                     response.close()
-            parsed = orjson.loads(body)
-        except (HastenError, TimeoutError, orjson.JSONDecodeError) as exc:
+        except (HastenError, TimeoutError) as exc:
             _log.info("engine stats not scraped: %s", exc)
             return {}
-        return parsed if isinstance(parsed, dict) else {}
+        return dict(engine_stats(body.decode(errors="replace")))
+
+
+# llama-server's own /metrics (Prometheus text) -> the names hasten's engine gauges read.
+ENGINE_METRICS = {
+    "llamacpp:requests_processing": "num_running",
+    "llamacpp:requests_deferred": "num_waiting",
+    "llamacpp:tokens_predicted_total": "num_decoded_tokens",
+    "llamacpp:n_decode_total": "num_steps",
+    "llamacpp:prompt_tokens_cached_total": "num_cached_prompt_tokens",
+}
+
+
+def engine_stats(text: str) -> dict[str, int]:
+    """The engine's counters from its Prometheus text; lines it cannot read are skipped."""
+    stats: dict[str, int] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        key = ENGINE_METRICS.get(name)
+        if key is None:
+            continue
+        try:
+            stats[key] = int(float(value.split(" ", 1)[0]))
+        except ValueError:
+            continue
+    return stats
 
 
 def build_metrics(pipeline: Pipeline, transport: Transport, engine: object) -> Metrics:
