@@ -1,5 +1,5 @@
-"""The real local model (SmolLM2-135M on llama.cpp) through hasten, driven by the openai SDK,
-plus hybrid routing between it and simulated cloud upstreams."""
+"""The real local model (SmolLM2-135M on llama-server) through hasten, driven by the openai
+SDK, plus hybrid routing between it and simulated cloud upstreams."""
 
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ def _ask(text: str) -> list[ChatCompletionMessageParam]:
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[EngineProcess]:
-    flags = ("--n-ctx", "2048", "--n-threads", "1", "--max-seqs", "2", "--max-queue", "1")
-    with EngineProcess(*flags, "--any-model") as running:
+    flags = ("--n-ctx", "2048", "--n-threads", "1", "--max-seqs", "2")
+    with EngineProcess(*flags) as running:
         yield running
 
 
@@ -168,9 +168,7 @@ async def test_concurrent_requests_all_complete(
     await client.close()
 
 
-async def test_cancellation_frees_capacity_and_queue_full_is_429(
-    gateway: ServerThread, engine: EngineProcess
-) -> None:
+async def test_cancellation_frees_capacity(gateway: ServerThread, engine: EngineProcess) -> None:
     _wait_idle(engine)
     url = f"{gateway.url}/v1/chat/completions"
     long = {
@@ -193,10 +191,6 @@ async def test_cancellation_frees_capacity_and_queue_full_is_429(
         while ((health := engine.health())["num_running"], health["num_waiting"]) != (2, 1):
             assert time.monotonic() < deadline, health
             await asyncio.sleep(0.02)
-        extra = await http.post(url, json={**long, "stream": False})
-        assert extra.status_code == 429
-        assert extra.headers.get("retry-after")
-        assert extra.json()["error"]["type"]
         for task in holders:
             task.cancel()
         await asyncio.gather(*holders, return_exceptions=True)

@@ -41,6 +41,21 @@ def find_binary() -> Path:
     )
 
 
+def system_info_command(binary: str) -> list[str]:
+    """A llama-server run that prints its build's CPU features and exits at once: llama.cpp
+    prints them only at trace verbosity, before it finds there is no model to load."""
+    return [binary, "--log-verbosity", "4", "--model", "/nonexistent/hasten-probe.gguf"]
+
+
+def parse_system_info(text: str) -> str | None:
+    """``CPU : AVX2 = 1 | ...`` from llama.cpp's ``system_info:`` log line, if any."""
+    for line in text.splitlines():
+        if "system_info:" in line:
+            info = line.split("system_info:", 1)[1]
+            return info.split(" | ", 1)[1].strip() if " | " in info else info.strip()
+    return None
+
+
 def model_path(config: EngineConfig) -> Path:
     path = config.model_path or default_model_path()
     if not path.is_file():

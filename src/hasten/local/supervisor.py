@@ -32,7 +32,12 @@ import orjson
 
 from hasten.config.local import EngineConfig
 from hasten.errors import EngineNotBuilt, ModelFileNotFound
-from hasten.local.command import CHILD_ENV, server_command
+from hasten.local.command import (
+    CHILD_ENV,
+    parse_system_info,
+    server_command,
+    system_info_command,
+)
 
 _log = logging.getLogger("hasten.local")
 
@@ -248,6 +253,8 @@ class EngineSupervisor:
         self._log_tail.clear()
         try:
             self.command = server_command(self.config, "127.0.0.1", self.port, self.base_command)
+            if not self.base_command and "system_info" not in self.info:
+                await self._probe_system_info(self.command[0])
             process = await asyncio.create_subprocess_exec(
                 *self.command,
                 stdin=asyncio.subprocess.DEVNULL,
@@ -276,6 +283,28 @@ class EngineSupervisor:
         if not self._is_stopping and self._log_tail:
             _log.error("local engine's last output:\n%s", "\n".join(self._log_tail))
         return returncode
+
+    async def _probe_system_info(self, binary: str) -> None:
+        """What the built llama.cpp says about this CPU (no AMX, the AVX tier), for the
+        banner, /readyz and a crash's advice; never fatal."""
+        try:
+            probe = await asyncio.create_subprocess_exec(
+                *system_info_command(binary),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+            )
+        except OSError:
+            return
+        try:
+            output, _ = await asyncio.wait_for(probe.communicate(), 10.0)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                probe.kill()
+            await probe.wait()
+            return
+        if (info := parse_system_info(output.decode(errors="replace"))) is not None:
+            self.info["system_info"] = info
 
     async def _become_ready(self, process: asyncio.subprocess.Process) -> None:
         """Waits for /health, runs the self-test, then reports ready; a child that does
@@ -312,8 +341,8 @@ class EngineSupervisor:
             text = line.decode(errors="replace").rstrip()
             self._log_tail.append(text)
             _log.debug("llama-server: %s", text)
-            if "system_info:" in text:
-                self.info["system_info"] = text.split("system_info:", 1)[1].strip()
+            if (info := parse_system_info(text)) is not None:
+                self.info["system_info"] = info
 
     def _on_ready(self, self_test_ms: float) -> None:
         engine = self.config.resolved()
