@@ -4,6 +4,7 @@ SDK, plus hybrid routing between it and simulated cloud upstreams."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -11,7 +12,11 @@ from dataclasses import replace
 import httpx
 import openai
 import pytest
-from openai.types.chat import ChatCompletionMessageParam, ChatCompletionSystemMessageParam
+from openai.types.chat import (
+    ChatCompletionMessageParam,
+    ChatCompletionSystemMessageParam,
+    ChatCompletionToolParam,
+)
 
 from hasten.config import GatewayConfig, TimeoutConfig
 from hasten.config.hybrid import HybridConfig
@@ -263,3 +268,75 @@ def test_local_first_fails_over_to_the_cloud_while_the_engine_is_down(
     assert reply.headers["x-hasten-hybrid"] == "local; reason=easy"
     assert reply.headers["x-hasten-upstream"] == "cloud"
     assert "local=" in reply.headers["x-hasten-failover"]
+
+
+WEATHER_TOOL: list[ChatCompletionToolParam] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+PERSON_SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_tools_to_a_model_without_tools_are_a_clear_400(
+    client: openai.OpenAI, stream: bool
+) -> None:
+    # SmolLM2's chat template has no tools: llama-server would answer in plain text.
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(
+            model="local",
+            messages=_ask("What is the weather in Paris?"),
+            tools=WEATHER_TOOL,
+            tool_choice="required",
+            max_tokens=16,
+            stream=stream,
+            extra_headers=NO_CACHE,
+        )
+    assert caught.value.code == "tools_unsupported"
+    assert "cannot call tools" in caught.value.message
+    # Tools switched off: an ordinary answer.
+    plain = client.chat.completions.create(
+        model="local",
+        messages=_ask("Hi"),
+        tools=WEATHER_TOOL,
+        tool_choice="none",
+        max_tokens=4,
+        extra_headers=NO_CACHE,
+    )
+    assert plain.choices[0].message.content
+
+
+def test_json_schema_output_is_valid_json_of_the_schema(client: openai.OpenAI) -> None:
+    for index in range(3):
+        reply = client.chat.completions.create(
+            model="local",
+            messages=_ask(f"Describe person number {index}."),
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "person", "strict": True, "schema": PERSON_SCHEMA},
+            },
+            temperature=0.8,
+            seed=index,
+            max_tokens=64,
+            extra_headers=NO_CACHE,
+        )
+        content = reply.choices[0].message.content
+        assert content is not None and reply.choices[0].finish_reason == "stop"
+        person = json.loads(content)
+        assert set(person) == {"name", "age"}
+        assert isinstance(person["name"], str) and type(person["age"]) is int

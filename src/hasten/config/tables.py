@@ -128,6 +128,9 @@ class UpstreamConfig:
     # A Messages request to it without cache_control gets Anthropic prompt-cache
     # breakpoints on its stable prefix (hasten.apis.cache_control); off by default.
     is_auto_cache_control: bool = False
+    # False for a server that would ignore a request's ``tools`` and answer in plain text
+    # (a local model whose chat template has none): such a request fails over, or is a 400.
+    has_tools: bool = True
 
     @property
     def speaks(self) -> tuple[str, ...]:
@@ -318,6 +321,7 @@ def _upstream(name: str, table: TomlTable, env: Mapping[str, str]) -> UpstreamCo
         ),
         apis=_apis(table),
         is_auto_cache_control=table.get("auto_cache_control", bool, False),
+        has_tools=table.get("tools", bool, True),
     )
     table.finish()
     return config

@@ -44,9 +44,14 @@ def is_local_available() -> bool:
         return False
 
 
-def with_local_upstream(config: GatewayConfig, url: str) -> GatewayConfig:
-    """Adds upstream and model ``local`` (and the hybrid routes) for an engine at ``url``."""
-    upstream = UpstreamConfig(name=LOCAL, url=url, timeouts=LOCAL_TIMEOUTS, retry=LOCAL_RETRY)
+def with_local_upstream(
+    config: GatewayConfig, url: str, *, has_tools: bool = False
+) -> GatewayConfig:
+    """Adds upstream and model ``local`` (and the hybrid routes) for an engine at ``url``;
+    ``has_tools`` when its model's chat template takes tools (the supervisor asks)."""
+    upstream = UpstreamConfig(
+        name=LOCAL, url=url, timeouts=LOCAL_TIMEOUTS, retry=LOCAL_RETRY, has_tools=has_tools
+    )
     models = dict(config.models)
     models.setdefault(LOCAL, ModelRoute(name=LOCAL, upstream=LOCAL))
     if not config.upstreams:

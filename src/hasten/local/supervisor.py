@@ -146,6 +146,16 @@ async def http_exchange(
     return int(parts[1]), rest.partition(b"\r\n\r\n")[2]
 
 
+def _template_takes_tools(props: bytes) -> bool:
+    """llama-server's ``/props``: does the model's chat template render tools (else it
+    would answer a request with tools in plain text, as if it had none)?"""
+    try:
+        caps = orjson.loads(props).get("chat_template_caps", {})
+    except (orjson.JSONDecodeError, AttributeError):
+        return False
+    return isinstance(caps, dict) and caps.get("supports_tools") is True
+
+
 def free_loopback_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -323,6 +333,8 @@ class EngineSupervisor:
                 status, body = await http_exchange(self.port, "POST", "/completion", SELF_TEST)
                 if status != 200:
                     raise ConnectionError(f"self-test answered {status}: {body[:200]!r}")
+                self_test_ms = round((time.perf_counter() - test_started_s) * 1000.0, 1)
+                status, props = await http_exchange(self.port, "GET", "/props", None, 5.0)
         except (TimeoutError, OSError, ConnectionError) as exc:
             _log.error(
                 "local engine not ready after %.0f s (%s): killing it",
@@ -332,7 +344,8 @@ class EngineSupervisor:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
             return
-        self._on_ready(round((time.perf_counter() - test_started_s) * 1000.0, 1))
+        self.info["tools"] = status == 200 and _template_takes_tools(props)
+        self._on_ready(self_test_ms)
 
     async def _read_log(self, stdout: asyncio.StreamReader) -> None:
         # llama-server logs every request: its lines go to the debug log and a short tail

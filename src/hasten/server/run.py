@@ -167,8 +167,10 @@ async def _serve(config: GatewayConfig, *, is_simulator_default: bool) -> None:
         supervisor = EngineSupervisor(
             local.engine, command=local.command or None, restart=restart
         ).start()
-        config = served_config(config, local_url=supervisor.url)
         await supervisor.wait_first_outcome(supervisor.start_timeout_s)
+        config = served_config(
+            config, local_url=supervisor.url, local_has_tools=supervisor.info.get("tools") is True
+        )
     elif config.is_simulated:
         sim_sock = bind("127.0.0.1", 0)
         config = served_config(config, demo_url=_loopback_url(sim_sock))

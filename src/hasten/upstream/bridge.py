@@ -139,6 +139,14 @@ class ClientRequest:
 
     def leg(self, upstream: UpstreamConfig) -> Leg:
         client = self._client
+        if not upstream.has_tools and _asks_for_tools(self._parsed):
+            raise InvalidRequest(
+                f"upstream {upstream.name!r} cannot call tools (its model's chat template "
+                f"has none), and this request has tools; send it to a model that can, or "
+                f"without tools",
+                param="tools",
+                code="tools_unsupported",
+            )
         wire = choose_wire(client, upstream.speaks)
         if wire is None:
             raise InvalidRequest(
@@ -391,3 +399,13 @@ def _error_body(client: str, wire: str, status: int, body: bytes) -> bytes:
     if client == MESSAGES:
         return messages_chat.chat_error_to_messages(status, chat)
     return chat
+
+
+def _asks_for_tools(parsed: Mapping[str, Any]) -> bool:
+    """Tools offered and not switched off (``tool_choice: "none"`` in Chat Completions and
+    Responses, ``{"type": "none"}`` in Messages)."""
+    tools = parsed.get("tools")
+    if not isinstance(tools, list) or not tools:
+        return False
+    choice = parsed.get("tool_choice")
+    return not (choice == "none" or (isinstance(choice, dict) and choice.get("type") == "none"))
