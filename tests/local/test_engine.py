@@ -25,6 +25,11 @@ SYSTEM_PROMPT = "You are a terse assistant for a hardware store. " * 12
 QUESTION: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Name three colours."}]
 
 
+# llama-server sometimes closes a kept-alive connection after a stream without answering the
+# next request on it ("Server disconnected without sending a response"): nothing was sent
+# back, so retrying is safe, and the gateway's transport does it itself (tests/upstream).
+# A client talking to the engine directly must do the same.
+CLIENT_RETRIES = 2
 ENGINE_FLAGS = ("--n-ctx", "2048", "--n-threads", "1", "--max-seqs", "4")
 
 
@@ -36,12 +41,14 @@ def engine() -> Iterator[EngineProcess]:
 
 @pytest.fixture(scope="module")
 def client(engine: EngineProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{engine.url}/v1", api_key="unused", max_retries=0)
+    return openai.OpenAI(base_url=f"{engine.url}/v1", api_key="unused", max_retries=CLIENT_RETRIES)
 
 
 @pytest.fixture()
 def async_client(engine: EngineProcess) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=f"{engine.url}/v1", api_key="unused", max_retries=0)
+    return openai.AsyncOpenAI(
+        base_url=f"{engine.url}/v1", api_key="unused", max_retries=CLIENT_RETRIES
+    )
 
 
 def _wait_idle(engine: EngineProcess, timeout_s: float = 10.0) -> None:
@@ -274,7 +281,7 @@ def test_disconnect_cancels_and_frees_the_sequence(tiny_server: EngineProcess) -
     assert engine.health()["num_running"] == 1
     lines.close()  # the client goes away mid-stream
     _wait_idle(engine, timeout_s=5)
-    client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="unused", max_retries=0)
+    client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="unused", max_retries=CLIENT_RETRIES)
     response = client.chat.completions.create(model="local", messages=QUESTION, max_tokens=4)
     assert response.choices[0].message.content is not None
     assert engine.health()["num_decoded_tokens"] - decoded_before < 400
@@ -283,7 +290,9 @@ def test_disconnect_cancels_and_frees_the_sequence(tiny_server: EngineProcess) -
 def test_a_shared_system_prompt_survives_an_unrelated_request(tiny_server: EngineProcess) -> None:
     # One slot: the unrelated request overwrites its KV; the RAM prompt cache (cache_ram_mib)
     # gives the system prompt back instead of computing it again.
-    client = openai.OpenAI(base_url=f"{tiny_server.url}/v1", api_key="unused", max_retries=0)
+    client = openai.OpenAI(
+        base_url=f"{tiny_server.url}/v1", api_key="unused", max_retries=CLIENT_RETRIES
+    )
     _ask_with_system(client, "Do you sell nails?")
     unrelated = "Tell me about the history of the printing press in Europe. " * 10
     client.chat.completions.create(
