@@ -1,20 +1,23 @@
-"""Local edge engine vs llama-cpp-python's bundled server, same GGUF, same thread count,
-and the cost of the gateway's process boundary.
+"""hasten's local engine against the best and the baseline: same GGUF, same threads.
 
 Servers, each in turn (never two at once, they would share the cores), in alternating
-rounds: ``hasten`` is ``hasten local`` (the engine in the serving process: the in-process
-figure), ``gateway`` is ``hasten serve`` with the engine as its supervised child (what
-users run; cache off so every request reaches the engine), ``llama_cpp`` is the bundled
-``llama_cpp.server``. Measures aggregate decode tok/s at 1, 2, 4, 8 concurrent streams;
+rounds: ``gateway`` is ``hasten serve`` with llama-server as its supervised child (what
+users run; cache off so every request reaches the engine), ``llama_server`` is llama.cpp's
+own server alone with the same settings (``hasten local``: the ceiling), ``llama_cpp`` is
+llama-cpp-python's bundled ``llama_cpp.server`` (the weak baseline). Measures aggregate
+decode tok/s at 1, 2, 4, 8 concurrent streams; the spread of first tokens at 8 streams;
 TTFT with a shared ~300-token system prompt, warm vs cold; streams cut off before their
-finish_reason; peak RSS; and the gateway's per-token overhead in microseconds.
+finish_reason; peak RSS; the gateway's own CPU per token. Then ``gateway`` and
+``llama_server`` both up and asked in turn (the fairest A/B of the hop on a shared box),
+and n-gram speculative decoding on and off on a workload that repeats its input and one
+that does not.
 
     .venv/bin/python bench/local.py --quick          # a few minutes
     .venv/bin/python bench/local.py --json > out.json
-    .venv/bin/python bench/local.py --ceiling --no-servers   # raw llama.cpp batched decode
 
-The baseline installs itself on first use into bench/.venvs/llama-server: the same portable
-engine wheel plus llama-cpp-python's ``server`` extra (starlette, fastapi, ...).
+llama-server is the one ``make`` built (scripts/llama_server.py). The baseline installs
+itself on first use into bench/.venvs/llama-server: the portable engine wheel
+(scripts/engine_wheel.py) plus llama-cpp-python's ``server`` extra.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from hasten.config.local import default_model_path  # noqa: E402
+from hasten.local.command import find_binary  # noqa: E402
 
 STREAM_LEVELS = (1, 2, 4, 8)
 SYSTEM_SENTENCE = "You are the support assistant of a hardware store that sells tools and paint. "
@@ -67,8 +71,8 @@ class ServerReport:
     num_cut_off: int = 0
     num_streams: int = 0
     peak_rss_mb: float = 0.0
-    # hasten only: the engine's chosen step mode per kind of step after each level.
-    step_modes: dict[int, dict[str, str]] = field(default_factory=dict)
+    # At 8 streams: the last stream's first token minus the first one's.
+    first_token_spread_ms: float = 0.0
     cpu_us_per_token: dict[int, float] = field(default_factory=dict)
     pid: int = 0
 
@@ -84,7 +88,7 @@ def _free_port() -> int:
 
 
 BASELINE_VENV = ROOT / "bench" / ".venvs" / "llama-server"
-SERVER_NAMES = ("hasten", "gateway", "llama_cpp")
+SERVER_NAMES = ("gateway", "llama_server", "llama_cpp")
 
 
 def baseline_python() -> Path:
@@ -115,15 +119,7 @@ def _engine_flags(model: Path, num_threads: int, n_ctx: int) -> list[str]:
         str(n_ctx),
         "--max-seqs",
         "8",
-        "--max-queue",
-        "64",
     ]
-
-
-# For the boundary A/B only: both engines on fixed thread counts (no tuning), so the two
-# differ in nothing but the process boundary. The tuner's state otherwise drifts apart
-# between two engines by up to 30% in tok/s on this shared box.
-FIXED_MODES = {"thread_probe_steps": 0, "n_threads_single_token": 2}
 
 
 def _gateway_config(
@@ -134,7 +130,7 @@ def _gateway_config(
     lines = "".join(f"{key} = {value}\n" for key, value in (extra or {}).items())
     path.write_text(
         f'[local]\nmodel_path = "{model}"\nn_threads = {num_threads}\nn_ctx = {n_ctx}\n'
-        "max_seqs = 8\nmax_queue = 64\n" + lines
+        "max_seqs = 8\n" + lines
     )
     return path
 
@@ -147,7 +143,8 @@ def _server_command(
     n_ctx: int,
     extra: dict[str, int] | None = None,
 ) -> list[str]:
-    if name == "hasten":
+    if name == "llama_server":
+        # `hasten local` execs llama-server with exactly the flags the gateway gives it.
         local = [sys.executable, "-m", "hasten", "local", "--port", str(port)]
         flags = [f"--{k.replace('_', '-')}={v}" for k, v in (extra or {}).items()]
         return local + _engine_flags(model, num_threads, n_ctx) + flags
@@ -254,9 +251,9 @@ async def _decode_level(
     )
     report.num_cut_off += sum(r.is_cut_off for r in results)
     report.num_streams += num_streams
-    if report.name == "hasten":
-        health = (await client.get("/health")).json()
-        report.step_modes[num_streams] = health.get("step_modes", {})
+    firsts = [r.ttft_s for r in results if r.ttft_s is not None]
+    if num_streams == max(STREAM_LEVELS) and firsts:
+        report.first_token_spread_ms = (max(firsts) - min(firsts)) * 1000.0
 
 
 async def _ttft_ms(client: httpx.AsyncClient, system: str, question: str) -> float:
@@ -312,22 +309,20 @@ def _process_tree(pid: int) -> list[int]:
 
 
 def interleaved(args: argparse.Namespace, num_reps: int) -> dict[str, Any]:
-    """In-process vs child, both up at once and asked in turn, one request at a time.
+    """The gateway and llama-server alone, both up at once and asked in turn.
 
     An idle engine takes no CPU, so the one being asked has the cores to itself, and any
-    drift in the machine's load hits both alike: a fairer A/B of the process boundary than
-    phases minutes apart. Both run ``FIXED_MODES``. Per rep: a warm TTFT; then (after all
-    of those) a cold TTFT and aggregate tok/s at 1, 2, 4 and 8 concurrent 48-token streams.
+    drift in the machine's load hits both alike: a fairer A/B of the gateway's hop than
+    phases minutes apart. Per rep: a warm TTFT; then (after all of those) a cold TTFT and
+    aggregate tok/s at 1, 2, 4 and 8 concurrent 48-token streams.
     """
     servers = {}
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     with contextlib.ExitStack() as stack:
         try:
-            for name in ("hasten", "gateway"):
+            for name in ("llama_server", "gateway"):
                 port = _free_port()
-                command = _server_command(
-                    name, args.model, port, args.threads, args.n_ctx, FIXED_MODES
-                )
+                command = _server_command(name, args.model, port, args.threads, args.n_ctx)
                 stderr = stack.enter_context(tempfile.TemporaryFile())
                 proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
                 servers[name] = (proc, f"http://127.0.0.1:{port}")
@@ -368,19 +363,21 @@ async def _interleave(urls: dict[str, str], num_reps: int) -> dict[str, Any]:
         name: {figure: statistics.median(values) for figure, values in figures.items()}
         for name, figures in samples.items()
     }
-    direct, child = medians["hasten"], medians["gateway"]
-    # tok/s: child / in-process; TTFT: in-process / child; 1.0 is parity either way.
+    direct, gateway = medians["llama_server"], medians["gateway"]
+    # tok/s: gateway / alone; TTFT: alone / gateway; 1.0 is parity either way.
     ratios = {
-        figure: (child[figure] / direct[figure])
+        figure: (gateway[figure] / direct[figure])
         if figure.startswith("tok_s")
-        else (direct[figure] / child[figure])
+        else (direct[figure] / gateway[figure])
         for figure in direct
     }
     return {
         "num_reps": num_reps,
         "medians": medians,
-        "child_vs_in_process": ratios,
-        "child_within_5pct": all(value >= 0.95 for value in ratios.values()),
+        "gateway_vs_llama_server": ratios,
+        "throughput_within_5pct": all(
+            value >= 0.95 for figure, value in ratios.items() if figure.startswith("tok_s")
+        ),
     }
 
 
@@ -405,7 +402,7 @@ def merge_rounds(reports: list[ServerReport]) -> ServerReport:
     merged.num_cut_off = sum(r.num_cut_off for r in reports)
     merged.num_streams = sum(r.num_streams for r in reports)
     merged.peak_rss_mb = max(r.peak_rss_mb for r in reports)
-    merged.step_modes = reports[-1].step_modes
+    merged.first_token_spread_ms = statistics.median(r.first_token_spread_ms for r in reports)
     for level in STREAM_LEVELS:
         merged.cpu_us_per_token[level] = statistics.median(
             r.cpu_us_per_token[level] for r in reports
@@ -433,6 +430,7 @@ def _print_table(reports: list[ServerReport]) -> None:
         f"{'server':<10}"
         + "".join(f"{f'{n} str tok/s':>14}" for n in STREAM_LEVELS)
         + f"{'TTFT cold':>11}{'TTFT warm':>11}{'speedup':>9}{'cut off':>9}{'peak MB':>9}"
+        + f"{'spread@8':>10}"
     )
     for r in reports:
         print(
@@ -440,98 +438,121 @@ def _print_table(reports: list[ServerReport]) -> None:
             + "".join(f"{r.decode_tok_s[n]:>14.1f}" for n in STREAM_LEVELS)
             + f"{r.ttft_cold_ms:>9.0f}ms{r.ttft_warm_ms:>9.0f}ms{r.ttft_speedup:>8.1f}x"
             + f"{r.num_cut_off:>5}/{r.num_streams:<3}{r.peak_rss_mb:>9.0f}"
+            + f"{r.first_token_spread_ms:>8.0f}ms"
         )
 
 
 def _goals(reports: dict[str, ServerReport]) -> dict[str, Any]:
     goals: dict[str, Any] = {}
-    ours = reports.get("gateway") or reports.get("hasten")
+    ours = reports.get("gateway")
     if ours is not None:
         goals |= {
             "scaling_8_vs_1": ours.decode_tok_s[8] / ours.decode_tok_s[1],
             "warm_ttft_speedup": ours.ttft_speedup,
             "num_cut_off": sum(r.num_cut_off for r in reports.values()),
             "peak_rss_mb": ours.peak_rss_mb,
+            "gateway_cpu_us_per_token": ours.cpu_us_per_token,
         }
     base = reports.get("llama_cpp")
-    for name in ("hasten", "gateway"):
+    for name in ("gateway", "llama_server"):
         if base is not None and name in reports:
-            goals[f"{name}_vs_baseline"] = {
+            goals[f"{name}_vs_llama_cpp"] = {
                 n: reports[name].decode_tok_s[n] / base.decode_tok_s[n] for n in STREAM_LEVELS
             }
-    direct, gateway = reports.get("hasten"), reports.get("gateway")
-    if direct is not None and gateway is not None:
-        # The process boundary and the gateway hop: ratios (tok/s: child / in-process;
-        # TTFT: in-process / child, so 1.0 is parity and > 0.95 meets the goal everywhere).
-        ratios = {
-            f"tok_s_{n}": gateway.decode_tok_s[n] / direct.decode_tok_s[n] for n in STREAM_LEVELS
-        }
-        ratios["ttft_cold"] = direct.ttft_cold_ms / gateway.ttft_cold_ms
-        ratios["ttft_warm"] = direct.ttft_warm_ms / gateway.ttft_warm_ms
-        goals["child_vs_in_process"] = ratios
-        goals["child_within_5pct"] = all(value >= 0.95 for value in ratios.values())
-        goals["per_token_wall_overhead_us"] = {
-            n: (1 / gateway.decode_tok_s[n] - 1 / direct.decode_tok_s[n]) * 1e6 * n
-            for n in STREAM_LEVELS
-        }
-        goals["gateway_cpu_us_per_token"] = gateway.cpu_us_per_token
+    alone = reports.get("llama_server")
+    if alone is not None and ours is not None:
+        # tok/s: gateway / alone; TTFT: alone / gateway: 1.0 is parity, > 0.95 the goal.
+        ratios = {f"tok_s_{n}": ours.decode_tok_s[n] / alone.decode_tok_s[n] for n in STREAM_LEVELS}
+        ratios["ttft_cold"] = alone.ttft_cold_ms / ours.ttft_cold_ms
+        ratios["ttft_warm"] = alone.ttft_warm_ms / ours.ttft_warm_ms
+        goals["gateway_vs_llama_server"] = ratios
+        goals["throughput_within_5pct"] = all(
+            value >= 0.95 for figure, value in ratios.items() if figure.startswith("tok_s")
+        )
     return goals
 
 
-def raw_decode_tok_s(
-    model_path: Path, num_threads: int, num_seqs: int, num_steps: int
-) -> tuple[float, float]:
-    """llama.cpp alone, in-process: ``num_seqs`` sequences decoding one token each per step;
-    returns (tok/s, tokens per CPU second).
-
-    The ceiling for the engine's batching: what one batched ``llama_decode`` gains over
-    ``num_seqs`` single-token ones on this CPU, with no Python, HTTP or sampling around it.
-    """
-    import llama_cpp
-    from hasten.local.model import ContextParams, LocalModel
-
-    model = LocalModel(model_path)
-    ctx = model.create_context(ContextParams(2048, num_seqs, 256, num_threads, num_threads))
-    batch = llama_cpp.llama_batch_init(256, 0, 1)
-    prompt = model.tokenize(model.render_chat([{"role": "user", "content": "Tell a story."}]))
-
-    def decode(rows: list[tuple[int, int, int]]) -> None:
-        for index, (token, pos, seq_id) in enumerate(rows):
-            batch.token[index], batch.pos[index] = token, pos
-            batch.n_seq_id[index], batch.seq_id[index][0] = 1, seq_id
-            batch.logits[index] = True
-        batch.n_tokens = len(rows)
-        if llama_cpp.llama_decode(ctx, batch) != 0:
-            raise RuntimeError("llama_decode failed")
-
-    try:
-        for seq_id in range(num_seqs):
-            decode([(token, pos, seq_id) for pos, token in enumerate(prompt)])
-        started_s, cpu_started_s = time.perf_counter(), time.process_time()
-        for step in range(num_steps):
-            decode([(100 + seq_id, len(prompt) + step, seq_id) for seq_id in range(num_seqs)])
-        num_tokens = num_seqs * num_steps
-        # Per CPU second too: on one thread that is the build's own speed, whatever else
-        # the machine runs (wall time is not, on a shared 2-core box).
-        cpu_s = time.process_time() - cpu_started_s
-        return num_tokens / (time.perf_counter() - started_s), num_tokens / max(cpu_s, 1e-9)
-    finally:
-        llama_cpp.llama_batch_free(batch)
-        llama_cpp.llama_free(ctx)
-        model.close()
+REWRITE_PARAGRAPH = (
+    "The old lighthouse stood at the edge of the cliff, its white paint peeling in the salt "
+    "wind. Every evening the keeper climbed the narrow stairs, lit the great lamp and watched "
+    "the ships pass far below, their lights moving slowly across the dark water until dawn."
+)
+SPEC_WORKLOADS = {
+    # The answer repeats the prompt: drafted n-grams are found and accepted.
+    "repeating": f"Rewrite this paragraph with the word 'old' changed to 'tall', and "
+    f"nothing else changed:\n\n{REWRITE_PARAGRAPH}",
+    # A fresh story: hardly any n-gram of the prompt recurs, drafts are mostly wasted.
+    "non_repeating": "Write a long story about a dragon who learns to cook.",
+}
 
 
-def _ceiling(args: argparse.Namespace) -> dict[str, dict[str, dict[int, float]]]:
-    """``tok_s`` and ``tok_per_cpu_s`` per thread count and number of sequences."""
-    wall: dict[str, dict[int, float]] = {}
-    cpu: dict[str, dict[int, float]] = {}
-    for threads in sorted({1, args.threads}):
-        for num_seqs in STREAM_LEVELS:
-            steps = 32 if args.quick else 96
-            tok_s, tok_per_cpu_s = raw_decode_tok_s(args.model, threads, num_seqs, steps)
-            wall.setdefault(f"{threads}_threads", {})[num_seqs] = tok_s
-            cpu.setdefault(f"{threads}_threads", {})[num_seqs] = tok_per_cpu_s
-    return {"tok_s": wall, "tok_per_cpu_s": cpu}
+async def _spec_tok_s(base_url: str, prompt: str, max_tokens: int, num_streams: int) -> float:
+    async with httpx.AsyncClient(base_url=base_url, timeout=600) as client:
+        body = {
+            "model": "local",
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "stream": False,
+        }
+        started_s = time.perf_counter()
+        replies = await asyncio.gather(
+            *(client.post("/v1/chat/completions", json=body) for _ in range(num_streams))
+        )
+        elapsed_s = time.perf_counter() - started_s
+        tokens = sum(reply.json()["usage"]["completion_tokens"] for reply in replies)
+        return tokens / elapsed_s
+
+
+def speculative(args: argparse.Namespace) -> dict[str, Any]:
+    """llama-server alone, n-gram speculation off and on (``spec_ngram_max``), both up and
+    asked in turn: decode tok/s on each workload at 1 and 4 streams (greedy)."""
+    variants = {"off": {}, "on": {"spec_ngram_max": args.spec_ngram_max}}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    samples: dict[str, list[float]] = {}
+    with contextlib.ExitStack() as stack:
+        procs, urls = [], {}
+        try:
+            for variant, extra in variants.items():
+                port = _free_port()
+                command = _server_command(
+                    "llama_server", args.model, port, args.threads, args.n_ctx, extra
+                )
+                stderr = stack.enter_context(tempfile.TemporaryFile())
+                proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+                procs.append(proc)
+                urls[variant] = f"http://127.0.0.1:{port}"
+                _wait_ready(urls[variant], proc, stderr)
+            for rep in range(args.reps):
+                for workload, prompt in SPEC_WORKLOADS.items():
+                    for num_streams in (1, 4):
+                        order = list(variants) if rep % 2 == 0 else list(variants)[::-1]
+                        for variant in order:
+                            tok_s = asyncio.run(
+                                _spec_tok_s(urls[variant], prompt, args.max_tokens, num_streams)
+                            )
+                            key = f"{workload}_{num_streams}_{variant}"
+                            samples.setdefault(key, []).append(tok_s)
+        finally:
+            for proc in procs:
+                proc.terminate()
+                proc.wait(timeout=30)
+    medians = {key: statistics.median(values) for key, values in samples.items()}
+    gains = {
+        f"{workload}_{n}": medians[f"{workload}_{n}_on"] / medians[f"{workload}_{n}_off"]
+        for workload in SPEC_WORKLOADS
+        for n in (1, 4)
+    }
+    spreads = {
+        key: (min(values), max(values)) for key, values in samples.items()
+    }  # the noise: each figure's range over the reps
+    return {
+        "spec_ngram_max": args.spec_ngram_max,
+        "reps": args.reps,
+        "tok_s_medians": medians,
+        "tok_s_ranges": spreads,
+        "on_vs_off": gains,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -556,14 +577,14 @@ def main(argv: list[str] | None = None) -> int:
         help="in-process vs child asked in turn, both running (0: skip)",
     )
     parser.add_argument(
-        "--ceiling", action="store_true", help="also measure raw llama.cpp batched decode"
+        "--spec-ngram-max", type=int, default=16, help="drafted tokens when speculation is on"
     )
+    parser.add_argument("--no-spec", action="store_true", help="skip the speculation A/B")
     args = parser.parse_args(argv)
     args.model = args.model or default_model_path()
     args.max_tokens = 48 if args.quick else 128
     args.reps = 3 if args.quick else 5
     load_before = os.getloadavg()
-    ceiling = _ceiling(args) if args.ceiling else None
     names = [] if args.no_servers else args.servers.split(",")
     if args.no_baseline and "llama_cpp" in names:
         names.remove("llama_cpp")
@@ -574,15 +595,17 @@ def main(argv: list[str] | None = None) -> int:
             rounds[name].append(run_server(name, args))
     reports = {name: merge_rounds(runs) for name, runs in rounds.items() if runs}
     goals = _goals(reports) if reports else {}
-    is_ab = args.interleaved_reps > 0 and {"hasten", "gateway"} <= set(names)
+    is_ab = args.interleaved_reps > 0 and {"llama_server", "gateway"} <= set(names)
     if is_ab:
         goals["interleaved"] = interleaved(args, args.interleaved_reps)
+    spec = None if args.no_spec or args.no_servers else speculative(args)
     settings = {
         "threads": args.threads,
         "n_ctx": args.n_ctx,
         "max_tokens": args.max_tokens,
         "rounds": args.rounds,
         "model": str(args.model),
+        "llama_server": str(find_binary().resolve()),
         # Other jobs on the machine change every figure here: recorded with them.
         "load_avg_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
     }
@@ -591,13 +614,13 @@ def main(argv: list[str] | None = None) -> int:
             "settings": settings,
             "servers": [asdict(r) | {"ttft_speedup": r.ttft_speedup} for r in reports.values()],
             "goals": goals,
-            "raw_decode_tok_s": ceiling,
+            "speculative": spec,
         }
         print(json.dumps(doc, indent=2))
     else:
         if reports:
             _print_table(list(reports.values()))
-        print(json.dumps({"goals": goals, "settings": settings, "raw_decode_tok_s": ceiling}))
+        print(json.dumps({"goals": goals, "settings": settings, "speculative": spec}))
     return 0
 
 
