@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -340,3 +341,19 @@ def test_json_schema_output_is_valid_json_of_the_schema(client: openai.OpenAI) -
         person = json.loads(content)
         assert set(person) == {"name", "age"}
         assert isinstance(person["name"], str) and type(person["age"]) is int
+
+
+def test_messages_pass_through_to_the_engine_natively(gateway: ServerThread) -> None:
+    client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
+    reply = client.messages.with_raw_response.create(
+        model="local",
+        max_tokens=8,
+        system="Answer briefly.",
+        messages=[{"role": "user", "content": "Name a colour."}],
+        extra_headers=NO_CACHE,
+    )
+    assert reply.headers["x-hasten-upstream"] == "local"
+    message = reply.parse()
+    assert message.type == "message" and message.stop_reason in ("end_turn", "max_tokens")
+    assert message.content[0].type == "text" and message.content[0].text
+    assert message.usage.output_tokens <= 8

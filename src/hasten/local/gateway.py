@@ -29,6 +29,10 @@ LOCAL = "local"
 # Retrying a local failure in the gateway would only add load to a saturated CPU, so the
 # router fails over instead.
 LOCAL_RETRY = RetryConfig(max_retries=0)
+# llama-server answers these itself, so they pass through untranslated. Not embeddings (its
+# --embeddings mode serves nothing else) and not Responses (its stream is not one hasten
+# reads as a Responses stream yet): those are translated to chat.
+LOCAL_APIS = ("chat", "completions", "messages")
 LOCAL_TIMEOUTS = TimeoutConfig(connect_s=2.0, first_byte_s=120.0, idle_s=60.0, total_s=600.0)
 
 
@@ -50,7 +54,12 @@ def with_local_upstream(
     """Adds upstream and model ``local`` (and the hybrid routes) for an engine at ``url``;
     ``has_tools`` when its model's chat template takes tools (the supervisor asks)."""
     upstream = UpstreamConfig(
-        name=LOCAL, url=url, timeouts=LOCAL_TIMEOUTS, retry=LOCAL_RETRY, has_tools=has_tools
+        name=LOCAL,
+        url=url,
+        timeouts=LOCAL_TIMEOUTS,
+        retry=LOCAL_RETRY,
+        apis=LOCAL_APIS,
+        has_tools=has_tools,
     )
     models = dict(config.models)
     models.setdefault(LOCAL, ModelRoute(name=LOCAL, upstream=LOCAL))
