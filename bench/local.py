@@ -56,6 +56,7 @@ class StreamResult:
     ttft_s: float | None = None
     finish_reason: str | None = None
     error: str | None = None
+    num_reconnects: int = 0  # kept-alive connections closed unanswered, then retried
 
     @property
     def is_cut_off(self) -> bool:
@@ -70,6 +71,7 @@ class ServerReport:
     ttft_warm_ms: float = 0.0
     num_cut_off: int = 0
     num_streams: int = 0
+    num_reconnects: int = 0
     peak_rss_mb: float = 0.0
     # At 8 streams: the last stream's first token minus the first one's.
     first_token_spread_ms: float = 0.0
@@ -211,22 +213,37 @@ async def _stream(
     result = StreamResult()
     started_s = time.perf_counter()
     try:
-        async with client.stream("POST", "/v1/chat/completions", json=body) as response:
-            if response.status_code != 200:
-                result.error = f"HTTP {response.status_code}"
-                return result
-            async for line in response.aiter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                choices = json.loads(line[6:]).get("choices") or [{}]
-                if choices[0].get("delta", {}).get("content"):
-                    result.num_tokens += 1
-                    if result.ttft_s is None:
-                        result.ttft_s = time.perf_counter() - started_s
-                result.finish_reason = choices[0].get("finish_reason") or result.finish_reason
+        for attempt in range(2):
+            try:
+                await _read_stream(client, body, result, started_s)
+                break
+            except httpx.RemoteProtocolError:
+                # llama-server closed a kept-alive connection without answering: nothing
+                # came back, so once more on a fresh one (as the gateway's transport does).
+                if attempt or result.num_tokens or result.finish_reason:
+                    raise
+                result.num_reconnects += 1
     except httpx.HTTPError as exc:
         result.error = repr(exc)
     return result
+
+
+async def _read_stream(
+    client: httpx.AsyncClient, body: dict[str, Any], result: StreamResult, started_s: float
+) -> None:
+    async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+        if response.status_code != 200:
+            result.error = f"HTTP {response.status_code}"
+            return
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            choices = json.loads(line[6:]).get("choices") or [{}]
+            if choices[0].get("delta", {}).get("content"):
+                result.num_tokens += 1
+                if result.ttft_s is None:
+                    result.ttft_s = time.perf_counter() - started_s
+            result.finish_reason = choices[0].get("finish_reason") or result.finish_reason
 
 
 async def _decode_level(
@@ -251,6 +268,7 @@ async def _decode_level(
     )
     report.num_cut_off += sum(r.is_cut_off for r in results)
     report.num_streams += num_streams
+    report.num_reconnects += sum(r.num_reconnects for r in results)
     firsts = [r.ttft_s for r in results if r.ttft_s is not None]
     if num_streams == max(STREAM_LEVELS) and firsts:
         report.first_token_spread_ms = (max(firsts) - min(firsts)) * 1000.0
@@ -401,6 +419,7 @@ def merge_rounds(reports: list[ServerReport]) -> ServerReport:
     merged.ttft_warm_ms = statistics.median(r.ttft_warm_ms for r in reports)
     merged.num_cut_off = sum(r.num_cut_off for r in reports)
     merged.num_streams = sum(r.num_streams for r in reports)
+    merged.num_reconnects = sum(r.num_reconnects for r in reports)
     merged.peak_rss_mb = max(r.peak_rss_mb for r in reports)
     merged.first_token_spread_ms = statistics.median(r.first_token_spread_ms for r in reports)
     for level in STREAM_LEVELS:
@@ -495,10 +514,15 @@ async def _spec_tok_s(base_url: str, prompt: str, max_tokens: int, num_streams: 
             "temperature": 0,
             "stream": False,
         }
+
+        async def post() -> httpx.Response:
+            try:
+                return await client.post("/v1/chat/completions", json=body)
+            except httpx.RemoteProtocolError:  # closed unanswered: see _stream
+                return await client.post("/v1/chat/completions", json=body)
+
         started_s = time.perf_counter()
-        replies = await asyncio.gather(
-            *(client.post("/v1/chat/completions", json=body) for _ in range(num_streams))
-        )
+        replies = await asyncio.gather(*(post() for _ in range(num_streams)))
         elapsed_s = time.perf_counter() - started_s
         tokens = sum(reply.json()["usage"]["completion_tokens"] for reply in replies)
         return tokens / elapsed_s
