@@ -54,7 +54,6 @@ def test_relative_links_resolve(page: Path) -> None:
     for target in links(page):
         path_part, _, anchor = target.partition("#")
         dest = (page.parent / path_part).resolve() if path_part else page
-        missing_anchor = bool(anchor) and dest.suffix == ".md" and anchor not in anchors(dest)
-        if not dest.exists() or missing_anchor:
+        if not dest.exists() or (anchor and dest.suffix == ".md" and anchor not in anchors(dest)):
             broken.append(target)
     assert broken == []
