@@ -671,10 +671,11 @@ def test_api_and_auto_cache_control_are_read_and_checked(tmp_path: Path) -> None
     config = _load(
         tmp_path,
         '[upstreams.a]\nurl = "http://127.0.0.1:9/v1"\napi = ["chat", "messages"]\n'
-        'auto_cache_control = true\n[models."*"]\nupstream = "a"\n',
+        'auto_cache_control = true\ntools = false\n[models."*"]\nupstream = "a"\n',
     )
     upstream = config.upstreams["a"]
     assert upstream.speaks == ("chat", "messages") and upstream.is_auto_cache_control
+    assert not upstream.has_tools
     route = '[models."*"]\nupstream = "a"\n'
     bad = '[upstreams.a]\nurl = "http://127.0.0.1:9/v1"\napi = ["grpc"]\n' + route
     assert "unknown API 'grpc'" in _error(tmp_path, bad)
