@@ -42,7 +42,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
-from hasten.config.local import default_model_path  # noqa: E402
+from hasten.config.local import EngineConfig, default_model_path  # noqa: E402
 from hasten.local.command import find_binary  # noqa: E402
 
 STREAM_LEVELS = (1, 2, 4, 8)
@@ -583,7 +583,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short streams, fewer repetitions")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--threads", type=int, default=EngineConfig().resolved().n_threads, help="hasten's default"
+    )
     parser.add_argument("--n-ctx", type=int, default=4096)
     parser.add_argument("--model", type=Path, default=None)
     parser.add_argument("--no-baseline", action="store_true", help="skip llama_cpp.server")

@@ -27,7 +27,7 @@ from hasten.local.command import CHILD_ENV, server_command
 _FLAG_HELP = {
     "model_path": "GGUF file (default: the bundled SmolLM2-135M)",
     "n_ctx": "KV cache tokens, all sequences",
-    "n_threads": "CPU threads for batches (default: one per core)",
+    "n_threads": "CPU threads (default: one per core but one, at least 1)",
     "max_seqs": "requests decoded together",
     "cache_ram_mib": "RAM for finished prompts' KV, restored by prefix (0: off)",
     "spec_ngram_max": "n-gram speculative decoding: most drafted tokens (0: off)",
