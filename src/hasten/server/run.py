@@ -238,7 +238,7 @@ def _banner(config: GatewayConfig, sock: socket.socket, supervisor: EngineSuperv
         names = "model name 'local'" + (", and every other name" if not _has_cloud(config) else "")
         if supervisor.is_ready:
             lines.append(
-                f"  upstream local: LOCAL MODEL {info.get('model')} on llama.cpp in child "
+                f"  upstream local: LOCAL MODEL {info.get('model')} on llama-server in child "
                 f"process {info.get('pid')} ({info.get('n_threads')} threads, "
                 f"{info.get('max_seqs')} sequences); {names}; engine: ready"
             )
