@@ -87,7 +87,11 @@ def test_a_follow_up_sent_at_once_continues_the_conversation(
         ]
         answers = [item for item in listed.data if getattr(item, "role", None) == "assistant"]
         assert len(answers) == 3
-        assert listed.first_id == listed.data[0].id and not listed.has_more
+        assert not listed.has_more
+        raw = client.responses.input_items.with_raw_response.list(fourth.id, order="asc")
+        shape = raw.http_response.json()
+        assert shape["object"] == "list" and shape["first_id"] == listed.data[0].id
+        assert shape["last_id"] == shape["data"][-1]["id"]
 
 
 @MODES
@@ -209,7 +213,7 @@ def test_input_items_pages_and_refuses_bad_parameters(sim: ServerThread) -> None
         created = client.responses.create(model="sim-model", input=items)  # type: ignore[arg-type]
         newest = client.responses.input_items.list(created.id, limit=2)
         assert _user_texts(newest.data) == ["turn 4", "turn 3"] and newest.has_more
-        rest = client.responses.input_items.list(created.id, limit=10, after=newest.last_id)
+        rest = client.responses.input_items.list(created.id, limit=10, after=newest.data[-1].id)
         assert _user_texts(rest.data) == ["turn 2", "turn 1", "turn 0"] and not rest.has_more
         base = f"{gateway.url}/v1/responses/{created.id}/input_items"
         for query, param in (("limit=0", "limit"), ("limit=x", "limit"), ("order=up", "order")):

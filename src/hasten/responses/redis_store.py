@@ -12,6 +12,8 @@ by age (a sorted set) and their sizes (a hash) let it drop the oldest records pa
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 from hasten.errors import FleetUnavailable
@@ -61,8 +63,16 @@ _TRIM_PER_PUT = 64
 class RedisResponseStore:
     kind = "redis"
 
-    def __init__(self, link: FleetLink, *, max_bytes: int, max_record_bytes: int) -> None:
+    def __init__(
+        self,
+        link: FleetLink,
+        *,
+        max_bytes: int,
+        max_record_bytes: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self._link = link
+        self._clock = clock
         self.max_bytes = max_bytes
         self.max_record_bytes = max_record_bytes
         self._index = link.key("responses", "index")
@@ -99,18 +109,21 @@ class RedisResponseStore:
         value = encode(record)
         if len(value) > self.max_record_bytes:
             return False
-        ttl_ms = int((record.expires_s - record.created_s) * 1000)
+        now_ms = int(self._clock() * 1000)
+        ttl_ms = int(record.expires_s * 1000) - now_ms
         if ttl_ms <= 0:
             return False
         key = self._key(record.tenant, record.response_id)
         created_ms = int(record.created_s * 1000)
+        # Records live as long as this one: those created longer ago are gone from Redis.
+        cutoff_ms = now_ms - int((record.expires_s - record.created_s) * 1000)
         args: list[Any] = [
             value,
             ttl_ms,
             created_ms,
             len(value),
             self.max_bytes,
-            created_ms - ttl_ms,
+            cutoff_ms,
             _TRIM_PER_PUT,
         ]
         keys = [key, self._index, self._sizes, self._total]

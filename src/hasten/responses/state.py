@@ -279,7 +279,9 @@ class Keeper:
                 response = self._terminal(event)
                 if response is not None:
                     if out:
-                        await send({"type": "http.response.body", "body": bytes(out), "more_body": True})
+                        await send(
+                            {"type": "http.response.body", "body": bytes(out), "more_body": True}
+                        )
                         out = bytearray()
                     await self._keep(response)
             elif _ITEM_DONE_MARK in event:
