@@ -5,7 +5,9 @@ tenants, background mode."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from dataclasses import replace
 
 import httpx
@@ -14,6 +16,8 @@ import pytest
 
 from hasten.config import CacheConfig, GatewayConfig
 from hasten.config.cache_policy import ModelCachePolicy
+from hasten.config.fleet import FleetConfig
+from hasten.config.responses import ResponsesConfig
 from hasten.config.tables import CLIENT_APIS
 from hasten.simulator import SimConfig, build_app
 from tests.support.gateway import make_config, running_gateway
@@ -55,10 +59,14 @@ def _user_texts(items: object) -> list[str]:
 
 
 @MODES
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
 def test_a_follow_up_sent_at_once_continues_the_conversation(
-    sim: ServerThread, apis: tuple[str, ...]
+    sim: ServerThread, apis: tuple[str, ...], backend: str, tmp_path: Path
 ) -> None:
-    with running_gateway(_config(sim.url, apis=apis)) as gateway:
+    config = _config(sim.url, apis=apis)
+    if backend == "sqlite":  # written on its own thread: still before the answer's end
+        config = replace(config, responses=ResponsesConfig(path=str(tmp_path / "r.sqlite3")))
+    with running_gateway(config) as gateway:
         client = _client(gateway)
         first = client.responses.create(
             model="sim-model", input="Remember the word walnut.", temperature=0
@@ -221,3 +229,24 @@ def test_input_items_pages_and_refuses_bad_parameters(sim: ServerThread) -> None
             assert answer.status_code == 400 and answer.json()["error"]["param"] == param
         assert httpx.post(base, headers=AUTH).status_code == 405
         assert httpx.get(f"{gateway.url}/responses/{created.id}", headers=AUTH).status_code == 200
+
+
+def test_a_second_replica_finds_what_the_first_stored(sim: ServerThread, redis_url: str) -> None:
+    """With ``[fleet]`` the records live in its Redis: a follow-up, a retrieve and a delete
+    through another replica find a response stored through the first."""
+    fleet = FleetConfig(redis_url=redis_url, key_prefix=f"test:{uuid.uuid4().hex}:")
+    config = replace(_config(sim.url), fleet=fleet)
+    with running_gateway(config) as first, running_gateway(config) as second:
+        created = _client(first).responses.create(model="sim-model", input="Shared.")
+        other = _client(second)
+        assert other.responses.retrieve(created.id).output_text == created.output_text
+        follow = other.responses.create(
+            model="sim-model", input="Next.", previous_response_id=created.id
+        )
+        assert _user_texts(_client(first).responses.input_items.list(follow.id).data) == [
+            "Next.",
+            "Shared.",
+        ]
+        other.responses.delete(created.id)
+        with pytest.raises(openai.NotFoundError):
+            _client(first).responses.retrieve(created.id)

@@ -40,7 +40,12 @@ def test_every_key_is_read() -> None:
         {},
     ).responses
     assert config == ResponsesConfig("sqlite", "x.sqlite3", 60.0, 4096, 8192, 5)
-    assert config.sqlite_path == "x.sqlite3"
+    assert config.sqlite_path_beside("/var/lib/hasten/cache.sqlite3") == "x.sqlite3"
+    beside = ResponsesConfig().sqlite_path_beside("/var/lib/hasten/cache.sqlite3")
+    assert beside == "/var/lib/hasten/hasten-responses.sqlite3"
+    assert ResponsesConfig().sqlite_path_beside("hasten-cache.sqlite3") == (
+        "hasten-responses.sqlite3"
+    )
 
 
 @pytest.mark.parametrize(

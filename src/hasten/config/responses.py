@@ -6,12 +6,13 @@ follow-up naming it in ``previous_response_id`` continues the conversation and
 live follows the deployment unless ``backend`` says otherwise: the fleet's Redis with
 ``[fleet] redis_url`` (every replica finds every response), in this process's memory when
 the cache is in memory and no ``path`` is set (tests, a quick ``hasten serve``), else the
-SQLite file ``path``.
+SQLite file ``path`` (by default ``hasten-responses.sqlite3`` beside the cache's file).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from hasten.config.fleet import FleetConfig
 from hasten.config.reader import TomlTable
@@ -45,9 +46,12 @@ class ResponsesConfig:
             return "memory"
         return "sqlite"
 
-    @property
-    def sqlite_path(self) -> str:
-        return self.path if self.path is not None else DEFAULT_RESPONSES_PATH
+    def sqlite_path_beside(self, cache_sqlite_path: str) -> str:
+        """The SQLite file: ``path``, else DEFAULT_RESPONSES_PATH in the cache file's
+        directory (one place for a gateway's files)."""
+        if self.path is not None:
+            return self.path
+        return str(Path(cache_sqlite_path).with_name(DEFAULT_RESPONSES_PATH))
 
 
 def parse_responses(table: TomlTable, fleet: FleetConfig) -> ResponsesConfig:
