@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from dataclasses import replace
+from pathlib import Path
 
 import httpx
 import openai
