@@ -53,16 +53,21 @@ class WatchedStore(MemoryResponseStore):
         return await super().put(record)
 
 
-def _state(store: MemoryResponseStore, **overrides: Any) -> ResponseState:
-    settings_ = {
-        "ttl_s": 60.0,
-        "max_record_bytes": 1 << 16,
-        "max_history_bytes": 1 << 20,
-        "max_chain_depth": 10,
-        "max_json_depth": 64,
-    }
-    settings_.update(overrides)
-    return ResponseState(store, **settings_)
+def _state(
+    store: MemoryResponseStore,
+    *,
+    max_record_bytes: int = 1 << 16,
+    max_history_bytes: int = 1 << 20,
+    max_chain_depth: int = 10,
+) -> ResponseState:
+    return ResponseState(
+        store,
+        ttl_s=60.0,
+        max_record_bytes=max_record_bytes,
+        max_history_bytes=max_history_bytes,
+        max_chain_depth=max_chain_depth,
+        max_json_depth=64,
+    )
 
 
 def _stream_bytes(answer: dict[str, Any]) -> bytes:

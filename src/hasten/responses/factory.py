@@ -26,7 +26,9 @@ def build_response_state(config: GatewayConfig, fleet: FleetLink | None) -> Resp
         from hasten.responses.sqlite_store import SQLiteResponseStore
 
         store = SQLiteResponseStore(
-            settings.sqlite_path, max_bytes=max_bytes, max_record_bytes=max_record_bytes
+            settings.sqlite_path_beside(config.cache.sqlite_path),
+            max_bytes=max_bytes,
+            max_record_bytes=max_record_bytes,
         )
     else:
         store = MemoryResponseStore(max_bytes=max_bytes, max_record_bytes=max_record_bytes)
