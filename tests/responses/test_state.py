@@ -82,6 +82,7 @@ async def _serve(
     status: int = 200,
     content_type: bytes = b"text/event-stream",
     tenant: str = "t",
+    upstream: bytes | None = None,
 ) -> list[bytes]:
     sent: list[bytes] = []
     if isinstance(state.store, WatchedStore):
@@ -100,7 +101,10 @@ async def _serve(
         {
             "type": "http.response.start",
             "status": status,
-            "headers": [(b"content-type", content_type)],
+            "headers": [
+                (b"content-type", content_type),
+                *([] if upstream is None else [(b"x-hasten-upstream", upstream)]),
+            ],
         }
     )
     for index, chunk in enumerate(chunks):
@@ -131,10 +135,13 @@ async def test_a_stream_is_forwarded_unchanged_and_stored_before_its_end(cuts: l
 async def test_a_json_answer_is_stored_before_it_goes_out() -> None:
     store = WatchedStore([])
     body = orjson.dumps(ANSWER)
-    sent = await _serve(_state(store), [body[:10], body[10:]], content_type=b"application/json")
+    sent = await _serve(
+        _state(store), [body[:10], body[10:]], content_type=b"application/json", upstream=b"east"
+    )
     assert b"".join(sent[:-1]) == body
     assert store.seen_at_put == [b""]  # nothing of the body was out at the write
-    assert await store.get("t", "resp_abc") is not None
+    record = await store.get("t", "resp_abc")
+    assert record is not None and record.upstream == "east" and record.response == ANSWER
 
 
 @pytest.mark.parametrize(
