@@ -16,13 +16,20 @@ from tests.support.servers import ServerThread
 PATHS = ("translated", "native")
 
 
-def gateway_config(sim_url: str, path: str, *, is_any_sampling: bool = False) -> GatewayConfig:
+def gateway_config(
+    sim_url: str, path: str, *, is_any_sampling: bool = False, is_stream_upstream: bool = True
+) -> GatewayConfig:
     """A gateway whose one upstream is the simulator at ``sim_url`` (its origin); with
     ``is_any_sampling`` every model caches whatever the sampling fields say
     (``[models.X] cache = { deterministic_only = false }``), as a Messages or agent user
     sets it, since those clients send no temperature."""
     apis = CLIENT_APIS if path == "native" else ()
-    config = make_config({"sim": sim_url + "/v1"}, cache=CacheConfig(backend="memory"), apis=apis)
+    config = make_config(
+        {"sim": sim_url + "/v1"},
+        cache=CacheConfig(backend="memory"),
+        apis=apis,
+        is_stream_upstream=is_stream_upstream,
+    )
     if not is_any_sampling:
         return config
     policy = ModelCachePolicy(is_deterministic_only=False)
@@ -31,6 +38,11 @@ def gateway_config(sim_url: str, path: str, *, is_any_sampling: bool = False) ->
 
 
 @contextmanager
-def gateway_on(sim_url: str, path: str, *, is_any_sampling: bool = False) -> Iterator[ServerThread]:
-    with running_gateway(gateway_config(sim_url, path, is_any_sampling=is_any_sampling)) as server:
+def gateway_on(
+    sim_url: str, path: str, *, is_any_sampling: bool = False, is_stream_upstream: bool = True
+) -> Iterator[ServerThread]:
+    config = gateway_config(
+        sim_url, path, is_any_sampling=is_any_sampling, is_stream_upstream=is_stream_upstream
+    )
+    with running_gateway(config) as server:
         yield server
