@@ -44,6 +44,8 @@ first only with `parallel_tool_calls: false`, the named one for a named `tool_ch
 for `"none"`), its arguments filled from the tool's JSON schema (`simulator/arguments.py`);
 once the turn carries a tool result, with `tool_choice` absent or `"auto"`, the answer is
 text, so an agent's loop (call, result, answer) ends; `"required"` keeps calling.
+`max_tool_calls` (`--max-tool-calls`) caps the calls one answer makes: 1 calls the first tool
+only, 0 none (every answer is text).
 
 Every API path also answers without its /v1 prefix. The Responses and Messages answers are
 the chat generation for the same turns, translated event by event (hasten.apis), on the same

@@ -276,6 +276,18 @@ def _tools_called(data: dict[str, Any]) -> tuple[tuple[str, ...], tuple[Argument
     return tuple(called), tuple(frames[name] for name in called)
 
 
+def with_tool_calls_capped(request: GenerationRequest, max_calls: int) -> GenerationRequest:
+    """``request`` calling at most ``max_calls`` of its tools (``SimConfig.max_tool_calls``);
+    with none left it answers in text."""
+    if len(request.tool_names) <= max_calls:
+        return request
+    return replace(
+        request,
+        tool_names=request.tool_names[:max_calls],
+        argument_frames=request.argument_frames[:max_calls],
+    )
+
+
 def _answers_a_tool_result(messages: Any) -> bool:
     """Whether a tool message came after the last assistant message (a Messages turn with
     tool results and text becomes tool messages and a user message)."""
