@@ -32,6 +32,19 @@ NOW = 1_700_000_000
 # --- requests: particular cases ---------------------------------------------------------
 
 
+def test_a_named_tool_output_without_a_call_becomes_a_user_message() -> None:
+    named = {"type": "function_call_output", "name": "goal_objective", "output": "ship it"}
+    answer = {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}
+    call = {"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"}
+    body = {"model": "m", "input": [{"role": "user", "content": "hi"}, call, answer, named]}
+    check_request(body)
+    chat = responses_request_to_chat(body)
+    assert chat["messages"][2:] == [
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+        {"role": "user", "content": "ship it"},
+    ]
+
+
 def test_instructions_history_and_tools_to_chat() -> None:
     body = {
         "model": "gpt-test",

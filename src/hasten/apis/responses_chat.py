@@ -9,7 +9,9 @@ Requests (``responses_request_to_chat``, ``chat_request_to_responses``):
                           text, refusal <-> the assistant's refusal), ``function_call``
                           (consecutive ones one assistant message's tool_calls, joined to
                           the assistant text just before them), ``function_call_output``
-                          <-> a tool message
+                          <-> a tool message (one with no ``call_id`` but a ``name``, the
+                          client's own context such as Codex's ``goal_objective``: a user
+                          message with its output)
     tools, tool_choice    function tools (``strict``: absent means true in Responses,
                           false in chat, so it is written out either way), allowed_tools
     text.format           <-> response_format (text, json_object, json_schema);
@@ -236,7 +238,11 @@ def _item_to_messages(item: Any, param: str, messages: list[dict[str, Any]]) -> 
             messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
     elif kind == "function_call_output":
         output = _tool_output_to_chat(item.get("output"), f"{param}.output")
-        messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": output})
+        if responses.is_named_output(item):
+            # No call of the model's to answer: a chat tool message needs one.
+            messages.append({"role": "user", "content": output})
+        else:
+            messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": output})
     elif kind == "reasoning":
         return
     elif kind == "item_reference":
