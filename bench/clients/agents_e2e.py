@@ -1,6 +1,6 @@
 """Codex CLI and Claude Code end to end through hasten, twice each: the repeat from the cache.
 
-    python bench/clients/agents_e2e.py [--json] [--task TEXT]
+    .venv/bin/python bench/clients/agents_e2e.py [--task TEXT] [--max-tool-calls N]
 
 Installs both CLIs with npm into bench/clients/.npm/ (gitignored; skipped when the pinned
 versions are there), starts the simulator (every API native: Responses for Codex, Messages
@@ -11,7 +11,8 @@ A recording proxy between the CLIs and hasten keeps every request body, so the t
 bodies are diffed: the fields that differ, and whether hasten's cache key
 (``Api.key_view``) still tells the runs apart. It reports, per CLI and run, the model calls
 and their ``cache`` field in the access log (the second run: all hits), and writes the
-report as JSON to bench/results/clients_e2e.json.
+report (one summary line, then JSON) also to bench/results/clients_e2e.json, and the
+request bodies to bench/results/clients_e2e/.
 
 Loopback only once the packages are installed.
 """
@@ -57,7 +58,6 @@ MODEL = "sim-agent"
 TASK = "Say hello in one short sentence."
 RUN_TIMEOUT_S = 240.0
 START_TIMEOUT_S = 60.0
-MAX_SHOWN = 20  # differing fields printed per CLI (all are in the JSON report)
 MODEL_PATHS = {"/v1/responses": "responses", "/v1/messages": "messages"}
 # No telemetry, error reports, update checks or other traffic off the loopback.
 QUIET_ENV = {
@@ -436,9 +436,24 @@ def body_diffs(first: list[Recorded], second: list[Recorded]) -> list[dict[str, 
     return diffs
 
 
+def summary_line(runs: list[Run], diffs: Mapping[str, list[dict[str, Any]]]) -> str:
+    """One line: per CLI, each run's exit code and cache outcomes, and whether the fields
+    that differ between its runs are left out of the cache key."""
+    parts = []
+    for name in dict.fromkeys(run.client for run in runs):
+        outcomes = [
+            f"run {run.number} exit {run.returncode} "
+            + ",".join(f"{k}={v}" for k, v in Counter(str(c["cache"]) for c in run.calls).items())
+            for run in runs
+            if run.client == name
+        ]
+        same = all(d["is_same_cache_key"] for d in diffs.get(name, []))
+        parts.append(f"{name}: {'; '.join(outcomes)}; same cache key across runs: {same}")
+    return " | ".join(parts)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--task", default=TASK, help="the one-line task both CLIs run")
     parser.add_argument("--codex-version", default=CODEX_VERSION)
     parser.add_argument("--claude-version", default=CLAUDE_VERSION)
@@ -511,18 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2))
-    for run in runs:
-        caches = Counter(str(call["cache"]) for call in run.calls)
-        print(
-            f"{run.client} run {run.number}: exit {run.returncode}, {run.seconds} s, "
-            f"{len(run.calls)} model calls, cache {dict(caches)}"
-        )
-    for name, per_call in diffs.items():
-        fields = collapsed([f for d in per_call for f in d["differing_fields"]])[:MAX_SHOWN]
-        same = all(d["is_same_cache_key"] for d in per_call)
-        print(f"{name}: fields differing between runs {fields}; same cache key: {same}")
-    if args.json:
-        print(json.dumps(report, indent=2))
+    print(summary_line(runs, diffs))
+    print(json.dumps(report, indent=2))
     return 0
 
 
