@@ -206,7 +206,7 @@ backend = "memory"
 
 [upstreams.sim]
 url = "{sim_url}/v1"
-api = ["chat", "responses", "messages"]
+api = {apis}
 
 [models."{model}"]
 upstream = "sim"
@@ -226,7 +226,7 @@ class Stack:
 
 
 @contextmanager
-def stack(workdir: Path, max_tool_calls: int) -> Iterator[Stack]:
+def stack(workdir: Path, max_tool_calls: int, is_translated: bool) -> Iterator[Stack]:
     python = sys.executable
     env = {k: v for k, v in os.environ.items() if not k.startswith("HASTEN_")}
     env["PYTHONPATH"] = str(REPO / "src") + os.pathsep + env.get("PYTHONPATH", "")
@@ -244,7 +244,8 @@ def stack(workdir: Path, max_tool_calls: int) -> Iterator[Stack]:
         wait_listening(sim_port, sim, START_TIMEOUT_S)
         sim_url = f"http://127.0.0.1:{sim_port}"
         config = workdir / "hasten.toml"
-        config.write_text(GATEWAY_TOML.format(sim_url=sim_url, model=MODEL))
+        apis = '["chat"]' if is_translated else '["chat", "responses", "messages"]'
+        config.write_text(GATEWAY_TOML.format(sim_url=sim_url, model=MODEL, apis=apis))
         serve = [python, "-m", "hasten", "serve", "--config", str(config)]
         gateway = subprocess.Popen(
             [*serve, "--host", "127.0.0.1", "--port", str(gateway_port)],
@@ -461,6 +462,11 @@ def main(argv: list[str] | None = None) -> int:
         "--clients", default="codex,claude", help="which CLIs to run (comma-separated)"
     )
     parser.add_argument(
+        "--translated",
+        action="store_true",
+        help="the simulator as a chat-only upstream: hasten translates Responses and Messages",
+    )
+    parser.add_argument(
         "--timeout-s", type=float, default=RUN_TIMEOUT_S, help="the most one CLI run may take"
     )
     parser.add_argument(
@@ -480,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(temp)
         workspace = root / "workspace"  # the same directory for both runs: it is in the prompt
         workspace.mkdir()
-        with stack(root, args.max_tool_calls) as gateway:
+        with stack(root, args.max_tool_calls, args.translated) as gateway:
             proxy = RecordingProxy(gateway.gateway_url)
             with serving(proxy) as proxy_url:
                 for name in clients:
@@ -520,6 +526,7 @@ def main(argv: list[str] | None = None) -> int:
         "versions": {**versions, "node": node_version(), "python": platform.python_version()},
         "task": args.task,
         "max_tool_calls": args.max_tool_calls,
+        "upstream": "chat only (translated)" if args.translated else "every API (native)",
         "runs": [run.__dict__ | {"num_hits": run.num_hits} for run in runs],
         "body_diffs": diffs,
         "requests": requests,
