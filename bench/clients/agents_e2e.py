@@ -289,7 +289,7 @@ CODEX_TOML = """\
 model = "{model}"
 model_provider = "hasten"
 check_for_update_on_startup = false
-
+{web_search}
 [model_providers.hasten]
 name = "hasten"
 base_url = "{base_url}/v1"
@@ -314,14 +314,17 @@ def claude_command(task: str) -> list[str]:
     return [str(binary), "-p", task, "--model", MODEL, "--output-format", "json"]
 
 
-def client_env(name: str, home: Path, base_url: str) -> dict[str, str]:
+def client_env(name: str, home: Path, base_url: str, is_translated: bool) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
     env.update(QUIET_ENV)
     env["HOME"] = str(home)
     if name == "codex":
         codex_home = home / ".codex"
         codex_home.mkdir(parents=True, exist_ok=True)
-        (codex_home / "config.toml").write_text(CODEX_TOML.format(model=MODEL, base_url=base_url))
+        # A chat upstream has no web search: a request offering it is refused, named.
+        web_search = 'web_search = "disabled"\n' if is_translated else ""
+        toml = CODEX_TOML.format(model=MODEL, base_url=base_url, web_search=web_search)
+        (codex_home / "config.toml").write_text(toml)
         env["CODEX_HOME"] = str(codex_home)
         env["HASTEN_E2E_KEY"] = "sk-dummy-not-a-key"
     else:
@@ -491,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
             with serving(proxy) as proxy_url:
                 for name in clients:
                     home = root / f"home-{name}"
-                    env = client_env(name, home, proxy_url)
+                    env = client_env(name, home, proxy_url, args.translated)
                     for number in (1, 2):
                         runs.append(
                             run_client(
