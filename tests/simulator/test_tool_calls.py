@@ -47,3 +47,20 @@ def test_a_negative_cap_is_refused() -> None:
     with pytest.raises(ConfigError, match="max_tool_calls"):
         SimConfig(max_tool_calls=-1)
     assert SimConfig().updated({"max_tool_calls": 0}).max_tool_calls == 0
+
+
+@pytest.mark.parametrize("runs_to_max_tokens", [True, False])
+def test_chat_runs_to_max_tokens_or_only_caps_with_it(runs_to_max_tokens: bool) -> None:
+    config = SimConfig(output_tokens=5, runs_to_max_tokens=runs_to_max_tokens)
+    with ServerThread(build_app(config)) as server:
+        oai = openai.OpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
+        ask: Any = [{"role": "user", "content": "hi"}]
+        long = oai.chat.completions.create(model="m", messages=ask, max_tokens=40)
+        short = oai.chat.completions.create(model="m", messages=ask, max_tokens=3)
+    assert long.usage is not None and short.usage is not None
+    if runs_to_max_tokens:
+        assert (long.usage.completion_tokens, long.choices[0].finish_reason) == (40, "length")
+    else:
+        assert (long.usage.completion_tokens, long.choices[0].finish_reason) == (5, "stop")
+    assert (short.usage.completion_tokens, short.choices[0].finish_reason) == (3, "length")
+    assert SimConfig().updated({"runs_to_max_tokens": False}).runs_to_max_tokens is False

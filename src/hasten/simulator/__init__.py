@@ -35,7 +35,8 @@ Endpoints
                                 it, then the simulator recovers; N = 0 ends it; /sim/reset too
 
 Length of a completion: `x-sim-tokens` if given, else max_tokens / max_completion_tokens (the
-model "runs to the limit", finish_reason "length"), else `SimConfig.output_tokens`; max_tokens
+model "runs to the limit", finish_reason "length"; `runs_to_max_tokens = false` in the
+[simulator] table: it only caps), else `SimConfig.output_tokens`; max_tokens
 always caps it; a `stop` sequence cuts it short (finish_reason "stop"). On the Responses and
 Messages APIs the limit only caps (agents set large ones): `x-sim-tokens` or output_tokens.
 

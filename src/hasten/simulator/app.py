@@ -312,8 +312,12 @@ class SimulatorApp:
     ) -> PreparedCompletion:
         """Generates the text, decides the fault and, unless it fails up front, the pacing."""
         state = self.state
-        request = with_tool_calls_capped(request, state.config.max_tool_calls)
-        choices = generate_choices(request, state.config.output_tokens, overrides.num_tokens)
+        config = state.config
+        request = with_tool_calls_capped(request, config.max_tool_calls)
+        forced = overrides.num_tokens
+        if forced is None and not config.runs_to_max_tokens:
+            forced = config.output_tokens  # max_tokens only caps it
+        choices = generate_choices(request, config.output_tokens, forced)
         num_completion_tokens = sum(len(choice.pieces) for choice in choices)
         num_steps = max(len(choice.pieces) for choice in choices)
         fault = self._decide_fault(overrides, num_steps)
