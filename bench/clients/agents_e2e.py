@@ -231,10 +231,14 @@ def stack(workdir: Path, max_tool_calls: int, is_translated: bool) -> Iterator[S
     env = {k: v for k, v in os.environ.items() if not k.startswith("HASTEN_")}
     env["PYTHONPATH"] = str(REPO / "src") + os.pathsep + env.get("PYTHONPATH", "")
     sim_port, gateway_port = free_port(), free_port()
+    # Agents set large limits (Claude Code: 32,000 tokens): the chat endpoint answers as
+    # the native ones do, the limit capping the answer rather than being run to.
+    sim_config = workdir / "simulator.toml"
+    sim_config.write_text("[simulator]\nruns_to_max_tokens = false\n")
     sim = subprocess.Popen(
         [
             *(python, "-m", "hasten", "simulate", "--host", "127.0.0.1", "--port", str(sim_port)),
-            *("--max-tool-calls", str(max_tool_calls)),
+            *("--max-tool-calls", str(max_tool_calls), "--config", str(sim_config)),
         ],
         env=env,
         stdout=subprocess.DEVNULL,
