@@ -12,6 +12,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, Too
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 
+from tests.support.gateway import sim_stats
 from tests.support.servers import ServerThread
 
 # Routed by the gateway's catch-all model, as `model="local"` would be to the local engine.
@@ -62,6 +63,34 @@ async def test_the_agents_sdk_streamed_run_parses_every_event(gateway: ServerThr
     assert raw_kinds.count("response.completed") == 2
     assert "response.function_call_arguments.delta" in raw_kinds
     assert isinstance(run.final_output, str) and run.final_output
+    await client.close()
+
+
+async def test_a_repeated_agent_run_is_served_from_the_cache(
+    sim: ServerThread, any_sampling_gateway: ServerThread
+) -> None:
+    """The Agents SDK sends no temperature: under ``deterministic_only = false`` a second
+    identical run (tool call, tool output, answer) reaches the upstream not once."""
+    agents.set_tracing_disabled(True)
+
+    @agents.function_tool
+    def get_time(city: str) -> str:
+        """The local time in a city."""
+        return "12:00"
+
+    client = openai.AsyncOpenAI(
+        base_url=any_sampling_gateway.url + "/v1", api_key="sk-test", max_retries=0
+    )
+    model = agents.OpenAIResponsesModel(model=MODEL, openai_client=client)
+    agent = agents.Agent(name="clock", instructions="Tell the time.", tools=[get_time], model=model)
+    before = sim_stats(sim.url)["num_requests"]
+    first = await agents.Runner.run(agent, "What time is it in Lima?", max_turns=4)
+    middle = sim_stats(sim.url)["num_requests"]
+    second = await agents.Runner.run(agent, "What time is it in Lima?", max_turns=4)
+    assert middle - before == 2 and sim_stats(sim.url)["num_requests"] == middle
+    assert second.final_output == first.final_output
+    first_ids = {r.response_id for r in first.raw_responses}
+    assert not first_ids & {r.response_id for r in second.raw_responses}  # fresh ids
     await client.close()
 
 
