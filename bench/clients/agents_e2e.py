@@ -1,6 +1,6 @@
 """Codex CLI and Claude Code end to end through hasten, twice each: the repeat from the cache.
 
-    .venv/bin/python bench/clients/agents_e2e.py [--task TEXT] [--max-tool-calls N]
+    .venv/bin/python bench/clients/agents_e2e.py [--translated] [--max-tool-calls N]
 
 Installs both CLIs with npm into bench/clients/.npm/ (gitignored; skipped when the pinned
 versions are there), starts the simulator (every API native: Responses for Codex, Messages
@@ -13,6 +13,12 @@ bodies are diffed: the fields that differ, and whether hasten's cache key
 and their ``cache`` field in the access log (the second run: all hits), and writes the
 report (one summary line, then JSON) also to bench/results/clients_e2e.json, and the
 request bodies to bench/results/clients_e2e/.
+
+``--translated``: the simulator as a chat-only upstream (hasten translates both APIs).
+``--max-tool-calls N``: the simulated model calls up to N of the offered tools per answer
+(default 0: it answers in text). With tools called, the CLIs run them and send their
+outputs, which differ per run (Codex's shell output carries a random chunk id and the wall
+time), so the turns after the first miss, as they should; 0 keeps the runs comparable.
 
 Loopback only once the packages are installed.
 """
