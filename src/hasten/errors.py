@@ -322,7 +322,7 @@ class FleetUnavailable(Exception):
 
 
 class SpliceMismatch(ValueError):
-    """A regenerated stream does not continue what the client got (``hasten.proxy.resume``)."""
+    """A regenerated stream does not continue what the client got (``hasten.proxy.splice``)."""
 
 
 class MalformedNews(ValueError):

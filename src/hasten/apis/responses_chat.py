@@ -885,10 +885,6 @@ class ChatToResponsesStream:
         self._is_ended = True
         return [*events, *self._sequence.take()]
 
-    @property
-    def next_sequence_number(self) -> int:
-        return self._sequence.next_number
-
     # -- building
 
     def _response(

@@ -15,12 +15,12 @@ from typing import Any
 from hasten.config.cache_policy import ModelCachePolicy
 from hasten.config.fleet import FleetConfig, parse_fleet
 from hasten.config.hybrid import HybridConfig, parse_hybrid
-from hasten.config.keys import KeysConfig, parse_keys, static_key_fields
+from hasten.config.keys_table import KeysConfig, parse_keys, static_key_fields
 from hasten.config.limits import KeyLimits
 from hasten.config.limits_table import LimitsConfig, parse_limits
 from hasten.config.local import LocalServerConfig, parse_local
 from hasten.config.metrics import MetricsConfig, parse_metrics
-from hasten.config.policy import ParamPolicy, parse_policy
+from hasten.config.policy_table import ParamPolicy, parse_policy
 from hasten.config.prices import ModelPrice, parse_prices
 from hasten.config.reader import TomlTable, read_toml_file
 from hasten.config.routing import (

@@ -53,7 +53,7 @@ _FORWARDED_REQUEST_HEADERS = frozenset(
 # Anthropic's.
 _CALLER_KEYS = frozenset({b"authorization", b"x-api-key"})
 # Of those, what can change the answer (an organisation's or project's models and settings,
-# a beta's behaviour): part of the cache key (hasten.cache.keys.with_headers).
+# a beta's behaviour): part of the cache key (hasten.cache.request_key.with_headers).
 _ANSWER_HEADERS = (
     "openai-beta",
     "openai-organization",
