@@ -26,16 +26,16 @@ Requests (``responses_request_to_chat``, ``chat_request_to_responses``):
                           metadata, user, safety_identifier, prompt_cache_key,
                           prompt_cache_retention, service_tier
 
-Dropped, since they do not change the answer or chat has nowhere to put them and the
-answer does not depend on them: toward chat ``store`` (hasten keeps the state itself),
+Dropped, since they do not change the answer or chat has nowhere to put them and the answer
+does not depend on them: toward chat ``store`` (hasten keeps the state itself),
 ``truncation``, ``include`` (but the logprobs flag), ``max_tool_calls`` (it limits built-in
 tools, which are refused), ``stream_options``, ``reasoning.summary`` and
-``generate_summary``, a ``namespace`` tool's own description, ``reasoning`` input items (the model's own earlier reasoning, often
-encrypted for its provider alone), items' ``id`` and ``status``, a false ``background``, a
-null ``previous_response_id``; toward Responses ``seed``, ``store`` (chat's stored
-completions; the request asks ``store: false``, hasten keeps state), ``stream_options``
-(Responses always reports usage), ``prediction``, messages' ``name``, an assistant's
-``reasoning_content``, ``n: 1``.
+``generate_summary``, a ``namespace`` tool's own description, ``reasoning`` input items
+(the model's own earlier reasoning, often encrypted for its provider alone), items' ``id``
+and ``status``, a false ``background``, a null ``previous_response_id``; toward Responses
+``seed``, ``store`` (chat's stored completions; the request asks ``store: false``, hasten
+keeps state), ``stream_options`` (Responses always reports usage), ``prediction``,
+messages' ``name``, an assistant's ``reasoning_content``, ``n: 1``.
 
 Refused with ``InvalidRequest`` naming the field (never a silent drop): toward chat a
 built-in tool (``web_search``, ``file_search``, ``computer_use``, ``mcp``...) or a

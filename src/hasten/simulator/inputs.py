@@ -291,8 +291,9 @@ def with_tool_calls_capped(request: GenerationRequest, max_calls: int) -> Genera
 def _answers_a_tool_result(messages: Any) -> bool:
     """Whether a tool message came after the last assistant message (a Messages turn with
     tool results and text becomes tool messages and a user message)."""
-    for message in reversed(messages if isinstance(messages, list) else ()):
-        role = message.get("role") if isinstance(message, dict) else None
+    turns: list[Any] = messages if isinstance(messages, list) else []
+    for message in reversed(turns):
+        role: Any = message.get("role") if isinstance(message, dict) else None
         if role == "assistant":
             return False
         if role == "tool":
