@@ -375,8 +375,8 @@ class SemanticCache:
             embed_ms=round(self.embedder.embed_s * 1e3, 3),
             embed_cpu_ms=round(self.embedder.embed_cpu_s * 1e3, 3),
         )
-        if self.replica is not None and self.replica.follower is not None:
-            report["shared"] = self.replica.follower_stats()
+        if self.replica is not None and self.replica.is_following:
+            report["shared"] = self.replica.stats()
         return report
 
     def script_stats(self) -> dict[str, dict[str, int]]:
