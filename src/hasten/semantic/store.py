@@ -52,7 +52,7 @@ from hasten.semantic.guard import signature
 from hasten.semantic.index import VectorIndex
 from hasten.semantic.near import NOTHING, LookupResult, SemanticMatch, near_miss
 from hasten.semantic.partition import split_chat
-from hasten.semantic.records import Records, Row, StoredEntry
+from hasten.semantic.records import Records, Row, StoredEntry, vector_bytes, vector_of
 from hasten.semantic.redis_tier import LOCAL_ID_BASE, DeleteEvent, Event, RedisTier, SharedEntry
 from hasten.semantic.replica import SharedReplica
 from hasten.semantic.store_config import SemanticStoreConfig
@@ -246,8 +246,7 @@ class SemanticCache:
             # Local-only ids name unrelated entries on other replicas: such a class stays here.
             if answer_class is not None and answer_class >= LOCAL_ID_BASE:
                 row = replace(row, answer_class=None)
-            vector_f16 = np.asarray(vector, dtype=np.float16).tobytes()
-            await self.replica.publish_insert(SharedEntry(entry_id, row, vector_f16))
+            await self.replica.publish_insert(SharedEntry(entry_id, row, vector_bytes(vector)))
         return entry_id
 
     async def insert_many(self, items: Sequence[NewEntry]) -> int:
@@ -457,17 +456,14 @@ class SemanticCache:
         self._index.load_partition(partition, ids, vectors)
         self.counters["partitions_rebuilt"] += 1
 
-    def _lookup_sync(
-        self, partition: str, text: str, vector: npt.NDArray[np.float32]
-    ) -> LookupResult:
+    def _lookup_sync(self, partition: str, text: str, vector: Vector) -> LookupResult:
         records = self._open()
         self._partition(records, partition)
         now = self._clock()
         found = self._index.search(partition, vector, self.config.num_candidates)
         floor = self.policy.floor
         stored = records.entries([entry_id for entry_id, sim in found if sim >= floor])
-        live = {i: entry for i, entry in stored.items() if entry.expires_at > now}
-        self._upkeep.drop_expired(records, [e for e in stored.values() if e.expires_at <= now])
+        live = {e.entry_id: e for e in self._upkeep.live(records, stored.values(), now)}
         candidates = [
             matcher.Candidate(
                 i, sim, self._upkeep.signature(live[i]), live[i].answer_key, live[i].answer_class
@@ -501,9 +497,7 @@ class SemanticCache:
             return None
         records = self._open()
         now = self._clock()
-        stored = records.entries_with_text(partition, text)
-        self._upkeep.drop_expired(records, [e for e in stored if e.expires_at <= now])
-        live = [entry for entry in stored if entry.expires_at > now]
+        live = self._upkeep.live(records, records.entries_with_text(partition, text), now)
         if not live:
             return None
         self._count_decision(script, matcher.HIT)
@@ -571,14 +565,22 @@ class SemanticCache:
         self._num_pending = max(0, self._num_pending - len(rows))
 
     def _add_row(
-        self, records: Records, row: Row, vector: Vector | None, entry_id: int | None = None
+        self,
+        records: Records,
+        row: Row,
+        vector: Vector | None,
+        entry_id: int | None = None,
+        *,
+        is_loaded_first: bool = True,
     ) -> int:
-        """One row into the file and the index (its partition loaded first); its id. Without
-        a vector, into the file only (it waits for ``_fill``)."""
-        if vector is not None:
+        """One row into the file and the index (its partition loaded first, unless
+        ``is_loaded_first`` is False: then it is indexed only if already loaded, else read
+        from the file on first use); its id. Without a vector, into the file only (it waits
+        for ``_fill``)."""
+        if vector is not None and is_loaded_first:
             self._partition(records, row.partition)
         entry_id = records.insert(row, vector, entry_id)
-        if vector is not None:
+        if vector is not None and row.partition in self._loaded:
             self._index.add(row.partition, entry_id, vector)
         self._upkeep.note_insert(records, row.text, self._clock())
         return entry_id
@@ -593,11 +595,9 @@ class SemanticCache:
             elif event is not None and event.row.expires_at > now:
                 if records.has(event.entry_id):
                     continue
-                vector = np.frombuffer(event.vector_f16, dtype=np.float16).astype(np.float32)
-                records.insert(event.row, vector, event.entry_id)
-                if event.row.partition in self._loaded:  # else loaded from the file when used
-                    self._index.add(event.row.partition, event.entry_id, vector)
-                self._upkeep.note_insert(records, event.row.text, now)
+                vector = vector_of(event.vector_f16)
+                # Not loaded for it: a partition this replica never looks up stays unloaded.
+                self._add_row(records, event.row, vector, event.entry_id, is_loaded_first=False)
                 self.counters["shared_applied"] += 1
 
     def _keep_only_sync(self, shared_ids: set[int]) -> None:
