@@ -193,7 +193,7 @@ class SemanticCache:
         if query is None:
             self.counters["skipped_not_cacheable"] += 1
             return NOTHING
-        if freshness.ttl_s(query.text, model=model, policy=self.config.freshness) <= 0:
+        if freshness.ttl_s(query.text, policy=self.config.freshness) <= 0:
             self.counters["skipped_volatile"] += 1
             return NOTHING
         self.start()
@@ -226,7 +226,7 @@ class SemanticCache:
     ) -> int | None:
         """Remembers the request's last user turn as answered under ``answer_key``.
 
-        The TTL is the smallest of ``ttl_s``, the model's and the question's freshness TTL;
+        The TTL is the smaller of ``ttl_s`` (the model's) and the question's freshness TTL;
         ``answer_class``: another entry's, when this answer was seen to agree with that
         entry's (None: its own). Returns the entry id, or None if not cacheable by meaning.
         """
@@ -312,11 +312,11 @@ class SemanticCache:
         ttl_s: float | None,
     ) -> Row | None:
         """The row to store, stored now; None when it is not cacheable by meaning. Its TTL is
-        the smallest of ``ttl_s``, the model's and the question's freshness TTL."""
+        the smaller of ``ttl_s`` and the question's freshness TTL."""
         query = split_chat(body, model=model, tenant=tenant)
         if query is None:
             return None
-        entry_ttl_s = freshness.ttl_s(query.text, model=model, policy=self.config.freshness)
+        entry_ttl_s = freshness.ttl_s(query.text, policy=self.config.freshness)
         if ttl_s is not None:
             entry_ttl_s = min(entry_ttl_s, ttl_s)
         if entry_ttl_s <= 0:
