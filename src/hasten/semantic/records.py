@@ -198,10 +198,6 @@ class Records:
         found = row.fetchone()[0]
         return base if found is None else int(found) + 1
 
-    def select_ids_below(self, limit: int) -> list[tuple[int, str]]:
-        rows = self.conn.execute(f"SELECT id, partition FROM {_TABLE} WHERE id < ?", (limit,))
-        return [(int(row[0]), row[1]) for row in rows]
-
     def entries(self, ids: Sequence[int]) -> dict[int, StoredEntry]:
         if not ids:
             return {}
@@ -266,10 +262,12 @@ class Records:
         model: str | None = None,
         created_before: float | None = None,
         expired_at: float | None = None,
+        ids_below: int | None = None,
     ) -> list[tuple[int, str]]:
         """Ids and partitions of rows matching every given condition (all rows if none)."""
         where, values = _where(
             ("id", "=", entry_id),
+            ("id", "<", ids_below),
             ("tenant", "=", tenant),
             ("model", "=", model),
             ("created_at", "<", created_before),

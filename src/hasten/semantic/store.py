@@ -230,7 +230,7 @@ class SemanticCache:
         ``answer_class``: another entry's, when this answer was seen to agree with that
         entry's (None: its own). Returns the entry id, or None if not cacheable by meaning.
         """
-        row = self._prepare(body, model, tenant, answer_key, ttl_s)
+        row = self._prepare(NewEntry(body, model, tenant, answer_key, ttl_s))
         if row is None:
             return None
         row = replace(row, answer_class=answer_class)
@@ -254,8 +254,7 @@ class SemanticCache:
         one transaction per chunk. Returns how many were indexed."""
         if self.replica is not None:
             return await self._insert_each(items)
-        prepared = (self._prepare(i.body, i.model, i.tenant, i.answer_key, i.ttl_s) for i in items)
-        rows = [row for row in prepared if row is not None]
+        rows = [row for item in items if (row := self._prepare(item)) is not None]
         num_inserted = 0
         for start in range(0, len(rows), _INSERT_CHUNK):
             chunk = rows[start : start + _INSERT_CHUNK]
@@ -303,28 +302,27 @@ class SemanticCache:
                 num_inserted += entry_id is not None
         return num_inserted
 
-    def _prepare(
-        self,
-        body: Mapping[str, Any],
-        model: str,
-        tenant: str,
-        answer_key: str,
-        ttl_s: float | None,
-    ) -> Row | None:
+    def _prepare(self, item: NewEntry) -> Row | None:
         """The row to store, stored now; None when it is not cacheable by meaning. Its TTL is
         the smaller of ``ttl_s`` and the question's freshness TTL."""
-        query = split_chat(body, model=model, tenant=tenant)
+        query = split_chat(item.body, model=item.model, tenant=item.tenant)
         if query is None:
             return None
         entry_ttl_s = freshness.ttl_s(query.text, policy=self.config.freshness)
-        if ttl_s is not None:
-            entry_ttl_s = min(entry_ttl_s, ttl_s)
+        if item.ttl_s is not None:
+            entry_ttl_s = min(entry_ttl_s, item.ttl_s)
         if entry_ttl_s <= 0:
             self.counters["insert_skipped_volatile"] += 1
             return None
         now = self._clock()
         return Row(
-            query.partition_key, tenant, model, query.text, answer_key, now, now + entry_ttl_s
+            query.partition_key,
+            item.tenant,
+            item.model,
+            query.text,
+            item.answer_key,
+            now,
+            now + entry_ttl_s,
         )
 
     async def invalidate(
@@ -602,7 +600,7 @@ class SemanticCache:
 
     def _keep_only_sync(self, shared_ids: set[int]) -> None:
         records = self._open()
-        rows = records.select_ids_below(LOCAL_ID_BASE)
+        rows = records.select_where(ids_below=LOCAL_ID_BASE)
         self._upkeep.remove(records, [row for row in rows if row[0] not in shared_ids], "dropped")
 
     def _delete_sync(
