@@ -122,6 +122,10 @@ async def _exchange(
     scope[TENANT_SCOPE_KEY] = tenant
     scope[API_SCOPE_KEY] = api.name
     raw = await read_body(receive, scope, pipe.config.server.max_body_bytes)
+    # A stored conversation named by the request is expanded into it before anything reads
+    # it (the cache key covers the whole conversation); a stored answer is written by the
+    # one wrapper around ``send`` that sees its end go out.
+    raw, kept = await pipe.states.open(api.name, tenant, raw)
     front = pipe.fronts.get(api.name, tenant, raw)
     if front is None:
         # A large body is parsed, checked and keyed on a worker thread (never memoised).
@@ -138,7 +142,7 @@ async def _exchange(
     is_trace_forwarded = not pipe.tracer.is_enabled
     return Exchange(
         scope,
-        send,
+        kept.wrap(send),
         api,
         body,
         raw,
