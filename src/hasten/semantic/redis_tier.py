@@ -12,7 +12,7 @@ model never read these vectors):
   ``max_events`` (``XADD MAXLEN ~``).
 
 Each replica keeps its own SQLite file and in-memory index as before, as a local copy: its
-writes go to its copy and then to Redis; a background task (``Follower``) reads the stream
+writes go to its copy and then to Redis; a background task (``SharedReplica``) reads the stream
 with a short blocking XREAD and applies the other replicas' events to the local copy. The
 stream position is saved in the local file; a replica that starts without one, or whose
 position has been trimmed off the stream, rebuilds its copy from the hashes (SCAN) first.

@@ -17,14 +17,15 @@ another, so the event loop never blocks. Vectors and metadata live in one SQLite
 from the stored vectors whenever missing or stale.
 
 With ``redis_url`` set (the gateway does so when its exact cache is in Redis), that file is
-this replica's copy of a shared tier: entries are also written to Redis and a background
-``Follower`` applies the other replicas' inserts and invalidations (see ``redis_tier``).
+this replica's copy of a shared tier: entries are also written to Redis and its
+``SharedReplica`` applies the other replicas' inserts and invalidations in the background
+(see ``redis_tier``).
 
 What the store owns and who does what: the rows (``Records``), the vector index and its
 saved graphs are the store's, touched on its one worker thread; ``Upkeep`` keeps their
 totals, signatures, expiry and eviction in step (called from the store's worker-thread
 methods); ``SharedReplica`` (None without ``redis_url``) owns the Redis side and the
-follower, and reaches the rows only through the store's ``ReplicaStore`` methods.
+following task, and reaches the rows only through the store's ``ReplicaStore`` methods.
 """
 
 from __future__ import annotations
