@@ -37,7 +37,9 @@ Endpoints
 Length of a completion: `x-sim-tokens` if given, else max_tokens / max_completion_tokens (the
 model "runs to the limit", finish_reason "length"), else `SimConfig.output_tokens`; max_tokens
 always caps it; a `stop` sequence cuts it short (finish_reason "stop"). On the Responses and
-Messages APIs the limit only caps (agents set large ones): `x-sim-tokens` or output_tokens.
+Messages APIs the limit only caps (agents set large ones): `x-sim-tokens` or output_tokens;
+`runs_to_max_tokens = false` makes chat and text completions do the same (an agent's request
+translated to chat by a gateway keeps its native length).
 
 Every API path also answers without its /v1 prefix. The Responses and Messages answers are
 the chat generation for the same turns, translated event by event (hasten.apis), on the same

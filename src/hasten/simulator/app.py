@@ -311,7 +311,10 @@ class SimulatorApp:
     ) -> PreparedCompletion:
         """Generates the text, decides the fault and, unless it fails up front, the pacing."""
         state = self.state
-        choices = generate_choices(request, state.config.output_tokens, overrides.num_tokens)
+        forced = overrides.num_tokens
+        if forced is None and not state.config.runs_to_max_tokens:
+            forced = state.config.output_tokens  # max_tokens then only caps, as natively
+        choices = generate_choices(request, state.config.output_tokens, forced)
         num_completion_tokens = sum(len(choice.pieces) for choice in choices)
         num_steps = max(len(choice.pieces) for choice in choices)
         fault = self._decide_fault(overrides, num_steps)

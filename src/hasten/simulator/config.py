@@ -60,6 +60,10 @@ class SimConfig:
     # False: any model name is answered (other suites pick their own names); True: 404 otherwise.
     strict_models: bool = False
     output_tokens: int = DEFAULT_OUTPUT_TOKENS
+    # True: a chat/text completion runs to its max_tokens (benchmarks of the limit); False:
+    # max_tokens only caps it, as on the native Responses and Messages endpoints, so an
+    # agent's large limit translated to chat does not make a 4096-token answer.
+    runs_to_max_tokens: bool = True
     embedding_dims: int = DEFAULT_EMBEDDING_DIMS
 
     rtt_ms: float = 0.0
@@ -155,6 +159,7 @@ def read_simulator(table: TomlTable, base: SimConfig) -> SimConfig:
         models=_models(table, b.models),
         strict_models=table.boolean("strict_models", b.strict_models),
         output_tokens=int(table.get("output_tokens", int, b.output_tokens)),
+        runs_to_max_tokens=table.boolean("runs_to_max_tokens", b.runs_to_max_tokens),
         embedding_dims=int(table.get("embedding_dims", int, b.embedding_dims)),
         rtt_ms=table.real("rtt_ms", b.rtt_ms),
         ttft_base_ms=table.real("ttft_base_ms", b.ttft_base_ms),
