@@ -65,11 +65,17 @@ class Plan:
     shape: TailShape
 
 
-FULL = Plan(num_turns=24, num_tasks=12, num_repeat_tasks=3, num_overhead_tasks=30,
-            shape=TailShape())  # fmt: skip
+FULL = Plan(
+    num_turns=24, num_tasks=12, num_repeat_tasks=3, num_overhead_tasks=30, shape=TailShape()
+)
 # For the test: a few short tasks on a fast, still heavy-tailed simulator.
-TINY = Plan(num_turns=3, num_tasks=2, num_repeat_tasks=1, num_overhead_tasks=2,
-            shape=TailShape(rtt_ms=1.0, ttft_ms=5.0, decode_ms=0.2, output_tokens=6))  # fmt: skip
+TINY = Plan(
+    num_turns=3,
+    num_tasks=2,
+    num_repeat_tasks=1,
+    num_overhead_tasks=2,
+    shape=TailShape(rtt_ms=1.0, ttft_ms=5.0, decode_ms=0.2, output_tokens=6),
+)
 
 
 @dataclass(slots=True)
@@ -230,7 +236,9 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     plan = Plan(
         num_turns=args.turns or plan.num_turns,
         num_tasks=args.tasks or plan.num_tasks,
-        num_repeat_tasks=min(args.repeat_tasks or plan.num_repeat_tasks, args.tasks or plan.num_tasks),
+        num_repeat_tasks=min(
+            args.repeat_tasks or plan.num_repeat_tasks, args.tasks or plan.num_tasks
+        ),
         num_overhead_tasks=args.overhead_tasks or plan.num_overhead_tasks,
         shape=plan.shape,
     )
@@ -250,25 +258,30 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
             "apis": apis,
         },
         "tail_simulator": {
-            "rtt_ms": plan.shape.rtt_ms, "ttft_base_ms": plan.shape.ttft_ms,
+            "rtt_ms": plan.shape.rtt_ms,
+            "ttft_base_ms": plan.shape.ttft_ms,
             "jitter_sigma": plan.shape.jitter_sigma,
             "straggler_prob": plan.shape.straggler_prob,
             "straggler_mult": plan.shape.straggler_mult,
             "decode_ms_per_token": plan.shape.decode_ms,
             "output_tokens": plan.shape.output_tokens,
-        },  # fmt: skip
+        },
     }
     started_s = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="hasten-agents-") as tmp, started(
-        Path(tmp), plan.shape, seed=args.seed
-    ) as servers, httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
+    with (
+        tempfile.TemporaryDirectory(prefix="hasten-agents-") as tmp,
+        started(Path(tmp), plan.shape, seed=args.seed) as servers,
+        httpx.Client(timeout=REQUEST_TIMEOUT_S) as client,
+    ):
         result["gateway_config"] = servers.gateway_config
         tail_runner = Runner(client, servers.tail_url, servers.hasten_url, plan.num_turns)
         tail, firsts = tail_phase(tail_runner, apis, plan)
         result["repeat"] = repeat_phase(tail_runner, apis, plan, firsts)
         fast_runner = Runner(client, servers.fast_url, servers.hasten_url, plan.num_turns)
         overhead = overhead_phase(fast_runner, apis, plan)
-    result["tail"] = {api: {t: c.figures() for t, c in cells.items()} for api, cells in tail.items()}
+    result["tail"] = {
+        api: {t: c.figures() for t, c in cells.items()} for api, cells in tail.items()
+    }
     result["overhead"] = overhead_figures(overhead)
     result["goals"] = goals(result, apis)
     result["duration_s"] = round(time.perf_counter() - started_s, 1)
@@ -300,11 +313,15 @@ def goals(result: dict[str, Any], apis: list[str]) -> dict[str, Any]:
             key = f"{api}/{target}"
             hasten_p99 = tail[api][target]["ttft_ms"]["p99"]
             ratio = None if not hasten_p99 or direct_p99 is None else direct_p99 / hasten_p99
-            p99_ratio[key] = {"ratio": _round(ratio, 2),
-                              "holds": ratio is not None and ratio >= GOAL_P99_TTFT_RATIO}  # fmt: skip
+            p99_ratio[key] = {
+                "ratio": _round(ratio, 2),
+                "holds": ratio is not None and ratio >= GOAL_P99_TTFT_RATIO,
+            }
             times = repeat[api][target]["speedup_vs_direct"]
-            speedup[key] = {"ratio": times,
-                            "holds": times is not None and times >= GOAL_REPEAT_SPEEDUP}  # fmt: skip
+            speedup[key] = {
+                "ratio": times,
+                "holds": times is not None and times >= GOAL_REPEAT_SPEEDUP,
+            }
             this_added = overhead[api][target]["added_e2e_ms"]["p50"]
             share = None if not chat_added or this_added is None else this_added / chat_added
             vs_chat[key] = {
@@ -329,16 +346,19 @@ def summary_line(result: dict[str, Any]) -> str:
             continue
         speed = g["repeat_speedup_vs_direct"][key]["ratio"]
         share = g["added_p50_miss_over_chat"][key]["ratio"]
-        parts.append(f"{key}: p99 TTFT {row['ratio']}x lower, repeat {speed}x, added p50 {share}x chat's")
+        parts.append(
+            f"{key}: p99 TTFT {row['ratio']}x lower, repeat {speed}x, added p50 {share}x chat's"
+        )
     return "agents: " + "; ".join(parts)
 
 
 def markdown(result: dict[str, Any]) -> str:
     """The docs/benchmarks.md table: one row per API and target."""
     lines = [
-        "| API | target | TTFT p50 / p99 ms | e2e p50 / p99 ms | task s (median) | hedged | repeat s | added p50 on a miss ms |",
+        "| API | target | TTFT p50 / p99 ms | e2e p50 / p99 ms | task s (median) | hedged"
+        " | repeat s | added p50 on a miss ms |",
         "|---|---|---|---|---|---|---|---|",
-    ]  # fmt: skip
+    ]
     for api, rows in result["tail"].items():
         for target, row in rows.items():
             over = result["overhead"][api][target]

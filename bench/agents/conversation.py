@@ -65,12 +65,17 @@ TOOLS: tuple[dict[str, Any], ...] = (
 
 
 def task_text(seed: int) -> str:
-    return f"Task {seed}: the test tests/test_parser.py::test_case_{seed} fails; find out why and fix it."
+    return (
+        f"Task {seed}: the test tests/test_parser.py::test_case_{seed} fails;"
+        " find out why and fix it."
+    )
 
 
 def tool_result(seed: int, turn: int) -> str:
     """What the tool printed: a few hundred characters, fixed by (task, turn)."""
-    lines = [f"src/module_{(seed * 31 + turn * 7 + i) % 97}.py: {i * 13 + turn} lines" for i in range(8)]
+    lines = [
+        f"src/module_{(seed * 31 + turn * 7 + i) % 97}.py: {i * 13 + turn} lines" for i in range(8)
+    ]
     return f"$ exit code 0 (turn {turn})\n" + "\n".join(lines)
 
 
@@ -133,30 +138,41 @@ class ResponsesDialect:
 
     def first_turn(self, seed: int) -> list[Any]:
         return [
-            {"type": "message", "role": "user",
-             "content": [{"type": "input_text", "text": task_text(seed)}]}
-        ]  # fmt: skip
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": task_text(seed)}],
+            }
+        ]
 
     def append(self, history: list[Any], answer: Answer, seed: int, turn: int) -> None:
         if answer.text:
             history.append(
-                {"type": "message", "role": "assistant",
-                 "content": [{"type": "output_text", "text": answer.text}]}
-            )  # fmt: skip
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": answer.text}],
+                }
+            )
         for call_id, name, arguments in answer.calls:
             history.append(
-                {"type": "function_call", "call_id": call_id, "name": name,
-                 "arguments": arguments}
-            )  # fmt: skip
+                {"type": "function_call", "call_id": call_id, "name": name, "arguments": arguments}
+            )
             history.append(
-                {"type": "function_call_output", "call_id": call_id,
-                 "output": tool_result(seed, turn)}
-            )  # fmt: skip
+                {
+                    "type": "function_call_output",
+                    "call_id": call_id,
+                    "output": tool_result(seed, turn),
+                }
+            )
         if not answer.calls:
             history.append(
-                {"type": "message", "role": "user",
-                 "content": [{"type": "input_text", "text": "Go on."}]}
-            )  # fmt: skip
+                {
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": "Go on."}],
+                }
+            )
 
     def is_output(self, event_type: str, data: dict[str, Any]) -> bool:
         return event_type in (
@@ -173,9 +189,7 @@ class ResponsesDialect:
                 if item.get("type") == "function_call":
                     answer.calls.append((item["call_id"], item["name"], item["arguments"]))
                 elif item.get("type") == "message":
-                    answer.text += "".join(
-                        part.get("text", "") for part in item.get("content", ())
-                    )
+                    answer.text += "".join(part.get("text", "") for part in item.get("content", ()))
         return answer
 
 
@@ -191,10 +205,13 @@ class MessagesDialect:
             "max_tokens": MAX_TOKENS,
             "system": [{"type": "text", "text": SYSTEM_PROMPT}],
             "tools": [
-                {"name": t["name"], "description": t["description"],
-                 "input_schema": t["parameters"]}
+                {
+                    "name": t["name"],
+                    "description": t["description"],
+                    "input_schema": t["parameters"],
+                }
                 for t in TOOLS
-            ],  # fmt: skip
+            ],
             "messages": history,
             "stream": True,
         }
@@ -208,9 +225,13 @@ class MessagesDialect:
             blocks.append({"type": "text", "text": answer.text})
         for call_id, name, arguments in answer.calls:
             blocks.append(
-                {"type": "tool_use", "id": call_id, "name": name,
-                 "input": json.loads(arguments or "{}")}
-            )  # fmt: skip
+                {
+                    "type": "tool_use",
+                    "id": call_id,
+                    "name": name,
+                    "input": json.loads(arguments or "{}"),
+                }
+            )
         history.append({"role": "assistant", "content": blocks})
         results: list[dict[str, Any]] = [
             {"type": "tool_result", "tool_use_id": call_id, "content": tool_result(seed, turn)}
@@ -266,10 +287,13 @@ class ChatDialect:
         message: dict[str, Any] = {"role": "assistant", "content": answer.text or None}
         if answer.calls:
             message["tool_calls"] = [
-                {"id": call_id, "type": "function",
-                 "function": {"name": name, "arguments": arguments}}
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": name, "arguments": arguments},
+                }
                 for call_id, name, arguments in answer.calls
-            ]  # fmt: skip
+            ]
         history.append(message)
         for call_id, _, _ in answer.calls:
             history.append(

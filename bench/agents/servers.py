@@ -26,7 +26,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,29 +66,39 @@ def hasten_command() -> list[str]:
 class Process:
     """A server in its own process group: started, polled until healthy, stopped with it."""
 
-    def __init__(self, name: str, argv: Sequence[str], log_path: Path) -> None:
+    def __init__(
+        self, name: str, argv: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None
+    ) -> None:
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
+        self._env = dict(env) if env is not None else None
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("HASTEN_")}
+        env = self._env
+        if env is None:  # no HASTEN_* setting of the caller's shell changes the servers
+            env = {k: v for k, v in os.environ.items() if not k.startswith("HASTEN_")}
         with self.log_path.open("wb") as log:
             self._process = subprocess.Popen(
-                self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=env, start_new_session=True,
-            )  # fmt: skip
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
 
-    def wait_ready(self, url: str) -> None:
+    def wait_ready(self, url: str, headers: Mapping[str, str] | None = None) -> None:
         assert self._process is not None
         deadline_s = time.monotonic() + READY_TIMEOUT_S
+        request = urllib.request.Request(url, headers=dict(headers or {}))
         while time.monotonic() < deadline_s:
             if self._process.poll() is not None:
                 raise RuntimeError(f"{self.name} exited early:\n{self.log_tail()}")
             with (
                 contextlib.suppress(OSError, urllib.error.URLError),
-                urllib.request.urlopen(url, timeout=1.0) as response,
+                urllib.request.urlopen(request, timeout=1.0) as response,
             ):
                 if response.status == 200:
                     return
@@ -140,11 +150,16 @@ def gateway_toml(tail_url: str, fast_url: str) -> str:
 
     def model(name: str, upstreams: list[str]) -> None:
         deployments = ", ".join(f'{{ upstream = "{u}" }}' for u in upstreams)
-        lines.extend([
-            f'[models."{name}"]', f"deployments = [{deployments}]",
-            "cache = { deterministic_only = false }",
-            f'[models."{name}".routing.hedge]', "enabled = true", "",
-        ])  # fmt: skip
+        lines.extend(
+            [
+                f'[models."{name}"]',
+                f"deployments = [{deployments}]",
+                "cache = { deterministic_only = false }",
+                f'[models."{name}".routing.hedge]',
+                "enabled = true",
+                "",
+            ]
+        )
 
     for index in range(NUM_DEPLOYMENTS):
         upstream(f"tail{index}", tail_url, native)
@@ -176,18 +191,37 @@ def started(workdir: Path, shape: TailShape, seed: int) -> Iterator[Servers]:
     for name, port, tail_shape in (("tail", tail_port, shape), ("fast", fast_port, None)):
         config = workdir / f"{name}.toml"
         config.write_text(simulator_toml(tail_shape, seed), encoding="utf-8")
-        argv = [*hasten, "simulate", "--host", "127.0.0.1", "--port", str(port),
-                "--config", str(config)]  # fmt: skip
+        argv = [
+            *hasten,
+            "simulate",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--config",
+            str(config),
+        ]
         processes.append(Process(name, argv, workdir / f"{name}.log"))
     gateway_config = gateway_toml(tail_url, fast_url)
     (workdir / "hasten.toml").write_text(gateway_config, encoding="utf-8")
     gateway = Process(
         "hasten",
-        [*hasten, "serve", "--host", "127.0.0.1", "--port", str(gateway_port),
-         "--config", str(workdir / "hasten.toml"),
-         "--sqlite-path", str(workdir / "cache.sqlite3"), "--log-level", "warning"],
+        [
+            *hasten,
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(gateway_port),
+            "--config",
+            str(workdir / "hasten.toml"),
+            "--sqlite-path",
+            str(workdir / "cache.sqlite3"),
+            "--log-level",
+            "warning",
+        ],
         workdir / "hasten.log",
-    )  # fmt: skip
+    )
     processes.append(gateway)
     with contextlib.ExitStack() as stack:
         for process in processes:
@@ -215,4 +249,3 @@ def machine() -> dict[str, object]:
         "python": sys.version.split()[0],
         "load_average_1m_at_start": round(os.getloadavg()[0], 2),
     }
-
