@@ -81,7 +81,7 @@ def cmake_flags(flags: frozenset[str]) -> list[str]:
     return args
 
 
-# For measuring what the portable set costs (bench/engine_builds.py) on a CPU where
+# For measuring what the portable set costs (bench/local/engine_builds.py) on a CPU where
 # -march=native is safe; never what `make` installs.
 NATIVE_FLAGS = ("-DGGML_NATIVE=ON", "-DLLAVA_BUILD=OFF", "-DLLAMA_CURL=OFF")
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs Debian's nginx when it is missing. The fleet tests and bench/fleet.py run their own
+# Installs Debian's nginx when it is missing. The fleet tests and bench/fleet/fleet.py run their own
 # unprivileged nginx from a temporary directory (tests/support/fleet.py) as the load balancer
 # in front of the gateway replicas; this script only makes sure the binary exists.
 set -euo pipefail

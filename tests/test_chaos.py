@@ -6,7 +6,7 @@ streams) through it, breaks the L2 store mid-run and checks that every request s
 200 with the answer the simulator gives for it, and that the cache recovers afterwards.
 The stores' own failure modes are unit-tested in test_cache_redis.py and
 test_cache_sqlite.py; the engine child killed under load is in test_local_supervisor.py.
-bench/chaos.py is the long version, with upstream faults too.
+bench/reliability/chaos.py is the long version, with upstream faults too.
 """
 
 from __future__ import annotations

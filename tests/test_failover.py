@@ -2,9 +2,9 @@
 
 Each must be at least safe-fail today (never a hang, a traceback, a wrong or corrupt
 answer, or a partial answer cached), and pass where the gateway passes today. The
-catalogue and its rules are ``tests/support/failover/``; ``bench/failover.py`` runs the same
-scenarios with more requests each and times them (here no answer is ever late: only a hang
-counts against time, the machine being noisy).
+catalogue and its rules are ``tests/support/failover/``; ``bench/reliability/failover.py`` runs
+the same scenarios with more requests each and times them (here no answer is ever late: only a
+hang counts against time, the machine being noisy).
 """
 
 from __future__ import annotations

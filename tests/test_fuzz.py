@@ -1,8 +1,8 @@
 """Schemathesis against a live gateway (simulator upstream) from the gateway's own OpenAPI
 document: no generated request, valid or not, gets a 5xx, and every error is OpenAI-shaped.
 
-Bounded (a few hundred cases per operation, well under two minutes); ``bench/fuzz.py`` runs
-the long version and counts distinct bodies.
+Bounded (a few hundred cases per operation, well under two minutes);
+``bench/reliability/fuzz.py`` runs the long version and counts distinct bodies.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""``GET /stats`` counts the gateway's asyncio tasks (bench/soak.py watches it for leaks)."""
+"""``GET /stats`` counts the gateway's asyncio tasks (bench/reliability/soak.py watches it for
+leaks)."""
 
 from __future__ import annotations
 

@@ -37,13 +37,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench.semantic
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench's shared helpers
 
 import httpx
 import numpy as np
-from server_process import clean_environment, invocation, rev_source
 
 from bench.semantic.hit_http import percentiles
+from bench.support.server_process import clean_environment, invocation, rev_source
 from hasten.semantic.freshness import FreshnessPolicy, ttl_s
 from tests.support.servers import GatewayProcess, SimulatorProcess
 

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_venv import BenchVenv, VenvInstall
-from bench_venv import ensure_installed as _ensure_installed
 
 from bench.semantic import evaluate
+from bench.support.bench_venv import BenchVenv, VenvInstall
+from bench.support.bench_venv import ensure_installed as _ensure_installed
 from hasten.semantic.embedder import Embedder
 from hasten.semantic.partition import split_chat
 

@@ -34,15 +34,14 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench.semantic
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench's shared helpers
 
 import httpx
 import numpy as np
 import numpy.typing as npt
-from overhead import hasten_executable
-from server_process import ServerProcess, clean_environment, free_port
 
+from bench.overhead.overhead import hasten_executable
 from bench.semantic.models import build_embedder
+from bench.support.server_process import ServerProcess, clean_environment, free_port
 
 DATA_DIR = Path("/work/shared/data/semcache")
 READY_TIMEOUT_S = 120.0

@@ -22,13 +22,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench.semantic
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench's shared helpers
-
-from bench_venv import VenvInstall
 
 from bench.semantic import compare as bench
 from bench.semantic import evaluate, gptcache_env
 from bench.semantic import vectors as vectors_mod
+from bench.support.bench_venv import VenvInstall
 
 # Lower targets, where paraphrases are served (at 0.95 only repeats are).
 LOW_TARGETS = (0.85, 0.8, 0.7)

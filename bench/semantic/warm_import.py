@@ -25,10 +25,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench.semantic
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench's shared helpers
 
 import httpx
-from server_process import clean_environment, invocation
 
 from bench.semantic.default import (
     ADMIN_HEADERS,
@@ -38,6 +36,7 @@ from bench.semantic.default import (
     _ask,
     _repeat,
 )
+from bench.support.server_process import clean_environment, invocation
 from tests.support.servers import GatewayProcess, SimulatorProcess
 
 NUM_REPEATS = 200

@@ -337,7 +337,7 @@ class HastenApp:
             "requests": dict(gateway.stats.counts),
             "in_flight": len(gateway.coalescer),
             # asyncio tasks alive in the gateway's loop: flat under steady load, or a leak
-            # (bench/soak.py samples it), and what they are made of.
+            # (bench/reliability/soak.py samples it), and what they are made of.
             "tasks": sum(kinds.values()),
             "task_kinds": kinds,
             "cache": self._cache_state(gateway),

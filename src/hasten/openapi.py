@@ -2,7 +2,7 @@
 
 It describes the fields the gateway itself validates (each API's ``check``); everything else
 in a request body passes through to the upstream untouched, so request schemas allow
-additional properties. Fuzzers (``tests/test_fuzz.py``, ``bench/fuzz.py``) generate
+additional properties. Fuzzers (``tests/test_fuzz.py``, ``bench/reliability/fuzz.py``) generate
 requests from it and check that no input makes the gateway answer 5xx on its own or
 answer an error outside its API's shape (OpenAI's; Anthropic's under /v1/messages).
 """

@@ -1,7 +1,7 @@
 """Issue 13's acceptance checks: 3 real ``hasten serve`` replicas behind Debian's nginx
 (round robin, loopback), one redis-server shared through ``[fleet]``, simulators upstream.
 
-The scenarios live in tests/support/fleet_checks.py (bench/fleet.py reports the same ones);
+The scenarios live in tests/support/fleet_checks.py (bench/fleet/fleet.py reports the same ones);
 here each is held to its rule.
 """
 

@@ -47,7 +47,8 @@ CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 @pytest.mark.parametrize("name", ["max_tokens", "max_completion_tokens"])
 def test_output_is_bounded_per_request(name: str) -> None:
-    # 2**31 tokens once made the simulator allocate 34 GB and die (found by bench/fuzz.py).
+    # 2**31 tokens once made the simulator allocate 34 GB and die (found by
+    # bench/reliability/fuzz.py).
     assert parse_chat_request({**CHAT, name: MAX_COMPLETION_TOKENS}).max_tokens == (
         MAX_COMPLETION_TOKENS
     )

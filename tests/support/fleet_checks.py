@@ -1,5 +1,5 @@
 """Issue 13's acceptance scenarios on a running fleet, as measurements: each returns what it
-counted, tests/fleet/test_replicas.py asserts on it and bench/fleet.py reports it.
+counted, tests/fleet/test_replicas.py asserts on it and bench/fleet/fleet.py reports it.
 
 Counts, never timings: upstream calls as the simulators count them, answers as the clients
 read them, admissions as statuses. Every wait is bounded.

@@ -6,7 +6,7 @@ round trip itself is under 100 us on loopback: at the fleet's few commands per r
 is most of what a limited key costs. This connection writes each command (or a batch) with
 one ``transport.write`` and matches replies first in, first out, parsed by hiredis, so any
 number of coroutines share it, pipelined; about 50 us of CPU a command
-(``bench/fleet_cost.py`` measures the whole path).
+(``bench/support/fleet_cost.py`` measures the whole path).
 
 Failures are redis-py's exception types (``FleetLink`` and its callers already handle
 them): a lost or timed-out connection fails every command waiting on it with

@@ -1,12 +1,12 @@
 """The failover catalogue: every scenario, its pass rule and how it runs, in one list.
 
-``tests/test_failover.py`` runs each once (``Run.num_repeats = 1``); ``bench/failover.py``
-runs them with more requests each and prints the scorecard. Each scenario builds its own
-lab (``lab.lab``: simulators, a closed port or a black hole, and a gateway routing over
-them as a demanding user configures it: connect 0.5 s, TTFT 1 s, two quick retries,
-fallbacks ``a -> b -> c``), puts the fault on deployment ``a`` (or on all), asks, judges
-every answer (``verdict.judge``), then heals the simulators and asks again, so that a wrong
-or partial answer left in the cache fails the scenario.
+``tests/test_failover.py`` runs each once (``Run.num_repeats = 1``);
+``bench/reliability/failover.py`` runs them with more requests each and prints the scorecard.
+Each scenario builds its own lab (``lab.lab``: simulators, a closed port or a black hole, and a
+gateway routing over them as a demanding user configures it: connect 0.5 s, TTFT 1 s, two quick
+retries, fallbacks ``a -> b -> c``), puts the fault on deployment ``a`` (or on all), asks,
+judges every answer (``verdict.judge``), then heals the simulators and asks again, so that a
+wrong or partial answer left in the cache fails the scenario.
 """
 
 from __future__ import annotations
