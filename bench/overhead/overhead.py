@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: b
 
 import orjson
 
+from bench.agents import api_overhead
 from bench.support import litellm_env, overhead_docs
 from bench.support.overhead_figures import (
     NO_METRICS,
@@ -435,10 +436,6 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
 
 def api_figures(args: argparse.Namespace, workdir: Path, litellm_exe: Path | None) -> Any:
     """chat, Responses and Messages side by side: hasten, LiteLLM, Portkey (their own servers)."""
-    if str(REPO) not in sys.path:  # bench.agents is imported from the repository root
-        sys.path.insert(0, str(REPO))
-    from bench.agents import api_overhead
-
     workdir.mkdir(parents=True, exist_ok=True)
     env = clean_environment()
 
@@ -522,9 +519,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.json:
         line = summary_line(result)
         if "apis" in result:
-            from bench.agents.api_overhead import summary
-
-            line += "; " + summary(result["apis"])
+            line += "; " + api_overhead.summary(result["apis"])
         print(line)
     print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
     if args.write_docs:
