@@ -67,6 +67,7 @@ class Samples:
     sequential_ms: list[float] = field(default_factory=list)
     stream_ttft_ms: list[float] = field(default_factory=list)
     num_errors: int = 0
+    first_error: str = ""  # what the first failed request got, to tell why
 
 
 def _no_headers(api: str) -> dict[str, str]:
@@ -200,6 +201,7 @@ class Client:
     def __init__(self, http: httpx.Client) -> None:
         self.http = http
         self.num_prompts = 0
+        self.last_error = ""
 
     def prompt(self) -> str:
         self.num_prompts += 1  # every request its own prompt: no cache anywhere can answer
@@ -216,21 +218,24 @@ class Client:
         try:
             if not stream:
                 response = self.http.post(url, content=json.dumps(payload), headers=headers)
-                return (
-                    (time.perf_counter() - started_s) * 1000
-                    if response.status_code == 200
-                    else None
-                )
+                if response.status_code != 200:
+                    self.last_error = f"{response.status_code} {response.text[:200]}"
+                    return None
+                return (time.perf_counter() - started_s) * 1000
             ttft_ms = None
             with self.http.stream("POST", url, content=json.dumps(payload), headers=headers) as r:
                 if r.status_code != 200:
                     r.read()
+                    self.last_error = f"stream: {r.status_code} {r.text[:200]}"
                     return None
                 for event_type, data in sse_events(r.iter_lines()):
                     if ttft_ms is None and dialect.is_output(event_type, data):
                         ttft_ms = (time.perf_counter() - started_s) * 1000
+            if ttft_ms is None:
+                self.last_error = "stream: no output event"
             return ttft_ms
-        except (httpx.HTTPError, json.JSONDecodeError):
+        except (httpx.HTTPError, json.JSONDecodeError) as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}"[:200]
             return None
 
 
@@ -258,6 +263,7 @@ def measure(
                             ms = client.one(target, api, stream=stream)
                             if ms is None:
                                 cell.num_errors += 1
+                                cell.first_error = cell.first_error or client.last_error
                             else:
                                 into.append(ms)
     return samples
@@ -300,7 +306,10 @@ def figures(samples: dict[str, dict[str, Samples]]) -> dict[str, Any]:
             for name, row in latency[api].items()
             if name != "direct"
         }
-        errors[api] = {name: c.num_errors for name, c in cells.items()}
+        errors[api] = {
+            name: {"errors": c.num_errors, "first": c.first_error} if c.num_errors else 0
+            for name, c in cells.items()
+        }
     return {"latency_ms": latency, "added_ms": added, "errors": errors}
 
 
