@@ -19,7 +19,8 @@ Goals (reported, not assumed): p99 per-turn TTFT >= 3x lower through hasten; the
 task >= 20x faster than direct; added p50 on a miss within 10% of chat's.
 
     .venv/bin/python bench/agents/agents.py [--turns 24] [--tasks 12] [--repeat-tasks 3]
-        [--overhead-tasks 30] [--apis chat,responses,messages] [--tiny] [--json] [--markdown]
+        [--overhead-tasks 30] [--apis chat,responses,messages] [--hedge-budget-burst N]
+        [--tiny] [--json] [--markdown]
 
 Loopback only; every loop is bounded by the counts above and every request by a timeout.
 """
@@ -256,6 +257,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
             "repeat_tasks": plan.num_repeat_tasks,
             "overhead_tasks": plan.num_overhead_tasks,
             "apis": apis,
+            "hedge_budget_burst": args.hedge_budget_burst,  # None: the default
         },
         "tail_simulator": {
             "rtt_ms": plan.shape.rtt_ms,
@@ -270,7 +272,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     started_s = time.perf_counter()
     with (
         tempfile.TemporaryDirectory(prefix="hasten-agents-") as tmp,
-        started(Path(tmp), plan.shape, seed=args.seed) as servers,
+        started(Path(tmp), plan.shape, args.seed, args.hedge_budget_burst) as servers,
         httpx.Client(timeout=REQUEST_TIMEOUT_S) as client,
     ):
         result["gateway_config"] = servers.gateway_config
@@ -383,6 +385,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--overhead-tasks", type=int, default=None, help="zero-latency tasks")
     parser.add_argument("--apis", default=",".join(API_NAMES), help="comma-separated APIs")
     parser.add_argument("--seed", type=int, default=7, help="the simulators' RNG seed")
+    parser.add_argument(
+        "--hedge-budget-burst",
+        type=float,
+        default=None,
+        metavar="N",
+        help="[routing.hedge] budget_burst = N (default: unset, every hedge setting default)",
+    )
     parser.add_argument("--tiny", action="store_true", help="a few short tasks (tests)")
     parser.add_argument("--json", action="store_true", help="print only the JSON object")
     parser.add_argument("--markdown", action="store_true", help="also print the docs table")

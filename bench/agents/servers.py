@@ -141,7 +141,8 @@ def simulator_toml(shape: TailShape | None, seed: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def gateway_toml(tail_url: str, fast_url: str) -> str:
+def gateway_toml(tail_url: str, fast_url: str, hedge_budget_burst: float | None = None) -> str:
+    """``hedge_budget_burst``: None keeps every hedge setting at its default."""
     native = 'api = ["chat", "responses", "messages"]'
     lines: list[str] = []
 
@@ -157,9 +158,11 @@ def gateway_toml(tail_url: str, fast_url: str) -> str:
                 "cache = { deterministic_only = false }",
                 f'[models."{name}".routing.hedge]',
                 "enabled = true",
-                "",
             ]
         )
+        if hedge_budget_burst is not None:
+            lines.append(f"budget_burst = {hedge_budget_burst:g}")
+        lines.append("")
 
     for index in range(NUM_DEPLOYMENTS):
         upstream(f"tail{index}", tail_url, native)
@@ -183,7 +186,9 @@ class Servers:
 
 
 @contextlib.contextmanager
-def started(workdir: Path, shape: TailShape, seed: int) -> Iterator[Servers]:
+def started(
+    workdir: Path, shape: TailShape, seed: int, hedge_budget_burst: float | None = None
+) -> Iterator[Servers]:
     hasten = hasten_command()
     tail_port, fast_port, gateway_port = free_port(), free_port(), free_port()
     tail_url, fast_url = f"http://127.0.0.1:{tail_port}", f"http://127.0.0.1:{fast_port}"
@@ -202,7 +207,7 @@ def started(workdir: Path, shape: TailShape, seed: int) -> Iterator[Servers]:
             str(config),
         ]
         processes.append(Process(name, argv, workdir / f"{name}.log"))
-    gateway_config = gateway_toml(tail_url, fast_url)
+    gateway_config = gateway_toml(tail_url, fast_url, hedge_budget_burst)
     (workdir / "hasten.toml").write_text(gateway_config, encoding="utf-8")
     gateway = Process(
         "hasten",
