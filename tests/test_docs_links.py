@@ -9,8 +9,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# Not the comparison tools' installs (bench/.venvs, bench/.npm: ignored by git, their READMEs
+# are theirs).
 PAGES = sorted(
-    [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "bench").rglob("README.md")]
+    [
+        ROOT / "README.md",
+        *(ROOT / "docs").glob("*.md"),
+        *(
+            page
+            for page in (ROOT / "bench").rglob("README.md")
+            if not any(part.startswith(".") for part in page.relative_to(ROOT).parts)
+        ),
+    ]
 )
 # [text](target) outside code spans; images too. Absolute URLs are not checked (no network).
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
