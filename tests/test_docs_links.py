@@ -9,17 +9,20 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# Not the comparison tools' installs (bench/.venvs, bench/.npm: ignored by git, their READMEs
-# are theirs).
+
+
+def _is_ours(page: Path) -> bool:
+    """Not in a folder a bench installs other projects into (bench/.venvs, .npm's
+    node_modules: ignored by git)."""
+    parts = page.relative_to(ROOT).parts
+    return not any(part.startswith(".") or part == "node_modules" for part in parts)
+
+
 PAGES = sorted(
     [
         ROOT / "README.md",
         *(ROOT / "docs").glob("*.md"),
-        *(
-            page
-            for page in (ROOT / "bench").rglob("README.md")
-            if not any(part.startswith(".") for part in page.relative_to(ROOT).parts)
-        ),
+        *filter(_is_ours, (ROOT / "bench").rglob("README.md")),
     ]
 )
 # [text](target) outside code spans; images too. Absolute URLs are not checked (no network).

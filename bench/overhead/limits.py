@@ -43,7 +43,7 @@ from hasten.config.limits import KeyLimits  # noqa: E402
 from hasten.config.prices import ModelPrice  # noqa: E402
 from hasten.fleet.link import FleetLink  # noqa: E402
 from hasten.limits.limiter import Limiter  # noqa: E402
-from hasten.limits.shared import Settlement, SharedLedger  # noqa: E402
+from hasten.limits.shared_ledger import Settlement, SharedLedger  # noqa: E402
 from hasten.server.connection import protocol_for  # noqa: E402
 from hasten.simulator import SimConfig, build_app  # noqa: E402
 from tests.support.gateway import make_config  # noqa: E402

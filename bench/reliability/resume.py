@@ -34,7 +34,7 @@ from hasten.proxy.resumer import StreamResume
 from hasten.routing.models import build_route
 from hasten.simulator import SimConfig, build_app
 from hasten.upstream.client import UpstreamCall
-from tests.proxy.test_resume import chat_events
+from tests.proxy.test_splice import chat_events
 from tests.support.gateway import make_config, running_gateway
 from tests.support.servers import ServerThread
 

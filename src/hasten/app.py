@@ -36,6 +36,8 @@ from hasten.proxy.count import count_tokens
 from hasten.proxy.handle import API_SCOPE_KEY, MODEL_SCOPE_KEY, TENANT_SCOPE_KEY, handle
 from hasten.proxy.pipeline import Pipeline
 from hasten.proxy.stats import Stats
+from hasten.responses import endpoints as response_endpoints
+from hasten.responses.factory import build_response_state
 from hasten.routing.models import ModelRouter
 from hasten.served import served_config
 from hasten.server.heap import freeze_startup_heap
@@ -145,6 +147,7 @@ class HastenApp:
             tracer=tracing,
             stats=Stats(is_per_tenant=bool(server.api_keys) or keys is not None),
         )
+        responses = pipeline.states = build_response_state(self.config, fleet)
         gateway = Gateway(
             pipeline,
             auth,
@@ -153,6 +156,7 @@ class HastenApp:
             tracing=tracing,
             fleet=fleet,
             keys=keys,
+            responses=responses,
         )
         if fleet is not None and self.config.fleet.is_coalescing:
             gateway.fleet_flights = pipeline.fleet = FleetCoalescer(fleet)
@@ -190,6 +194,8 @@ class HastenApp:
         if gateway.fleet_routing is not None:
             await gateway.fleet_routing.aclose()
         await gateway.client.aclose()
+        if gateway.responses is not None:
+            await gateway.responses.aclose()
         if gateway.keys is not None:
             await gateway.keys.aclose()
         await gateway.limiter.aclose()
@@ -272,6 +278,9 @@ class HastenApp:
             if method != "POST":
                 raise MethodNotAllowed(f"{method} is not allowed on {path}; use POST", allow="POST")
             await count_tokens(gateway.pipeline, scope, receive, send)
+            return
+        if response_endpoints.is_response_path(path) and gateway.responses is not None:
+            await response_endpoints.handle(gateway.responses, gateway.auth, scope, send)
             return
         if path in admin.PATHS:
             await admin.handle(gateway, scope, receive, send)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from hasten import __version__
 from hasten.config import GatewayConfig, ModelRoute, load_config, redact_url
-from hasten.config.keys import describe_keys
+from hasten.config.keys_table import describe_keys
 from hasten.config.metrics import describe_metrics
 from hasten.errors import ConfigError
 

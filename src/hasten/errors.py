@@ -173,6 +173,13 @@ class ModelNotFound(NotFound):
     default_code = "model_not_found"
 
 
+class ResponseNotFound(InvalidRequest):
+    """A stored Responses API response this tenant does not hold: never stored, expired,
+    deleted, or another tenant's (all alike to the caller). OpenAI's 404 has no code."""
+
+    status_code = 404
+
+
 class MethodNotAllowed(InvalidRequest):
     status_code = 405
     default_code = "method_not_allowed"
@@ -322,7 +329,7 @@ class FleetUnavailable(Exception):
 
 
 class SpliceMismatch(ValueError):
-    """A regenerated stream does not continue what the client got (``hasten.proxy.resume``)."""
+    """A regenerated stream does not continue what the client got (``hasten.proxy.splice``)."""
 
 
 class MalformedNews(ValueError):

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from hasten.fleet.routing import RoutingSync
     from hasten.keys.directory import KeyDirectory
     from hasten.metrics.registry import Metrics
+    from hasten.responses.state import ResponseState
     from hasten.semantic.tier import SemanticTier
 
 
@@ -57,6 +58,9 @@ class Gateway:
     keys: KeyDirectory | None = None  # virtual keys ([keys] enabled), also in ``auth``
     fleet_routing: RoutingSync | None = None  # shared routing state ([fleet] shared_routing)
     fleet_flights: FleetCoalescer | None = None  # cross-replica coalescing ([fleet] coalescing)
+    # The Responses API's stored responses, also the pipeline's ``states`` (GET
+    # /v1/responses/{id}...); None: a gateway built without them (a 404 on those paths).
+    responses: ResponseState | None = None
 
     # The pipeline's parts, as the admin API, /stats, /metrics and the dashboard read them.
     @property

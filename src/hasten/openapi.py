@@ -254,6 +254,35 @@ def _key_paths() -> dict[str, Any]:
     }
 
 
+def _response_paths() -> dict[str, Any]:
+    """The Responses API's stored responses (``hasten.responses.endpoints``)."""
+    response_id = [{"name": "id", "in": "path", "required": True, "schema": _STRING}]
+    listing = [
+        *response_id,
+        {"name": "limit", "in": "query", "schema": {"type": "integer"}},
+        {"name": "order", "in": "query", "schema": _STRING},
+        {"name": "after", "in": "query", "schema": _STRING},
+    ]
+    return {
+        "/v1/responses/{id}": {
+            "parameters": response_id,
+            **_get("A stored response"),
+            "delete": {"summary": "Delete a stored response", "responses": _responses()},
+        },
+        "/v1/responses/{id}/input_items": {
+            "parameters": listing,
+            **_get("A stored response's input items"),
+        },
+        "/v1/responses/{id}/cancel": {
+            "parameters": response_id,
+            "post": {
+                "summary": "Cancel a background response (400: not supported by hasten)",
+                "responses": _responses(),
+            },
+        },
+    }
+
+
 def build_document() -> dict[str, Any]:
     """The document as a dict (``openapi_json`` serialises it once at startup)."""
     import_body = {"text/plain": {"schema": {"type": "string"}}}  # JSONL lines
@@ -292,6 +321,7 @@ def build_document() -> dict[str, Any]:
                 }
             },
             **_key_paths(),
+            **_response_paths(),
             "/openapi.json": _get("This document"),
         },
     }

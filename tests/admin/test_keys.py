@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from hasten.config import GatewayConfig
-from hasten.config.keys import KeysConfig
+from hasten.config.keys_table import KeysConfig
 from hasten.simulator import SimConfig, build_app
 from tests.support.gateway import chat_body, make_config, running_gateway
 from tests.support.servers import ServerThread

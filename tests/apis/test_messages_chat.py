@@ -149,6 +149,11 @@ def test_a_claude_code_like_request_to_chat() -> None:
         ({"container": "c_1"}, "container"),
         ({"mcp_servers": []}, "mcp_servers"),
         (
+            {"context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}},
+            "context_management.edits.0.type",
+        ),
+        ({"context_management": {"clear": True}}, "context_management"),
+        (
             {
                 "messages": [
                     {
@@ -214,6 +219,21 @@ def test_what_chat_cannot_express_is_a_400_naming_it(change: dict[str, Any], par
     with pytest.raises(InvalidRequest) as caught:
         messages_request_to_chat(body)
     assert caught.value.param == param
+
+
+def test_thinking_edits_go_with_the_thinking_blocks() -> None:
+    """Claude Code 2.1 sends clear_thinking_20251015 with every request: only thinking
+    blocks, which go nowhere toward chat, so the request translates."""
+    body = {
+        "model": "m",
+        "max_tokens": 8,
+        "messages": [{"role": "user", "content": "x"}],
+        "thinking": {"type": "adaptive"},
+        "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+    }
+    chat = messages_request_to_chat(body)
+    assert "context_management" not in chat and "thinking" not in chat
+    assert chat["messages"] == [{"role": "user", "content": "x"}]
 
 
 def test_chat_to_messages() -> None:

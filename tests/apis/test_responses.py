@@ -129,6 +129,10 @@ def test_a_minimal_request_passes() -> None:
             {"model": "m", "input": [{"type": "function_call_output", "call_id": "c"}]},
             "input[0].output",
         ),
+        (
+            {"model": "m", "input": [{"type": "function_call_output", "output": "x"}]},
+            "input[0].call_id",
+        ),
         ({"model": "m", "input": "x", "temperature": 3}, "temperature"),
         ({"model": "m", "input": "x", "top_p": -1}, "top_p"),
         ({"model": "m", "input": "x", "max_output_tokens": 0}, "max_output_tokens"),
@@ -159,6 +163,21 @@ def test_an_invalid_request_is_a_400_naming_the_param(body: dict[str, Any], para
     assert caught.value.param == param
     assert caught.value.status_code == 400
     assert param.split("[")[0].split(".")[0] in caught.value.message
+
+
+def test_a_named_tool_output_needs_no_call_id() -> None:
+    """Codex 0.171 adds its own context as an output of a tool the model never called."""
+    item = {
+        "type": "function_call_output",
+        "id": "fco_1",
+        "name": "goal_objective",
+        "namespace": "agent",
+        "output": "ship it",
+    }
+    check_request({"model": "m", "input": [{"role": "user", "content": "hi"}, item]})
+    with pytest.raises(InvalidRequest) as caught:
+        check_request({"model": "m", "input": [{**item, "call_id": ""}]})
+    assert caught.value.param == "input[0].call_id"
 
 
 def test_input_may_be_left_out_with_a_previous_response() -> None:

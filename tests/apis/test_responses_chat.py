@@ -32,6 +32,89 @@ NOW = 1_700_000_000
 # --- requests: particular cases ---------------------------------------------------------
 
 
+NAMESPACE_TOOL = {
+    "type": "namespace",
+    "name": "agents",
+    "description": "Sub-agents.",
+    "tools": [
+        {"type": "function", "name": "spawn", "parameters": {"type": "object"}, "strict": False}
+    ],
+}
+
+
+def test_a_namespace_tools_functions_go_to_chat_by_their_joined_names() -> None:
+    """Codex 0.171 groups its sub-agent tools in a namespace tool."""
+    call = {
+        "type": "function_call",
+        "call_id": "call_1",
+        "namespace": "agents",
+        "name": "spawn",
+        "arguments": "{}",
+    }
+    body = {
+        "model": "m",
+        "input": [{"role": "user", "content": "go"}, call],
+        "tools": [{"type": "function", "name": "shell", "parameters": {}}, NAMESPACE_TOOL],
+        "tool_choice": {"type": "function", "namespace": "agents", "name": "spawn"},
+    }
+    check_request(body)
+    chat = responses_request_to_chat(body)
+    assert [t["function"]["name"] for t in chat["tools"]] == ["shell", "agents__spawn"]
+    assert chat["tool_choice"] == {"type": "function", "function": {"name": "agents__spawn"}}
+    assert chat["messages"][1]["tool_calls"][0]["function"]["name"] == "agents__spawn"
+    with pytest.raises(InvalidRequest) as caught:
+        bad = {**NAMESPACE_TOOL, "tools": [{"type": "web_search"}]}
+        responses_request_to_chat({**body, "tools": [bad]})
+    assert caught.value.param == "tools[0].tools[0].type"
+
+
+def test_calls_of_a_namespaced_function_come_back_with_their_namespace() -> None:
+    request = {"model": "m", "input": "go", "tools": [NAMESPACE_TOOL]}
+    call: dict[str, Any] = {
+        "id": "call_9",
+        "type": "function",
+        "function": {"name": "agents__spawn"},
+    }
+    whole = {
+        "id": "c",
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [{**call, "function": {**call["function"], "arguments": "{}"}}],
+                },
+                "finish_reason": "tool_calls",
+            }
+        ],
+    }
+    (item,) = chat_body_to_responses(whole, request, response_id=RESPONSE_ID, created_at=NOW)[
+        "output"
+    ]
+    assert (item["namespace"], item["name"], item["call_id"]) == ("agents", "spawn", "call_9")
+    stream = ChatToResponsesStream(request, response_id=RESPONSE_ID, created_at=NOW)
+    stream.start()
+    opening = {"index": 0, **call, "function": {"name": "agents__spawn", "arguments": "{"}}
+    events = stream.feed({"choices": [{"index": 0, "delta": {"tool_calls": [opening]}}]})
+    added = next(e for e in events if e["type"] == "response.output_item.added")
+    assert (added["item"]["namespace"], added["item"]["name"]) == ("agents", "spawn")
+
+
+def test_a_named_tool_output_without_a_call_becomes_a_user_message() -> None:
+    named = {"type": "function_call_output", "name": "goal_objective", "output": "ship it"}
+    answer = {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}
+    call = {"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"}
+    body = {"model": "m", "input": [{"role": "user", "content": "hi"}, call, answer, named]}
+    check_request(body)
+    chat = responses_request_to_chat(body)
+    assert chat["messages"][2:] == [
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+        {"role": "user", "content": "ship it"},
+    ]
+
+
 def test_instructions_history_and_tools_to_chat() -> None:
     body = {
         "model": "gpt-test",

@@ -88,8 +88,8 @@ def test_a_typo_in_any_table_has_the_same_message_shape(
 def test_a_typo_at_the_top_level_lists_every_table() -> None:
     message = _gateway_error({"bogus": 1})
     tables = (
-        "aliases, cache, fleet, hybrid, keys, limits, local, metrics, models, prices, semantic, "
-        "server, telemetry, tenants, upstreams"
+        "aliases, cache, fleet, hybrid, keys, limits, local, metrics, models, prices, responses, "
+        "semantic, server, telemetry, tenants, upstreams"
     )
     assert message == f"bogus: unknown key (known: {tables})"
 

@@ -325,7 +325,7 @@ def test_with_upstream_rejects_bad_url() -> None:
             "bogus = 1\n",
             "bogus",
             "aliases, cache, fleet, hybrid, keys, limits, local, metrics, models, prices, "
-            "semantic, server",
+            "responses, semantic, server",
         ),
         ("[server]\nhots = 'x'\n", "server.hots", "host"),
         ("[cache]\nbakend = 'memory'\n", "cache.bakend", "backend"),

@@ -6,7 +6,7 @@ import pytest
 
 from hasten.errors import MalformedNews
 from hasten.fleet.news import MAX_REASON_CHARS, decode, encode
-from hasten.routing.shared import Observation, ObservationKind, Summary, Trip
+from hasten.routing.outbox import Observation, ObservationKind, Summary, Trip
 
 
 def test_summaries_survive_the_wire() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from hasten.config import GatewayConfig, ServerConfig
 from hasten.config.fleet import FleetConfig
-from hasten.config.keys import KeysConfig
+from hasten.config.keys_table import KeysConfig
 from hasten.fleet.link import FleetLink
 from hasten.keys.factory import build_key_directory
 

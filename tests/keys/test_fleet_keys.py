@@ -17,7 +17,7 @@ import redis
 
 from hasten.config import GatewayConfig
 from hasten.config.fleet import FleetConfig
-from hasten.config.keys import KeysConfig
+from hasten.config.keys_table import KeysConfig
 from hasten.simulator import SimConfig, build_app
 from tests.support.gateway import chat_body, make_config, running_gateway
 from tests.support.servers import ServerThread, redis_server

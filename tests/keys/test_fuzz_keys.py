@@ -14,7 +14,7 @@ import requests
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from hasten.config.keys import KeysConfig
+from hasten.config.keys_table import KeysConfig
 from hasten.openapi import build_document
 from hasten.simulator import SimConfig
 from hasten.simulator import build_app as build_sim

@@ -14,7 +14,7 @@ from hasten.config.fleet import FleetConfig
 from hasten.config.limits import KeyLimits
 from hasten.fleet.link import FleetLink
 from hasten.limits import ledger
-from hasten.limits.shared import SharedLedger
+from hasten.limits.shared_ledger import SharedLedger
 
 LEASE_MS = 4000.0
 T0_MS = 1_700_000_000_000.0

@@ -15,7 +15,7 @@ from hasten.config.limits import KeyLimits
 from hasten.fleet.link import FleetLink
 from hasten.limits.headers import rate_header_pairs
 from hasten.limits.limiter import Limiter
-from hasten.limits.shared import FollowUp
+from hasten.limits.shared_ledger import FollowUp
 from hasten.limits.tickets import MAX_TICKETS, Admission, TicketBook, num_tickets_for
 from tests.support.servers import redis_server
 

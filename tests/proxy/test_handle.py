@@ -223,3 +223,26 @@ async def test_a_hybrid_body_is_decided_on_every_request() -> None:
             assert headers[b"x-hasten-hybrid"].startswith(b"cloud")
         assert gateway.router.resolved == ["auto@cloud", "auto@cloud"]
         assert len(gateway.app.gateway.fronts) == 0  # type: ignore[union-attr]
+
+
+async def test_a_bypass_and_a_miss_answer_with_one_head() -> None:
+    # A bypass is a flight with one waiter: served by the same exit as a miss, so its head
+    # has the same headers in the same order (only a cacheable request names its cache key),
+    # and a hit's has the gateway's part of it in that order too.
+    transport = ScriptedTransport({"a": [Reply(chunks=ANSWER_STREAM) for _ in range(4)]})
+    async with InProcess(_config(), transport) as gateway:
+        for stream in (False, True):
+            heads: dict[str, list[bytes]] = {}
+            for label, temperature in (("bypass", 1), ("miss", 0), ("hit", 0)):
+                body = _chat("gpt", temperature=temperature, stream=stream)
+                body["messages"] = [{"role": "user", "content": f"stream={stream}"}]
+                sent = await gateway.exchange(body)
+                names = [name for name, _ in sent[0]["headers"]]
+                assert dict(sent[0]["headers"])[b"x-hasten-cache"] == label.encode()
+                heads[label] = [name for name in names if name != b"x-hasten-cache-key"]
+            assert heads["bypass"] == heads["miss"]
+            assert heads["bypass"][0] == b"content-type"
+            ours = [b"x-hasten-cache", b"x-hasten-request-id", b"server-timing"]
+            for head in heads.values():
+                start = head.index(b"x-hasten-cache")
+                assert head[start : start + 3] == ours

@@ -22,7 +22,7 @@ from hasten.proxy.assemble import assemble
 from hasten.proxy.resumer import StreamResume, resume_header
 from hasten.routing.models import build_route
 from hasten.upstream.client import TOTAL_TIMEOUT_CODE, UpstreamCall
-from tests.proxy.test_resume import chat_events
+from tests.proxy.test_splice import chat_events
 
 DONE = b"data: [DONE]\n\n"
 CUT = UpstreamError("upstream connection failed mid-response: reset")

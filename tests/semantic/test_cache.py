@@ -92,7 +92,7 @@ async def test_guard_and_ambiguity_reject(tmp_path: Path) -> None:
 
 async def test_ttl_freshness_and_invalidation(tmp_path: Path) -> None:
     clock = Clock()
-    policy = FreshnessPolicy(default_ttl_s=100.0, short_ttl_s=10.0, model_ttl_s={"fast": 5.0})
+    policy = FreshnessPolicy(default_ttl_s=100.0, short_ttl_s=10.0)
     cache = make_cache(tmp_path, clock, freshness=policy)
     assert (
         await cache.insert(chat("weather in Paris now"), model="m", tenant="t", answer_key="w")
@@ -100,7 +100,8 @@ async def test_ttl_freshness_and_invalidation(tmp_path: Path) -> None:
     )
     await cache.insert(chat("latest news headlines"), model="m", tenant="t", answer_key="n")
     await cache.insert(chat("who wrote hamlet"), model="m", tenant="t", answer_key="h")
-    await cache.insert(chat("who wrote hamlet"), model="fast", tenant="t", answer_key="f")
+    # A model's own TTL comes with the insert (the exact cache's), the smaller one counts.
+    await cache.insert(chat("who wrote hamlet"), model="fast", tenant="t", answer_key="f", ttl_s=5)
     clock.now += 6
     assert await cache.lookup(chat("who wrote hamlet"), model="fast", tenant="t") is None
     assert await cache.lookup(chat("latest news headlines"), model="m", tenant="t") is not None

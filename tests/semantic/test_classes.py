@@ -164,8 +164,9 @@ async def test_an_old_file_still_serves(tmp_path: Path) -> None:
 
 
 def _as_redis_returns(entry: SharedEntry) -> dict[bytes, bytes]:
+    # redis-py's encoding: bytes as they are, text as UTF-8, a number as its repr.
     return {
-        k.encode(): v if isinstance(v, bytes) else v.encode()
+        k.encode(): v if isinstance(v, bytes) else (v if isinstance(v, str) else repr(v)).encode()
         for k, v in encode_entry(entry).items()
     }
 

@@ -384,3 +384,46 @@ def test_paraphrases_with_disagreeing_answers_stay_ambiguous(tmp_path: Path) -> 
     outcomes, stats = _three_paraphrases(tmp_path, answers)
     assert outcomes == ["miss", "miss", "miss"]
     assert stats["answer_class_disagreed"] >= 1 and stats["lookup_ambiguous"] == 1
+
+
+def test_a_paraphrase_hits_on_the_responses_api(sim: ServerThread, tmp_path: Path) -> None:
+    # The tier reads each API's request as chat (Api.chat_view): a Responses question and its
+    # paraphrase meet as chat questions do, and the hit is replayed as a Responses answer.
+    with running_gateway(_config(sim.url, tmp_path)) as gateway:
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="k", max_retries=0)
+        ask = client.responses.with_raw_response.create
+        first = ask(model="sim-model", input=QUESTION, temperature=0)
+        assert first.headers["x-hasten-cache"] == "miss"
+        _wait_indexed(gateway, 1)
+        again = ask(model="sim-model", input=PARAPHRASE, temperature=0)
+        assert again.headers["x-hasten-cache"] == "semantic"
+        answer, served = first.parse(), again.parse()
+        assert served.output_text == answer.output_text and served.id != answer.id
+        with client.responses.stream(model="sim-model", input=PARAPHRASE, temperature=0) as stream:
+            streamed = stream.get_final_response()
+        assert streamed.output_text == answer.output_text
+        assert sim_stats(sim.url)["num_requests"] == 1
+
+
+def test_a_paraphrase_hits_on_the_messages_api(sim: ServerThread, tmp_path: Path) -> None:
+    import anthropic
+
+    with running_gateway(_config(sim.url, tmp_path)) as gateway:
+        client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
+
+        def ask(text: str) -> Any:
+            return client.messages.with_raw_response.create(
+                model="sim-model",
+                max_tokens=64,
+                messages=[{"role": "user", "content": text}],
+                extra_body={"temperature": 0},
+            )
+
+        first = ask(QUESTION)
+        assert first.headers["x-hasten-cache"] == "miss"
+        _wait_indexed(gateway, 1)
+        again = ask(PARAPHRASE)
+        assert again.headers["x-hasten-cache"] == "semantic"
+        answer, served = first.parse(), again.parse()
+        assert served.content == answer.content and served.id != answer.id
+        assert sim_stats(sim.url)["num_requests"] == 1

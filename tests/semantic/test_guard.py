@@ -8,6 +8,12 @@ from hypothesis import strategies as st
 
 from hasten.semantic import freshness, guard, lexicon, polarity
 
+
+def near_miss(first: str, second: str) -> str | None:
+    """The reason the guard finds for the two questions to need different answers."""
+    return guard.compare(guard.signature(first), guard.signature(second))
+
+
 SAME_MEANING = [
     ("How can I become an engineer at google?", "How do I become an engineer at Google?"),
     ("What will women never tell men?", "What do women not tell men?"),
@@ -70,13 +76,13 @@ DIFFERENT = [
 
 @pytest.mark.parametrize(("first", "second"), SAME_MEANING)
 def test_same_meaning_passes(first: str, second: str) -> None:
-    assert guard.near_miss(first, second) is None
+    assert near_miss(first, second) is None
 
 
 @pytest.mark.parametrize(("first", "second", "reason"), DIFFERENT)
 def test_decisive_difference_is_caught(first: str, second: str, reason: str) -> None:
-    assert guard.near_miss(first, second) == reason
-    assert guard.near_miss(second, first) == reason
+    assert near_miss(first, second) == reason
+    assert near_miss(second, first) == reason
 
 
 def test_chinese_numerals() -> None:
@@ -96,60 +102,60 @@ _TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", 
 @given(_TEXT)
 @settings(max_examples=200, deadline=None)
 def test_text_never_differs_from_itself(text: str) -> None:
-    assert guard.near_miss(text, text) is None
+    assert near_miss(text, text) is None
 
 
 @given(_TEXT, _TEXT)
 @settings(max_examples=200, deadline=None)
 def test_symmetric_and_deterministic(first: str, second: str) -> None:
-    reason = guard.near_miss(first, second)
-    assert reason == guard.near_miss(second, first)
-    assert reason == guard.near_miss(first, second)
+    reason = near_miss(first, second)
+    assert reason == near_miss(second, first)
+    assert reason == near_miss(first, second)
     assert reason is None or reason in guard.REASONS
 
 
 @given(_QUESTION)
 @settings(max_examples=100, deadline=None)
 def test_case_and_spacing_do_not_matter(question: str) -> None:
-    assert guard.near_miss(question, "  " + question.upper().replace(" ", "  ") + "?") is None
+    assert near_miss(question, "  " + question.upper().replace(" ", "  ") + "?") is None
 
 
 @given(_QUESTION, st.integers(0, 10_000), st.integers(0, 10_000))
 @settings(max_examples=150, deadline=None)
 def test_different_numbers_are_rejected(question: str, first: int, second: int) -> None:
-    reason = guard.near_miss(f"{question} {first}", f"{question} {second}")
+    reason = near_miss(f"{question} {first}", f"{question} {second}")
     assert (reason is None) == (first == second)
 
 
 @given(_QUESTION)
 @settings(max_examples=100, deadline=None)
 def test_negation_is_rejected(question: str) -> None:
-    assert guard.near_miss(f"why {question}", f"why not {question}") == guard.NEGATION
+    assert near_miss(f"why {question}", f"why not {question}") == guard.NEGATION
 
 
 @given(_QUESTION, st.sampled_from(["Paris", "London", "Tokyo"]), st.sampled_from(["Rome", "Oslo"]))
 @settings(max_examples=100, deadline=None)
 def test_swapped_entity_is_rejected(question: str, first: str, second: str) -> None:
-    assert guard.near_miss(f"{question} in {first}", f"{question} in {second}") is not None
+    assert near_miss(f"{question} in {first}", f"{question} in {second}") is not None
 
 
 @given(_QUESTION, st.sampled_from(["北京", "上海"]), st.integers(2, 99), st.integers(2, 99))
 @settings(max_examples=100, deadline=None)
 def test_chinese_numbers_are_rejected(question: str, city: str, first: int, second: int) -> None:
-    reason = guard.near_miss(f"{city}{first}号", f"{city}{second}号")
+    reason = near_miss(f"{city}{first}号", f"{city}{second}号")
     assert (reason is None) == (first == second)
 
 
 def test_freshness_classes() -> None:
     policy = freshness.FreshnessPolicy(default_ttl_s=3600, short_ttl_s=300)
-    assert freshness.ttl_s("What's the weather in Paris right now?", model="m", policy=policy) == 0
-    assert freshness.ttl_s("北京现在几点", model="m", policy=policy) == 0
-    assert freshness.ttl_s("latest iPhone model", model="m", policy=policy) == 300
-    assert freshness.ttl_s("今天有什么新闻", model="m", policy=policy) == 300
-    assert freshness.ttl_s("Who wrote Hamlet?", model="m", policy=policy) == 3600
+    assert freshness.ttl_s("What's the weather in Paris right now?", policy=policy) == 0
+    assert freshness.ttl_s("北京现在几点", policy=policy) == 0
+    assert freshness.ttl_s("latest iPhone model", policy=policy) == 300
+    assert freshness.ttl_s("今天有什么新闻", policy=policy) == 300
+    assert freshness.ttl_s("Who wrote Hamlet?", policy=policy) == 3600
     # The text is as sent (issue 41, defect 6): any whitespace between a phrase's words.
-    assert freshness.ttl_s("The weather right\n  now?", model="m", policy=policy) == 0
-    assert freshness.ttl_s("As  of\tJune, who leads?", model="m", policy=policy) == 300
+    assert freshness.ttl_s("The weather right\n  now?", policy=policy) == 0
+    assert freshness.ttl_s("As  of\tJune, who leads?", policy=policy) == 300
 
 
 @pytest.mark.parametrize(
@@ -175,8 +181,6 @@ def test_live_as_in_broadcast_is_volatile(text: str) -> None:
 )  # fmt: skip
 def test_live_the_verb_is_not(text: str) -> None:
     assert freshness.classify(text) == freshness.STABLE
-    per_model = freshness.FreshnessPolicy(model_ttl_s={"fast": 60.0})
-    assert freshness.ttl_s("Who wrote Hamlet?", model="fast", policy=per_model) == 60
 
 
 POLAR_DIFFERENT = [
@@ -203,13 +207,13 @@ POLAR_SAME = [
 
 @pytest.mark.parametrize(("first", "second"), POLAR_DIFFERENT)
 def test_opposites_are_caught(first: str, second: str) -> None:
-    assert guard.near_miss(first, second) == guard.POLARITY
-    assert guard.near_miss(second, first) == guard.POLARITY
+    assert near_miss(first, second) == guard.POLARITY
+    assert near_miss(second, first) == guard.POLARITY
 
 
 @pytest.mark.parametrize(("first", "second"), POLAR_SAME)
 def test_no_polarity_veto_without_a_flip(first: str, second: str) -> None:
-    assert guard.near_miss(first, second) != guard.POLARITY
+    assert near_miss(first, second) != guard.POLARITY
 
 
 def _opposites(is_ascii: bool) -> list[tuple[str, str]]:
@@ -236,9 +240,9 @@ def test_one_swapped_english_opposite_is_vetoed(
     before: str, pair: tuple[str, str], after: str
 ) -> None:
     one, other = (f"{before} {word} {after}" for word in pair)
-    assert guard.near_miss(one, other) == guard.POLARITY
-    assert guard.near_miss(other, one) == guard.POLARITY
-    assert guard.near_miss(one, one) is None
+    assert near_miss(one, other) == guard.POLARITY
+    assert near_miss(other, one) == guard.POLARITY
+    assert near_miss(one, one) is None
 
 
 @given(_HAN_FILLER, st.sampled_from(_opposites(is_ascii=False)), _HAN_OBJECT)
@@ -247,9 +251,9 @@ def test_one_swapped_chinese_opposite_is_vetoed(
     before: str, pair: tuple[str, str], after: str
 ) -> None:
     one, other = (f"{before}{word}{after}" for word in pair)
-    assert guard.near_miss(one, other) == guard.POLARITY
-    assert guard.near_miss(other, one) == guard.POLARITY
-    assert guard.near_miss(other, other) is None
+    assert near_miss(one, other) == guard.POLARITY
+    assert near_miss(other, one) == guard.POLARITY
+    assert near_miss(other, other) is None
 
 
 _POLAR_WORDS = sorted({word for pair in _opposites(is_ascii=True) for word in pair})
@@ -262,5 +266,5 @@ _POLAR_WORDS = sorted({word for pair in _opposites(is_ascii=True) for word in pa
 @settings(max_examples=300, deadline=None)
 def test_polarity_is_symmetric(first: list[str], second: list[str]) -> None:
     one, other = " ".join(first), " ".join(second)
-    assert guard.near_miss(one, other) == guard.near_miss(other, one)
-    assert guard.near_miss(one, one) is None
+    assert near_miss(one, other) == near_miss(other, one)
+    assert near_miss(one, one) is None

@@ -6,8 +6,8 @@ import time
 import uuid
 from pathlib import Path
 
-from hasten.semantic.follower import needs_rebuild
 from hasten.semantic.redis_tier import LOCAL_ID_BASE
+from hasten.semantic.replica import needs_rebuild
 from hasten.semantic.store import NewEntry, SemanticCache, SemanticStoreConfig
 from tests.support.semantic import WordsEmbedder, chat, eventually, rebuilt
 from tests.support.servers import free_port, redis_server
@@ -82,8 +82,8 @@ async def test_new_replica_rebuilds_then_restarts_from_its_position(
     await writer.insert(chat("Who wrote Hamlet?"), model="m", tenant="t", answer_key="hamlet")
     again = _replica(tmp_path / "late", redis_url, namespace)  # same file: resumes the stream
     await eventually(lambda: again.lookup(chat("who wrote hamlet"), model="m", tenant="t"))
-    assert again.replica is not None and again.replica.follower is not None
-    assert again.replica.follower.num_rebuilds == 0
+    assert again.replica is not None and again.replica.is_following
+    assert again.replica.num_rebuilds == 0
     await again.close()
     await writer.close()
 
@@ -142,8 +142,8 @@ async def test_invalidation_while_redis_is_away_is_shared_when_it_returns(
 
     with redis_server(port, workdir) as url:  # back, with its data
         await eventually(is_gone_on_two, num_tries=1000)
-        assert one.replica is not None and one.replica.follower is not None
-        follower = one.replica.follower
+        assert one.replica is not None and one.replica.is_following
+        follower = one.replica
 
         async def is_counted_on_one() -> bool:
             # The publisher counts the replayed delete only after its own bookkeeping write,
@@ -163,8 +163,7 @@ async def test_invalidation_while_redis_is_away_is_shared_when_it_returns(
 
 
 async def _has_failed(cache: SemanticCache) -> bool:
-    follower = None if cache.replica is None else cache.replica.follower
-    return follower is not None and follower.num_failures > 0
+    return cache.replica is not None and cache.replica.num_failures > 0
 
 
 def test_rebuild_decision() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TypeVar
@@ -11,6 +13,7 @@ import pytest
 from hasten.semantic.records import Row
 from hasten.semantic.redis_tier import DeleteEvent, Event, RedisTier, SharedEntry
 from hasten.semantic.replica import CURSOR_META, PENDING_META, SharedReplica
+from tests.support.semantic import eventually
 from tests.support.servers import free_port
 
 _T = TypeVar("_T")
@@ -79,18 +82,31 @@ async def test_nothing_pending_once_the_file_has_been_read(
     assert not replica.has_pending_deletes
 
 
-async def test_cursor_and_events_go_to_the_store(
-    away: tuple[SharedReplica, MemoryStore, Counter[str]],
+async def test_following_applies_events_and_keeps_its_position_in_the_store(
+    redis_url: str,
 ) -> None:
-    replica, store, _ = away
-    assert await replica.load_cursor() is None
-    await replica.save_cursor(b"5-0")
-    assert store.meta[CURSOR_META] == b"5-0"
-    assert await replica.load_cursor() == b"5-0"
-    event = DeleteEvent({"model": "m"}, None)
-    await replica.apply([event, None])
-    await replica.keep_only({1, 2})
-    assert store.applied == [event, None] and store.kept == [{1, 2}]
+    namespace = f"test-{uuid.uuid4().hex}:"
+    writer = RedisTier(redis_url, namespace=namespace)
+    expires_at = time.time() + 3600  # Redis expires the hash in real time
+    first = SharedEntry(1, Row("p", "t", "m", "q", "k", NOW, expires_at), b"\x00\x00")
+    assert await writer.publish_insert(first)
+    store, reader = MemoryStore(), RedisTier(redis_url, namespace=namespace)
+    replica = SharedReplica(reader, store, Counter(), clock=lambda: NOW)
+    replica.start()
+    # No saved position: a rebuild from the hashes, then the position at the stream's end.
+    await eventually(lambda: _true(CURSOR_META in store.meta))
+    assert store.applied == [first] and store.kept == [{1}] and replica.num_rebuilds == 1
+    cursor = store.meta[CURSOR_META]
+    event = DeleteEvent({"entry_id": None, "tenant": "t", "model": None}, None)
+    assert await writer.publish_delete(event, [1])
+    await eventually(lambda: _true(store.meta[CURSOR_META] != cursor))
+    assert store.applied == [first, event] and replica.num_applied == 1
+    await replica.close()
+    await writer.aclose()
+
+
+async def _true(value: bool) -> bool:
+    return value
 
 
 async def test_redis_away_gives_no_id_and_drops_the_insert(
@@ -102,10 +118,10 @@ async def test_redis_away_gives_no_id_and_drops_the_insert(
         SharedEntry(1, Row("p", "t", "m", "q", "k", 1.0, 2.0), b"\x00\x00")
     )
     assert counters["shared_publish_dropped"] == 1 and not counters["shared_published"]
-    assert replica.follower is None and replica.follower_stats() == {}  # not started
+    assert not replica.is_following and replica.stats() == {}  # not started
     replica.start()
-    assert replica.follower is not None
-    assert set(replica.follower_stats()) == {
+    assert replica.is_following
+    assert set(replica.stats()) == {
         "is_connected",
         "applied_events",
         "rebuilds",

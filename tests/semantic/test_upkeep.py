@@ -116,12 +116,13 @@ def test_expired_rows_are_purged_every_so_many_inserts(tmp_path: Path) -> None:
     store.records.close()
 
 
-def test_drop_expired_removes_what_a_lookup_found(store: Store) -> None:
+def test_live_removes_what_a_lookup_found_expired(store: Store) -> None:
     old = store.add("old question", ttl_s=1.0)
-    store.add("fresh question")
-    expired = list(store.records.entries([old]).values())
-    store.upkeep.drop_expired(store.records, expired)
-    store.upkeep.drop_expired(store.records, [])
+    fresh = store.add("fresh question")
+    found = store.records.entries([old, fresh]).values()
+    live = store.upkeep.live(store.records, found, now=2.0)
+    assert [entry.entry_id for entry in live] == [fresh]
+    assert store.upkeep.live(store.records, [], now=2.0) == []
     assert old not in store.ids() and store.counters["expired"] == 1
 
 

@@ -125,19 +125,6 @@ def test_chat_honours_max_tokens_n_and_stop(client: openai.OpenAI) -> None:
     assert (full.choices[0].message.content or "").startswith(stopped_text)
 
 
-def test_chat_max_tokens_only_caps_when_not_run_to(
-    http: httpx.Client, client: openai.OpenAI
-) -> None:
-    # An agent's large limit translated to chat: the answer keeps its natural length.
-    http.post("/sim/config", json={"runs_to_max_tokens": False}).raise_for_status()
-    large = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4096)
-    assert large.choices[0].finish_reason == "stop"
-    assert large.usage is not None and large.usage.completion_tokens == 16
-    small = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=5)
-    assert small.choices[0].finish_reason == "length"
-    assert small.usage is not None and small.usage.completion_tokens == 5
-
-
 def test_chat_stream_with_several_choices(client: openai.OpenAI) -> None:
     chunks = list(
         client.chat.completions.create(

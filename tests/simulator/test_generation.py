@@ -122,3 +122,64 @@ def test_a_prefix_the_answer_does_not_begin_with_gets_a_fresh_continuation() -> 
     # Without a continuation flag, the assistant message is just history.
     history = {"role": "assistant", "content": "Zebra"}
     assert parse_chat_request({"model": "m", "messages": [*messages[:1], history]}).prefix == ""
+
+
+def test_arguments_fill_the_schema_the_tool_declares() -> None:
+    parameters = {
+        "type": "object",
+        "properties": {
+            "unit": {"type": "string", "enum": ["c", "f"]},
+            "city": {"type": "string"},
+            "days": {"type": "integer"},
+            "note": {"type": "string"},
+            "exact": {"type": ["boolean", "null"]},
+        },
+        "required": ["unit", "city", "days", "exact"],
+        "additionalProperties": False,
+    }
+    tools = [{"type": "function", "function": {"name": "weather", "parameters": parameters}}]
+    (choice,) = generate_choices(parse_chat_request(_chat(tools=tools)), 6, None)
+    arguments = orjson.loads(choice.text)
+    assert set(arguments) == {"unit", "city", "days", "exact"}
+    assert arguments["city"].strip() and arguments["unit"] == "c"
+    assert arguments["days"] == 0 and arguments["exact"] is False
+    assert len(choice.pieces) == 6  # the words are still streamed one token at a time
+
+
+def test_a_schema_without_a_free_string_gets_fixed_arguments_in_one_piece() -> None:
+    parameters = {"type": "object", "properties": {"n": {"type": "number"}}, "required": ["n"]}
+    tools = [{"type": "function", "function": {"name": "count", "parameters": parameters}}]
+    (choice,) = generate_choices(parse_chat_request(_chat(tools=tools)), 6, None)
+    assert choice.pieces == ['{"n":0}'] and choice.finish_reason == "tool_calls"
+
+
+def _after_tool(**extra: object) -> dict[str, object]:
+    call = {"id": "call_1", "type": "function", "function": {"name": "a", "arguments": "{}"}}
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+        *extra.pop("then", []),  # type: ignore[misc]
+    ]
+    return {"model": "m", "messages": messages, "tools": TOOLS, **extra}
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{}, {"tool_choice": "auto"}, {"then": [{"role": "user", "content": "<reminder>"}]}],
+    ids=["default", "auto", "tool-result-then-user-text"],
+)
+def test_after_a_tool_result_the_model_answers_in_text(extra: dict[str, object]) -> None:
+    request = parse_chat_request(_after_tool(**extra))
+    assert request.tool_names == ()
+    (choice,) = generate_choices(request, 5, None)
+    assert choice.finish_reason == "stop" and not choice.tool_calls and choice.text
+
+
+def test_a_required_or_named_tool_is_called_even_after_a_tool_result() -> None:
+    assert parse_chat_request(_after_tool(tool_choice="required")).tool_names == ("a", "b", "c")
+    named = {"type": "function", "function": {"name": "b"}}
+    assert parse_chat_request(_after_tool(tool_choice=named)).tool_names == ("b",)
+    follow_up = _after_tool(then=[{"role": "assistant", "content": "done"}])
+    follow_up["messages"].append({"role": "user", "content": "again"})  # type: ignore[attr-defined]
+    assert parse_chat_request(follow_up).tool_names == ("a", "b", "c")  # a new user turn

@@ -106,6 +106,7 @@ def test_parse_responses_continues_history_and_keeps_function_tools_only() -> No
         "model": "m",
         "input": [{"type": "function_call_output", "call_id": "call_1", "output": "sunny"}],
         "tools": [TOOL, {"type": "web_search"}],
+        "tool_choice": "required",  # after a tool result it would answer in text
         "max_output_tokens": 10**6,
         "stream": True,
     }

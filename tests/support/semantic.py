@@ -76,8 +76,6 @@ def rebuilt(cache: SemanticCache, num_rebuilds: int) -> Callable[[], Awaitable[b
     before the count moves."""
 
     async def check() -> bool:
-        replica = cache.replica
-        follower = None if replica is None else replica.follower
-        return follower is not None and follower.num_rebuilds == num_rebuilds
+        return cache.replica is not None and cache.replica.num_rebuilds == num_rebuilds
 
     return check

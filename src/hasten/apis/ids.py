@@ -29,10 +29,6 @@ def new_message_id() -> str:
     return MESSAGE_ID_PREFIX + "01" + "".join(secrets.choice(_BASE62) for _ in range(22))
 
 
-def new_chat_id() -> str:
-    return "chatcmpl-" + secrets.token_hex(12)
-
-
 def item_id(prefix: str, response_id: str, output_index: int) -> str:
     """The id of output item ``output_index`` of ``response_id``: ``{prefix}_`` and 48 hex."""
     digest = blake2b(f"{response_id}\x00{output_index}".encode(), digest_size=24)

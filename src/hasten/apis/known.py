@@ -76,6 +76,17 @@ def _without_cache_control(value: Any) -> Any:
     return value
 
 
+def background_unsupported() -> InvalidRequest:
+    """The 400 for background mode (``background: true``, ``/cancel``): hasten answers every
+    request while its client waits, and keeps no queue of responses to poll or cancel."""
+    return InvalidRequest(
+        "Background mode is not supported by hasten: send the request without "
+        "'background' (stream it to see its progress).",
+        param="background",
+        code="unsupported_parameter",
+    )
+
+
 class ResponsesEnding:
     """A Responses stream ended properly: ``response.completed`` (or ``.incomplete``: a
     whole answer to its request) came last, and no event was an error, a failure or not a
@@ -188,6 +199,8 @@ class ResponsesApi(_EventApi):
 
     def check(self, body: dict[str, Any]) -> None:
         responses.check_request(body)
+        if body.get("background") is True:
+            raise background_unsupported()
 
     def key_view(self, body: Mapping[str, Any]) -> dict[str, Any]:
         view = {k: v for k, v in body.items() if k not in _RESPONSES_UNKEYED}

@@ -35,7 +35,8 @@ assistant's ``reasoning_content``, ``n: 1``, ``logprobs: false``.
 Refused with ``InvalidRequest`` naming the field: toward chat Anthropic's server tools
 (``web_search_20250305``, ``bash_20250124``...), documents, images by ``file`` id, images
 inside tool results, server tool blocks, ``container``, ``mcp_servers``,
-``context_management``; toward Messages a system message after the conversation began,
+``context_management`` edits other than ``clear_thinking_*`` (those are dropped with the
+thinking blocks they edit); toward Messages a system message after the conversation began,
 ``n`` > 1, ``temperature`` above 1, non-zero penalties, ``logit_bias``, ``logprobs``,
 audio, files, ``json_object`` output, ``web_search_options``, legacy functions, tool call
 arguments that are not a JSON object.
@@ -84,9 +85,13 @@ _MESSAGES_HANDLED = frozenset(
         "thinking",
         "cache_control",
         "service_tier",
+        "context_management",
     }
 )
-_MESSAGES_REFUSED = ("container", "mcp_servers", "context_management")
+_MESSAGES_REFUSED = ("container", "mcp_servers")
+# Context edits that touch only thinking blocks, which go nowhere toward chat anyway (Claude
+# Code 2.1 sends clear_thinking_20251015 with every request).
+_THINKING_EDIT = "clear_thinking_"
 _CHAT_HANDLED = frozenset(
     {
         *_SAME_FIELDS,
@@ -158,6 +163,22 @@ def messages_stop_reason(finish_reason: Any) -> str:
 # --- Messages -> Chat requests ----------------------------------------------------------
 
 
+def _check_context_edits(management: Any) -> None:
+    """``context_management`` goes nowhere toward chat: fine for edits of thinking blocks
+    alone (dropped with them); an edit that clears tool uses would change what the model
+    reads once its trigger is reached, so it is refused, named."""
+    if management is None:
+        return
+    edits = management.get("edits") if isinstance(management, Mapping) else None
+    if not isinstance(edits, list):
+        raise _refuse("context_management", "'context_management' without a list of edits")
+    for index, edit in enumerate(edits):
+        kind = edit.get("type") if isinstance(edit, Mapping) else None
+        if not (isinstance(kind, str) and kind.startswith(_THINKING_EDIT)):
+            param = f"context_management.edits.{index}.type"
+            raise _refuse(param, f"the context edit {kind!r} cannot be applied by a chat upstream")
+
+
 def messages_request_to_chat(
     body: Mapping[str, Any], *, max_tokens_field: str = "max_tokens"
 ) -> dict[str, Any]:
@@ -166,6 +187,7 @@ def messages_request_to_chat(
     for name in _MESSAGES_REFUSED:
         if body.get(name) is not None:
             raise _refuse(name, f"'{name}' cannot be translated to Chat Completions")
+    _check_context_edits(body.get("context_management"))
     chat: dict[str, Any] = {}
     for name in _SAME_FIELDS:
         if body.get(name) is not None:

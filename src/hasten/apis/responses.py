@@ -216,6 +216,13 @@ def _check_input(body: Mapping[str, Any]) -> None:
         check_input_item(item, f"input[{index}]")
 
 
+def is_named_output(item: Mapping[str, Any]) -> bool:
+    """A ``function_call_output`` that answers no call of the model's but names the tool it
+    comes from, with no ``call_id``: context a client adds itself (Codex 0.171 sends its
+    ``agent`` namespace's ``goal_objective`` so)."""
+    return "call_id" not in item and is_text(item.get("name"))
+
+
 def check_input_item(item: Any, param: str) -> None:
     """One input item; item types this does not know pass if they name their ``type``."""
     if not isinstance(item, dict):
@@ -235,7 +242,8 @@ def check_input_item(item: Any, param: str) -> None:
         fields.require(item, "name", is_text, "a non-empty string", f"{param}.name")
         fields.require(item, "arguments", is_str, "a string", f"{param}.arguments")
     elif kind == "function_call_output":
-        fields.require(item, "call_id", is_text, "a non-empty string", f"{param}.call_id")
+        if not is_named_output(item):
+            fields.require(item, "call_id", is_text, "a non-empty string", f"{param}.call_id")
         output = item.get("output")
         if not isinstance(output, str | list):
             raise fields.invalid(f"{param}.output", "a string or an array", output)

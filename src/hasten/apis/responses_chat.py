@@ -9,9 +9,13 @@ Requests (``responses_request_to_chat``, ``chat_request_to_responses``):
                           text, refusal <-> the assistant's refusal), ``function_call``
                           (consecutive ones one assistant message's tool_calls, joined to
                           the assistant text just before them), ``function_call_output``
-                          <-> a tool message
+                          <-> a tool message (one with no ``call_id`` but a ``name``, the
+                          client's own context such as Codex's ``goal_objective``: a user
+                          message with its output)
     tools, tool_choice    function tools (``strict``: absent means true in Responses,
-                          false in chat, so it is written out either way), allowed_tools
+                          false in chat, so it is written out either way), allowed_tools;
+                          a ``namespace`` tool's functions as chat functions named
+                          ``ns__name`` (its calls, both ways, with their ``namespace``)
     text.format           <-> response_format (text, json_object, json_schema);
     text.verbosity        <-> verbosity
     reasoning.effort      <-> reasoning_effort
@@ -22,16 +26,16 @@ Requests (``responses_request_to_chat``, ``chat_request_to_responses``):
                           metadata, user, safety_identifier, prompt_cache_key,
                           prompt_cache_retention, service_tier
 
-Dropped, since they do not change the answer or chat has nowhere to put them and the
-answer does not depend on them: toward chat ``store`` (hasten keeps the state itself),
+Dropped, since they do not change the answer or chat has nowhere to put them and the answer
+does not depend on them: toward chat ``store`` (hasten keeps the state itself),
 ``truncation``, ``include`` (but the logprobs flag), ``max_tool_calls`` (it limits built-in
 tools, which are refused), ``stream_options``, ``reasoning.summary`` and
-``generate_summary``, ``reasoning`` input items (the model's own earlier reasoning, often
-encrypted for its provider alone), items' ``id`` and ``status``, a false ``background``, a
-null ``previous_response_id``; toward Responses ``seed``, ``store`` (chat's stored
-completions; the request asks ``store: false``, hasten keeps state), ``stream_options``
-(Responses always reports usage), ``prediction``, messages' ``name``, an assistant's
-``reasoning_content``, ``n: 1``.
+``generate_summary``, a ``namespace`` tool's own description, ``reasoning`` input items
+(the model's own earlier reasoning, often encrypted for its provider alone), items' ``id``
+and ``status``, a false ``background``, a null ``previous_response_id``; toward Responses
+``seed``, ``store`` (chat's stored completions; the request asks ``store: false``, hasten
+keeps state), ``stream_options`` (Responses always reports usage), ``prediction``,
+messages' ``name``, an assistant's ``reasoning_content``, ``n: 1``.
 
 Refused with ``InvalidRequest`` naming the field (never a silent drop): toward chat a
 built-in tool (``web_search``, ``file_search``, ``computer_use``, ``mcp``...) or a
@@ -68,6 +72,8 @@ from hasten.errors import InvalidRequest
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 UNSUPPORTED = "unsupported_parameter"
+# Between a namespace and a function's name in the chat name of a namespaced function.
+NAMESPACE_JOIN = "__"
 
 _SAME_FIELDS = (
     "model",
@@ -178,7 +184,9 @@ def responses_request_to_chat(
     if body.get("tools") is not None:
         with translating("tools"):
             tools = list(enumerate(body["tools"]))
-        chat["tools"] = [_tool_to_chat(tool, f"tools[{i}]") for i, tool in tools]
+        chat["tools"] = [
+            chat_tool for i, tool in tools for chat_tool in _tools_to_chat(tool, f"tools[{i}]")
+        ]
     if body.get("tool_choice") is not None:
         with translating("tool_choice"):
             chat["tool_choice"] = _tool_choice_to_chat(body["tool_choice"])
@@ -227,7 +235,10 @@ def _item_to_messages(item: Any, param: str, messages: list[dict[str, Any]]) -> 
         call = {
             "id": item["call_id"],
             "type": "function",
-            "function": {"name": item["name"], "arguments": item["arguments"]},
+            "function": {
+                "name": flat_name(item.get("namespace"), item["name"]),
+                "arguments": item["arguments"],
+            },
         }
         last = messages[-1] if messages else None
         if last is not None and last["role"] == "assistant":
@@ -236,7 +247,11 @@ def _item_to_messages(item: Any, param: str, messages: list[dict[str, Any]]) -> 
             messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
     elif kind == "function_call_output":
         output = _tool_output_to_chat(item.get("output"), f"{param}.output")
-        messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": output})
+        if responses.is_named_output(item):
+            # No call of the model's to answer: a chat tool message needs one.
+            messages.append({"role": "user", "content": output})
+        else:
+            messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": output})
     elif kind == "reasoning":
         return
     elif kind == "item_reference":
@@ -322,19 +337,61 @@ def _tool_output_to_chat(output: Any, param: str) -> Any:
     return parts
 
 
-def _tool_to_chat(tool: Mapping[str, Any], param: str) -> dict[str, Any]:
+def flat_name(namespace: Any, name: str) -> str:
+    """A namespaced function's chat name (chat has no namespaces): ``ns__name``."""
+    return f"{namespace}{NAMESPACE_JOIN}{name}" if isinstance(namespace, str) else name
+
+
+def namespaced_names(request: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    """Each function of the request's ``namespace`` tools by its chat name: (namespace,
+    name), to give an answer's calls back their namespace."""
+    names: dict[str, tuple[str, str]] = {}
+    tools = request.get("tools")
+    for tool in tools if isinstance(tools, list) else ():
+        if not isinstance(tool, Mapping) or tool.get("type") != "namespace":
+            continue
+        namespace = tool.get("name")
+        for inner in tool.get("tools") or ():
+            if isinstance(namespace, str) and isinstance(inner, Mapping):
+                name = inner.get("name")
+                if isinstance(name, str):
+                    names[flat_name(namespace, name)] = (namespace, name)
+    return names
+
+
+def _named_call(name: str, namespaces: Mapping[str, tuple[str, str]]) -> dict[str, str]:
+    """A chat call's name as a function_call item's ``name`` (and ``namespace``)."""
+    if name in namespaces:
+        namespace, inner = namespaces[name]
+        return {"name": inner, "namespace": namespace}
+    return {"name": name}
+
+
+def _tools_to_chat(tool: Mapping[str, Any], param: str) -> list[dict[str, Any]]:
+    """A function tool as one chat tool; a ``namespace`` tool (a group of functions, as
+    Codex sends its sub-agent tools) as one per function, named ``ns__name``."""
     with translating(param):
-        return _function_tool_to_chat(tool, param)
+        if tool.get("type") != "namespace":
+            return [_function_tool_to_chat(tool, param)]
+        inner = tool.get("tools")
+        if not isinstance(inner, list):
+            raise _refuse(f"{param}.tools", "a namespace tool needs a list of tools")
+        return [
+            _function_tool_to_chat(function, f"{param}.tools[{j}]", namespace=tool["name"])
+            for j, function in enumerate(inner)
+        ]
 
 
-def _function_tool_to_chat(tool: Mapping[str, Any], param: str) -> dict[str, Any]:
+def _function_tool_to_chat(
+    tool: Mapping[str, Any], param: str, namespace: str | None = None
+) -> dict[str, Any]:
     kind = tool.get("type")
     if kind != "function":
         raise _refuse(
             f"{param}.type",
             f"the built-in tool '{kind}' cannot be sent to a Chat Completions upstream",
         )
-    function: dict[str, Any] = {"name": tool["name"]}
+    function: dict[str, Any] = {"name": flat_name(namespace, tool["name"])}
     for name in ("description", "parameters"):
         if tool.get(name) is not None:
             function[name] = tool[name]
@@ -348,7 +405,8 @@ def _tool_choice_to_chat(choice: Any) -> Any:
         return choice
     kind = choice.get("type")
     if kind == "function":
-        return {"type": "function", "function": {"name": choice["name"]}}
+        name = flat_name(choice.get("namespace"), choice["name"])
+        return {"type": "function", "function": {"name": name}}
     if kind == "allowed_tools":
         tools = []
         for index, tool in enumerate(choice.get("tools") or ()):
@@ -610,6 +668,7 @@ def chat_body_to_responses(
         status, reason = status_of(choice.get("finish_reason"))
         item_status = "incomplete" if status == "incomplete" else "completed"
         output: list[dict[str, Any]] = []
+        namespaces = namespaced_names(request)
         reasoning = message.get("reasoning_content") or message.get("reasoning")
         if isinstance(reasoning, str) and reasoning:
             output.append(_reasoning_item(response_id, len(output), reasoning))
@@ -637,7 +696,7 @@ def chat_body_to_responses(
                     "status": item_status,
                     "arguments": function.get("arguments") or "",
                     "call_id": call.get("id") or ids.call_id(response_id, len(output)),
-                    "name": function["name"],
+                    **_named_call(function["name"], namespaces),
                 }
             )
     except (KeyError, IndexError, TypeError, AttributeError) as exc:
@@ -772,6 +831,7 @@ class ChatToResponsesStream:
         self._items: list[_Item] = []
         self._content: _Item | None = None  # the open message or reasoning item
         self._calls: dict[int, _Item] = {}  # chat tool call index -> its item
+        self._namespaces = namespaced_names(request)
         self._finish_reason: str | None = None
         self._usage: Usage | None = None
         self._is_started = False
@@ -824,10 +884,6 @@ class ChatToResponsesStream:
         self._sequence.add(responses.FAILED, response=self._response("failed", error=error))
         self._is_ended = True
         return [*events, *self._sequence.take()]
-
-    @property
-    def next_sequence_number(self) -> int:
-        return self._sequence.next_number
 
     # -- building
 
@@ -1007,7 +1063,7 @@ class ChatToResponsesStream:
                 "status": "in_progress",
                 "arguments": "",
                 "call_id": call_id,
-                "name": item.name,
+                **_named_call(item.name, self._namespaces),
             }
             opened = self._open(data)
             item.index, item.data = opened.index, opened.data

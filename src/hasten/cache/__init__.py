@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from hasten.cache.entry import AnswerKind, CachedAnswer
-from hasten.cache.factory import BACKENDS, build_cache
-from hasten.cache.keys import cache_key, namespaced_key, request_key, with_headers
-from hasten.cache.memory import MemoryLRU
-from hasten.cache.policy import (
+from hasten.cache.decision import (
     CacheDecision,
     CacheDirectives,
     decide,
     is_deterministic,
     parse_cache_control,
 )
+from hasten.cache.entry import AnswerKind, CachedAnswer
+from hasten.cache.factory import BACKENDS, build_cache
+from hasten.cache.memory import MemoryLRU
 from hasten.cache.redis_store import RedisStore
 from hasten.cache.replay import answer_body, answer_frames
+from hasten.cache.request_key import cache_key, namespaced_key, request_key, with_headers
 from hasten.cache.sqlite_store import SQLiteStore
 from hasten.cache.tiered import L2Store, TieredCache
 from hasten.config.cache_policy import ModelCachePolicy

@@ -1,5 +1,5 @@
 """A model's cache policy as the operator configured it (``[models.X] cache``); what it
-means for one request is ``hasten.cache.policy.decide``."""
+means for one request is ``hasten.cache.decision.decide``."""
 
 from __future__ import annotations
 

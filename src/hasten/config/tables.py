@@ -15,14 +15,15 @@ from typing import Any
 from hasten.config.cache_policy import ModelCachePolicy
 from hasten.config.fleet import FleetConfig, parse_fleet
 from hasten.config.hybrid import HybridConfig, parse_hybrid
-from hasten.config.keys import KeysConfig, parse_keys, static_key_fields
+from hasten.config.keys_table import KeysConfig, parse_keys, static_key_fields
 from hasten.config.limits import KeyLimits
 from hasten.config.limits_table import LimitsConfig, parse_limits
 from hasten.config.local import LocalServerConfig, parse_local
 from hasten.config.metrics import MetricsConfig, parse_metrics
-from hasten.config.policy import ParamPolicy, parse_policy
+from hasten.config.policy_table import ParamPolicy, parse_policy
 from hasten.config.prices import ModelPrice, parse_prices
 from hasten.config.reader import TomlTable, read_toml_file
+from hasten.config.responses import ResponsesConfig, parse_responses
 from hasten.config.routing import (
     DeploymentConfig,
     RoutingConfig,
@@ -229,6 +230,7 @@ class GatewayConfig:
     keys: KeysConfig = field(default_factory=KeysConfig)  # virtual keys (hasten.keys)
     prices: Mapping[str, ModelPrice] = field(default_factory=dict)  # [prices."<model>"]
     limits: LimitsConfig = field(default_factory=LimitsConfig)  # [limits]: reservations
+    responses: ResponsesConfig = field(default_factory=ResponsesConfig)  # stored responses
 
     @property
     def is_simulated(self) -> bool:
@@ -584,6 +586,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str]) -> GatewayConf
     )
     prices = parse_prices(root.table("prices"))  # what budgets charge (hasten.limits)
     limits = parse_limits(root.table("limits"))
+    responses = parse_responses(root.table("responses"), fleet)
     root.finish()
     return GatewayConfig(
         semantic=semantic,
@@ -593,6 +596,7 @@ def parse_config(data: Mapping[str, Any], env: Mapping[str, str]) -> GatewayConf
         keys=keys,
         prices=prices,
         limits=limits,
+        responses=responses,
         server=server,
         upstreams=upstreams,
         models=models,

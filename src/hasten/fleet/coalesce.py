@@ -15,7 +15,7 @@ A replica that finds the lease held follows: it reads the stream from its first 
 so its local clients and late joiners get the answer from the start, then live. When the
 lease lapses without an end entry (the leader died, or all its clients left), one follower
 takes the lease and calls upstream itself; its answer is spliced after what its clients
-already got (``hasten.proxy.resume.Splice``), or ends in a clean error if the text differs.
+already got (``hasten.proxy.splice.Splice``), or ends in a clean error if the text differs.
 Redis away, before or during: the replica calls upstream itself, spliced the same way. No
 client waits much longer than a lease on a dead leader.
 

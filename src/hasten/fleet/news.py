@@ -1,4 +1,4 @@
-"""The wire form of a replica's routing news (``hasten.routing.shared.Summary``): compact JSON.
+"""The wire form of a replica's routing news (``hasten.routing.outbox.Summary``): compact JSON.
 
 One entry of the fleet's news stream carries one replica's summaries of every pool that had
 news, by route name. Times are on Redis's clock, in milliseconds: each replica shifts its
@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from hasten.errors import MalformedNews
-from hasten.routing.shared import Observation, ObservationKind, Summary, Trip
+from hasten.routing.outbox import Observation, ObservationKind, Summary, Trip
 
 MAX_REASON_CHARS = 200
 

@@ -9,7 +9,7 @@ of splicing around it.
 A follower's ``Feed`` applies one answer's entries to its own flight. It pushes only whole
 SSE events (``Framer``): if the leader dies mid-event, what its clients got so far still
 ends at an event boundary, so the next answer's ``Feed`` can splice after it
-(``hasten.proxy.resume.Splice``), or end the flight with a clean error when it cannot.
+(``hasten.proxy.splice.Splice``), or end the flight with a clean error when it cannot.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from hasten.config.tables import DEFAULT_MAX_ANSWER_BYTES
 from hasten.errors import HastenError, RelayedError, UpstreamError
 from hasten.proxy.flight import Flight
 from hasten.proxy.recorder import Recorder
-from hasten.proxy.resume import Splice
+from hasten.proxy.splice import Splice
 from hasten.upstream.bounded import AnswerBytes
 from hasten.upstream.integrity import MAX_EVENT_BYTES, malformed
 from hasten.wire.sse import last_event_end

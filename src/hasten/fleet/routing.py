@@ -37,8 +37,8 @@ from hasten.errors import FleetUnavailable, MalformedNews
 from hasten.fleet.link import FleetLink
 from hasten.fleet.news import decode, encode
 from hasten.routing.budget import NUM_BUCKETS, FleetCounts
+from hasten.routing.outbox import Outbox, Summary, Trip
 from hasten.routing.pool import DeploymentPool
-from hasten.routing.shared import Outbox, Summary, Trip
 
 _log = logging.getLogger("hasten.fleet")
 

@@ -10,7 +10,7 @@ client gone, cancelled), frees its slot, corrects its token reservation from the
 usage and charges its cost.
 
 Where the counts live: with ``[fleet]``, in Redis, exact across replicas
-(``hasten.limits.shared``); without it, or while Redis is away, in this process
+(``hasten.limits.shared_ledger``); without it, or while Redis is away, in this process
 (``hasten.limits.ledger`` itself), exact for one gateway and per replica in a fleet. In
 Redis, a request is admitted from a ticket Redis granted ahead when there is one, and its
 correction sent in its key's next round trip (``hasten.limits.tickets``): no round trip on
@@ -46,7 +46,7 @@ from hasten.errors import FleetUnavailable, HastenError
 from hasten.limits import ledger
 from hasten.limits.estimate import estimate_prompt_tokens, max_output_tokens
 from hasten.limits.headers import denial, rate_header_pairs
-from hasten.limits.shared import Settlement, SharedLedger
+from hasten.limits.shared_ledger import Settlement, SharedLedger
 from hasten.limits.streamed import OutputCount
 from hasten.limits.tickets import Admission, TicketBook
 from hasten.proxy.ports import NO_LIMIT, Limit, LimitedRequest, Spent

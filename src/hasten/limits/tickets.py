@@ -49,7 +49,7 @@ from hasten.config.limits import KeyLimits
 from hasten.errors import FleetUnavailable
 from hasten.limits.headers import rate_header_pairs
 from hasten.limits.ledger import Verdict
-from hasten.limits.shared import FollowUp, Grant, Settlement, SharedLedger
+from hasten.limits.shared_ledger import FollowUp, Grant, Settlement, SharedLedger
 
 TICKET_TTL_S = 1.0
 MAX_TICKETS = 8  # refilled in one round trip once half are used

@@ -80,7 +80,6 @@ class Metrics:
         # ``api``: the client API the request came in (chat, completions, embeddings,
         # responses, messages).
         base = ("model", "deployment", "cache", "api", *tenant)
-        self.base_labels = base
         (
             self.ttft,
             self.e2e,

@@ -8,7 +8,7 @@ body (pure); ``book`` holds every combination, built once at startup.
 
 from __future__ import annotations
 
-from hasten.config.policy import ParamPolicy, parse_policy
+from hasten.config.policy_table import ParamPolicy, parse_policy
 from hasten.policy.book import PolicyBook
 from hasten.policy.decide import Applied, EffectivePolicy, apply_policy, combine
 from hasten.proxy.ports import POLICY_HEADER

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hasten.apis.api import ParamFields
-from hasten.config.policy import ParamPolicy
+from hasten.config.policy_table import ParamPolicy
 from hasten.policy.decide import CHAT_FIELDS, Applied, EffectivePolicy, apply_policy, combine
 
 # Embeddings have no max_tokens, n or stop, and a `set` meant for generation would break them.

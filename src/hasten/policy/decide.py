@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from hasten.apis.api import ParamFields
-from hasten.config.policy import ParamPolicy
+from hasten.config.policy_table import ParamPolicy
 from hasten.errors import InvalidRequest
 
 MAX_TOKENS_FIELDS = ("max_tokens", "max_completion_tokens")

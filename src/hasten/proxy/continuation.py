@@ -3,7 +3,7 @@
 Two ways, tried in this order:
 - *regenerate*: a deterministic request (temperature 0 or a seed) is asked again, as it was
   sent, of another deployment of the route (the same one again when it is the only one: a cut
-  is often one connection's bad luck), and ``hasten.proxy.resume.Splice`` forwards only what
+  is often one connection's bad luck), and ``hasten.proxy.splice.Splice`` forwards only what
   comes after the delivered text;
 - *prefill*: the delivered text is handed back as the start of the assistant's message, by the
   mechanism the upstream declares (``[upstreams.X] prefill``), and the upstream writes only the

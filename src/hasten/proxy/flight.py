@@ -5,6 +5,10 @@ waiter reads from the start of the recording, so a late joiner first gets what w
 already sent and then follows live. The upstream call is cancelled only when the last
 waiter leaves. A waiter that did not ask for usage reads the recording without its
 usage-only events (``iter_chunks_without_usage``).
+
+A bypass (a request nothing is shared with) is a flight with one waiter: ``DirectFlight``
+reads its own upstream call through the same interface, so one path serves every client
+(``hasten.proxy.handle._serve_flight``), without recording what only one client reads.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 from hasten.errors import HastenError
 from hasten.proxy.assemble import Assembly
-from hasten.values.usage import UsageStripper
+from hasten.proxy.spans import keep_tail
+from hasten.upstream.client import UpstreamCall
+from hasten.values.usage import UsageStripper, without_usage
 
 _log = logging.getLogger("hasten.flight")
 
@@ -146,6 +152,69 @@ class Flight:
     async def read_all(self) -> bytes:
         await self.wait_done()
         return b"".join(self.chunks)
+
+
+class DirectFlight:
+    """One upstream call read by its one waiter, through ``Flight``'s reader interface.
+
+    Nothing is recorded: a stream's chunks pass through as they come, ``chunks`` keeping
+    only its last few (where its usage and ending are) when the trace or the usage is read;
+    a whole answer (a non-stream client's, an error status) is read into ``chunks`` by
+    ``wait_done``, as a flight's is before its waiters are served. An error is raised to
+    the one waiter where it happens, never kept (``error`` stays None).
+    """
+
+    __slots__ = (
+        "_call",
+        "_chunks",
+        "_is_assembled",
+        "_is_tail_kept",
+        "_started_s",
+        "assembly",
+        "chunks",
+        "headers",
+        "status",
+        "ttfb_ms",
+        "upstream_ms",
+        "upstream_name",
+    )
+    error: HastenError | None = None
+    is_relayed = False
+
+    def __init__(
+        self,
+        call: UpstreamCall,
+        chunks: AsyncIterator[bytes],
+        assembly: Assembly | None,
+        *,
+        is_assembled: bool,
+        is_tail_kept: bool,
+    ) -> None:
+        """``chunks``: the call's body as a stream (the assembly fed from its checked
+        events, or a continued stream's); ``is_assembled``: a 200 assembled into one body."""
+        self._call, self._chunks, self.assembly = call, chunks, assembly
+        self._is_assembled, self._is_tail_kept = is_assembled, is_tail_kept
+        self.status, self.headers = call.status, call.headers
+        self.upstream_name, self.ttfb_ms = call.upstream.name, call.ttfb_ms
+        self.upstream_ms, self._started_s = call.ttfb_ms, time.perf_counter()
+        self.chunks: list[bytes] = []
+
+    async def wait_started(self) -> None:
+        """The call is open: its status is known."""
+
+    async def wait_done(self) -> None:
+        """Reads the whole answer: its chunks when it is assembled, else its body."""
+        if self._is_assembled:
+            self.chunks = [chunk async for chunk in self._chunks]
+            self.upstream_ms = self.ttfb_ms + (time.perf_counter() - self._started_s) * 1000.0
+        else:
+            self.chunks = [await self._call.read()]
+
+    def iter_chunks(self) -> AsyncIterator[bytes]:
+        return keep_tail(self._chunks, self.chunks) if self._is_tail_kept else self._chunks
+
+    def iter_chunks_without_usage(self) -> AsyncIterator[bytes]:
+        return without_usage(self._chunks, self.chunks)
 
 
 class Coalescer:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +30,7 @@ from hasten.cache import (
 from hasten.errors import ClientGone, HastenError
 from hasten.proxy.assemble import Assembly, assemble, is_assembled
 from hasten.proxy.exchange import Exchange
-from hasten.proxy.flight import Flight
+from hasten.proxy.flight import DirectFlight, Flight
 from hasten.proxy.fronts import Front
 from hasten.proxy.headers import (
     answer_headers,
@@ -43,12 +43,7 @@ from hasten.proxy.pipeline import Pipeline
 from hasten.proxy.ports import NO_LIMIT, POLICY_HEADER, EarlyAsk, FleetJob, Spent
 from hasten.proxy.recorder import Recorder
 from hasten.proxy.resumer import StreamResume, resume_header
-from hasten.proxy.spans import (
-    describe_answer,
-    describe_cached,
-    describe_request,
-    keep_tail,
-)
+from hasten.proxy.spans import describe_answer, describe_cached, describe_request
 from hasten.proxy.track import ResponseTrack
 from hasten.proxy.validation import check_num_items, off_loop, parse_body
 from hasten.routing.hybrid import decide_hybrid, route_name
@@ -58,19 +53,20 @@ from hasten.upstream.client import UpstreamCall
 from hasten.upstream.integrity import EventSink
 from hasten.values.caller import Caller, check_model
 from hasten.values.outcome import BYPASS, COALESCED, HIT, MISS, OBSERVED_SCOPE_KEY, SEMANTIC
-from hasten.values.usage import usage_marks, without_usage
+from hasten.values.usage import usage_marks
 from hasten.wire import exactjson
 from hasten.wire.asgi import (
+    JSON_CONTENT_TYPE,
+    SSE_HEADERS,
     DisconnectWatcher,
+    Headers,
     Receive,
     Scope,
     Send,
     header,
     read_body,
     send_body,
-    send_json,
     send_response,
-    start_sse,
     start_stream,
 )
 
@@ -126,6 +122,10 @@ async def _exchange(
     scope[TENANT_SCOPE_KEY] = tenant
     scope[API_SCOPE_KEY] = api.name
     raw = await read_body(receive, scope, pipe.config.server.max_body_bytes)
+    # A stored conversation named by the request is expanded into it before anything reads
+    # it (the cache key covers the whole conversation); a stored answer is written by the
+    # one wrapper around ``send`` that sees its end go out.
+    raw, kept = await pipe.states.open(api.name, tenant, raw)
     front = pipe.fronts.get(api.name, tenant, raw)
     if front is None:
         # A large body is parsed, checked and keyed on a worker thread (never memoised).
@@ -142,7 +142,7 @@ async def _exchange(
     is_trace_forwarded = not pipe.tracer.is_enabled
     return Exchange(
         scope,
-        send,
+        kept.wrap(send),
         api,
         body,
         raw,
@@ -579,67 +579,25 @@ def _resumable(pipe: Pipeline, ex: Exchange, call: UpstreamCall) -> StreamResume
 
 
 async def _forward_direct(pipe: Pipeline, ex: Exchange) -> None:
+    """A bypass: its own upstream call, served as a flight with one waiter."""
     call = await _open(pipe, ex)
     ex.is_upstream_call = True
-    _note_call(ex, call.headers, call.upstream.name, call.ttfb_ms)
     resume = _resumable(pipe, ex, call)
     try:
-        status = call.status
-        saved = hedge_saved(pipe, ex)
-        if ex.is_assembled and status == 200:
-            await _send_assembled(ex, call, resume, saved)
-            return
-        chunks = call.iter_chunks() if resume is None else resume.chunks(call)
-        headers = response_headers(call.headers, status, ex.is_stream)
-        headers.extend(ex.base_headers(b"bypass", call.ttfb_ms))
-        if saved is not None:
-            headers.append(saved)
-        if not ex.is_stream or status != 200:
-            body = await call.read()
-            describe_answer(ex.trace, status, body, is_stream=False)
-            await send_response(ex.send, status, body, headers)
-            return
-        await start_stream(ex.send, status, headers)
-        usage: list[bytes] = []
-        if ex.is_usage_added:  # asked for a key's limits: not for this client
-            chunks = without_usage(chunks, usage)
-        if not ex.trace.is_recording:
-            await _stream_body(ex.send, chunks, ex.api)
-        else:
-            tail: list[bytes] = []
-            await _stream_body(ex.send, keep_tail(chunks, tail), ex.api)
-            describe_answer(ex.trace, status, tail, is_stream=True)
-        if ex.is_usage_added:
-            ex.usage_tail = b"".join(usage)
+        # A continued stream, spliced from several calls, is assembled from its bytes.
+        assembly = None if resume is not None else _assembly(ex, call)
+        chunks = call.iter_chunks(assembly) if resume is None else resume.chunks(call)
+        direct = DirectFlight(
+            call,
+            chunks,
+            assembly,
+            is_assembled=ex.is_assembled and call.status == 200,
+            is_tail_kept=ex.trace.is_recording,
+        )
+        await _serve_flight(pipe, ex, direct, b"bypass")
     finally:
         call.close()
         _note_resume(ex, resume)
-
-
-async def _send_assembled(
-    ex: Exchange,
-    call: UpstreamCall,
-    resume: StreamResume | None,
-    saved: tuple[bytes, bytes] | None,
-) -> None:
-    """A bypassed non-stream request asked as a stream: assembled as its events are checked
-    (a continued stream, spliced from several calls, is assembled from its bytes)."""
-    started_s = time.perf_counter()
-    assembly = None if resume is not None else _assembly(ex, call)
-    stream = call.iter_chunks(assembly) if resume is None else resume.chunks(call)
-    chunks = [chunk async for chunk in stream]
-    upstream_ms = call.ttfb_ms + (time.perf_counter() - started_s) * 1000.0
-    body = assemble(chunks, ex.api) if assembly is None else assembly.body()
-    headers = assembled_headers(call.headers)
-    headers.extend(ex.base_headers(b"bypass", upstream_ms))
-    if saved is not None:
-        headers.append(saved)
-    if ex.model.route.is_resuming_streams:
-        resumed = resume_header(b"".join(chunks[-2:]))
-        if resumed is not None:
-            headers.append(resumed)
-    describe_answer(ex.trace, 200, body, is_stream=False)
-    await send_response(ex.send, 200, body, headers)
 
 
 def _assembly(ex: Exchange, call: UpstreamCall) -> Assembly | None:
@@ -738,7 +696,11 @@ def _note_call(ex: Exchange, headers: Mapping[str, str], name: str, ttfb_ms: flo
     ex.call_headers, ex.deployment, ex.upstream_ttfb_ms = headers, name, ttfb_ms
 
 
-async def _serve_flight(pipe: Pipeline, ex: Exchange, flight: Flight, label: bytes) -> None:
+async def _serve_flight(
+    pipe: Pipeline, ex: Exchange, flight: Flight | DirectFlight, label: bytes
+) -> None:
+    """The one exit of an upstream answer to its client: a shared flight's (a miss, a
+    coalesced request) or a bypass's own (``DirectFlight``)."""
     if not ex.is_upstream_call:  # a follower: it waits for another request's call
         with ex.trace.child("coalescing.wait"):
             await flight.wait_started()
@@ -751,44 +713,72 @@ async def _serve_flight(pipe: Pipeline, ex: Exchange, flight: Flight, label: byt
         label = _COALESCED_LABEL
     _note_call(ex, flight.headers, flight.upstream_name, flight.ttfb_ms)
     saved = hedge_saved(pipe, ex) if ex.is_upstream_call else None
-    if not ex.is_stream or flight.status != 200:
-        await flight.wait_done()
+    if ex.is_stream and flight.status == 200:
+        await start_stream(ex.send, 200, _head(ex, flight, label, saved, is_assembled=False))
+        chunks = flight.iter_chunks_without_usage() if ex.is_usage_added else flight.iter_chunks()
+        await _stream_body(ex.send, chunks, ex.api, lambda: flight.error)
+        describe_answer(ex.trace, 200, flight.chunks, is_stream=True)
         if flight.error is not None:
-            raise flight.error.copy()  # shared by the flight's waiters
-        if ex.is_assembled and flight.status == 200:
-            # Its chunks are not joined: the assembly has the body (a copy of what may be
-            # max_answer_bytes, made only to be thrown away, is not).
-            received = flight.chunks
-            resumed = None
-            if ex.model.route.is_resuming_streams:
-                resumed = resume_header(b"".join(received[-2:]))
-            assembly = flight.assembly
-            body = assemble(received, ex.api) if assembly is None else assembly.body()
-            headers = assembled_headers(flight.headers)
-            headers.extend(ex.base_headers(label, flight.upstream_ms))
+            ex.trace.fail(flight.error)
+        if ex.is_usage_added:  # for the metrics and a key's token limit
+            ex.usage_tail = b"".join(flight.chunks[-2:])  # the client's copy has no usage
+        return
+    await flight.wait_done()
+    if flight.error is not None:
+        raise flight.error.copy()  # shared by the flight's waiters
+    is_assembled = ex.is_assembled and flight.status == 200
+    if is_assembled:
+        # Its chunks are not joined: the assembly has the body (a copy of what may be
+        # max_answer_bytes, made only to be thrown away, is not).
+        assembly = flight.assembly
+        body = assemble(flight.chunks, ex.api) if assembly is None else assembly.body()
+    else:
+        body = b"".join(flight.chunks)
+    headers = _head(ex, flight, label, saved, is_assembled=is_assembled)
+    describe_answer(ex.trace, flight.status, body, is_stream=False)
+    await send_response(ex.send, flight.status, body, headers)
+
+
+def _head(
+    ex: Exchange,
+    flight: Flight | DirectFlight,
+    label: bytes,
+    saved: tuple[bytes, bytes] | None,
+    *,
+    is_assembled: bool,
+) -> Headers:
+    """The response head of an upstream answer: the upstream's headers that pass (or those
+    of a body assembled from its stream), then the gateway's (``_gateway_head``), then how
+    a broken stream was continued."""
+    if is_assembled:
+        passed = assembled_headers(flight.headers)
+        headers = _gateway_head(ex, passed, label, flight.upstream_ms, saved)
+        if ex.model.route.is_resuming_streams:
+            resumed = resume_header(b"".join(flight.chunks[-2:]))
             if resumed is not None:
                 headers.append(resumed)
-        else:
-            body = b"".join(flight.chunks)
-            headers = response_headers(flight.headers, flight.status, ex.is_stream)
-            headers.extend(ex.base_headers(label, flight.ttfb_ms))
-        if saved is not None:
-            headers.append(saved)
-        describe_answer(ex.trace, flight.status, body, is_stream=False)
-        await send_response(ex.send, flight.status, body, headers)
-        return
-    headers = response_headers(flight.headers, flight.status, ex.is_stream)
+        return headers
+    passed = response_headers(flight.headers, flight.status, ex.is_stream)
+    return _gateway_head(ex, passed, label, flight.ttfb_ms, saved)
+
+
+def _gateway_head(
+    ex: Exchange,
+    headers: Headers,
+    label: bytes,
+    upstream_ms: float | None,
+    saved: tuple[bytes, bytes] | None,
+    more: Iterable[tuple[bytes, bytes]] = (),
+) -> Headers:
+    """Every answer's head, in one order whatever served it: ``headers`` (its content type
+    and what passes from the upstream), the cache label, request id, Server-Timing and the
+    request's own (``Exchange.base_headers``), then ``more`` (a semantic hit's), then the
+    time saved."""
+    headers.extend(ex.base_headers(label, upstream_ms))
+    headers.extend(more)
     if saved is not None:
         headers.append(saved)
-    headers.extend(ex.base_headers(label, flight.ttfb_ms))
-    await start_stream(ex.send, flight.status, headers)
-    chunks = flight.iter_chunks_without_usage() if ex.is_usage_added else flight.iter_chunks()
-    await _stream_body(ex.send, chunks, ex.api, lambda: flight.error)
-    describe_answer(ex.trace, flight.status, flight.chunks, is_stream=True)
-    if flight.error is not None:
-        ex.trace.fail(flight.error)
-    if ex.is_usage_added:  # for the metrics and a key's token limit
-        ex.usage_tail = b"".join(flight.chunks[-2:])  # the client's copy has no usage
+    return headers
 
 
 @dataclass(slots=True)  # not frozen: built on every hit, and frozen costs 3x to build
@@ -850,18 +840,15 @@ async def _serve_hit(
     """Sends a cached answer rendered by ``_replay``."""
     entry, body, frames = replay.entry, replay.body, replay.frames
     describe_cached(ex.trace, entry)
-    headers = ex.base_headers(label, None)
-    if extra_headers:
-        headers.extend(extra_headers)
     interval_s = 0.0 if frames is None else pipe.config.cache.replay_chunk_interval_ms / 1000.0
     num_gaps = 0 if frames is None else max(0, len(frames) - 1)
     saved = answer_saved(pipe, ex, entry, interval_s * num_gaps)
-    if saved is not None:
-        headers.append(saved)
+    more = extra_headers or ()
     if not ex.is_stream:
-        await send_json(ex.send, 200, body, headers)
+        headers = _gateway_head(ex, [JSON_CONTENT_TYPE], label, None, saved, more)
+        await send_response(ex.send, 200, body, headers)
         return
-    await start_sse(ex.send, headers)
+    await start_stream(ex.send, 200, _gateway_head(ex, [*SSE_HEADERS], label, None, saved, more))
     if frames is None:
         await send_body(ex.send, body, more_body=False)
         return

@@ -8,13 +8,17 @@ from typing import Any
 from hasten.errors import InvalidRequest
 from hasten.wire.asgi import JSON_CONTENT_TYPE, SSE_HEADERS, Headers, Scope
 
-# Upstream response headers worth passing back (rate limits, request ids, timings).
+# Upstream response headers worth passing back (rate limits, request ids, timings): OpenAI's,
+# and Anthropic's, whose SDK reads ``request-id`` and Claude Code its rate limits.
 _PASSED_HEADERS = frozenset(
     {
         "openai-processing-ms",
         "openai-version",
         "openai-organization",
+        "openai-project",
         "x-request-id",
+        "request-id",
+        "anthropic-organization-id",
         "x-ratelimit-limit-requests",
         "x-ratelimit-limit-tokens",
         "x-ratelimit-remaining-requests",
@@ -30,6 +34,9 @@ _PASSED_HEADERS = frozenset(
         "x-hasten-failover",
     }
 )
+# Anthropic's rate limit family: requests-, tokens-, input-tokens-, output-tokens-...,
+# unified-... (limit, remaining, reset, status).
+_PASSED_PREFIX = "anthropic-ratelimit-"
 _CONTROL_CHARACTERS = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
 _FORWARDED_REQUEST_HEADERS = frozenset(
     {
@@ -46,7 +53,7 @@ _FORWARDED_REQUEST_HEADERS = frozenset(
 # Anthropic's.
 _CALLER_KEYS = frozenset({b"authorization", b"x-api-key"})
 # Of those, what can change the answer (an organisation's or project's models and settings,
-# a beta's behaviour): part of the cache key (hasten.cache.keys.with_headers).
+# a beta's behaviour): part of the cache key (hasten.cache.request_key.with_headers).
 _ANSWER_HEADERS = (
     "openai-beta",
     "openai-organization",
@@ -127,6 +134,6 @@ def assembled_headers(call_headers: Any) -> Headers:
 def _passed(call_headers: Any, headers: Headers) -> Headers:
     for name, value in call_headers.items():
         lowered = name.lower()
-        if lowered in _PASSED_HEADERS:
+        if lowered in _PASSED_HEADERS or lowered.startswith(_PASSED_PREFIX):
             headers.append((lowered.encode(), _raw(value)))
     return headers

@@ -18,6 +18,7 @@ from hasten.proxy.ports import (
     NO_FLEET,
     NO_LIMIT,
     NO_SAVINGS,
+    NO_STATES,
     NO_TRACER,
     Callers,
     FleetFlights,
@@ -25,6 +26,7 @@ from hasten.proxy.ports import (
     LimitedRequest,
     Limits,
     Policies,
+    ResponseStates,
     Savings,
     Tracer,
 )
@@ -71,6 +73,7 @@ class Pipeline:
     tracer: Tracer = NO_TRACER
     savings: Savings = NO_SAVINGS
     fleet: FleetFlights = NO_FLEET
+    states: ResponseStates = NO_STATES  # the Responses API's stored responses
     # Called once per finished model request (hasten.values.outcome), in order.
     observers: list[Observer] = field(default_factory=list)
     coalescer: Coalescer = field(default_factory=Coalescer)

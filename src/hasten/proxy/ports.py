@@ -258,3 +258,39 @@ class _NoFleet:
 
 
 NO_FLEET: FleetFlights = _NoFleet()
+
+
+class KeptAnswer(Protocol):
+    """What keeps one request's answer (``hasten.responses``: a stored Responses answer is
+    written before its end reaches the client)."""
+
+    def wrap(self, send: Send) -> Send: ...
+
+
+class _NotKept:
+    __slots__ = ()
+
+    def wrap(self, send: Send) -> Send:
+        return send
+
+
+NOT_KEPT: KeptAnswer = _NotKept()
+
+
+class ResponseStates(Protocol):
+    """The Responses API's stored responses (``hasten.responses.state.ResponseState``)."""
+
+    async def open(self, api: str, tenant: str, raw: bytes) -> tuple[bytes, KeptAnswer]:
+        """The body as it goes on (a ``previous_response_id``'s conversation expanded into
+        its input) and what keeps its answer; raises the 404 for a previous response the
+        tenant does not hold. Any API but Responses: ``raw`` and ``NOT_KEPT``."""
+
+
+class _NoStates:
+    __slots__ = ()
+
+    async def open(self, api: str, tenant: str, raw: bytes) -> tuple[bytes, KeptAnswer]:
+        return raw, NOT_KEPT
+
+
+NO_STATES: ResponseStates = _NoStates()

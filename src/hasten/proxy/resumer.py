@@ -5,7 +5,7 @@ With ``[models.X] resume_streams = true``, an upstream stream is forwarded throu
 end, which a client could not have used earlier anyway), so what the client holds always ends
 at an event boundary. When the stream breaks (a transport error, an upstream error event, or an
 end without ``[DONE]``) after bytes went out, it is continued as ``hasten.proxy.continuation``
-decides: regenerated on another deployment and spliced (``hasten.proxy.resume.Splice``), else
+decides: regenerated on another deployment and spliced (``hasten.proxy.splice.Splice``), else
 prefilled, else it ends with the clean error event as before. Every continuation says what
 happened in an SSE comment just before ``[DONE]`` (or the error event), which every SSE parser
 ignores (``: hasten-resume {"outcome": ...}``); a data event without ``choices`` would break
@@ -36,7 +36,7 @@ from hasten.proxy.continuation import (
     prefill_target,
     regenerate_excluded,
 )
-from hasten.proxy.resume import Splice
+from hasten.proxy.splice import Splice
 from hasten.routing.models import Route
 from hasten.upstream.bounded import TOO_LARGE_CODE, AnswerBytes
 from hasten.upstream.client import TOTAL_TIMEOUT_CODE, UpstreamCall

@@ -30,7 +30,7 @@ from hasten.routing.estimates import healthy_pooled, nearest_rank
 from hasten.routing.exploration import fastest_typical_ms, is_avoided, may_explore
 from hasten.routing.hedge_delay import RESERVE_SHARE, first_hedge_delay_ms, scarcity
 from hasten.routing.homes import HomeTable
-from hasten.routing.shared import ObservationKind, Outbox, Summary, Trip
+from hasten.routing.outbox import ObservationKind, Outbox, Summary, Trip
 
 MAX_EXPECTED_TOKENS = 4096
 # Hedging at the TTFT quantile the budget can afford: with a 5% budget, p96, so that

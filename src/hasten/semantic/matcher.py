@@ -53,7 +53,8 @@ class MatchPolicy:
 
     min_similarity: float
     max_distance_ratio: float = 0.9
-    # Error-budget mode serves below the static cut-off: say where "qualifies" starts there.
+    # Where a runner-up "qualifies" when ``min_similarity`` is lowered to see every candidate
+    # (bench/semantic/evaluate.py --sweep); None: at ``min_similarity``.
     qualifying_similarity: float | None = None
     # Precision first: with a calibration, a guard-passing best candidate is served when its
     # calibrated risk is below ``max_risk`` (1 - target precision); ``min_similarity`` and

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from hasten.cache.keys import cache_key
+from hasten.cache.request_key import cache_key
 
 # Bump when the partition's form changes so stale partitions can never match new requests.
 # The marker also keeps partition keys disjoint from exact-cache keys of the same body.

@@ -56,7 +56,11 @@ _PENDING_INDEX = (
     f"CREATE INDEX IF NOT EXISTS {_TABLE}_pending ON {_TABLE} (id) WHERE length(vector) = 0"
 )
 # Rough per-row overhead of SQLite plus the in-memory index (graph links, id maps).
-_ROW_OVERHEAD_BYTES = 256
+ROW_OVERHEAD_BYTES = 256
+# What a lookup reads of a row (``StoredEntry``): a row nobody joined is its own class.
+_SELECT_ENTRIES = (
+    f"SELECT id, partition, text, answer_key, expires_at, coalesce(answer_class, id) FROM {_TABLE}"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,9 +150,9 @@ class Records:
     ) -> int:
         """The row's id; ``entry_id`` None lets SQLite pick (local mode), else it is kept.
         ``vector`` None: the row waits for ``set_vector``."""
-        blob = b"" if vector is None else _blob(vector)
+        blob = b"" if vector is None else vector_bytes(vector)
         text, answer_key = row.text, row.answer_key
-        size_bytes = len(blob) + len(text.encode()) + len(answer_key) + _ROW_OVERHEAD_BYTES
+        size_bytes = len(blob) + len(text.encode()) + len(answer_key) + ROW_OVERHEAD_BYTES
         cursor = self.conn.execute(
             f"INSERT INTO {_TABLE} (id, partition, tenant, model, text, vector, answer_key,"
             " created_at, expires_at, accessed_at, size_bytes, answer_class, text_key)"
@@ -163,7 +167,7 @@ class Records:
 
     def set_vector(self, entry_id: int, vector: npt.NDArray[np.float32]) -> bool:
         """Gives a row waiting for its vector this one; False if it no longer waits (gone)."""
-        blob = _blob(vector)
+        blob = vector_bytes(vector)
         cursor = self.conn.execute(
             f"UPDATE {_TABLE} SET vector = ?, size_bytes = size_bytes + ?"
             " WHERE id = ? AND length(vector) = 0",
@@ -194,27 +198,17 @@ class Records:
         found = row.fetchone()[0]
         return base if found is None else int(found) + 1
 
-    def select_ids_below(self, limit: int) -> list[tuple[int, str]]:
-        rows = self.conn.execute(f"SELECT id, partition FROM {_TABLE} WHERE id < ?", (limit,))
-        return [(int(row[0]), row[1]) for row in rows]
-
     def entries(self, ids: Sequence[int]) -> dict[int, StoredEntry]:
         if not ids:
             return {}
         marks = ",".join("?" * len(ids))
-        rows = self.conn.execute(
-            f"SELECT id, partition, text, answer_key, expires_at,"
-            f" coalesce(answer_class, id) FROM {_TABLE} WHERE id IN ({marks})",
-            tuple(ids),
-        )
+        rows = self.conn.execute(f"{_SELECT_ENTRIES} WHERE id IN ({marks})", tuple(ids))
         return {int(row[0]): _stored_entry(row) for row in rows}
 
     def entries_with_text(self, partition: str, text: str) -> list[StoredEntry]:
         """The partition's rows whose question is ``text``, by id."""
         rows = self.conn.execute(
-            f"SELECT id, partition, text, answer_key, expires_at,"
-            f" coalesce(answer_class, id) FROM {_TABLE}"
-            " WHERE partition = ? AND text_key = ? ORDER BY id",
+            f"{_SELECT_ENTRIES} WHERE partition = ? AND text_key = ? ORDER BY id",
             (partition, text_key(text)),
         )
         found = (_stored_entry(row) for row in rows)  # compared: two texts' keys may collide
@@ -229,8 +223,7 @@ class Records:
             (partition,),
         ).fetchall()
         ids = np.array([row[0] for row in rows], dtype=np.int64)
-        matrix = np.frombuffer(b"".join(row[1] for row in rows), dtype=np.float16)
-        return ids, matrix.reshape(len(rows), dim).astype(np.float32)
+        return ids, vector_of(b"".join(row[1] for row in rows)).reshape(len(rows), dim)
 
     def partition_digest(self, partition: str) -> tuple[int, int]:
         """(row count, sum of ids) of the rows with a vector: tells whether a saved graph
@@ -269,10 +262,12 @@ class Records:
         model: str | None = None,
         created_before: float | None = None,
         expired_at: float | None = None,
+        ids_below: int | None = None,
     ) -> list[tuple[int, str]]:
         """Ids and partitions of rows matching every given condition (all rows if none)."""
         where, values = _where(
             ("id", "=", entry_id),
+            ("id", "<", ids_below),
             ("tenant", "=", tenant),
             ("model", "=", model),
             ("created_at", "<", created_before),
@@ -291,8 +286,14 @@ class Records:
         self.conn.executemany(f"DELETE FROM {_TABLE} WHERE id = ?", ((i,) for i in ids))
 
 
-def _blob(vector: npt.NDArray[np.float32]) -> bytes:
+def vector_bytes(vector: npt.NDArray[np.float32]) -> bytes:
+    """A vector as stored (in the file and the shared tier): float16."""
     return np.asarray(vector, dtype=np.float16).tobytes()
+
+
+def vector_of(stored: bytes) -> npt.NDArray[np.float32]:
+    """``vector_bytes`` read back (several vectors: one flat array)."""
+    return np.frombuffer(stored, dtype=np.float16).astype(np.float32)
 
 
 def text_key(text: str) -> int:

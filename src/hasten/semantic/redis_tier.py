@@ -12,7 +12,7 @@ model never read these vectors):
   ``max_events`` (``XADD MAXLEN ~``).
 
 Each replica keeps its own SQLite file and in-memory index as before, as a local copy: its
-writes go to its copy and then to Redis; a background task (``Follower``) reads the stream
+writes go to its copy and then to Redis; a background task (``SharedReplica``) reads the stream
 with a short blocking XREAD and applies the other replicas' events to the local copy. The
 stream position is saved in the local file; a replica that starts without one, or whose
 position has been trimmed off the stream, rebuilds its copy from the hashes (SCAN) first.
@@ -26,6 +26,7 @@ and are published first (``SharedReplica.share_delete``). What is not shared: ev
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -70,39 +71,27 @@ class DeleteEvent:
 Event = SharedEntry | DeleteEvent | None  # None: an insert whose hash is already gone
 
 
-def encode_entry(entry: SharedEntry) -> dict[str, bytes | str]:
-    row = entry.row
-    fields: dict[str, bytes | str] = {
-        "partition": row.partition,
-        "tenant": row.tenant,
-        "model": row.model,
-        "text": row.text,
-        "vector": entry.vector_f16,
-        "answer_key": row.answer_key,
-        "created_at": repr(row.created_at),
-        "expires_at": repr(row.expires_at),
+# How each ``Row`` field is read back from an entry hash, by its annotation.
+_READERS: dict[str, Callable[[bytes], Any]] = {"str": bytes.decode, "float": float, "int": int}
+_ROW_READERS = {f.name: _READERS[str(f.type).split(" |")[0]] for f in dataclasses.fields(Row)}
+
+
+def encode_entry(entry: SharedEntry) -> dict[str, bytes | str | float | int]:
+    """The entry's hash: its row's fields (redis-py writes a number as its ``repr``, which
+    reads back exactly) and its vector; a field that is None (``answer_class``) is left out."""
+    row = {
+        name: value for name, value in dataclasses.asdict(entry.row).items() if value is not None
     }
-    if row.answer_class is not None:
-        fields["answer_class"] = str(row.answer_class)
-    return fields
+    return {**row, "vector": entry.vector_f16}
 
 
-def decode_entry(entry_id: int, fields: Mapping[bytes, bytes]) -> SharedEntry | None:
+def decode_entry(entry_id: int, hashed: Mapping[bytes, bytes]) -> SharedEntry | None:
     """None for a missing (expired, deleted) or malformed hash."""
     try:
-        answer_class = fields.get(b"answer_class")
-        row = Row(
-            partition=fields[b"partition"].decode(),
-            tenant=fields[b"tenant"].decode(),
-            model=fields[b"model"].decode(),
-            text=fields[b"text"].decode(),
-            answer_key=fields[b"answer_key"].decode(),
-            created_at=float(fields[b"created_at"]),
-            expires_at=float(fields[b"expires_at"]),
-            answer_class=None if answer_class is None else int(answer_class),
-        )
-        return SharedEntry(entry_id, row, bytes(fields[b"vector"]))
-    except (KeyError, ValueError, UnicodeDecodeError):
+        values = {name: hashed[name.encode()] for name in _ROW_READERS if name.encode() in hashed}
+        row = Row(**{name: _ROW_READERS[name](value) for name, value in values.items()})
+        return SharedEntry(entry_id, row, bytes(hashed[b"vector"]))
+    except (KeyError, TypeError, ValueError, UnicodeDecodeError):
         return None
 
 

@@ -1,29 +1,44 @@
-"""One replica of the shared tier: its ``Follower``, and what the follower keeps in the file.
+"""One replica of the shared tier: keeps its local copy in step with Redis.
 
 ``SemanticCache`` owns a ``SharedReplica`` when ``redis_url`` is set. The replica owns the
-Redis side (``RedisTier``), the follower task and the two things the follower keeps in
-the store's file: its stream position and the invalidations waiting for Redis. Rows and
-the index stay the store's: the replica reaches them only through ``ReplicaStore``.
+Redis side (``RedisTier``), the following task and the two things following keeps in the
+store's file: its stream position and the invalidations waiting for Redis. Rows and the
+index stay the store's: the replica reaches them only through ``ReplicaStore``.
+
+Following, a background task: resume from the saved stream position (or rebuild from the
+entry hashes when there is none or it was trimmed off the stream), then apply events as a
+short blocking XREAD returns them. Any failure means "Redis is away": wait, then resume
+again. Invalidations made here while Redis was away are published first, before any
+rebuild could bring their entries back. See ``redis_tier`` for the data layout.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 import orjson
 
-from hasten.semantic.follower import Follower
-from hasten.semantic.redis_tier import DeleteEvent, Event, RedisTier, SharedEntry
+from hasten.semantic.redis_tier import (
+    FAILURES,
+    DeleteEvent,
+    Event,
+    RedisTier,
+    SharedEntry,
+    is_before,
+)
 
+_LOG = logging.getLogger("hasten.semantic")
 CURSOR_META = "shared_stream_id"
 PENDING_META = "pending_deletes"
 # Invalidations waiting for Redis; beyond this the oldest are dropped (and counted): a
 # replica cut off that long is rebuilt from Redis when it returns anyway.
 MAX_PENDING_DELETES = 10_000
 _STOP_WAIT_S = 2.0
+_REBUILD_BATCH = 500
 _T = TypeVar("_T")
 
 
@@ -43,10 +58,19 @@ class ReplicaStore(Protocol):
         """Drops shared entries (ids below ``LOCAL_ID_BASE``) not in ``shared_ids``."""
 
 
+def needs_rebuild(saved: bytes | None, first: bytes | None, last: bytes) -> bool:
+    """Whether events after ``saved`` may be missing from the stream (pure)."""
+    if saved is None:
+        return True
+    if first is not None and is_before(saved, first):
+        return True  # trimmed past our position
+    return is_before(last, saved)  # a position from another (or a flushed) Redis
+
+
 class SharedReplica:
     """The shared-tier side of one ``SemanticCache``: the store is ``local``.
 
-    It is the follower's ``LocalCopy``. ``counters`` is the store's (``shared_*`` keys).
+    ``counters`` is the store's (``shared_*`` keys); the ``num_*`` totals are the follower's.
     """
 
     def __init__(
@@ -61,24 +85,28 @@ class SharedReplica:
         self._local = local
         self._counters = counters
         self._clock = clock
-        self._follower: Follower | None = None
         self._follow_task: asyncio.Task[None] | None = None
+        self._is_stopping = False
         self.has_pending_deletes = True  # until the local file has been read
+        self.is_connected = False
+        self.num_applied = 0
+        self.num_rebuilds = 0
+        self.num_failures = 0
+        self.num_replayed_deletes = 0
 
     @property
-    def follower(self) -> Follower | None:
-        """The task keeping this replica in step with the shared tier, once started."""
-        return self._follower
+    def is_following(self) -> bool:
+        return self._follow_task is not None
 
-    def follower_stats(self) -> dict[str, Any]:
-        follower = self._follower
-        if follower is None:
+    def stats(self) -> dict[str, Any]:
+        """The follower's state (empty until it started)."""
+        if not self.is_following:
             return {}
         return {
-            "is_connected": follower.is_connected,
-            "applied_events": follower.num_applied,
-            "rebuilds": follower.num_rebuilds,
-            "failures": follower.num_failures,
+            "is_connected": self.is_connected,
+            "applied_events": self.num_applied,
+            "rebuilds": self.num_rebuilds,
+            "failures": self.num_failures,
         }
 
     def start(self) -> None:
@@ -90,13 +118,14 @@ class SharedReplica:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
-        self._follower = Follower(self.shared, self)
-        self._follow_task = loop.create_task(self._follower.run())
+        self._follow_task = loop.create_task(self._follow())
 
     async def close(self) -> None:
-        """Stops following and closes the Redis clients."""
-        if self._follow_task is not None and self._follower is not None:
-            self._follower.stop()
+        """Stops following and closes the Redis clients. Cancelling alone is not enough: a
+        cancelled blocking read may surface inside the Redis client as a connection error
+        (or not at all), so following also ends at its next step."""
+        if self._follow_task is not None:
+            self._is_stopping = True
             self._follow_task.cancel()
             # Bounded: one blocking read at most; a stuck read must not hold up shutdown.
             await asyncio.wait({self._follow_task}, timeout=_STOP_WAIT_S)
@@ -135,9 +164,9 @@ class SharedReplica:
         await self._local.update_meta(PENDING_META, enqueue)
         self._counters["shared_publish_queued"] += 1
 
-    # --- the follower's view of this replica (``follower.LocalCopy``) ---
-
     async def pending_deletes(self) -> list[tuple[DeleteEvent, list[int]]]:
+        """Invalidations made while Redis was away, oldest first."""
+
         def parse(saved: bytes | None) -> list[tuple[DeleteEvent, list[int]]]:
             pending = orjson.loads(saved or b"[]")
             self.has_pending_deletes = bool(pending)
@@ -146,6 +175,8 @@ class SharedReplica:
         return await self._local.read_meta(PENDING_META, parse)
 
     async def drop_pending_deletes(self, num_published: int) -> None:
+        """The oldest ``num_published`` pending invalidations are in Redis now."""
+
         def drop(saved: bytes | None) -> bytes:
             # Re-read: invalidations queued while these were published stay, at the end.
             pending = orjson.loads(saved or b"[]")[num_published:]
@@ -154,14 +185,69 @@ class SharedReplica:
 
         await self._local.update_meta(PENDING_META, drop)
 
-    async def load_cursor(self) -> bytes | None:
-        return await self._local.read_meta(CURSOR_META, lambda saved: saved)
+    # --- following ---
 
-    async def save_cursor(self, cursor: bytes) -> None:
+    async def _follow(self) -> None:
+        cursor: bytes | None = None
+        while not self._is_stopping:
+            try:
+                if self.has_pending_deletes:
+                    await self._publish_pending()
+                if cursor is None:
+                    cursor = await self._resume()
+                    self.is_connected = True
+                events = await self.shared.read(cursor)
+                if events:
+                    await self._local.apply_shared([event for _, event in events])
+                    cursor = events[-1][0]
+                    await self._save_cursor(cursor)
+                    self.num_applied += len(events)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Redis away or a bad event: never stop following
+                if self._is_stopping:
+                    return
+                self._on_failure(exc)
+                cursor = None
+                await asyncio.sleep(self.shared.retry_backoff_s)
+
+    def _on_failure(self, exc: Exception) -> None:
+        self.num_failures += 1
+        if self.is_connected or self.num_failures == 1:
+            is_expected = isinstance(exc, FAILURES)
+            _LOG.warning(
+                "semantic shared tier: following stopped (%s); retrying",
+                exc,
+                exc_info=not is_expected,
+            )
+        self.is_connected = False
+
+    async def _publish_pending(self) -> None:
+        num_published = 0
+        try:
+            for event, entry_ids in await self.pending_deletes():
+                if not await self.shared.publish_delete(event, entry_ids):
+                    raise ConnectionError("pending invalidations not published yet")
+                num_published += 1
+        finally:  # one write for the whole batch, even when it stopped part-way
+            if num_published:
+                await self.drop_pending_deletes(num_published)
+                self.num_replayed_deletes += num_published
+
+    async def _resume(self) -> bytes:
+        saved = await self._local.read_meta(CURSOR_META, lambda saved: saved)
+        first, last = await self.shared.stream_bounds()
+        if not needs_rebuild(saved, first, last) and saved is not None:
+            return saved
+        # Take the position first: events racing the scan are applied again (idempotent).
+        ids = await self.shared.scan_ids()
+        for start in range(0, len(ids), _REBUILD_BATCH):
+            batch = await self.shared.load(ids[start : start + _REBUILD_BATCH])
+            await self._local.apply_shared(batch)
+        await self._local.keep_only_shared(set(ids))
+        await self._save_cursor(last)
+        self.num_rebuilds += 1
+        return last
+
+    async def _save_cursor(self, cursor: bytes) -> None:
         await self._local.update_meta(CURSOR_META, lambda _saved: cursor)
-
-    async def apply(self, events: Sequence[Event]) -> None:
-        await self._local.apply_shared(events)
-
-    async def keep_only(self, shared_ids: set[int]) -> None:
-        await self._local.keep_only_shared(shared_ids)

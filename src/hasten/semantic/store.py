@@ -17,14 +17,15 @@ another, so the event loop never blocks. Vectors and metadata live in one SQLite
 from the stored vectors whenever missing or stale.
 
 With ``redis_url`` set (the gateway does so when its exact cache is in Redis), that file is
-this replica's copy of a shared tier: entries are also written to Redis and a background
-``Follower`` applies the other replicas' inserts and invalidations (see ``redis_tier``).
+this replica's copy of a shared tier: entries are also written to Redis and its
+``SharedReplica`` applies the other replicas' inserts and invalidations in the background
+(see ``redis_tier``).
 
 What the store owns and who does what: the rows (``Records``), the vector index and its
 saved graphs are the store's, touched on its one worker thread; ``Upkeep`` keeps their
 totals, signatures, expiry and eviction in step (called from the store's worker-thread
 methods); ``SharedReplica`` (None without ``redis_url``) owns the Redis side and the
-follower, and reaches the rows only through the store's ``ReplicaStore`` methods.
+following task, and reaches the rows only through the store's ``ReplicaStore`` methods.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from hasten.semantic.guard import signature
 from hasten.semantic.index import VectorIndex
 from hasten.semantic.near import NOTHING, LookupResult, SemanticMatch, near_miss
 from hasten.semantic.partition import split_chat
-from hasten.semantic.records import Records, Row, StoredEntry
+from hasten.semantic.records import Records, Row, StoredEntry, vector_bytes, vector_of
 from hasten.semantic.redis_tier import LOCAL_ID_BASE, DeleteEvent, Event, RedisTier, SharedEntry
 from hasten.semantic.replica import SharedReplica
 from hasten.semantic.store_config import SemanticStoreConfig
@@ -193,7 +194,7 @@ class SemanticCache:
         if query is None:
             self.counters["skipped_not_cacheable"] += 1
             return NOTHING
-        if freshness.ttl_s(query.text, model=model, policy=self.config.freshness) <= 0:
+        if freshness.ttl_s(query.text, policy=self.config.freshness) <= 0:
             self.counters["skipped_volatile"] += 1
             return NOTHING
         self.start()
@@ -226,11 +227,11 @@ class SemanticCache:
     ) -> int | None:
         """Remembers the request's last user turn as answered under ``answer_key``.
 
-        The TTL is the smallest of ``ttl_s``, the model's and the question's freshness TTL;
+        The TTL is the smaller of ``ttl_s`` (the model's) and the question's freshness TTL;
         ``answer_class``: another entry's, when this answer was seen to agree with that
         entry's (None: its own). Returns the entry id, or None if not cacheable by meaning.
         """
-        row = self._prepare(body, model, tenant, answer_key, ttl_s)
+        row = self._prepare(NewEntry(body, model, tenant, answer_key, ttl_s))
         if row is None:
             return None
         row = replace(row, answer_class=answer_class)
@@ -246,8 +247,7 @@ class SemanticCache:
             # Local-only ids name unrelated entries on other replicas: such a class stays here.
             if answer_class is not None and answer_class >= LOCAL_ID_BASE:
                 row = replace(row, answer_class=None)
-            vector_f16 = np.asarray(vector, dtype=np.float16).tobytes()
-            await self.replica.publish_insert(SharedEntry(entry_id, row, vector_f16))
+            await self.replica.publish_insert(SharedEntry(entry_id, row, vector_bytes(vector)))
         return entry_id
 
     async def insert_many(self, items: Sequence[NewEntry]) -> int:
@@ -255,8 +255,7 @@ class SemanticCache:
         one transaction per chunk. Returns how many were indexed."""
         if self.replica is not None:
             return await self._insert_each(items)
-        prepared = (self._prepare(i.body, i.model, i.tenant, i.answer_key, i.ttl_s) for i in items)
-        rows = [row for row in prepared if row is not None]
+        rows = [row for item in items if (row := self._prepare(item)) is not None]
         num_inserted = 0
         for start in range(0, len(rows), _INSERT_CHUNK):
             chunk = rows[start : start + _INSERT_CHUNK]
@@ -304,28 +303,27 @@ class SemanticCache:
                 num_inserted += entry_id is not None
         return num_inserted
 
-    def _prepare(
-        self,
-        body: Mapping[str, Any],
-        model: str,
-        tenant: str,
-        answer_key: str,
-        ttl_s: float | None,
-    ) -> Row | None:
+    def _prepare(self, item: NewEntry) -> Row | None:
         """The row to store, stored now; None when it is not cacheable by meaning. Its TTL is
-        the smallest of ``ttl_s``, the model's and the question's freshness TTL."""
-        query = split_chat(body, model=model, tenant=tenant)
+        the smaller of ``ttl_s`` and the question's freshness TTL."""
+        query = split_chat(item.body, model=item.model, tenant=item.tenant)
         if query is None:
             return None
-        entry_ttl_s = freshness.ttl_s(query.text, model=model, policy=self.config.freshness)
-        if ttl_s is not None:
-            entry_ttl_s = min(entry_ttl_s, ttl_s)
+        entry_ttl_s = freshness.ttl_s(query.text, policy=self.config.freshness)
+        if item.ttl_s is not None:
+            entry_ttl_s = min(entry_ttl_s, item.ttl_s)
         if entry_ttl_s <= 0:
             self.counters["insert_skipped_volatile"] += 1
             return None
         now = self._clock()
         return Row(
-            query.partition_key, tenant, model, query.text, answer_key, now, now + entry_ttl_s
+            query.partition_key,
+            item.tenant,
+            item.model,
+            query.text,
+            item.answer_key,
+            now,
+            now + entry_ttl_s,
         )
 
     async def invalidate(
@@ -375,8 +373,8 @@ class SemanticCache:
             embed_ms=round(self.embedder.embed_s * 1e3, 3),
             embed_cpu_ms=round(self.embedder.embed_cpu_s * 1e3, 3),
         )
-        if self.replica is not None and self.replica.follower is not None:
-            report["shared"] = self.replica.follower_stats()
+        if self.replica is not None and self.replica.is_following:
+            report["shared"] = self.replica.stats()
         return report
 
     def script_stats(self) -> dict[str, dict[str, int]]:
@@ -457,17 +455,14 @@ class SemanticCache:
         self._index.load_partition(partition, ids, vectors)
         self.counters["partitions_rebuilt"] += 1
 
-    def _lookup_sync(
-        self, partition: str, text: str, vector: npt.NDArray[np.float32]
-    ) -> LookupResult:
+    def _lookup_sync(self, partition: str, text: str, vector: Vector) -> LookupResult:
         records = self._open()
         self._partition(records, partition)
         now = self._clock()
         found = self._index.search(partition, vector, self.config.num_candidates)
         floor = self.policy.floor
         stored = records.entries([entry_id for entry_id, sim in found if sim >= floor])
-        live = {i: entry for i, entry in stored.items() if entry.expires_at > now}
-        self._upkeep.drop_expired(records, [e for e in stored.values() if e.expires_at <= now])
+        live = {e.entry_id: e for e in self._upkeep.live(records, stored.values(), now)}
         candidates = [
             matcher.Candidate(
                 i, sim, self._upkeep.signature(live[i]), live[i].answer_key, live[i].answer_class
@@ -501,9 +496,7 @@ class SemanticCache:
             return None
         records = self._open()
         now = self._clock()
-        stored = records.entries_with_text(partition, text)
-        self._upkeep.drop_expired(records, [e for e in stored if e.expires_at <= now])
-        live = [entry for entry in stored if entry.expires_at > now]
+        live = self._upkeep.live(records, records.entries_with_text(partition, text), now)
         if not live:
             return None
         self._count_decision(script, matcher.HIT)
@@ -571,14 +564,22 @@ class SemanticCache:
         self._num_pending = max(0, self._num_pending - len(rows))
 
     def _add_row(
-        self, records: Records, row: Row, vector: Vector | None, entry_id: int | None = None
+        self,
+        records: Records,
+        row: Row,
+        vector: Vector | None,
+        entry_id: int | None = None,
+        *,
+        is_loaded_first: bool = True,
     ) -> int:
-        """One row into the file and the index (its partition loaded first); its id. Without
-        a vector, into the file only (it waits for ``_fill``)."""
-        if vector is not None:
+        """One row into the file and the index (its partition loaded first, unless
+        ``is_loaded_first`` is False: then it is indexed only if already loaded, else read
+        from the file on first use); its id. Without a vector, into the file only (it waits
+        for ``_fill``)."""
+        if vector is not None and is_loaded_first:
             self._partition(records, row.partition)
         entry_id = records.insert(row, vector, entry_id)
-        if vector is not None:
+        if vector is not None and row.partition in self._loaded:
             self._index.add(row.partition, entry_id, vector)
         self._upkeep.note_insert(records, row.text, self._clock())
         return entry_id
@@ -593,16 +594,14 @@ class SemanticCache:
             elif event is not None and event.row.expires_at > now:
                 if records.has(event.entry_id):
                     continue
-                vector = np.frombuffer(event.vector_f16, dtype=np.float16).astype(np.float32)
-                records.insert(event.row, vector, event.entry_id)
-                if event.row.partition in self._loaded:  # else loaded from the file when used
-                    self._index.add(event.row.partition, event.entry_id, vector)
-                self._upkeep.note_insert(records, event.row.text, now)
+                vector = vector_of(event.vector_f16)
+                # Not loaded for it: a partition this replica never looks up stays unloaded.
+                self._add_row(records, event.row, vector, event.entry_id, is_loaded_first=False)
                 self.counters["shared_applied"] += 1
 
     def _keep_only_sync(self, shared_ids: set[int]) -> None:
         records = self._open()
-        rows = records.select_ids_below(LOCAL_ID_BASE)
+        rows = records.select_where(ids_below=LOCAL_ID_BASE)
         self._upkeep.remove(records, [row for row in rows if row[0] not in shared_ids], "dropped")
 
     def _delete_sync(

@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable
 
 from hasten.semantic.guard import TextSignature, signature
 from hasten.semantic.index import VectorIndex
-from hasten.semantic.records import Records, StoredEntry
+from hasten.semantic.records import ROW_OVERHEAD_BYTES, Records, StoredEntry
 from hasten.semantic.store_config import SemanticStoreConfig
 
 PURGE_EVERY_INSERTS = 256
 # Evict down to this fraction of the limits so eviction does not run on every insert.
 LOW_WATER_FRACTION = 0.9
 NUM_SIGNATURES_KEPT = 65_536
-# Besides the text: the float16 vector is 2 bytes a dimension; the rest a row's overhead.
-_ROW_OVERHEAD_BYTES = 256
 
 
 class Upkeep:
@@ -73,17 +72,22 @@ class Upkeep:
     def note_insert(self, records: Records, text: str, now: float) -> None:
         """A row was added (and indexed): purges expired rows now and then, evicts if over."""
         self._num_entries += 1
-        self._num_bytes += len(text.encode()) + self._bytes_per_vector + _ROW_OVERHEAD_BYTES
+        # Besides the text: the float16 vector, 2 bytes a dimension, and a row's overhead.
+        self._num_bytes += len(text.encode()) + self._bytes_per_vector + ROW_OVERHEAD_BYTES
         self._inserts_since_purge += 1
         if self._inserts_since_purge >= PURGE_EVERY_INSERTS:
             self._inserts_since_purge = 0
             self.remove(records, records.select_where(expired_at=now), "expired")
         self._evict(records)
 
-    def drop_expired(self, records: Records, expired: list[StoredEntry]) -> None:
-        """Removes entries a lookup found expired."""
-        if expired:
-            self.remove(records, [(e.entry_id, e.partition) for e in expired], "expired")
+    def live(
+        self, records: Records, entries: Iterable[StoredEntry], now: float
+    ) -> list[StoredEntry]:
+        """The entries a lookup found that have not expired; the expired ones are removed."""
+        found = list(entries)
+        expired = [(e.entry_id, e.partition) for e in found if e.expires_at <= now]
+        self.remove(records, expired, "expired")
+        return [entry for entry in found if entry.expires_at > now]
 
     def remove(self, records: Records, rows: list[tuple[int, str]], reason: str) -> None:
         """Deletes ``(entry_id, partition)`` rows from the file and the index."""

@@ -16,7 +16,7 @@ import uvicorn
 from hasten.app import HastenApp
 from hasten.auth import ADMIN_KEY_HINT
 from hasten.config import GatewayConfig, load_config, redact_url
-from hasten.config.keys import describe_keys
+from hasten.config.keys_table import describe_keys
 from hasten.config.local import LocalServerConfig
 from hasten.config.metrics import describe_metrics
 from hasten.config.tables import LOG_FORMATS, MAX_NUM_WORKERS

@@ -43,7 +43,7 @@ _log = logging.getLogger("hasten.workers")
 RESTART_DELAY_S = 1.0
 MAX_RESTARTS_PER_MINUTE = 10
 STOP_TIMEOUT_S = 10.0  # a worker's graceful shutdown (uvicorn gives requests 5 s)
-# A cache key is a short hash (cache/keys.py): anything longer is not a message of ours.
+# A cache key is a short hash (cache/request_key.py): anything longer is not a message of ours.
 MAX_MESSAGE_BYTES = 4096
 _DELETE = b"d"
 

@@ -35,11 +35,18 @@ Endpoints
                                 it, then the simulator recovers; N = 0 ends it; /sim/reset too
 
 Length of a completion: `x-sim-tokens` if given, else max_tokens / max_completion_tokens (the
-model "runs to the limit", finish_reason "length"), else `SimConfig.output_tokens`; max_tokens
+model "runs to the limit", finish_reason "length"; `runs_to_max_tokens = false` in the
+[simulator] table: it only caps), else `SimConfig.output_tokens`; max_tokens
 always caps it; a `stop` sequence cuts it short (finish_reason "stop"). On the Responses and
-Messages APIs the limit only caps (agents set large ones): `x-sim-tokens` or output_tokens;
-`runs_to_max_tokens = false` makes chat and text completions do the same (an agent's request
-translated to chat by a gateway keeps its native length).
+Messages APIs the limit only caps (agents set large ones): `x-sim-tokens` or output_tokens.
+
+Tools, on every API: a request offering function tools is answered with a call to each (the
+first only with `parallel_tool_calls: false`, the named one for a named `tool_choice`, none
+for `"none"`), its arguments filled from the tool's JSON schema (`simulator/arguments.py`);
+once the turn carries a tool result, with `tool_choice` absent or `"auto"`, the answer is
+text, so an agent's loop (call, result, answer) ends; `"required"` keeps calling.
+`max_tool_calls` (`--max-tool-calls`) caps the calls one answer makes: 1 calls the first tool
+only, 0 none (every answer is text).
 
 Every API path also answers without its /v1 prefix. The Responses and Messages answers are
 the chat generation for the same turns, translated event by event (hasten.apis), on the same

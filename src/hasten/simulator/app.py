@@ -48,6 +48,7 @@ from hasten.simulator.inputs import (
     parse_completion_request,
     parse_embedding_request,
     parse_overrides,
+    with_tool_calls_capped,
 )
 from hasten.simulator.latency import ZERO_LATENCY_PLAN, LatencyPlan, plan_latency
 from hasten.simulator.native import (
@@ -311,10 +312,12 @@ class SimulatorApp:
     ) -> PreparedCompletion:
         """Generates the text, decides the fault and, unless it fails up front, the pacing."""
         state = self.state
+        config = state.config
+        request = with_tool_calls_capped(request, config.max_tool_calls)
         forced = overrides.num_tokens
-        if forced is None and not state.config.runs_to_max_tokens:
-            forced = state.config.output_tokens  # max_tokens then only caps, as natively
-        choices = generate_choices(request, state.config.output_tokens, forced)
+        if forced is None and not config.runs_to_max_tokens:
+            forced = config.output_tokens  # max_tokens only caps it
+        choices = generate_choices(request, config.output_tokens, forced)
         num_completion_tokens = sum(len(choice.pieces) for choice in choices)
         num_steps = max(len(choice.pieces) for choice in choices)
         fault = self._decide_fault(overrides, num_steps)
@@ -441,7 +444,7 @@ class SimulatorApp:
         it, fault positions counted in the API's events, and the API's prefix cache."""
         state = self.state
         config = state.config
-        request = native.generation
+        request = with_tool_calls_capped(native.generation, config.max_tool_calls)
         forced = overrides.num_tokens if overrides.num_tokens is not None else config.output_tokens
         choices = generate_choices(request, config.output_tokens, forced)
         num_steps = len(choices[0].pieces)

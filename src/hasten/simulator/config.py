@@ -20,6 +20,8 @@ TABLE = "simulator"  # the table of a TOML file, and the path its errors name
 
 DEFAULT_MODEL = "sim-model"
 DEFAULT_OUTPUT_TOKENS = 16
+# Parallel tool calls one answer makes at most (``simulator.inputs.MAX_TOOL_CALLS``).
+DEFAULT_MAX_TOOL_CALLS = 8
 DEFAULT_EMBEDDING_DIMS = 64
 DEFAULT_PREFIX_BLOCK_TOKENS = 16
 DEFAULT_PREFIX_CACHE_BLOCKS = 65_536
@@ -60,9 +62,9 @@ class SimConfig:
     # False: any model name is answered (other suites pick their own names); True: 404 otherwise.
     strict_models: bool = False
     output_tokens: int = DEFAULT_OUTPUT_TOKENS
-    # True: a chat/text completion runs to its max_tokens (benchmarks of the limit); False:
-    # max_tokens only caps it, as on the native Responses and Messages endpoints, so an
-    # agent's large limit translated to chat does not make a 4096-token answer.
+    # True: a chat or text completion with max_tokens runs to it (finish_reason "length");
+    # False: max_tokens only caps output_tokens, as on the Responses and Messages APIs (an
+    # agent's large limit, such as Claude Code's 32,000, translated to chat).
     runs_to_max_tokens: bool = True
     embedding_dims: int = DEFAULT_EMBEDDING_DIMS
 
@@ -81,6 +83,10 @@ class SimConfig:
     # than this; the Responses API stores answers (store: true) within this many bytes.
     messages_cache_min_tokens: int = DEFAULT_MESSAGES_CACHE_MIN_TOKENS
     response_store_bytes: int = DEFAULT_RESPONSE_STORE_BYTES
+    # Tool calls one answer makes at most, of those the request's tools and tool_choice ask
+    # for: 1 calls the first tool only; 0 never calls one (every answer is text, as for an
+    # agent run end to end whose tools' outputs differ per run).
+    max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS
 
     error_rate: float = 0.0
     rate_limit_rate: float = 0.0
@@ -142,6 +148,8 @@ def _validate(config: SimConfig) -> None:
         raise error("messages_cache_min_tokens", "must be >= 0")
     if config.response_store_bytes < 0:
         raise error("response_store_bytes", "must be >= 0 (0 stores no response)")
+    if config.max_tool_calls < 0:
+        raise error("max_tool_calls", "must be >= 0 (0 never calls a tool)")
     if not math.isfinite(config.straggler_mult) or config.straggler_mult < 1.0:
         raise error(
             "straggler_mult", f"must be a finite number >= 1, got {config.straggler_mult!r}"
@@ -177,6 +185,7 @@ def read_simulator(table: TomlTable, base: SimConfig) -> SimConfig:
             table.get("messages_cache_min_tokens", int, b.messages_cache_min_tokens)
         ),
         response_store_bytes=int(table.get("response_store_bytes", int, b.response_store_bytes)),
+        max_tool_calls=int(table.get("max_tool_calls", int, b.max_tool_calls)),
         error_rate=table.real("error_rate", b.error_rate),
         rate_limit_rate=table.real("rate_limit_rate", b.rate_limit_rate),
         disconnect_rate=table.real("disconnect_rate", b.disconnect_rate),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hasten.simulator.arguments import TEXT_FRAME, ArgumentFrame
 from hasten.simulator.inputs import GenerationRequest
 from hasten.simulator.textgen import (
     generate_pieces,
@@ -20,8 +21,6 @@ from hasten.simulator.textgen import (
 
 # Per token: its log probability, then (token, log probability) of the likeliest ones.
 TokenLogprob = tuple[float, tuple[tuple[str, float], ...]]
-_ARGUMENTS_OPEN = '{"text":"'
-_ARGUMENTS_CLOSE = '"}'
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +77,9 @@ def generate_choices(
         material = seed_material(request.model, request.prompt_json, request.seed, index)
         if request.tool_names:
             reason = "length" if hit_limit else "tool_calls"
-            choices.append(_tool_choice(material, request.tool_names, num_tokens, reason))
+            frames = request.argument_frames or (TEXT_FRAME,) * len(request.tool_names)
+            calls = tuple(zip(request.tool_names, frames, strict=True))
+            choices.append(_tool_choice(material, calls, num_tokens, reason))
             continue
         pieces, stopped = truncate_at_stop(generate_pieces(material, num_tokens), request.stops)
         if request.prefix:
@@ -104,16 +105,24 @@ def _after_prefix(pieces: list[str], prefix: str, material: bytes, num_tokens: i
 
 
 def _tool_choice(
-    material: bytes, names: tuple[str, ...], num_tokens: int, finish_reason: str
+    material: bytes,
+    calls_made: tuple[tuple[str, ArgumentFrame], ...],
+    num_tokens: int,
+    finish_reason: str,
 ) -> GeneratedChoice:
-    """One call per name, the tokens shared out between them (at least one each)."""
+    """One call per name, the tokens shared out between them (at least one each), each
+    call's words inside its arguments' frame (one piece when its schema has no words)."""
     pieces: list[str] = []
     calls: list[ToolCall] = []
-    for call_index, name in enumerate(names):
-        share = num_tokens // len(names) + (call_index < num_tokens % len(names))
-        words = generate_pieces(material + b"\x00tool%d" % call_index, max(1, share))
-        words[0] = _ARGUMENTS_OPEN + words[0]
-        words[-1] += _ARGUMENTS_CLOSE
+    num_calls = len(calls_made)
+    for call_index, (name, frame) in enumerate(calls_made):
+        share = num_tokens // num_calls + (call_index < num_tokens % num_calls)
+        if frame.has_words:
+            words = generate_pieces(material + b"\x00tool%d" % call_index, max(1, share))
+            words[0] = frame.open + words[0]
+            words[-1] += frame.close
+        else:
+            words = [frame.open + frame.close]
         pieces.extend(words)
         calls.append(ToolCall(tool_call_id(material, call_index), name, len(words)))
     return GeneratedChoice(pieces, finish_reason, tuple(calls))

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hasten.errors import InvalidRequest
+from hasten.simulator.arguments import ArgumentFrame, argument_frame
 from hasten.simulator.faults import FaultKind
 from hasten.simulator.textgen import chat_prompt_tokens, completion_prompt_tokens
 from hasten.wire import exactjson
@@ -63,8 +64,10 @@ class GenerationRequest:
     # ``logprobs: k``) and how many alternatives each token lists.
     has_logprobs: bool = False
     num_top_logprobs: int = 0
-    # The functions each choice calls (chat ``tools``): then it answers with tool calls.
+    # The functions each choice calls (chat ``tools``): then it answers with tool calls,
+    # each call's arguments framed by its tool's schema (one frame per name).
     tool_names: tuple[str, ...] = ()
+    argument_frames: tuple[ArgumentFrame, ...] = ()
     # An assistant message to continue (vLLM's ``continue_final_message``, DeepSeek's
     # ``prefix: true``): the answer is what follows it.
     prefix: str = ""
@@ -209,11 +212,15 @@ def parse_chat_request(data: dict[str, Any]) -> GenerationRequest:
         request = replace(request, prefix=prefix)
     has_logprobs = data.get("logprobs") is True
     num_top = _optional_int(data, "top_logprobs", 0, MAX_CHAT_TOP_LOGPROBS) or 0
-    tool_names = _tool_names(data)
+    tool_names, frames = _tools_called(data)
     if not (has_logprobs or tool_names):
         return request
     return replace(
-        request, has_logprobs=has_logprobs, num_top_logprobs=num_top, tool_names=tool_names
+        request,
+        has_logprobs=has_logprobs,
+        num_top_logprobs=num_top,
+        tool_names=tool_names,
+        argument_frames=frames,
     )
 
 
@@ -230,34 +237,68 @@ def _continued_prefix(data: dict[str, Any], messages: list[dict[str, Any]]) -> s
     return content
 
 
-def _tool_names(data: dict[str, Any]) -> tuple[str, ...]:
-    """The functions called: the named ``tool_choice``, else every tool (the first only
-    without ``parallel_tool_calls``); none for ``tool_choice: "none"``. Deterministic, so
-    a test knows what it gets; a real model chooses."""
+def _tools_called(data: dict[str, Any]) -> tuple[tuple[str, ...], tuple[ArgumentFrame, ...]]:
+    """The functions called and their argument frames: the named ``tool_choice``, else
+    every tool (the first only without ``parallel_tool_calls``); none for ``tool_choice:
+    "none"``, and none when the turn answers a tool result and ``tool_choice`` is absent or
+    ``"auto"`` (the model read what its call returned and answers in text, so an agent's
+    loop ends; ``"required"`` or a named tool still calls). Deterministic, so a test knows
+    what it gets; a real model chooses."""
     tools = data.get("tools")
     if tools is None:
-        return ()
+        return (), ()
     if not isinstance(tools, list):
         raise InvalidRequest("tools must be an array", param="tools")
-    names: list[str] = []
+    frames: dict[str, ArgumentFrame] = {}
     for tool in tools:
         function = tool.get("function") if isinstance(tool, dict) else None
         name = function.get("name") if isinstance(function, dict) else None
         if not isinstance(name, str) or not name:
             raise InvalidRequest("every tool needs a function with a name", param="tools")
-        names.append(name)
+        assert isinstance(function, dict)
+        frames.setdefault(name, argument_frame(function.get("parameters")))
+    names = list(frames)
     choice = data.get("tool_choice")
     if choice == "none" or not names:
-        return ()
+        return (), ()
     if isinstance(choice, dict):
         function = choice.get("function")
         name = function.get("name") if isinstance(function, dict) else None
         if name not in names:
             raise InvalidRequest("tool_choice names no tool in tools", param="tool_choice")
-        return (name,)
-    if data.get("parallel_tool_calls") is False:
-        return (names[0],)
-    return tuple(names[:MAX_TOOL_CALLS])
+        called = [name]
+    elif choice in (None, "auto") and _answers_a_tool_result(data.get("messages")):
+        return (), ()
+    elif data.get("parallel_tool_calls") is False:
+        called = names[:1]
+    else:
+        called = names[:MAX_TOOL_CALLS]
+    return tuple(called), tuple(frames[name] for name in called)
+
+
+def with_tool_calls_capped(request: GenerationRequest, max_calls: int) -> GenerationRequest:
+    """``request`` calling at most ``max_calls`` of its tools (``SimConfig.max_tool_calls``);
+    with none left it answers in text."""
+    if len(request.tool_names) <= max_calls:
+        return request
+    return replace(
+        request,
+        tool_names=request.tool_names[:max_calls],
+        argument_frames=request.argument_frames[:max_calls],
+    )
+
+
+def _answers_a_tool_result(messages: Any) -> bool:
+    """Whether a tool message came after the last assistant message (a Messages turn with
+    tool results and text becomes tool messages and a user message)."""
+    turns: list[Any] = messages if isinstance(messages, list) else []
+    for message in reversed(turns):
+        role: Any = message.get("role") if isinstance(message, dict) else None
+        if role == "assistant":
+            return False
+        if role == "tool":
+            return True
+    return False
 
 
 def parse_completion_request(data: dict[str, Any]) -> GenerationRequest:

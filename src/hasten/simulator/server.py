@@ -45,6 +45,7 @@ _LATENCY_FLAGS: tuple[tuple[str, str, type, str], ...] = (
     ("--output-tokens", "output_tokens", int, "completion length when max_tokens is absent"),
     ("--prefix-cache-blocks", "prefix_cache_blocks", int, "prefix cache capacity in blocks"),
     ("--seed", "seed", int, "seed of the latency and fault RNG"),
+    ("--max-tool-calls", "max_tool_calls", int, "tool calls one answer makes at most (0: none)"),
 )
 
 

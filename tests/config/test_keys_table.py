@@ -1,4 +1,4 @@
-"""hasten.config.keys: the [keys] table and the limit fields of [server] api_keys entries."""
+"""hasten.config.keys_table: the [keys] table and the limit fields of [server] api_keys entries."""
 
 from __future__ import annotations
 

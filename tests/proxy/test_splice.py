@@ -1,4 +1,4 @@
-"""Unit tests for hasten.proxy.resume: the Splice puts a regenerated stream after what a
+"""Unit tests for hasten.proxy.splice: the Splice puts a regenerated stream after what a
 client already got, for chat and completions, n > 1, tool calls, however the stream is split,
 and says so when the regeneration does not continue it."""
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from hasten.apis.known import api_named
 from hasten.proxy.assemble import assemble
-from hasten.proxy.resume import Splice
+from hasten.proxy.splice import Splice
 
 USAGE = {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
 

@@ -9,7 +9,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hasten.cache.keys import cache_key, request_key, with_headers
+from hasten.cache.request_key import cache_key, request_key, with_headers
 from hasten.errors import HastenError
 from tests.support.strategies import any_json_values
 

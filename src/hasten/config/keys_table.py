@@ -24,7 +24,6 @@ MAX_MAX_KEYS = 1_000_000
 DEFAULT_CACHE_TTL_S = 1.0  # how soon every replica refuses a revoked or rotated key
 MAX_CACHE_TTL_S = 60.0
 DEFAULT_MAX_CACHED_UNKNOWN = 10_000
-KEY_STORES = ("memory", "sqlite", "redis")
 # A static key's id: what limits and metrics call it. vk_ is the virtual keys' prefix.
 STATIC_KEY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 

@@ -19,7 +19,7 @@ from hasten.config.fleet import FleetConfig
 from hasten.config.limits import KeyLimits
 from hasten.fleet.link import FleetLink
 from hasten.limits.limiter import Limiter
-from hasten.limits.shared import Settlement
+from hasten.limits.shared_ledger import Settlement
 from hasten.simulator import SimConfig, build_app
 from tests.limits.test_limiter import FREE_KEY, KEY, gateway_of, limited_config
 from tests.support.gateway import chat_body

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hasten.cache.policy import (
+from hasten.cache.decision import (
     CacheDecision,
     CacheDirectives,
     decide,

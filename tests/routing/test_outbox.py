@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from hasten.config.routing import RoutingConfig
 from hasten.routing.breaker import BreakerState
-from hasten.routing.pool import DeploymentPool
-from hasten.routing.shared import (
+from hasten.routing.outbox import (
     MAX_PENDING,
     Observation,
     ObservationKind,
@@ -13,6 +12,7 @@ from hasten.routing.shared import (
     Summary,
     Trip,
 )
+from hasten.routing.pool import DeploymentPool
 from tests.support.routing import BREAKER, make_pool, teach
 
 
