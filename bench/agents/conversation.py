@@ -129,7 +129,7 @@ class ResponsesDialect:
             "instructions": SYSTEM_PROMPT,
             "input": history,
             "tools": [{"type": "function", **tool} for tool in TOOLS],
-            "tool_choice": "auto",
+            "tool_choice": "required",  # a tool call every turn, as in a long task
             "parallel_tool_calls": False,
             "store": False,  # Codex: no server-side state, the whole history every turn
             "stream": True,
@@ -212,6 +212,7 @@ class MessagesDialect:
                 }
                 for t in TOOLS
             ],
+            "tool_choice": {"type": "any", "disable_parallel_tool_use": True},
             "messages": history,
             "stream": True,
         }
@@ -273,7 +274,7 @@ class ChatDialect:
             "model": model,
             "messages": [{"role": "system", "content": SYSTEM_PROMPT}, *history],
             "tools": [{"type": "function", "function": tool} for tool in TOOLS],
-            "tool_choice": "auto",
+            "tool_choice": "required",
             "parallel_tool_calls": False,
             "max_completion_tokens": MAX_TOKENS,
             "stream": True,
