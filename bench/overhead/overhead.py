@@ -9,6 +9,7 @@ per-request observation) is measured in the same run. Prints one summary line pl
     .venv/bin/python bench/overhead/overhead.py [--quick] [--no-litellm] [--no-metrics-pair]
                                        [--workers N] [--upstream-client NAME]
                                        [--compare-clients] [--compare-src DIR]
+                                       [--apis chat,responses,messages] [--no-portkey]
                                        [--json] [--write-docs]
 
 ``--workers N`` adds one more hasten target, ``hasten-Nw``: the same gateway served by
@@ -18,6 +19,10 @@ hasten's default); ``--compare-clients`` adds one more hasten target, ``hasten-<
 with the other client, so both are measured side by side in one run.
 ``--compare-src DIR`` adds ``hasten-base``: the same gateway run from another checkout's
 ``src`` (``PYTHONPATH=DIR``), so a change and its baseline are measured in one run.
+``--apis`` (default all three): after the chat figures, what hasten (pass-through and
+translated), LiteLLM and Portkey (npm ``@portkey-ai/gateway``, installed into bench/.npm)
+add on chat, Responses and Messages side by side, against the simulator's native endpoints
+(``bench/agents/api_overhead.py``, under ``"apis"``); ``--apis chat`` skips it.
 The extra ``added_ms_vs_direct_stream`` figure is hasten's non-stream latency less the
 direct *stream*'s whole answer: hasten asks non-stream requests upstream as a stream.
 """
@@ -40,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: b
 
 import orjson
 
+from bench.agents import api_overhead
 from bench.support import litellm_env, overhead_docs
 from bench.support.overhead_figures import (
     NO_METRICS,
@@ -79,6 +85,11 @@ FULL_PLAN = Plan(
 QUICK_PLAN = Plan(
     num_rounds=2, num_sequential=40, num_warmup=40, throughput_duration_s=1.5, num_cache_hits=200
 )
+
+
+# Per API (bench/agents/api_overhead.py): rounds, sequential requests per target, warm-up.
+API_PLANS = {False: (5, 100, 20), True: (2, 30, 10)}  # by --quick
+API_NAMES = ("chat", "responses", "messages")
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,9 +427,36 @@ def run(args: argparse.Namespace, command: str) -> dict[str, Any]:
                 result["upstream_clients"] = client_comparison(
                     result, args.upstream_client or "lean"
                 )
+        if set(args.apis) - {"chat"}:
+            result["apis"] = api_figures(args, workdir / "apis", litellm_exe)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return result
+
+
+def api_figures(args: argparse.Namespace, workdir: Path, litellm_exe: Path | None) -> Any:
+    """chat, Responses and Messages side by side: hasten, LiteLLM, Portkey (their own servers)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    env = clean_environment()
+
+    def litellm(directory: Path, upstream_v1: str, port: int) -> api_overhead.Peer:
+        assert litellm_exe is not None
+        auth = {"authorization": f"Bearer {litellm_env.MASTER_KEY}",
+                "x-api-key": litellm_env.MASTER_KEY}  # fmt: skip
+        config = litellm_env.write_config(directory, upstream_v1)
+        return api_overhead.Peer(
+            "litellm",
+            litellm_env.command(litellm_exe, config, port),
+            litellm_env.environment(env), port, "/health/liveliness",
+            {"Authorization": f"Bearer {litellm_env.MASTER_KEY}"}, API_NAMES, lambda api: auth,
+        )  # fmt: skip
+
+    num_rounds, num_sequential, num_warmup = API_PLANS[args.quick]
+    return api_overhead.run(
+        workdir, num_rounds=num_rounds, num_sequential=num_sequential, num_warmup=num_warmup,
+        litellm=None if litellm_exe is None else litellm, with_portkey=not args.no_portkey,
+        env=env, apis=tuple(args.apis),
+    )  # fmt: skip
 
 
 def other_client(args: argparse.Namespace) -> str | None:
@@ -458,6 +496,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         metavar="DIR",
         help="add hasten-base: the gateway run with PYTHONPATH=DIR (another checkout's src)",
     )
+    parser.add_argument(
+        "--apis",
+        type=lambda text: [name for name in text.split(",") if name],
+        default=list(API_NAMES),
+        help="client APIs measured side by side (chat alone: the chat figures only)",
+    )
+    parser.add_argument("--no-portkey", action="store_true", help="no Portkey in the APIs' run")
     parser.add_argument("--json", action="store_true", help="print only the JSON object")
     parser.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
     return parser.parse_args(argv)
@@ -472,7 +517,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"overhead benchmark failed: {exc}", file=sys.stderr)
         return 1
     if not args.json:
-        print(summary_line(result))
+        line = summary_line(result)
+        if "apis" in result:
+            line += "; " + api_overhead.summary(result["apis"])
+        print(line)
     print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
     if args.write_docs:
         overhead_docs.write(REPO / "docs" / "benchmarks.md", result)
