@@ -168,12 +168,14 @@ ZERO_LATENCY_PLAN = LatencyPlan(first_token_ms=0.0, decode_ms_per_token=0.0)
 
 def ttft_ms(config: SimConfig, num_prompt_tokens: int, num_cached_tokens: int) -> float:
     """Time to first token before jitter and network: base + prefill of cached/uncached tokens."""
-    num_cached = min(max(0, num_cached_tokens), max(0, num_prompt_tokens))
-    num_uncached = max(0, num_prompt_tokens) - num_cached
-    return (
-        config.ttft_base_ms
-        + config.prefill_ms_per_token * num_uncached
-        + config.prefill_cached_ms_per_token * num_cached
+    num_prompt = max(0, num_prompt_tokens)
+    num_cached = min(max(0, num_cached_tokens), num_prompt)
+    # Every token at the full price, less what each cached one saves: written this way, more
+    # cached tokens can never round to a slower first token (the sum of the two prices per
+    # part could, by one ulp, when the cached price equals the full one).
+    saved_ms_per_token = config.prefill_ms_per_token - config.prefill_cached_ms_per_token
+    return config.ttft_base_ms + (
+        config.prefill_ms_per_token * num_prompt - saved_ms_per_token * num_cached
     )
 
 
