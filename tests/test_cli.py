@@ -131,7 +131,9 @@ def test_check_config_describes_hedging(tmp_path: Path, capsys: pytest.CaptureFi
         "then a second as long later; budget 5% (a bucket of 10 hedges; since the start "
         "at most the larger of 10 and 5% of requests)"
     ) in out
-    path = _write(tmp_path, text.replace("budget_burst = 10", "second_quantile = 0.8"))
+    path = _write(
+        tmp_path, text.replace("budget_burst = 10", "second_quantile = 0.8\nbudget_burst = 0")
+    )
     assert _cli_main(["check-config", str(path)]) == 0
     assert "then a second p80 later; budget 5% (over 30s)" in capsys.readouterr().out
     path = _write(tmp_path, text.replace("budget_burst = 10", "max_hedges = 1"))

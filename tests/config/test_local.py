@@ -41,8 +41,7 @@ def test_local_config_table_keys_and_errors(tmp_path: Path) -> None:
         ({"model_path": 1}, "local.model_path: expected a string, got int 1"),
         ({"n_ctx": True}, "local.n_ctx: expected an integer, got bool True"),
         ({"cache_ram_mib": -1}, "local.cache_ram_mib: must be >= 0, got -1"),
-        # The home-made engine's settings are gone with it: naming one is an error.
-        ({"num_cache_slots": 4}, "local.num_cache_slots"),
+        ({"max_queue": "32"}, "local.max_queue: expected an integer"),  # retired, still checked
     ]
     for values, message in bad:
         with pytest.raises(ConfigError) as info:
@@ -53,3 +52,17 @@ def test_local_config_table_keys_and_errors(tmp_path: Path) -> None:
     path.write_text('[server]\nport = 1\n[local]\nport = 9100\nmodel_path = "/m.gguf"\n')
     loaded = load_local_config(path)
     assert loaded.port == 9100 and str(loaded.engine.model_path) == "/m.gguf"
+
+
+def test_a_retired_engine_setting_is_ignored_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A config written for the engine before llama-server still starts, and says why its
+    # setting no longer does anything; a misspelt key is still an error.
+    with caplog.at_level("WARNING", logger="hasten.local"):
+        config = parse_local(TomlTable({"max_queue": 32, "num_cache_slots": 4}, "local"))
+    assert config == LocalServerConfig()
+    assert "[local] max_queue is no longer used" in caplog.text
+    assert "num_cache_slots" in caplog.text and "cache_ram_mib" in caplog.text
+    with pytest.raises(ConfigError, match="max_queues"):
+        parse_local(TomlTable({"max_queues": 32}, "local"))

@@ -20,7 +20,9 @@ from tests.support.servers import free_port, redis_server
 
 # Cooldowns long enough that no trip ends while a test looks at it.
 LONG_BREAKER = replace(BREAKER, cooldown_s=30.0, max_cooldown_s=60.0)
-ROUTING = RoutingConfig(breaker=LONG_BREAKER, hedge=HedgeConfig(is_enabled=True, budget=0.1))
+ROUTING = RoutingConfig(
+    breaker=LONG_BREAKER, hedge=HedgeConfig(is_enabled=True, budget=0.1, budget_burst=0.0)
+)
 
 
 @pytest.fixture

@@ -202,7 +202,14 @@ def hedge_counts(gateways: Sequence[ServerThread]) -> list[tuple[int, int]]:
 
 # Every request outwaits the fixed 20 ms hedge delay (its TTFT is 150 ms).
 HEDGING = RoutingConfig(
-    hedge=HedgeConfig(is_enabled=True, min_delay_ms=20, max_delay_ms=20, max_hedges=1, budget=0.05),
+    hedge=HedgeConfig(
+        is_enabled=True,
+        min_delay_ms=20,
+        max_delay_ms=20,
+        max_hedges=1,
+        budget=0.05,
+        budget_burst=0.0,  # the fleet's sliding window
+    ),
     is_affinity_enabled=False,
 )
 SLOW = SimConfig(ttft_base_ms=150, output_tokens=2)

