@@ -210,3 +210,14 @@ def test_in_flight_is_zero_after_client_disconnects(stream: bool, when: str) -> 
                 except httpx.TimeoutException:
                     pass
             assert _settles_at_zero(gateway) == {"sim": 0}
+
+
+def test_the_simulator_banner_says_how_to_get_the_local_model() -> None:
+    # `pip install hasten` alone has no llama-server: the banner names what is missing.
+    with GatewayProcess("--simulator") as gateway:
+        deadline = time.monotonic() + 30
+        while "cache:" not in gateway.stderr and time.monotonic() < deadline:
+            time.sleep(0.05)
+        banner = gateway.stderr
+    assert "BUILT-IN SIMULATOR" in banner
+    assert "llama-server" in banner and "HASTEN_LLAMA_SERVER" in banner

