@@ -94,8 +94,13 @@ def hasten_toml(sim_v1_url: str) -> str:
 
 @contextlib.contextmanager
 def started(
-    workdir: Path, litellm: PeerFactory | None, portkey: Path | None, env: dict[str, str]
+    workdir: Path,
+    litellm: PeerFactory | None,
+    portkey: Path | None,
+    env: dict[str, str],
+    base_src: Path | None = None,
 ) -> Iterator[tuple[list[Target], dict[str, Any]]]:
+    """``base_src``: also hasten-base, the same gateway run from another checkout's src."""
     hasten = hasten_command()
     sim_port, hasten_port = free_port(), free_port()
     sim_url = f"http://127.0.0.1:{sim_port}"
@@ -134,6 +139,16 @@ def started(
         workdir / "api-hasten.log",
     )
     peers: list[Peer] = []
+    if base_src is not None:
+        port = free_port()
+        base_argv = [*gateway.argv[: gateway.argv.index("--port") + 1], str(port)]
+        base_argv += ["--config", str(workdir / "api-hasten.toml")]
+        base_argv += ["--sqlite-path", str(workdir / "api-base.sqlite3")]
+        base_argv += ["--log-level", "warning"]
+        base_env = {**env, "PYTHONPATH": str(base_src)}
+        peers.append(
+            Peer("hasten-base", base_argv, base_env, port, "/healthz", {}, API_NAMES, _no_headers)
+        )
     if litellm is not None:
         peers.append(litellm(workdir, f"{sim_url}/v1", free_port()))
     if portkey is not None:
@@ -323,6 +338,7 @@ def run(
     with_portkey: bool,
     env: dict[str, str],
     apis: tuple[str, ...] = API_NAMES,
+    base_src: Path | None = None,
 ) -> dict[str, Any]:
     unknown = sorted(set(apis) - set(API_NAMES))
     if unknown:
@@ -340,7 +356,7 @@ def run(
         }
     else:
         result["portkey"] = {"available": False, "reason": "--no-portkey"}
-    with started(workdir, litellm, portkey_script, env) as (targets, info):
+    with started(workdir, litellm, portkey_script, env, base_src) as (targets, info):
         result["servers"] = info
         targets = [replace(t, apis=tuple(a for a in t.apis if a in apis)) for t in targets]
         result["targets"] = {t.name: list(t.apis) for t in targets}

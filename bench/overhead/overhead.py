@@ -18,7 +18,8 @@ per-request observation) is measured in the same run. Prints one summary line pl
 hasten's default); ``--compare-clients`` adds one more hasten target, ``hasten-<other>``,
 with the other client, so both are measured side by side in one run.
 ``--compare-src DIR`` adds ``hasten-base``: the same gateway run from another checkout's
-``src`` (``PYTHONPATH=DIR``), so a change and its baseline are measured in one run.
+``src`` (``PYTHONPATH=DIR``), so a change and its baseline are measured in one run (in
+the ``--apis`` figures too, on the pass-through route).
 ``--apis`` (default all three): after the chat figures, what hasten (pass-through and
 translated), LiteLLM and Portkey (npm ``@portkey-ai/gateway``, installed into bench/.npm)
 add on chat, Responses and Messages side by side, against the simulator's native endpoints
@@ -455,7 +456,7 @@ def api_figures(args: argparse.Namespace, workdir: Path, litellm_exe: Path | Non
     return api_overhead.run(
         workdir, num_rounds=num_rounds, num_sequential=num_sequential, num_warmup=num_warmup,
         litellm=None if litellm_exe is None else litellm, with_portkey=not args.no_portkey,
-        env=env, apis=tuple(args.apis),
+        env=env, apis=tuple(args.apis), base_src=args.compare_src,
     )  # fmt: skip
 
 

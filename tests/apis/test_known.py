@@ -13,6 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hasten.apis.known import MESSAGES_API, RESPONSES_API
+from hasten.config.routing import RoutingConfig
+from hasten.upstream.client import request_traits
 
 # As Codex sends a turn (abridged): ids minted per run on its own items, its session in
 # client_metadata and prompt_cache_key.
@@ -146,3 +148,62 @@ def test_what_can_change_a_responses_answer_stays_keyed(path: tuple[Any, ...], v
 )
 def test_what_can_change_a_messages_answer_stays_keyed(path: tuple[Any, ...], value: Any) -> None:
     assert MESSAGES_API.key_view(_changed(CLAUDE, path, value)) != MESSAGES_API.key_view(CLAUDE)
+
+
+# --- what prefix affinity reads (Api.affinity_view) -------------------------------------
+
+
+def _key(api: Any, body: dict[str, Any], max_chars: int = 32_768) -> int | None:
+    traits = request_traits(
+        api.affinity_view(body),
+        RoutingConfig(affinity_min_prefix_chars=64, affinity_max_prefix_chars=max_chars),
+        is_stream=True,
+        is_idempotent=True,
+    )
+    return traits.affinity_key
+
+
+def _next_turn(api: Any, body: dict[str, Any], said: str) -> dict[str, Any]:
+    if api is RESPONSES_API:
+        return {**body, "input": [*body["input"], {"role": "user", "content": said}]}
+    turn = {"role": "user", "content": [{"type": "text", "text": said}]}
+    return {**body, "messages": [*body["messages"], {"role": "assistant", "content": "ok"}, turn]}
+
+
+@pytest.mark.parametrize("api", [RESPONSES_API, MESSAGES_API], ids=["responses", "messages"])
+@given(said=st.text(max_size=40), later=st.text(max_size=40))
+def test_a_conversation_keeps_its_affinity_key_once_its_head_is_long(
+    api: Any, said: str, later: str
+) -> None:
+    # Read natively, without translating: the last item never counts, so two requests that
+    # differ only in it share a key; past max_chars the head alone does.
+    body = CODEX if api is RESPONSES_API else CLAUDE
+    assert _key(api, body) is not None
+    assert _key(api, _next_turn(api, body, said)) == _key(api, _next_turn(api, body, later))
+    grown = _next_turn(api, _next_turn(api, body, said), later)
+    assert _key(api, grown, max_chars=128) == _key(api, body, max_chars=128)
+
+
+def test_the_system_prompt_and_tools_are_in_the_affinity_key() -> None:
+    assert _key(RESPONSES_API, {**CODEX, "instructions": "Other."}) != _key(RESPONSES_API, CODEX)
+    assert _key(MESSAGES_API, {**CLAUDE, "system": "Other."}) != _key(MESSAGES_API, CLAUDE)
+    assert _key(MESSAGES_API, {**CLAUDE, "tools": []}) != _key(MESSAGES_API, CLAUDE)
+
+
+def test_a_request_without_a_chat_form_still_has_an_affinity_key() -> None:
+    # A built-in tool: no chat view, but the same prefix to share.
+    body = {**CODEX, "tools": [{"type": "web_search"}]}
+    assert RESPONSES_API.chat_view(body) is None
+    assert _key(RESPONSES_API, body) is not None
+
+
+def test_the_router_reads_each_apis_output_bound() -> None:
+    def expected(api: Any, body: dict[str, Any]) -> int:
+        view = api.affinity_view(body)
+        return request_traits(
+            view, RoutingConfig(), is_stream=False, is_idempotent=True
+        ).expected_tokens
+
+    assert expected(RESPONSES_API, {**CODEX, "max_output_tokens": 777}) == 777
+    assert expected(RESPONSES_API, CODEX) == 0
+    assert expected(MESSAGES_API, CLAUDE) == 32000

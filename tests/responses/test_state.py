@@ -96,7 +96,7 @@ async def _serve(
             if not message.get("more_body", False):
                 sent.append(b"<end>")
 
-    send = kept.wrap(client)
+    send = kept.wrap(client, orjson.loads(request))
     await send(
         {
             "type": "http.response.start",
@@ -237,3 +237,15 @@ async def test_the_chain_is_bounded_in_depth_and_bytes() -> None:
         await _state(store, max_history_bytes=200).open("responses", "t", request)
     raw, _ = await _state(store, max_chain_depth=12).open("responses", "t", request)
     assert len(orjson.loads(raw)["input"]) == 25
+
+
+async def test_an_unstored_request_leaves_its_answer_unread() -> None:
+    # store: false (Codex's every turn): the answer goes by the keeper's send untouched.
+    state = _state(MemoryResponseStore(max_bytes=1 << 20, max_record_bytes=1 << 16))
+    _, kept = await state.open("responses", "t", REQUEST)
+
+    async def client(message: Message) -> None:
+        pass
+
+    assert kept.wrap(client, {"model": "m", "input": "hi", "store": False}) is client
+    assert kept.wrap(client, {"model": "m", "input": "hi"}) is not client

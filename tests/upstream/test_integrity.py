@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hasten.errors import UpstreamError
 from hasten.upstream.integrity import (
@@ -11,6 +16,7 @@ from hasten.upstream.integrity import (
     check_json_body,
     is_event_stream,
 )
+from hasten.wire.sse import SSEDecoder
 from tests.support.scripted import delta, sse
 
 ONE, TWO = sse(delta("one"), delta("two"))
@@ -91,3 +97,67 @@ def test_an_event_up_to_the_bound_passes_whole() -> None:
     half = len(event) // 2
     assert guard.feed(event[:half]) == b""
     assert guard.feed(event[half:]) == event
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.events: list[tuple[bytes, Any]] = []
+
+    def event(self, payload: bytes, parsed: Any) -> None:
+        self.events.append((payload, parsed))
+
+    def done(self) -> None:
+        self.events.append((b"[DONE]", None))
+
+    def end(self, tail: bytes) -> None:
+        pass
+
+
+_FIELD = st.sampled_from([b"event: ", b"event:", b"id: ", b": note ", b"retry: "])
+_DATA = st.sampled_from([b"data: ", b"data:"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.tuples(_FIELD, st.sampled_from([b"x", b"response.created", b""]))),
+            st.sampled_from([[], [b"{}"], [b'{"a": 1}'], [b'{"a":', b"[2]}"], [b"[1]"]]).flatmap(
+                lambda lines: st.tuples(*[st.tuples(_DATA, st.just(line)) for line in lines]).map(
+                    list
+                )
+            ),
+        ),
+        max_size=6,
+    ),
+    st.lists(st.integers(min_value=1, max_value=40), max_size=6),
+)
+def test_named_events_hand_the_sink_what_the_decoder_reads(
+    events: list[tuple[list[tuple[bytes, bytes]], list[tuple[bytes, bytes]]]], cuts: list[int]
+) -> None:
+    # Any mix of fields before an event's data lines, in chunks cut anywhere: the guard
+    # hands its sink each event's data as the spec's decoder reads it (named events with
+    # one data line take the guard's own fast path).
+    stream = b"".join(
+        b"\n".join([name + value for name, value in fields] + [p + d for p, d in data]) + b"\n\n"
+        for fields, data in events
+        if fields or data
+    )
+    sink = _Sink()
+    guard = StreamGuard(sink)
+    out, start = b"", 0
+    for cut in [*cuts, len(stream)]:
+        out += guard.feed(stream[start : start + cut])
+        start += cut
+    out += guard.feed(stream[start:])
+    assert out + guard.finish() == stream
+    expected = SSEDecoder().feed(stream)
+    assert [payload for payload, _ in sink.events] == expected
+    assert [parsed for _, parsed in sink.events] == [orjson.loads(p) for p in expected]
+
+
+def test_a_named_event_that_is_not_json_is_an_error() -> None:
+    guard = StreamGuard()
+    with pytest.raises(UpstreamError) as caught:
+        guard.feed(b'event: response.created\ndata: {"type": "resp\n\n')
+    assert caught.value.code == "upstream_malformed"

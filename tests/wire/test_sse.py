@@ -15,7 +15,7 @@ from hasten.cache import MemoryLRU, TieredCache
 from hasten.proxy.flight import Flight
 from hasten.proxy.recorder import Recorder
 from hasten.values.usage import UsageStripper
-from hasten.wire.sse import DONE, SSEDecoder
+from hasten.wire.sse import DONE, SSEDecoder, event_data
 
 LINE_ENDINGS = (b"\n", b"\r\n", b"\r")
 
@@ -404,3 +404,21 @@ def test_a_byte_order_mark_at_the_start_is_stripped() -> None:
         assert decoder.feed(stream[:cut]) + decoder.feed(stream[cut:]) == [b'{"a":1}', b"[DONE]"]
     # Only at the start: later, it is part of a line (a field this decoder does not know).
     assert SSEDecoder().feed(b"data: [DONE]\n\n" + bom + b"data: x\n\n") == [b"[DONE]"]
+
+
+_LINE = st.sampled_from(
+    [
+        *(b"event: x", b"event:response.created", b"id: 7", b": note", b"retry: 5"),
+        *(b"data: {}", b"data:{}", b"data:  [1]", b"data: ", b'data: {"a": 1}'),
+    ]
+)
+
+
+@settings(max_examples=300)
+@given(st.lists(_LINE, min_size=1, max_size=4))
+def test_an_event_reads_as_the_spec_reads_its_lines(lines: list[bytes]) -> None:
+    # The fast paths (one data line, alone or after an event line) agree with reading the
+    # event line by line: data lines joined by \n, one leading space stripped, none: None.
+    event = b"\n".join(lines)
+    data = [line[5:].removeprefix(b" ") for line in lines if line.startswith(b"data:")]
+    assert event_data(event) == (b"\n".join(data) if data else None)

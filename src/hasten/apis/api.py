@@ -117,8 +117,15 @@ class Api(Protocol):
     def max_output_tokens(self, body: Mapping[str, Any]) -> int | None: ...
 
     def chat_view(self, body: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        """The request as chat messages (the semantic tier's question, hybrid routing and
-        prefix affinity read chat); None when it has no such view."""
+        """The request as chat messages (the semantic tier's question and hybrid routing
+        read chat); None when it has no such view. A translation for Responses and
+        Messages: asked for only where one of those needs it."""
+
+    def affinity_view(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        """What prefix affinity and the router's length hint read, without translating:
+        ``tools``, ``messages`` (the shared part first: a system prompt, then the
+        conversation, each item as the API writes it) or a legacy ``prompt``, and the
+        output bound (``max_tokens``, ``max_completion_tokens`` or ``max_output_tokens``)."""
 
     # --- the stream's events (each a parsed JSON data payload) --------------------------
 

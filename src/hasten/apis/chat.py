@@ -680,6 +680,9 @@ class _ChoicesApi:
     def chat_view(self, body: Mapping[str, Any]) -> Mapping[str, Any] | None:
         return body if self.name == CHAT else None
 
+    def affinity_view(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        return body  # its messages or prompt as they are
+
     def is_output(self, event: Any) -> bool:
         return is_output(event)
 

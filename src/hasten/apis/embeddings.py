@@ -92,6 +92,9 @@ class EmbeddingsApi:
     def chat_view(self, body: Mapping[str, Any]) -> Mapping[str, Any] | None:
         return None
 
+    def affinity_view(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        return body  # no prompt to share: no affinity key
+
     def is_output(self, event: Any) -> bool:
         return True
 

@@ -217,6 +217,24 @@ class ResponsesApi(_EventApi):
         except (InvalidRequest, ValueError):
             return None  # no chat form (a built-in tool, a previous response to expand)
 
+    def affinity_view(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        # The instructions, then the input items as sent (their ids repeat with the
+        # history they are in).
+        items: list[Any] = []
+        instructions = body.get("instructions")
+        if isinstance(instructions, str):
+            items.append({"role": "system", "content": instructions})
+        value = body.get("input")
+        if isinstance(value, str):
+            items.append({"role": "user", "content": value})
+        elif isinstance(value, list):
+            items += value
+        return {
+            "tools": body.get("tools"),
+            "messages": items,
+            "max_output_tokens": body.get("max_output_tokens"),
+        }
+
     def is_output(self, event: Any) -> bool:
         return isinstance(event, dict) and responses.is_output_event(event)
 
@@ -290,6 +308,23 @@ class MessagesApi(_EventApi):
             return messages_chat.messages_request_to_chat(body)
         except (InvalidRequest, ValueError):
             return None
+
+    def affinity_view(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        # The system prompt, then the messages, cache breakpoints and all: a client moves
+        # its breakpoint along with the conversation (Claude Code marks the latest turns),
+        # past the head a key covers once the conversation is long enough to keep one.
+        items: list[Any] = []
+        system = body.get("system")
+        if system is not None:
+            items.append({"role": "system", "content": system})
+        value = body.get("messages")
+        if isinstance(value, list):
+            items += value
+        return {
+            "tools": body.get("tools"),
+            "messages": items,
+            "max_tokens": body.get("max_tokens"),
+        }
 
     def is_output(self, event: Any) -> bool:
         return isinstance(event, dict) and messages.is_output_event(event)

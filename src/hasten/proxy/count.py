@@ -37,7 +37,9 @@ async def count_tokens(pipe: Pipeline, scope: Scope, receive: Receive, send: Sen
         forwarded = upstream_headers(scope, False, not pipe.callers.is_enforcing)
         upstream_body = orjson.dumps({**body, "model": model.upstream_model})
         request = NativeOnly(_PATH, upstream_body, forwarded)
-        call = await pipe.client.open(model, request, MESSAGES_API, parsed=body, is_stream=False)
+        call = await pipe.client.open(
+            model, request, MESSAGES_API, parsed=MESSAGES_API.affinity_view(body), is_stream=False
+        )
         try:
             answer = await call.read()
         finally:

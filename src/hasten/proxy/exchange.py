@@ -72,8 +72,9 @@ class Exchange:
 
     @property
     def chat_view(self) -> Mapping[str, Any] | None:
-        """The request as chat (the semantic tier's question, prefix affinity): itself for
-        chat, a translation for Responses and Messages, None for the others."""
+        """The request as chat (the semantic tier's question): itself for chat, a
+        translation for Responses and Messages, None for the others and without a
+        semantic tier."""
         return self.front.chat_view
 
     @property

@@ -48,8 +48,8 @@ class Front:
     # (request key, stored key) when the decision looks up or stores, for the decision's
     # namespace; None otherwise (then derived per request if Cache-Control asks to cache).
     keys: tuple[str, str] | None
-    # The request as chat (``Api.chat_view``): what the semantic tier, prefix affinity and
-    # hybrid routing read; the body itself for chat.
+    # The request as chat (``Api.chat_view``): the semantic tier's question, the body itself
+    # for chat; None without a semantic tier (nobody else reads it).
     chat_view: Mapping[str, Any] | None = None
 
 

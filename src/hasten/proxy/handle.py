@@ -142,7 +142,7 @@ async def _exchange(
     is_trace_forwarded = not pipe.tracer.is_enabled
     return Exchange(
         scope,
-        kept.wrap(send),
+        kept.wrap(send, body),
         api,
         body,
         raw,
@@ -204,7 +204,9 @@ def _front(
         is_assembled(api, is_stream, model),
         decision,
         keys,
-        api.chat_view(body),
+        # A translation for Responses and Messages: made (here, off the loop for a large
+        # body) only for the semantic tier, its one reader past this point.
+        None if pipe.semantic is None else api.chat_view(body),
     )
 
 
@@ -550,7 +552,7 @@ async def _open(
         ex.model,
         request,
         ex.api,
-        parsed=ex.chat_view or ex.body,
+        parsed=ex.api.affinity_view(ex.body),
         is_stream=ex.is_upstream_stream,
         is_idempotent=_is_idempotent(ex),
         trace=ex.trace,

@@ -10,7 +10,7 @@ body, a saving); no service writes into the pipeline's own records.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -264,13 +264,15 @@ class KeptAnswer(Protocol):
     """What keeps one request's answer (``hasten.responses``: a stored Responses answer is
     written before its end reaches the client)."""
 
-    def wrap(self, send: Send) -> Send: ...
+    def wrap(self, send: Send, body: Mapping[str, Any]) -> Send:
+        """``send`` for the answer to ``body`` (the request as parsed and checked): itself
+        when there is nothing to keep of it."""
 
 
 class _NotKept:
     __slots__ = ()
 
-    def wrap(self, send: Send) -> Send:
+    def wrap(self, send: Send, body: Mapping[str, Any]) -> Send:
         return send
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -222,7 +222,10 @@ class Keeper:
         self._items: list[Any] = []
         self._size = 0
 
-    def wrap(self, send: Send) -> Send:
+    def wrap(self, send: Send, body: Mapping[str, Any]) -> Send:
+        if body.get("store") is False:
+            return send  # nothing of it is kept: its answer goes by unread
+
         async def kept_send(message: Message) -> None:
             kind = message["type"]
             if kind == "http.response.start":

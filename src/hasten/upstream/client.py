@@ -280,8 +280,8 @@ class UpstreamClient:
 
         ``request`` gives each attempt its leg (the client's request, or its translation
         for a deployment that speaks another API: ``hasten.upstream.bridge``) and ``api``
-        how its answer reads; ``parsed`` (the client's request, as chat where it has a chat
-        view) gives the router its prefix-affinity key and length hint; ``trace`` is the
+        how its answer reads; ``parsed`` (the client's request as ``Api.affinity_view``
+        reads it) gives the router its prefix-affinity key and length hint; ``trace`` is the
         request's span, under which every attempt gets its own (and its own
         ``traceparent`` upstream); ``excluded``
         deployments are left out of the ranking (a resumed stream). A non-retryable

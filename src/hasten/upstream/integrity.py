@@ -104,11 +104,20 @@ class StreamGuard:
             self._check_all(self._decoder.feed(data))
             return data
         for event in data.split(b"\n\n"):
-            # One-line ``data:`` events are checked here (the decoder's own fast path, with
-            # or without the optional space); multi-line data and comments go through the
-            # decoder.
+            # One-line ``data:`` events, bare or after an ``event:`` line, are checked here
+            # (the decoder's own fast path, with or without the optional space); multi-line
+            # data and comments go through the decoder.
             if event.startswith(b"data:") and b"\n" not in event:
                 self._check(event[6:] if event.startswith(b"data: ") else event[5:])
+            elif (
+                event.startswith(b"event:")
+                and (line := event.find(b"\n") + 1)
+                and event.startswith(b"data:", line)
+                and event.find(b"\n", line) < 0
+            ):
+                # A named event, one line of data (every Responses and Messages event).
+                at = line + 6 if event.startswith(b"data: ", line) else line + 5
+                self._check(event[at:])
             elif event:
                 self._check_all(self._decoder.feed(event + b"\n\n"))
         return data

@@ -76,6 +76,12 @@ def event_data(event: bytes) -> bytes | None:
     # Fast path: the common one-line `data: {...}` event.
     if event.startswith(_DATA_PREFIX) and b"\n" not in event:
         return event[len(_DATA_PREFIX) :]
+    # And a named one: ``event: <type>`` then one ``data: {...}`` line (every event of the
+    # Responses and Messages APIs).
+    if event.startswith(b"event:"):
+        at = event.find(b"\n") + 1
+        if at and event.startswith(_DATA_PREFIX, at) and event.find(b"\n", at) < 0:
+            return event[at + len(_DATA_PREFIX) :]
     lines: list[bytes] = []
     for line in event.split(b"\n"):
         if line.startswith(b"data:"):
