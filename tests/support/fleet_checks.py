@@ -217,7 +217,7 @@ def degraded_routing(fleet: Fleet) -> RoutingResult:
     answered: dict[int, Counter[str]] = defaultdict(Counter)
     tried = []
     with new_sync_client() as client:
-        for i in range(15):
+        for i in range(30):  # 10 a replica: a loaded machine once tipped one of 5 to a
             body = chat_body(f"fleet routed warm-up {i}", model="routed")
             response = post(client, fleet.url, body)
             response.raise_for_status()
