@@ -25,7 +25,7 @@ import httpx
 
 from bench.agents import portkey_env
 from bench.agents.conversation import API_NAMES, DIALECTS, sse_events
-from bench.agents.servers import Process, free_port, hasten_command
+from bench.agents.servers import READY_TIMEOUT_S, Process, free_port, hasten_command
 
 MODEL = "sim-model"
 TRANSLATED_MODEL = "sim-translated"
@@ -172,8 +172,8 @@ def started(
             stack.callback(process.stop)
             process.start()
             info["commands"][process.name] = process.argv
-        simulator.wait_ready(f"{sim_url}/v1/models")
-        gateway.wait_ready(f"http://127.0.0.1:{hasten_port}/healthz")
+        simulator.wait_ready(f"{sim_url}/v1/models", READY_TIMEOUT_S)
+        gateway.wait_ready(f"http://127.0.0.1:{hasten_port}/healthz", READY_TIMEOUT_S)
         hasten_url = f"http://127.0.0.1:{hasten_port}"
         targets = [
             Target("direct", sim_url, MODEL, API_NAMES, _no_headers),
@@ -193,7 +193,7 @@ def started(
             info["commands"][peer.name] = peer.argv
             url = f"http://127.0.0.1:{peer.port}"
             try:
-                process.wait_ready(url + peer.ready_path, peer.ready_headers)
+                process.wait_ready(url + peer.ready_path, READY_TIMEOUT_S, peer.ready_headers)
             except RuntimeError as exc:  # a peer that will not start costs only its figures
                 info["errors"][peer.name] = str(exc)[-500:]
                 process.stop()

@@ -19,20 +19,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.support.server_process import ServerProcess, clean_environment, free_port
+
 READY_TIMEOUT_S = 120.0
-POLL_INTERVAL_S = 0.1
-STOP_GRACE_S = 10.0
 NUM_DEPLOYMENTS = 3
 ROUTES = {
     "native": ("agent-native", "fast-native"),  # path -> (tail model, fast model)
@@ -53,77 +48,18 @@ class TailShape:
     output_tokens: int = 16
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def hasten_command() -> list[str]:
     return [sys.executable, "-m", "hasten"]
 
 
-class Process:
-    """A server in its own process group: started, polled until healthy, stopped with it."""
-
-    def __init__(
-        self, name: str, argv: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None
-    ) -> None:
-        self.name = name
-        self.argv = list(argv)
-        self.log_path = log_path
-        self._env = dict(env) if env is not None else None
-        self._process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        env = self._env
-        if env is None:  # no HASTEN_* setting of the caller's shell changes the servers
-            env = {k: v for k, v in os.environ.items() if not k.startswith("HASTEN_")}
-        with self.log_path.open("wb") as log:
-            self._process = subprocess.Popen(
-                self.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
-
-    def wait_ready(self, url: str, headers: Mapping[str, str] | None = None) -> None:
-        assert self._process is not None
-        deadline_s = time.monotonic() + READY_TIMEOUT_S
-        request = urllib.request.Request(url, headers=dict(headers or {}))
-        while time.monotonic() < deadline_s:
-            if self._process.poll() is not None:
-                raise RuntimeError(f"{self.name} exited early:\n{self.log_tail()}")
-            with (
-                contextlib.suppress(OSError, urllib.error.URLError),
-                urllib.request.urlopen(request, timeout=1.0) as response,
-            ):
-                if response.status == 200:
-                    return
-            time.sleep(POLL_INTERVAL_S)
-        raise RuntimeError(f"{self.name} not ready after {READY_TIMEOUT_S:g} s:\n{self.log_tail()}")
-
-    def log_tail(self, num_lines: int = 15) -> str:
-        try:
-            lines = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
-            return "(no log)"
-        return "\n".join(lines[-num_lines:])
-
-    def stop(self) -> None:
-        process = self._process
-        if process is None or process.returncode is not None:
-            return
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, sig)
-            try:
-                process.wait(timeout=STOP_GRACE_S)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+def Process(
+    name: str, argv: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None
+) -> ServerProcess:
+    """A server in its own process group; no HASTEN_* setting of the caller's shell changes
+    it unless ``env`` is given."""
+    return ServerProcess(
+        name, argv, log_path=log_path, env=clean_environment() if env is None else env
+    )
 
 
 def simulator_toml(shape: TailShape | None, seed: int) -> str:
@@ -192,7 +128,7 @@ def started(
     hasten = hasten_command()
     tail_port, fast_port, gateway_port = free_port(), free_port(), free_port()
     tail_url, fast_url = f"http://127.0.0.1:{tail_port}", f"http://127.0.0.1:{fast_port}"
-    processes: list[Process] = []
+    processes: list[ServerProcess] = []
     for name, port, tail_shape in (("tail", tail_port, shape), ("fast", fast_port, None)):
         config = workdir / f"{name}.toml"
         config.write_text(simulator_toml(tail_shape, seed), encoding="utf-8")
@@ -232,10 +168,10 @@ def started(
         for process in processes:
             stack.callback(process.stop)
             process.start()
-        processes[0].wait_ready(f"{tail_url}/v1/models")
-        processes[1].wait_ready(f"{fast_url}/v1/models")
+        processes[0].wait_ready(f"{tail_url}/v1/models", READY_TIMEOUT_S)
+        processes[1].wait_ready(f"{fast_url}/v1/models", READY_TIMEOUT_S)
         hasten_url = f"http://127.0.0.1:{gateway_port}"
-        gateway.wait_ready(f"{hasten_url}/healthz")
+        gateway.wait_ready(f"{hasten_url}/healthz", READY_TIMEOUT_S)
         yield Servers(
             tail_url, fast_url, hasten_url, {p.name: p.argv for p in processes}, gateway_config
         )
