@@ -587,6 +587,26 @@ def error_body(
     return orjson.dumps({"error": {"message": message, "type": kind, "param": param, "code": code}})
 
 
+def is_previous_not_found(body: bytes) -> bool:
+    """Whether an error ``body`` says the request's ``previous_response_id`` is unknown:
+    OpenAI's ``previous_response_not_found`` (``param: previous_response_id``), or a
+    terser ``Invalid `previous_response_id`.`` as some Responses backends send."""
+    if b"previous_response" not in body:
+        return False
+    try:
+        error = orjson.loads(body).get("error")
+    except (orjson.JSONDecodeError, AttributeError):
+        return False
+    if not isinstance(error, dict):
+        return False
+    message = error.get("message")
+    return (
+        error.get("code") == "previous_response_not_found"
+        or error.get("param") == "previous_response_id"
+        or (isinstance(message, str) and "previous_response_id" in message)
+    )
+
+
 # --- merging a stream into a body -------------------------------------------------------
 
 

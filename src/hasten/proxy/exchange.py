@@ -18,6 +18,7 @@ from hasten.proxy.track import ResponseTrack
 from hasten.routing.models import ResolvedModel
 from hasten.values.caller import Caller
 from hasten.values.outcome import BYPASS
+from hasten.values.previous import PreviousResponse
 from hasten.values.stage import NO_STAGE, Stage
 from hasten.wire.asgi import DisconnectWatcher, Headers, Scope, Send
 
@@ -61,6 +62,8 @@ class Exchange:
     limit: Limit = NO_LIMIT  # the key's limits: admitted once hit or miss is known
     resume: str = ""  # how a broken stream was continued (hasten.proxy.resumer)
     front: Front = field(kw_only=True)  # what the body resolved to (hasten.proxy.fronts)
+    # A Responses follow-up's previous response, expanded into ``body`` (hasten.responses).
+    previous: PreviousResponse | None = field(default=None, kw_only=True)
     # Listens for the client going away from the first wait on; an L1 hit never waits, so it
     # never pays for the listening task (see ``listen``).
     watcher: DisconnectWatcher | None = None

@@ -163,6 +163,7 @@ async def _exchange(
         is_assembled=front.is_assembled,
         caller=caller,
         front=front,
+        previous=kept.previous,
     )
 
 
@@ -276,7 +277,27 @@ def _upstream_body(ex: Exchange) -> bytes:
     body a parameter policy changed, or a stream asked for a non-stream client."""
     if not (ex.is_usage_added or ex.model.is_renamed or ex.is_rewritten or ex.is_assembled):
         return ex.raw_body
-    body = {**ex.body, "model": ex.model.upstream_model} if ex.model.is_renamed else {**ex.body}
+    return _rendered(ex, ex.body)
+
+
+def _held_body(ex: Exchange) -> tuple[str, bytes] | None:
+    """For a follow-up whose previous response a deployment holds: that deployment's name
+    and the body it gets, the request as the client sent it (its ``previous_response_id``
+    and own input, not the expanded conversation), changed as every upstream's is."""
+    previous = ex.previous
+    if previous is None or previous.holder is None:
+        return None
+    body = {k: v for k, v in ex.body.items() if k != "input"}
+    if previous.is_input_sent:
+        body["input"] = previous.own_input
+    body["previous_response_id"] = previous.response_id
+    return previous.holder, _rendered(ex, body)
+
+
+def _rendered(ex: Exchange, body: dict[str, Any]) -> bytes:
+    """``body`` as it goes upstream: the upstream's model name, asked as a stream where the
+    gateway streams it."""
+    body = {**body, "model": ex.model.upstream_model} if ex.model.is_renamed else {**body}
     if ex.is_assembled:
         return exactjson.dumps(ex.api.as_stream(body, with_usage=ex.api.can_add_usage()))
     if ex.is_usage_added:
@@ -547,6 +568,7 @@ async def _open(
         ex.forwarded_headers,
         model=ex.model.upstream_model,
         is_stream=ex.is_upstream_stream,
+        held=_held_body(ex) if body is None else None,
     )
     return await pipe.client.open(
         ex.model,

@@ -18,6 +18,7 @@ from hasten.apis.api import ParamFields
 from hasten.config.tables import DEFAULT_MAX_ANSWER_BYTES
 from hasten.values.caller import Caller
 from hasten.values.outcome import RequestOutcome
+from hasten.values.previous import PreviousResponse
 from hasten.values.stage import NO_STAGE, Stage
 from hasten.wire.asgi import Headers, Scope, Send
 
@@ -262,7 +263,12 @@ NO_FLEET: FleetFlights = _NoFleet()
 
 class KeptAnswer(Protocol):
     """What keeps one request's answer (``hasten.responses``: a stored Responses answer is
-    written before its end reaches the client)."""
+    written before its end reaches the client), and the previous response it continues."""
+
+    @property
+    def previous(self) -> PreviousResponse | None:
+        """The ``previous_response_id`` expanded into the request, if any: the attempt to
+        the deployment holding it may send the id instead (``hasten.upstream.bridge``)."""
 
     def wrap(self, send: Send, body: Mapping[str, Any]) -> Send:
         """``send`` for the answer to ``body`` (the request as parsed and checked): itself
@@ -271,6 +277,8 @@ class KeptAnswer(Protocol):
 
 class _NotKept:
     __slots__ = ()
+
+    previous = None
 
     def wrap(self, send: Send, body: Mapping[str, Any]) -> Send:
         return send

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from hasten.apis.known import RESPONSES
 from hasten.config import GatewayConfig
 from hasten.fleet.link import FleetLink
 from hasten.responses.state import ResponseState
@@ -44,4 +45,8 @@ def build_response_state(config: GatewayConfig, fleet: FleetLink | None) -> Resp
         max_history_bytes=config.server.max_body_bytes,
         max_chain_depth=settings.max_chain_depth,
         max_json_depth=config.server.max_json_depth,
+        # Their answers carry the upstream's own ids: a follow-up may name one to them.
+        holders=frozenset(
+            name for name, upstream in config.upstreams.items() if RESPONSES in upstream.speaks
+        ),
     )

@@ -62,6 +62,7 @@ from hasten.simulator.native import (
     num_opening_events,
     parse_messages,
     parse_responses,
+    resends_history,
     whole_body,
 )
 from hasten.simulator.payloads import (
@@ -416,7 +417,11 @@ class SimulatorApp:
             )
         history: list[Any] = []
         previous = body.get("previous_response_id")
-        if previous is not None:
+        if previous is None:
+            if resends_history(body):
+                self.state.stats.num_resent_histories += 1
+        else:
+            self.state.stats.num_previous_response_ids += 1
             stored = self.state.responses.get(previous)
             if stored is None:
                 raise InvalidRequest(

@@ -63,6 +63,8 @@ _GENERATION_ITEMS = frozenset({"message", "function_call", "function_call_output
 _GENERATION_PARTS = frozenset({"input_text", "output_text", "refusal"})
 _GENERATION_BLOCKS = frozenset({"text", "tool_use", "tool_result"})
 _IGNORED_ITEM_FIELDS = ("id", "status")
+# Items only a model writes (besides an assistant message).
+_OUTPUT_ITEMS = frozenset({"function_call", "reasoning"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +249,19 @@ def _parse_responses(body: dict[str, Any], history: list[Any]) -> NativeRequest:
     generation = _generation(chat, "max_tokens")
     tokens = responses_prompt_tokens(body.get("instructions"), body.get("tools"), items)
     return NativeRequest(RESPONSES, body, generation, tokens, input_items=tuple(items))
+
+
+def resends_history(body: Mapping[str, Any]) -> bool:
+    """Whether a Responses request's ``input`` holds output of an earlier answer (an
+    assistant message, a function call, reasoning): a conversation sent whole."""
+    items = body.get("input")
+    if not isinstance(items, list):
+        return False
+    return any(
+        _item_kind(item) in _OUTPUT_ITEMS
+        or (_item_kind(item) == "message" and item.get("role") == "assistant")
+        for item in items
+    )
 
 
 def _item_kind(item: Any) -> str | None:

@@ -38,6 +38,10 @@ class SimStats:
     num_completion_tokens: int = 0
     num_embedding_inputs: int = 0
     num_embedding_tokens: int = 0
+    # Responses requests continuing a conversation: by naming a previous_response_id (an
+    # unknown one included), or by resending it whole (input holding earlier model output).
+    num_previous_response_ids: int = 0
+    num_resent_histories: int = 0
 
     def record_request(self, endpoint: str) -> None:
         self.num_requests += 1

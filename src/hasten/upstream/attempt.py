@@ -8,13 +8,15 @@ that is ``hasten.upstream.dispatch`` (doing) asking ``hasten.routing`` (deciding
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import orjson
 
 from hasten.apis.api import Api
+from hasten.apis.responses import is_previous_not_found
 from hasten.config import UpstreamConfig
 from hasten.errors import HastenError, UpstreamConnectError, UpstreamError, UpstreamTimeout
 from hasten.upstream.bounded import MAX_ERROR_BODY_BYTES, TOO_LARGE_CODE, read_bounded, too_large
@@ -25,7 +27,11 @@ from hasten.upstream.transport import Transport, UpstreamRequest, UpstreamRespon
 from hasten.wire import exactjson
 from hasten.wire.sse import DONE, SSEDecoder, event_data
 
+_log = logging.getLogger("hasten.upstream")
+
 ERROR_BODY_TIMEOUT_S = 5.0
+# How an upstream answers a previous_response_id it does not hold (OpenAI: 400).
+_UNKNOWN_PREVIOUS_STATUSES = frozenset({400, 404})
 # The APIs whose requests take OpenAI's prompt_cache_key (Anthropic's would refuse it).
 _PROMPT_CACHE_KEY_PATHS = frozenset({"/chat/completions", "/responses"})
 
@@ -180,14 +186,29 @@ async def run_attempt(transport: Transport, spec: AttemptSpec) -> Ready | Failed
         first_byte_timeout_s=min(upstream.timeouts.first_byte_s, remaining_s),
     )
     started_s = time.perf_counter()
-    try:
-        response = await transport.send(request)
-    except UpstreamConnectError as exc:
-        return Failed("connect_error", exc, is_retryable_here=True)
-    except UpstreamTimeout as exc:
-        return Failed("first_byte_timeout", exc)
-    except UpstreamError as exc:
-        return Failed("upstream_error", exc)
+    sent = await _send(transport, request)
+    if isinstance(sent, Failed):
+        return sent
+    response = sent
+    if leg.fallback is not None and response.status in _UNKNOWN_PREVIOUS_STATUSES:
+        refused = await buffer_response(
+            response, spec.deadline_s - time.monotonic(), upstream.timeouts.idle_s
+        )
+        response = refused
+        if is_previous_not_found(refused.body):
+            # The deployment no longer holds the previous response (expired, evicted): the
+            # same attempt again with hasten's copy of the conversation. Not a failure of
+            # the deployment, and nothing the client sees; timed from the resend, the
+            # answer's own latency.
+            _log.info("upstream %r lacks the previous response: sent it whole", upstream.name)
+            fallback = leg.fallback
+            if spec.prompt_cache_key is not None:
+                fallback = _with_prompt_cache_key(fallback, spec.prompt_cache_key)
+            started_s = time.perf_counter()
+            sent = await _send(transport, replace(request, body=fallback))
+            if isinstance(sent, Failed):
+                return sent
+            response = sent
     if leg.answer is not None:
         response = leg.answer(response)  # read as the client's API from here on
     status = response.status
@@ -203,6 +224,17 @@ async def run_attempt(transport: Transport, spec: AttemptSpec) -> Ready | Failed
     if not spec.is_stream:
         return await _read_whole(response, upstream, spec.deadline_s, started_s)
     return await _await_first_token(response, upstream, spec.api, started_s)
+
+
+async def _send(transport: Transport, request: UpstreamRequest) -> UpstreamResponse | Failed:
+    try:
+        return await transport.send(request)
+    except UpstreamConnectError as exc:
+        return Failed("connect_error", exc, is_retryable_here=True)
+    except UpstreamTimeout as exc:
+        return Failed("first_byte_timeout", exc)
+    except UpstreamError as exc:
+        return Failed("upstream_error", exc)
 
 
 def _with_prompt_cache_key(body: bytes, key: str) -> bytes:

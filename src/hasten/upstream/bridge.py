@@ -10,6 +10,12 @@ the recorder, the cache, the client) sees the client's own API. The choice is pe
 attempt: a Responses request whose primary speaks Responses may fail over to a chat-only
 deployment, translated only there.
 
+A Responses follow-up arrives with its stored conversation expanded into it (so the cache
+key and every translated attempt see it whole); the deployment that answered its previous
+response natively holds that id, and its attempt carries the id and the client's own input
+instead (``held``), with the expanded body as the leg's ``fallback`` for an upstream that
+no longer knows the id (``hasten.upstream.attempt`` resends it once).
+
 ``choose_wire`` decides (pure); ``Bridging.leg`` builds the request and the
 ``TranslatedResponse`` that carries the answer back.
 """
@@ -79,9 +85,10 @@ def wire_request(client: str, wire: str, body: Mapping[str, Any]) -> dict[str, A
 
 
 class Leg:
-    """What one attempt sends, and how its answer comes back."""
+    """What one attempt sends, and how its answer comes back. ``fallback``: the body to
+    send instead when the upstream does not know the previous response ``body`` names."""
 
-    __slots__ = ("answer", "body", "headers", "path")
+    __slots__ = ("answer", "body", "fallback", "headers", "path")
 
     def __init__(
         self,
@@ -89,8 +96,10 @@ class Leg:
         body: bytes,
         headers: Mapping[str, str],
         answer: Callable[[UpstreamResponse], UpstreamResponse] | None = None,
+        fallback: bytes | None = None,
     ) -> None:
         self.path, self.body, self.headers, self.answer = path, body, headers, answer
+        self.fallback = fallback
 
 
 class Bridging(Protocol):
@@ -118,10 +127,20 @@ class ClientRequest:
     ``native`` is the body for an upstream that speaks the client's API (the client's own
     bytes where nothing changed them); ``parsed`` the request as the gateway read it (after
     its parameter policy), translated for the others with ``model`` as the upstream's name
-    and asked as a stream when ``is_stream``.
+    and asked as a stream when ``is_stream``. ``held``: the deployment holding the previous
+    response a follow-up names, and its body naming it (for it alone, speaking natively).
     """
 
-    __slots__ = ("_client", "_headers", "_is_stream", "_model", "_native", "_parsed", "_wires")
+    __slots__ = (
+        "_client",
+        "_headers",
+        "_held",
+        "_is_stream",
+        "_model",
+        "_native",
+        "_parsed",
+        "_wires",
+    )
 
     def __init__(
         self,
@@ -132,9 +151,11 @@ class ClientRequest:
         *,
         model: str,
         is_stream: bool,
+        held: tuple[str, bytes] | None = None,
     ) -> None:
         self._client, self._native, self._parsed = client, native, parsed
         self._headers, self._model, self._is_stream = headers, model, is_stream
+        self._held = held
         self._wires: dict[str, bytes] = {}  # a translated body, built once per wire API
 
     def leg(self, upstream: UpstreamConfig) -> Leg:
@@ -157,6 +178,9 @@ class ClientRequest:
         headers = _auth(upstream, self._headers, wire)
         is_marked = wire == MESSAGES and upstream.is_auto_cache_control
         if wire == client and not is_marked:
+            held = self._held
+            if held is not None and held[0] == upstream.name:
+                return Leg(_PATHS[wire], held[1], headers, fallback=self._native)
             return Leg(_PATHS[wire], self._native, headers)
         if wire == client:
             return Leg(_PATHS[wire], self._marked_native(), headers)
