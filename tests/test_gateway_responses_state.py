@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import openai
+import orjson
 import pytest
 
 from hasten.config import CacheConfig, GatewayConfig
@@ -20,7 +21,7 @@ from hasten.config.fleet import FleetConfig
 from hasten.config.responses import ResponsesConfig
 from hasten.config.tables import CLIENT_APIS
 from hasten.simulator import SimConfig, build_app
-from tests.support.gateway import make_config, running_gateway
+from tests.support.gateway import BodyRecorder, make_config, running_gateway, sim_stats
 from tests.support.servers import ServerThread
 
 MEMORY_CACHE = CacheConfig(backend="memory")
@@ -250,3 +251,192 @@ def test_a_second_replica_finds_what_the_first_stored(sim: ServerThread, redis_u
         other.responses.delete(created.id)
         with pytest.raises(openai.NotFoundError):
             _client(first).responses.retrieve(created.id)
+
+
+# --- the previous response's id, passed to the deployment that holds it -------------------
+
+
+@pytest.fixture
+def native_sim() -> Iterator[tuple[ServerThread, BodyRecorder]]:
+    """A simulator of its own (its counters are this test's), its Responses bodies kept."""
+    recorder = BodyRecorder(build_app(SimConfig(ttft_base_ms=0, decode_ms_per_token=0)), "/responses")
+    with ServerThread(recorder) as server:
+        yield server, recorder
+
+
+def _counted(sim_url: str) -> tuple[int, int]:
+    """(requests naming a previous_response_id, requests resending the conversation)."""
+    stats = sim_stats(sim_url)
+    return stats["num_previous_response_ids"], stats["num_resent_histories"]
+
+
+def _text_of(content: object) -> object:
+    """A chat message's text, whether a string or a list of text parts."""
+    if isinstance(content, list):
+        return "".join(part["text"] for part in content)
+    return content
+
+
+def test_the_deployment_holding_the_previous_response_gets_its_id(
+    native_sim: tuple[ServerThread, BodyRecorder],
+) -> None:
+    sim, recorder = native_sim
+    with running_gateway(_config(sim.url, apis=CLIENT_APIS)) as gateway:
+        client = _client(gateway)
+        first = client.responses.create(model="sim-model", input="Remember the word walnut.")
+        second = client.responses.create(
+            model="sim-model", input="Which word?", previous_response_id=first.id
+        )
+        with client.responses.stream(
+            model="sim-model", input="And again?", previous_response_id=second.id
+        ) as stream:
+            for _ in stream:
+                pass
+            third = stream.get_final_response()
+        assert _counted(sim.url) == (2, 0)
+        assert second.previous_response_id == first.id
+        assert third.previous_response_id == second.id
+        sent = [orjson.loads(body) for body in recorder.bodies]
+        assert sent[1]["previous_response_id"] == first.id
+        assert sent[1]["input"] == "Which word?"  # the client's own input, not the history
+        assert sent[2]["previous_response_id"] == second.id
+        assert len(recorder.bodies[2]) < len(recorder.bodies[1]) + len(first.output_text)
+        # hasten's copy of the conversation is whole all the same.
+        listed = client.responses.input_items.list(third.id, order="asc")
+        assert _user_texts(listed.data) == ["Remember the word walnut.", "Which word?", "And again?"]
+
+
+def test_a_failover_to_a_chat_only_deployment_gets_the_conversation_whole(
+    native_sim: tuple[ServerThread, BodyRecorder],
+) -> None:
+    native, _ = native_sim
+    chat_recorder = BodyRecorder(build_app(SimConfig(ttft_base_ms=0, decode_ms_per_token=0)))
+    with ServerThread(chat_recorder) as chat_sim:
+        config = make_config(
+            {"native": native.url + "/v1", "chat": chat_sim.url + "/v1"},
+            fallbacks=("chat",),
+            cache=MEMORY_CACHE,
+            apis=CLIENT_APIS,
+        )
+        chat_only = replace(config.upstreams["chat"], apis=("chat",))
+        config = replace(config, upstreams={**config.upstreams, "chat": chat_only})
+        with running_gateway(config) as gateway:
+            client = _client(gateway)
+            first = client.responses.create(model="sim-model", input="Remember the word walnut.")
+            # Every try on the holder fails: the follow-up fails over, expanded.
+            httpx.post(f"{native.url}/sim/burst", json={"num_requests": 50, "status": 503})
+            raw = client.responses.with_raw_response.create(
+                model="sim-model", input="Which word?", previous_response_id=first.id
+            )
+            httpx.post(f"{native.url}/sim/burst", json={"num_requests": 0})
+            follow = raw.parse()
+            assert raw.headers["x-hasten-upstream"] == "chat"
+            assert "native=503" in raw.headers["x-hasten-failover"]
+            assert follow.status == "completed" and follow.output_text
+            assert follow.previous_response_id == first.id  # echoed, though translated
+            (chat,) = [orjson.loads(body) for body in chat_recorder.bodies]
+            contents = [_text_of(message["content"]) for message in chat["messages"]]
+            assert contents == ["Remember the word walnut.", first.output_text, "Which word?"]
+            # The follow-up's answer is hasten's own id: its own follow-up is expanded for
+            # the holder too (which never saw it).
+            again = client.responses.create(
+                model="sim-model", input="Once more.", previous_response_id=follow.id
+            )
+            assert again.status == "completed"
+            # The holder's three tries (a try and two retries) named the id; the last
+            # follow-up came to it whole.
+            assert _counted(native.url) == (3, 1)
+
+
+def test_a_holder_that_lost_the_id_is_sent_the_conversation_whole(
+    native_sim: tuple[ServerThread, BodyRecorder],
+) -> None:
+    sim, recorder = native_sim
+    with running_gateway(_config(sim.url, apis=CLIENT_APIS)) as gateway:
+        client = _client(gateway)
+        first = client.responses.create(model="sim-model", input="Remember the word walnut.")
+        assert httpx.delete(f"{sim.url}/v1/responses/{first.id}").status_code == 200
+        raw = client.responses.with_raw_response.create(
+            model="sim-model", input="Which word?", previous_response_id=first.id
+        )
+        follow = raw.parse()
+        assert follow.status == "completed" and follow.previous_response_id == first.id
+        assert "x-hasten-failover" not in raw.headers  # no failure counted, nothing seen
+        assert _counted(sim.url) == (1, 1)
+        assert sim_stats(sim.url)["num_bad_requests"] == 1  # the holder's 400, then the resend
+        resent = orjson.loads(recorder.bodies[-1])
+        assert "previous_response_id" not in resent
+        assert resent["input"][0] == {
+            "type": "message",
+            "role": "user",
+            "content": "Remember the word walnut.",
+        }
+
+
+def test_a_cache_hits_id_is_expanded_for_every_deployment(
+    native_sim: tuple[ServerThread, BodyRecorder],
+) -> None:
+    sim, _ = native_sim
+    with running_gateway(_config(sim.url, apis=CLIENT_APIS)) as gateway:
+        client = _client(gateway)
+        client.responses.create(model="sim-model", input="Hit me.", temperature=0)
+        raw = client.responses.with_raw_response.create(
+            model="sim-model", input="Hit me.", temperature=0
+        )
+        assert raw.headers["x-hasten-cache"] == "hit"
+        follow = client.responses.create(
+            model="sim-model", input="Next.", previous_response_id=raw.parse().id
+        )
+        assert follow.status == "completed"
+        assert follow.previous_response_id == raw.parse().id
+        assert _counted(sim.url) == (0, 1)  # the fresh id is hasten's: no upstream holds it
+
+
+def test_another_tenants_id_is_a_404_never_passed_on(
+    native_sim: tuple[ServerThread, BodyRecorder],
+) -> None:
+    sim, _ = native_sim
+    with running_gateway(_config(sim.url, apis=CLIENT_APIS, keys=KEYS)) as gateway:
+        mine = _client(gateway, "sk-team-a").responses.create(model="sim-model", input="Mine.")
+        with pytest.raises(openai.NotFoundError):
+            _client(gateway, "sk-team-b").responses.create(
+                model="sim-model", input="x", previous_response_id=mine.id
+            )
+        assert _counted(sim.url) == (0, 0)
+
+
+@MODES
+def test_a_follow_up_echoes_its_previous_response_id(
+    sim: ServerThread, apis: tuple[str, ...]
+) -> None:
+    """Whatever served it: translated, or from the cache entry of the same conversation
+    sent whole (whose first answer echoed no id)."""
+    with running_gateway(_config(sim.url, apis=apis)) as gateway:
+        client = _client(gateway)
+        first_raw = client.responses.with_raw_response.create(
+            model="sim-model", input=f"Echo {apis}.", temperature=0
+        )
+        first = first_raw.parse()
+        whole = [
+            {"type": "message", "role": "user", "content": f"Echo {apis}."},
+            *first_raw.http_response.json()["output"],
+            {"type": "message", "role": "user", "content": "Next."},
+        ]
+        sent_whole = client.responses.create(model="sim-model", input=whole, temperature=0)  # type: ignore[arg-type]
+        assert sent_whole.previous_response_id is None
+        chained = client.responses.with_raw_response.create(
+            model="sim-model", input="Next.", previous_response_id=first.id, temperature=0
+        )
+        assert chained.headers["x-hasten-cache"] == "hit"
+        assert chained.parse().previous_response_id == first.id
+        assert client.responses.retrieve(chained.parse().id).previous_response_id == first.id
+        with client.responses.stream(
+            model="sim-model", input="Next.", previous_response_id=first.id, temperature=0
+        ) as stream:
+            events = list(stream)
+            streamed = stream.get_final_response()
+        assert streamed.previous_response_id == first.id
+        assert events[0].response.previous_response_id == first.id  # type: ignore[union-attr]
+        # and the other way: a whole conversation hitting the chained request's entry.
+        again = client.responses.create(model="sim-model", input=whole, temperature=0)  # type: ignore[arg-type]
+        assert again.previous_response_id is None

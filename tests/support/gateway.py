@@ -197,10 +197,12 @@ def completion(content: str) -> dict[str, Any]:
 
 
 class BodyRecorder:
-    """ASGI middleware in front of the simulator: keeps every chat request body it got."""
+    """ASGI middleware in front of the simulator: keeps every request body it got on a path
+    ending with ``suffix`` (chat's, unless told)."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, suffix: str = "/chat/completions") -> None:
         self.app = app
+        self.suffix = suffix
         self.bodies: list[bytes] = []
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -214,7 +216,7 @@ class BodyRecorder:
             if not message.get("more_body"):
                 break
         body = b"".join(parts)
-        if scope["path"].endswith("/chat/completions"):
+        if scope["path"].endswith(self.suffix):
             self.bodies.append(body)
         is_replayed = False
 
