@@ -259,7 +259,9 @@ def test_a_second_replica_finds_what_the_first_stored(sim: ServerThread, redis_u
 @pytest.fixture
 def native_sim() -> Iterator[tuple[ServerThread, BodyRecorder]]:
     """A simulator of its own (its counters are this test's), its Responses bodies kept."""
-    recorder = BodyRecorder(build_app(SimConfig(ttft_base_ms=0, decode_ms_per_token=0)), "/responses")
+    recorder = BodyRecorder(
+        build_app(SimConfig(ttft_base_ms=0, decode_ms_per_token=0)), "/responses"
+    )
     with ServerThread(recorder) as server:
         yield server, recorder
 
@@ -303,7 +305,11 @@ def test_the_deployment_holding_the_previous_response_gets_its_id(
         assert len(recorder.bodies[2]) < len(recorder.bodies[1]) + len(first.output_text)
         # hasten's copy of the conversation is whole all the same.
         listed = client.responses.input_items.list(third.id, order="asc")
-        assert _user_texts(listed.data) == ["Remember the word walnut.", "Which word?", "And again?"]
+        assert _user_texts(listed.data) == [
+            "Remember the word walnut.",
+            "Which word?",
+            "And again?",
+        ]
 
 
 def test_a_failover_to_a_chat_only_deployment_gets_the_conversation_whole(
@@ -422,7 +428,7 @@ def test_a_follow_up_echoes_its_previous_response_id(
             *first_raw.http_response.json()["output"],
             {"type": "message", "role": "user", "content": "Next."},
         ]
-        sent_whole = client.responses.create(model="sim-model", input=whole, temperature=0)  # type: ignore[arg-type]
+        sent_whole = client.responses.create(model="sim-model", input=whole, temperature=0)
         assert sent_whole.previous_response_id is None
         chained = client.responses.with_raw_response.create(
             model="sim-model", input="Next.", previous_response_id=first.id, temperature=0
@@ -438,5 +444,5 @@ def test_a_follow_up_echoes_its_previous_response_id(
         assert streamed.previous_response_id == first.id
         assert events[0].response.previous_response_id == first.id  # type: ignore[union-attr]
         # and the other way: a whole conversation hitting the chained request's entry.
-        again = client.responses.create(model="sim-model", input=whole, temperature=0)  # type: ignore[arg-type]
+        again = client.responses.create(model="sim-model", input=whole, temperature=0)
         assert again.previous_response_id is None

@@ -26,6 +26,7 @@ from hasten.apis.responses import (
     frame,
     is_complete,
     is_output_event,
+    is_previous_not_found,
     is_terminal,
     last_user_text,
     max_output_tokens,
@@ -408,3 +409,28 @@ def test_sdk_parses_a_whole_response_and_an_error() -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         openai_client(error).responses.create(model="gpt-test", input="x")
     assert caught.value.code == "invalid_value" and caught.value.param == "input"
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            b'{"error": {"message": "Previous response with id \'resp_1\' not found.", '
+            b'"type": "invalid_request_error", "param": "previous_response_id", '
+            b'"code": "previous_response_not_found"}}',
+            True,
+        ),
+        # A terser backend's words: no param, no code of its own.
+        (
+            b'{"error": {"message": "Invalid `previous_response_id`.", '
+            b'"type": "invalid_request_error", "code": "invalid_request_error"}}',
+            True,
+        ),
+        (b'{"error": {"message": "bad", "param": "temperature", "code": null}}', False),
+        (b'{"error": "previous_response_id"}', False),
+        (b"previous_response_id: not JSON", False),
+        (b"[1, 2]", False),
+    ],
+)
+def test_an_unknown_previous_response_is_recognised(body: bytes, expected: bool) -> None:
+    assert is_previous_not_found(body) is expected

@@ -4,6 +4,7 @@ with the bounds and the 404s of OpenAI's shape."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import orjson
@@ -14,10 +15,12 @@ from hypothesis import strategies as st
 from hasten.apis import responses
 from hasten.errors import InvalidRequest, PayloadTooLarge, ResponseNotFound
 from hasten.proxy.ports import NOT_KEPT
+from hasten.proxy.validation import OFF_LOOP_BYTES
 from hasten.responses.record import StoredResponse
 from hasten.responses.state import ResponseState
 from hasten.responses.store import MemoryResponseStore
-from hasten.wire.asgi import Message
+from hasten.values.previous import PreviousResponse
+from hasten.wire.asgi import Message, Send
 
 REQUEST = orjson.dumps({"model": "m", "input": "hi"})
 ANSWER = {
@@ -249,3 +252,122 @@ async def test_an_unstored_request_leaves_its_answer_unread() -> None:
 
     assert kept.wrap(client, {"model": "m", "input": "hi", "store": False}) is client
     assert kept.wrap(client, {"model": "m", "input": "hi"}) is not client
+
+
+async def test_a_follow_up_names_its_previous_response_and_its_holder() -> None:
+    store = MemoryResponseStore(max_bytes=1 << 20, max_record_bytes=1 << 16)
+    state = ResponseState(
+        store,
+        ttl_s=60.0,
+        max_record_bytes=1 << 16,
+        max_history_bytes=1 << 20,
+        max_chain_depth=10,
+        max_json_depth=64,
+        holders=frozenset({"east"}),
+    )
+    for upstream, answer_id in ((b"east", "resp_east"), (b"chatty", "resp_chatty")):
+        answer = orjson.dumps({**ANSWER, "id": answer_id})
+        await _serve(state, [answer], content_type=b"application/json", upstream=upstream)
+    east = await store.get("t", "resp_east")
+    chatty = await store.get("t", "resp_chatty")
+    # A deployment that does not speak Responses translated its answer: the id is hasten's.
+    assert east is not None and east.upstream == "east"
+    assert chatty is not None and chatty.upstream is None
+    for previous, holder in (("resp_east", "east"), ("resp_chatty", None)):
+        request = orjson.dumps({"model": "m", "input": ["own"], "previous_response_id": previous})
+        _, kept = await state.open("responses", "t", request)
+        assert kept.previous == PreviousResponse(previous, ["own"], True, holder)
+    _, kept = await state.open("responses", "t", REQUEST)
+    assert kept.previous is None
+
+
+def _collect(heads: list[Message], sent: list[bytes]) -> Send:
+    async def client(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            heads.append(message)
+        else:
+            sent.append(message["body"])
+
+    return client
+
+
+@pytest.mark.parametrize("store_field", [{}, {"store": False}])
+async def test_a_follow_ups_answer_names_its_previous_response(store_field: dict[str, Any]) -> None:
+    """Stream and JSON body: the upstream that got the expanded history echoes none; the
+    JSON body's length is changed with it."""
+    store = MemoryResponseStore(max_bytes=1 << 20, max_record_bytes=1 << 16)
+    await store.put(_record("resp_0", None, "q0", "a0"))
+    state = _state(store)
+    request = orjson.dumps(
+        {"model": "m", "input": "q1", "previous_response_id": "resp_0", **store_field}
+    )
+    answer = {**ANSWER, "previous_response_id": None}
+    for chunks, content_type in (
+        ([_stream_bytes(answer)], b"text/event-stream"),
+        ([orjson.dumps(answer)], b"application/json"),
+    ):
+        heads: list[Message] = []
+        sent: list[bytes] = []
+        _, kept = await state.open("responses", "t", request)
+        send = kept.wrap(_collect(heads, sent), orjson.loads(request))
+        length = str(len(chunks[0])).encode()
+        headers = [(b"content-type", content_type), (b"content-length", length)]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": chunks[0], "more_body": False})
+        out = b"".join(sent)
+        assert b'"previous_response_id":null' not in out
+        assert out.count(b'"previous_response_id":"resp_0"') == out.count(b'"previous_response_id"')
+        assert out == chunks[0].replace(
+            b'"previous_response_id":null', b'"previous_response_id":"resp_0"'
+        )
+        if content_type == b"application/json":
+            assert dict(heads[0]["headers"])[b"content-length"] == str(len(out)).encode()
+        stored = await store.get("t", "resp_abc")
+        if store_field:
+            assert stored is None
+        else:
+            assert stored is not None and stored.response["previous_response_id"] == "resp_0"
+            await store.delete("t", "resp_abc")
+
+
+async def test_an_answer_echoing_another_id_to_a_request_naming_none_says_null() -> None:
+    """A conversation sent whole served from the entry its chained form wrote."""
+    state = _state(MemoryResponseStore(max_bytes=1 << 20, max_record_bytes=1 << 16))
+    answer = _stream_bytes({**ANSWER, "previous_response_id": "resp_0"})
+    sent = await _serve(state, [answer])
+    assert b"".join(sent[:-1]) == answer.replace(
+        b'"previous_response_id":"resp_0"', b'"previous_response_id":null'
+    )
+
+
+class ThreadNotingState(ResponseState):
+    """Notes which thread each conversation was expanded on."""
+
+    threads: list[str]
+
+    def _expanded(self, *args: Any) -> bytes:
+        self.threads.append(threading.current_thread().name)
+        return super()._expanded(*args)
+
+
+@pytest.mark.parametrize("num_chars", [100, 300 * 1024])
+async def test_a_long_conversation_is_expanded_off_the_event_loop(num_chars: int) -> None:
+    store = MemoryResponseStore(max_bytes=1 << 24, max_record_bytes=1 << 22)
+    await store.put(_record("resp_0", None, "x" * num_chars, "a0"))
+    state = ThreadNotingState(
+        store,
+        ttl_s=60.0,
+        max_record_bytes=1 << 22,
+        max_history_bytes=1 << 22,
+        max_chain_depth=10,
+        max_json_depth=64,
+    )
+    state.threads = []
+    request = orjson.dumps({"model": "m", "input": "q1", "previous_response_id": "resp_0"})
+    raw, _ = await state.open("responses", "t", request)
+    said = [item["content"] for item in orjson.loads(raw)["input"]]
+    assert said == ["x" * num_chars, "a0", "q1"]
+    (thread,) = state.threads
+    is_large = num_chars > OFF_LOOP_BYTES
+    assert thread.startswith("hasten-parse") == is_large
+    assert (thread == threading.current_thread().name) == (not is_large)

@@ -138,6 +138,28 @@ def test_responses_function_tool_round_trip_with_previous_response_id(oai: opena
     assert caught.value.param == "previous_response_id"
 
 
+def test_responses_continuations_are_counted_by_id_or_resent_whole(
+    oai: openai.OpenAI, http: httpx.Client
+) -> None:
+    def counted() -> tuple[int, int]:
+        stats = http.get("/sim/stats").json()
+        return stats["num_previous_response_ids"], stats["num_resent_histories"]
+
+    start = counted()
+    first = oai.responses.create(model=MODEL, input="hi")
+    assert counted() == start  # a first turn continues nothing
+    oai.responses.create(model=MODEL, input="more", previous_response_id=first.id)
+    with pytest.raises(openai.BadRequestError):
+        oai.responses.create(model=MODEL, input="more", previous_response_id="resp_unknown")
+    whole = [
+        {"role": "user", "content": "hi"},
+        *first.model_dump()["output"],
+        {"role": "user", "content": "more"},
+    ]
+    oai.responses.create(model=MODEL, input=whole)
+    assert counted() == (start[0] + 2, start[1] + 1)
+
+
 def test_responses_store_false_keeps_nothing(oai: openai.OpenAI) -> None:
     response = oai.responses.create(model=MODEL, input="hi", store=False)
     with pytest.raises(openai.NotFoundError):

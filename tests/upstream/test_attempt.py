@@ -7,9 +7,11 @@ import time
 from collections.abc import Mapping
 from dataclasses import replace
 
+import orjson
 import pytest
 
 from hasten.apis.chat import CHAT_API
+from hasten.apis.known import RESPONSES, RESPONSES_API
 from hasten.errors import HastenError, UpstreamConnectError, UpstreamTimeout
 from hasten.upstream.attempt import (
     AttemptSpec,
@@ -19,7 +21,7 @@ from hasten.upstream.attempt import (
     Ready,
     run_attempt,
 )
-from hasten.upstream.bridge import NativeOnly
+from hasten.upstream.bridge import ClientRequest, NativeOnly
 from hasten.upstream.integrity import MAX_EVENT_BYTES
 from hasten.wire.sse import SSEDecoder
 from tests.support.scripted import Reply, ScriptedTransport, delta, sse, upstream
@@ -220,3 +222,77 @@ async def test_a_stream_that_holds_too_much_before_its_first_token_fails() -> No
     assert isinstance(outcome, Failed) and outcome.reason == "malformed"
     assert outcome.error is not None and "before the first token" in outcome.error.message
     assert transport.responses[0].is_closed
+
+
+# --- a follow-up to the deployment holding its previous response ---------------------------
+
+EXPANDED = orjson.dumps(
+    {
+        "model": "m",
+        "input": [
+            {"role": "user", "content": "a"},
+            {"role": "assistant", "content": "b"},
+            {"role": "user", "content": "c"},
+        ],
+    }
+)
+HELD = b'{"model":"m","input":"c","previous_response_id":"resp_1"}'
+NOT_FOUND = orjson.dumps(
+    {
+        "error": {
+            "message": "Previous response with id 'resp_1' not found.",
+            "type": "invalid_request_error",
+            "param": "previous_response_id",
+            "code": "previous_response_not_found",
+        }
+    }
+)
+
+
+def _follow_up(name: str, *, apis: tuple[str, ...] = ("responses",)) -> AttemptSpec:
+    request = ClientRequest(
+        RESPONSES,
+        EXPANDED,
+        orjson.loads(EXPANDED),
+        {"content-type": "application/json"},
+        model="m",
+        is_stream=False,
+        held=("holder", HELD),
+    )
+    return AttemptSpec(
+        replace(upstream(name), apis=apis),
+        request,
+        {},
+        time.monotonic() + 10.0,
+        False,
+        RESPONSES_API,
+    )
+
+
+async def test_only_the_holder_speaking_responses_gets_the_id() -> None:
+    transport = ScriptedTransport({"holder": [Reply()], "other": [Reply()]})
+    await run_attempt(transport, _follow_up("holder"))
+    await run_attempt(transport, _follow_up("other"))
+    assert [r.body for r in transport.sent] == [HELD, EXPANDED]
+    chat_only = ScriptedTransport({"holder": [Reply()]})
+    await run_attempt(chat_only, _follow_up("holder", apis=("chat",)))
+    (sent,) = chat_only.sent
+    assert sent.url.endswith("/chat/completions") and b"previous_response_id" not in sent.body  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("status", [400, 404])
+async def test_a_holder_without_the_id_is_sent_the_conversation_whole(status: int) -> None:
+    transport = ScriptedTransport({"holder": [Reply(status=status, chunks=(NOT_FOUND,)), Reply()]})
+    outcome = await run_attempt(transport, _follow_up("holder"))
+    assert isinstance(outcome, Ready) and outcome.response.status == 200  # one attempt, answered
+    assert [r.body for r in transport.sent] == [HELD, EXPANDED]
+    assert transport.responses[0].is_closed
+
+
+async def test_another_refusal_from_the_holder_is_its_answer() -> None:
+    refusal = orjson.dumps({"error": {"message": "bad temperature", "param": "temperature"}})
+    transport = ScriptedTransport({"holder": [Reply(status=400, chunks=(refusal,)), Reply()]})
+    outcome = await run_attempt(transport, _follow_up("holder"))
+    assert isinstance(outcome, Ready) and not outcome.is_token
+    assert outcome.response.status == 400 and await outcome.response.read(1.0) == refusal
+    assert [r.body for r in transport.sent] == [HELD]

@@ -96,11 +96,11 @@ num_rate_limited, num_disconnects (injected), num_stalls (silent or hang, ended 
 client left), num_corrupted (malformed or truncated), num_bad_requests, num_in_flight,
 num_prompt_tokens, num_prefix_cache_hit_tokens, prefix_cache_hit_ratio,
 num_completion_tokens (tokens actually sent), num_embedding_inputs, num_embedding_tokens,
-num_prefix_cache_blocks, num_previous_response_ids and num_resent_histories (Responses requests
-continuing a conversation by naming its previous response, or by resending it whole: input
-holding an assistant message, a function call or reasoning). Only /v1/* requests are counted; every counted request ends in exactly
-one of completed, cancelled, errors_injected, rate_limited, disconnects, stalls, corrupted or
-bad_requests.
+num_prefix_cache_blocks, num_previous_response_ids and num_resent_histories (Responses
+requests continuing a conversation by naming its previous response, or by resending it whole:
+input holding an assistant message, a function call or reasoning). Only /v1/* requests are
+counted; every counted request ends in exactly one of completed, cancelled, errors_injected,
+rate_limited, disconnects, stalls, corrupted or bad_requests.
 """
 
 from __future__ import annotations
