@@ -615,13 +615,18 @@ class StreamMerge:
     non-stream call returns, ``snapshot()`` the response as far as it has come.
 
     Deltas are kept as lists of pieces and joined when the output is read: adding to a
-    string per delta would copy the whole text each time (quadratic in a long answer)."""
+    string per delta would copy the whole text each time (quadratic in a long answer).
+    An item is held as its event gave it, copied only when the merge must change it (a
+    part added, its pieces joined): the final event of a native stream carries the whole
+    output, so the items it read are then never read at all, and copying every finished
+    item (its whole text) was most of what merging a native answer cost."""
 
-    __slots__ = ("_failed", "_final", "_items", "_pieces", "_response")
+    __slots__ = ("_failed", "_final", "_items", "_owned", "_pieces", "_response")
 
     def __init__(self) -> None:
         self._response: dict[str, Any] | None = None
         self._items: dict[int, dict[str, Any]] = {}
+        self._owned: set[int] = set()  # output indexes whose item is the merge's own copy
         # output index -> (content index, or -1 for the item itself; field) -> pieces
         self._pieces: dict[int, dict[tuple[int, str], list[str]]] = {}
         self._final: dict[str, Any] | None = None
@@ -649,15 +654,24 @@ class StreamMerge:
             if not isinstance(item, dict):
                 raise TypeError("item")
             index = _index(event, "output_index")
-            self._items[index] = copy.deepcopy(item)
+            self._items[index] = item  # the event's own: not changed here (see _own)
+            self._owned.discard(index)
             self._pieces.pop(index, None)  # the item as given is the item
         elif kind == PART_ADDED:
-            item = self._items[_index(event, "output_index")]
+            item = self._own(_index(event, "output_index"))
             item.setdefault("content", []).append(dict(event["part"]))
         elif kind in COMPLETE_EVENTS:
             self._final = _require_response(event)
         elif kind in (FAILED, ERROR):
             self._failed = True
+
+    def _own(self, index: int) -> dict[str, Any]:
+        """The item at ``index``, the merge's own copy from now on."""
+        item = self._items[index]
+        if index not in self._owned:
+            item = self._items[index] = copy.deepcopy(item)
+            self._owned.add(index)
+        return item
 
     def _delta(self, event: Mapping[str, Any], content_index: int, name: str) -> None:
         index = _index(event, "output_index")
@@ -675,7 +689,7 @@ class StreamMerge:
 
     def output(self) -> list[dict[str, Any]]:
         for index, fields_pieces in self._pieces.items():
-            item = self._items[index]
+            item = self._own(index)
             for (content_index, name), pieces in fields_pieces.items():
                 target = item if content_index < 0 else item["content"][content_index]
                 target[name] = "".join(pieces)
