@@ -18,6 +18,7 @@ from typing import Any
 
 from hasten.errors import FleetUnavailable
 from hasten.fleet.link import FleetLink
+from hasten.proxy.validation import off_loop
 from hasten.responses.record import DamagedRecord, StoredResponse, decode, encode
 
 _log = logging.getLogger("hasten.responses")
@@ -95,7 +96,9 @@ class RedisResponseStore:
         if not isinstance(value, bytes):
             return None
         try:
-            record = decode(value)
+            # A long record is checked and parsed on the parser thread, as a large request
+            # body is: the event loop keeps serving other clients meanwhile.
+            record = await off_loop(len(value), lambda: decode(value))
         except DamagedRecord as exc:
             self.num_damaged += 1
             _log.warning("stored responses in Redis: dropped a damaged record (%s)", exc)
