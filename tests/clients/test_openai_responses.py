@@ -118,6 +118,34 @@ def test_a_streamed_function_call_gives_its_arguments_in_deltas(gateway: ServerT
     assert orjson.loads(call.arguments)["city"]
 
 
+def test_previous_response_id_continues_the_conversation(gateway: ServerThread) -> None:
+    """Translated, hasten expands the stored conversation; passed through, the upstream
+    that answered holds the id and gets it. The SDK reads either the same way."""
+    client = _client(gateway)
+    first = client.responses.create(model=MODEL, input="Remember the word walnut.")
+    second = client.responses.create(
+        model=MODEL, input="Which word?", previous_response_id=first.id
+    )
+    assert second.status == "completed" and second.output_text
+    assert second.previous_response_id == first.id
+    with client.responses.stream(
+        model=MODEL, input="Again?", previous_response_id=second.id
+    ) as stream:
+        events = list(stream)
+        third = stream.get_final_response()
+    _check_events(events)
+    assert third.previous_response_id == second.id and third.output_text
+    items = client.responses.input_items.list(third.id, order="asc")
+    said = [
+        part.text
+        for item in items.data
+        if item.type == "message"
+        for part in item.content
+        if part.type in ("input_text", "output_text")
+    ]
+    assert said[0] == "Remember the word walnut." and said[-1] == "Again?"
+
+
 async def test_the_async_client_streams_the_same_answer(gateway: ServerThread) -> None:
     client = openai.AsyncOpenAI(base_url=gateway.url + "/v1", api_key="sk-test", max_retries=0)
     ask: dict[str, Any] = {"model": MODEL, "input": "async question", "temperature": 0}
