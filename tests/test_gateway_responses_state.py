@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -272,6 +273,16 @@ def _counted(sim_url: str) -> tuple[int, int]:
     return stats["num_previous_response_ids"], stats["num_resent_histories"]
 
 
+WALNUT = "Remember the word walnut."
+
+
+@contextmanager
+def _native_client(sim: ServerThread) -> Iterator[openai.OpenAI]:
+    """The SDK through a gateway whose upstream speaks Responses (it holds its answers)."""
+    with running_gateway(_config(sim.url, apis=CLIENT_APIS)) as gateway:
+        yield _client(gateway)
+
+
 def _text_of(content: object) -> object:
     """A chat message's text, whether a string or a list of text parts."""
     if isinstance(content, list):
@@ -283,9 +294,8 @@ def test_the_deployment_holding_the_previous_response_gets_its_id(
     native_sim: tuple[ServerThread, BodyRecorder],
 ) -> None:
     sim, recorder = native_sim
-    with running_gateway(_config(sim.url, apis=CLIENT_APIS)) as gateway:
-        client = _client(gateway)
-        first = client.responses.create(model="sim-model", input="Remember the word walnut.")
+    with _native_client(sim) as client:
+        first = client.responses.create(model="sim-model", input=WALNUT)
         second = client.responses.create(
             model="sim-model", input="Which word?", previous_response_id=first.id
         )
@@ -302,11 +312,13 @@ def test_the_deployment_holding_the_previous_response_gets_its_id(
         assert sent[1]["previous_response_id"] == first.id
         assert sent[1]["input"] == "Which word?"  # the client's own input, not the history
         assert sent[2]["previous_response_id"] == second.id
-        assert len(recorder.bodies[2]) < len(recorder.bodies[1]) + len(first.output_text)
+        # Smaller than the conversation: none of the earlier turns is resent.
+        assert all(b"walnut" not in body for body in recorder.bodies[1:])
+        assert all(first.output_text.encode() not in body for body in recorder.bodies[1:])
         # hasten's copy of the conversation is whole all the same.
         listed = client.responses.input_items.list(third.id, order="asc")
         assert _user_texts(listed.data) == [
-            "Remember the word walnut.",
+            WALNUT,
             "Which word?",
             "And again?",
         ]
@@ -328,7 +340,7 @@ def test_a_failover_to_a_chat_only_deployment_gets_the_conversation_whole(
         config = replace(config, upstreams={**config.upstreams, "chat": chat_only})
         with running_gateway(config) as gateway:
             client = _client(gateway)
-            first = client.responses.create(model="sim-model", input="Remember the word walnut.")
+            first = client.responses.create(model="sim-model", input=WALNUT)
             # Every try on the holder fails: the follow-up fails over, expanded.
             httpx.post(f"{native.url}/sim/burst", json={"num_requests": 50, "status": 503})
             raw = client.responses.with_raw_response.create(
@@ -342,7 +354,7 @@ def test_a_failover_to_a_chat_only_deployment_gets_the_conversation_whole(
             assert follow.previous_response_id == first.id  # echoed, though translated
             (chat,) = [orjson.loads(body) for body in chat_recorder.bodies]
             contents = [_text_of(message["content"]) for message in chat["messages"]]
-            assert contents == ["Remember the word walnut.", first.output_text, "Which word?"]
+            assert contents == [WALNUT, first.output_text, "Which word?"]
             # The follow-up's answer is hasten's own id: its own follow-up is expanded for
             # the holder too (which never saw it).
             again = client.responses.create(
@@ -358,9 +370,8 @@ def test_a_holder_that_lost_the_id_is_sent_the_conversation_whole(
     native_sim: tuple[ServerThread, BodyRecorder],
 ) -> None:
     sim, recorder = native_sim
-    with running_gateway(_config(sim.url, apis=CLIENT_APIS)) as gateway:
-        client = _client(gateway)
-        first = client.responses.create(model="sim-model", input="Remember the word walnut.")
+    with _native_client(sim) as client:
+        first = client.responses.create(model="sim-model", input=WALNUT)
         assert httpx.delete(f"{sim.url}/v1/responses/{first.id}").status_code == 200
         raw = client.responses.with_raw_response.create(
             model="sim-model", input="Which word?", previous_response_id=first.id
@@ -375,7 +386,7 @@ def test_a_holder_that_lost_the_id_is_sent_the_conversation_whole(
         assert resent["input"][0] == {
             "type": "message",
             "role": "user",
-            "content": "Remember the word walnut.",
+            "content": WALNUT,
         }
 
 
@@ -383,8 +394,7 @@ def test_a_cache_hits_id_is_expanded_for_every_deployment(
     native_sim: tuple[ServerThread, BodyRecorder],
 ) -> None:
     sim, _ = native_sim
-    with running_gateway(_config(sim.url, apis=CLIENT_APIS)) as gateway:
-        client = _client(gateway)
+    with _native_client(sim) as client:
         client.responses.create(model="sim-model", input="Hit me.", temperature=0)
         raw = client.responses.with_raw_response.create(
             model="sim-model", input="Hit me.", temperature=0

@@ -62,14 +62,17 @@ def _state(
     max_record_bytes: int = 1 << 16,
     max_history_bytes: int = 1 << 20,
     max_chain_depth: int = 10,
+    holders: frozenset[str] | None = None,
+    kind: type[ResponseState] = ResponseState,
 ) -> ResponseState:
-    return ResponseState(
+    return kind(
         store,
         ttl_s=60.0,
         max_record_bytes=max_record_bytes,
         max_history_bytes=max_history_bytes,
         max_chain_depth=max_chain_depth,
         max_json_depth=64,
+        holders=holders,
     )
 
 
@@ -256,15 +259,7 @@ async def test_an_unstored_request_leaves_its_answer_unread() -> None:
 
 async def test_a_follow_up_names_its_previous_response_and_its_holder() -> None:
     store = MemoryResponseStore(max_bytes=1 << 20, max_record_bytes=1 << 16)
-    state = ResponseState(
-        store,
-        ttl_s=60.0,
-        max_record_bytes=1 << 16,
-        max_history_bytes=1 << 20,
-        max_chain_depth=10,
-        max_json_depth=64,
-        holders=frozenset({"east"}),
-    )
+    state = _state(store, holders=frozenset({"east"}))
     for upstream, answer_id in ((b"east", "resp_east"), (b"chatty", "resp_chatty")):
         answer = orjson.dumps({**ANSWER, "id": answer_id})
         await _serve(state, [answer], content_type=b"application/json", upstream=upstream)
@@ -354,14 +349,10 @@ class ThreadNotingState(ResponseState):
 async def test_a_long_conversation_is_expanded_off_the_event_loop(num_chars: int) -> None:
     store = MemoryResponseStore(max_bytes=1 << 24, max_record_bytes=1 << 22)
     await store.put(_record("resp_0", None, "x" * num_chars, "a0"))
-    state = ThreadNotingState(
-        store,
-        ttl_s=60.0,
-        max_record_bytes=1 << 22,
-        max_history_bytes=1 << 22,
-        max_chain_depth=10,
-        max_json_depth=64,
+    state = _state(
+        store, max_record_bytes=1 << 22, max_history_bytes=1 << 22, kind=ThreadNotingState
     )
+    assert isinstance(state, ThreadNotingState)
     state.threads = []
     request = orjson.dumps({"model": "m", "input": "q1", "previous_response_id": "resp_0"})
     raw, _ = await state.open("responses", "t", request)
