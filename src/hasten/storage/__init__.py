@@ -1,0 +1,1 @@
+"""Where hasten keeps its files: ``sqlite`` opens a SQLite file and runs it on one thread."""
