@@ -12,7 +12,8 @@ from pathlib import Path
 
 from hasten.cache.entry import CachedAnswer
 from hasten.errors import OutdatedCacheEntry
-from hasten.storage.sqlite import Failure, SQLiteThread, open_database, transaction
+from hasten.storage.budget import TableBudget
+from hasten.storage.sqlite import Failure, SQLiteThread, open_database
 
 _LOG = logging.getLogger("hasten.cache")
 
@@ -37,9 +38,6 @@ _UPSERT = (
 )
 _TOUCH = f"UPDATE {_TABLE} SET accessed_at = ? WHERE key = ?"
 _DELETE = f"DELETE FROM {_TABLE} WHERE key = ?"
-_PURGE = f"DELETE FROM {_TABLE} WHERE expires_at <= ?"
-_TOTAL = f"SELECT total(size_bytes) FROM {_TABLE}"
-_OLDEST = f"SELECT key, size_bytes FROM {_TABLE} ORDER BY accessed_at"
 
 # Errors that will not go away by waiting: stop touching the file until restart.
 _PERMANENT_ERRORS = frozenset(
@@ -53,8 +51,6 @@ _SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 # LRU order only needs to be roughly right; don't turn every hit into a write.
 _TOUCH_INTERVAL_S = 60.0
 _PURGE_EVERY_PUTS = 512
-# Evict down to this fraction of the budget so eviction does not run on every put.
-_LOW_WATER_FRACTION = 0.9
 
 
 class SQLiteStore:
@@ -92,8 +88,13 @@ class SQLiteStore:
             on_failure=self._on_failure,
         )
         # Everything below is only written from the worker thread.
-        self._approx_bytes = 0.0
-        self._puts_since_purge = 0
+        self._budget = TableBudget(
+            _TABLE,
+            key_columns=("key",),
+            evict_order="accessed_at",  # least recently used first
+            max_bytes=max_bytes,
+            purge_every_puts=_PURGE_EVERY_PUTS,
+        )
         self._num_bad_entries = 0
         self._num_outdated_entries = 0
         self._num_corruptions = 0
@@ -136,11 +137,11 @@ class SQLiteStore:
     # --- worker thread only below ---
 
     def _open(self) -> sqlite3.Connection:
-        def read_total(conn: sqlite3.Connection) -> None:
-            self._approx_bytes = conn.execute(_TOTAL).fetchone()[0]
-
         return open_database(
-            self.path, schema=_SCHEMA, busy_timeout_s=self._busy_timeout_s, prepare=read_total
+            self.path,
+            schema=_SCHEMA,
+            busy_timeout_s=self._busy_timeout_s,
+            prepare=self._budget.recount,
         )
 
     def _on_failure(self, exc: BaseException) -> Failure:
@@ -236,31 +237,8 @@ class SQLiteStore:
         if size_bytes > self.max_bytes:
             return False
         conn.execute(_UPSERT, (key, value, entry.expires_at, now, size_bytes))
-        self._approx_bytes += size_bytes
-        self._puts_since_purge += 1
-        if self._puts_since_purge >= _PURGE_EVERY_PUTS:
-            self._puts_since_purge = 0
-            conn.execute(_PURGE, (now,))
-            self._approx_bytes = conn.execute(_TOTAL).fetchone()[0]
-        if self._approx_bytes > self.max_bytes:
-            self._evict(conn, now)
+        self._budget.note_put(conn, size_bytes, now)
         return True
-
-    def _evict(self, conn: sqlite3.Connection, now: float) -> None:
-        """Purges expired rows, then least recently used ones down to the low-water mark."""
-        with transaction(conn, is_immediate=True):
-            conn.execute(_PURGE, (now,))
-            total_bytes = conn.execute(_TOTAL).fetchone()[0]
-            target_bytes = self.max_bytes * _LOW_WATER_FRACTION
-            victims: list[tuple[str]] = []
-            if total_bytes > self.max_bytes:
-                for key, size_bytes in conn.execute(_OLDEST):
-                    if total_bytes <= target_bytes:
-                        break
-                    victims.append((key,))
-                    total_bytes -= size_bytes
-            conn.executemany(_DELETE, victims)
-        self._approx_bytes = total_bytes
 
     def _delete_sync(self, conn: sqlite3.Connection, key: str) -> bool:
         return conn.execute(_DELETE, (key,)).rowcount > 0

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hasten.responses.record import DamagedRecord, StoredResponse, decode, encode
-from hasten.storage.sqlite import SQLiteThread, open_database, transaction
+from hasten.storage.budget import TableBudget
+from hasten.storage.sqlite import SQLiteThread, open_database
 
 _log = logging.getLogger("hasten.responses")
 
@@ -44,11 +45,7 @@ _UPSERT = (
     " expires_at = excluded.expires_at, size_bytes = excluded.size_bytes"
 )
 _DELETE = f"DELETE FROM {_TABLE} WHERE tenant = ? AND id = ?"
-_PURGE = f"DELETE FROM {_TABLE} WHERE expires_at <= ?"
-_TOTAL = f"SELECT total(size_bytes) FROM {_TABLE}"
-_OLDEST = f"SELECT tenant, id, size_bytes FROM {_TABLE} ORDER BY created_at"
 _PURGE_EVERY_PUTS = 256
-_LOW_WATER_FRACTION = 0.9
 _RETRY_BACKOFF_S = 1.0
 
 
@@ -79,8 +76,13 @@ class SQLiteResponseStore:
             retry_backoff_s=_RETRY_BACKOFF_S,
         )
         # Below: written from the worker thread only.
-        self._approx_bytes = 0.0
-        self._puts_since_purge = 0
+        self._budget = TableBudget(
+            _TABLE,
+            key_columns=("tenant", "id"),
+            evict_order="created_at",  # the oldest first
+            max_bytes=max_bytes,
+            purge_every_puts=_PURGE_EVERY_PUTS,
+        )
         self.num_damaged = 0
 
     @property
@@ -105,11 +107,11 @@ class SQLiteResponseStore:
     # --- the worker thread only below ---
 
     def _open(self) -> sqlite3.Connection:
-        def read_total(conn: sqlite3.Connection) -> None:
-            self._approx_bytes = conn.execute(_TOTAL).fetchone()[0]
-
         return open_database(
-            self.path, schema=_SCHEMA, busy_timeout_s=self._busy_timeout_s, prepare=read_total
+            self.path,
+            schema=_SCHEMA,
+            busy_timeout_s=self._busy_timeout_s,
+            prepare=self._budget.recount,
         )
 
     def _get_sync(self, conn: sqlite3.Connection, key: tuple[str, str]) -> StoredResponse | None:
@@ -145,31 +147,8 @@ class SQLiteResponseStore:
                 len(value),
             ),
         )
-        self._approx_bytes += len(value)
-        self._puts_since_purge += 1
-        if self._puts_since_purge >= _PURGE_EVERY_PUTS:
-            self._puts_since_purge = 0
-            conn.execute(_PURGE, (now,))
-            self._approx_bytes = conn.execute(_TOTAL).fetchone()[0]
-        if self._approx_bytes > self.max_bytes:
-            self._evict(conn, now)
+        self._budget.note_put(conn, len(value), now)
         return True
-
-    def _evict(self, conn: sqlite3.Connection, now: float) -> None:
-        """Purges expired rows, then the oldest down to the low-water mark."""
-        with transaction(conn, is_immediate=True):
-            conn.execute(_PURGE, (now,))
-            total = conn.execute(_TOTAL).fetchone()[0]
-            target = self.max_bytes * _LOW_WATER_FRACTION
-            victims: list[tuple[str, str]] = []
-            if total > self.max_bytes:
-                for tenant, response_id, size_bytes in conn.execute(_OLDEST):
-                    if total <= target:
-                        break
-                    victims.append((tenant, response_id))
-                    total -= size_bytes
-            conn.executemany(_DELETE, victims)
-        self._approx_bytes = total
 
     def _delete_sync(self, conn: sqlite3.Connection, key: tuple[str, str]) -> bool:
         return conn.execute(_DELETE, key).rowcount > 0
