@@ -58,6 +58,14 @@ def _put(
     budget.note_put(conn, size_bytes, now)
 
 
+def _full(conn: sqlite3.Connection) -> TableBudget:
+    """A budget of 1000 bytes, and ten rows of 100 (r0 to r9, ranked so): at it, not past."""
+    budget = _budget(1000)
+    for n in range(10):
+        _put(conn, budget, f"r{n}", rank=float(n))
+    return budget
+
+
 def _ids(conn: sqlite3.Connection) -> list[str]:
     return [row[0] for row in conn.execute("SELECT id FROM rows ORDER BY rank")]
 
@@ -65,10 +73,8 @@ def _ids(conn: sqlite3.Connection) -> list[str]:
 def test_past_the_budget_the_first_in_line_go_down_to_the_low_water_mark(
     conn: sqlite3.Connection,
 ) -> None:
-    budget = _budget(1000)
-    for n in range(10):
-        _put(conn, budget, f"r{n}", rank=float(n))
-    assert _ids(conn) == [f"r{n}" for n in range(10)]  # 1000 bytes: at the budget, not past
+    budget = _full(conn)
+    assert _ids(conn) == [f"r{n}" for n in range(10)]
     _put(conn, budget, "r10", rank=10.0)
     # 1100 bytes: evicted down to 900 (the low-water mark), lowest rank first.
     assert _ids(conn) == [f"r{n}" for n in range(2, 11)]
@@ -118,9 +124,7 @@ def test_the_total_is_read_back_at_open(tmp_path: Path) -> None:
 def test_an_eviction_that_fails_leaves_every_row_and_the_total(
     conn: sqlite3.Connection,
 ) -> None:
-    budget = _budget(1000)
-    for n in range(10):
-        _put(conn, budget, f"r{n}", rank=float(n))
+    budget = _full(conn)
     conn.execute(
         "CREATE TRIGGER refuse BEFORE DELETE ON rows BEGIN SELECT RAISE(ABORT, 'refused'); END"
     )
