@@ -53,7 +53,9 @@ _STEPS = st.lists(st.one_of(st.just("acquire"), st.integers(min_value=0, max_val
 
 
 @given(max_in_flight=st.integers(min_value=0, max_value=5), steps=_STEPS)
-def test_never_above_the_cap_and_always_back_to_zero(max_in_flight: int, steps: list[object]) -> None:
+def test_never_above_the_cap_and_always_back_to_zero(
+    max_in_flight: int, steps: list[object]
+) -> None:
     gate = InFlightGate(max_in_flight)
     taken: list[Slot] = []
     num_refused = 0

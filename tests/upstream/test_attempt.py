@@ -275,7 +275,9 @@ async def test_a_ready_stream_holds_its_slot_until_the_response_is_closed() -> N
         (Reply(chunks=(b'{"cut": ',)), False, "malformed"),
     ],
 )
-async def test_every_failure_gives_its_slot_back(reply: Reply, is_stream: bool, reason: str) -> None:
+async def test_every_failure_gives_its_slot_back(
+    reply: Reply, is_stream: bool, reason: str
+) -> None:
     gate = InFlightGate(1)
     transport = ScriptedTransport({"a": [reply]})
     outcome = await run_attempt(transport, _spec(is_stream=is_stream, gate=gate))
@@ -295,8 +297,10 @@ async def test_a_whole_answer_gives_its_slot_back_once_read() -> None:
 async def test_a_cancelled_attempt_gives_its_slot_back(where: str) -> None:
     # A hedge loser, a client gone, a TTFT timeout: the attempt's task is cancelled.
     gate = InFlightGate(1)
-    slow = Reply(head_delay_s=30.0) if where == "sending" else Reply(
-        chunks=sse(ROLE_ONLY, delta("late")), chunk_delay_s=30.0
+    slow = (
+        Reply(head_delay_s=30.0)
+        if where == "sending"
+        else Reply(chunks=sse(ROLE_ONLY, delta("late")), chunk_delay_s=30.0)
     )
     transport = ScriptedTransport({"a": [slow]})
     task = asyncio.create_task(run_attempt(transport, _spec(is_stream=True, gate=gate)))
