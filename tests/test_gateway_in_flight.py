@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from hasten.config import CacheConfig, GatewayConfig, ServerConfig
 from hasten.simulator import SimConfig, build_app
@@ -75,6 +76,18 @@ def in_flight(gateway: ServerThread, name: str) -> int:
     return upstreams_state(gateway).get(name, {}).get("in_flight", 0)
 
 
+def busy_refusals(gateway: ServerThread) -> dict[str, float]:
+    """``hasten_upstream_busy_refusals_total`` by upstream, from ``GET /metrics``."""
+    headers = {"authorization": f"Bearer {ADMIN_KEY}"}
+    text = httpx.get(f"{gateway.url}/metrics", headers=headers).raise_for_status().text
+    return {
+        sample.labels["upstream"]: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "hasten_upstream_busy_refusals_total"
+    }
+
+
 def wait_until(predicate: Callable[[], bool]) -> None:
     deadline = time.monotonic() + WAIT_S
     while not predicate():
@@ -127,6 +140,7 @@ def test_the_request_past_max_in_flight_is_a_429_with_retry_after_in_its_apis_sh
         wait_until(lambda: in_flight(gw, "sim") == 0)  # both slots given back
         state = upstreams_state(gw)["sim"]
         num_sent = sim_stats(sim.url)["num_requests"]
+        refusals = busy_refusals(gw)
     assert refused.status_code == 429
     assert refused.headers["retry-after"] == "1"
     assert refused.headers["x-hasten-failover"] == "sim=busy"
@@ -139,6 +153,7 @@ def test_the_request_past_max_in_flight_is_a_429_with_retry_after_in_its_apis_sh
     assert "busy" in refused.text
     assert state == {"in_flight": 0, "max_in_flight": 2, "busy_refusals": 1}
     assert num_sent == 2  # the refused request never reached the upstream
+    assert refusals == {"sim": 1.0}
 
 
 def test_a_route_with_another_deployment_spills_over_to_it() -> None:

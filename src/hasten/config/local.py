@@ -102,7 +102,8 @@ class LocalServerConfig:
     # busy (another deployment, or a 429 with Retry-After), where llama-server would queue
     # without a bound. 32 is what the engine before llama-server refused at: four rounds of
     # the default 8 sequences, enough for a burst to keep every slot busy, while the last
-    # one queued still gets its first token within four answers' time.
+    # one queued gets its first token after about four answers (~30 s for 128-token
+    # answers at 8 streams on 2 cores: docs/local.md).
     max_queue: int = 32
 
     @property
