@@ -178,18 +178,21 @@ class StreamOutcome:
     has_started: threading.Event = field(default_factory=threading.Event)
 
 
+# A stream the engine is busy with for a while (700 tokens), never answered from the cache.
+LONG_STREAM = {
+    "model": "local",
+    "messages": [{"role": "user", "content": "Write a very long essay about the sea."}],
+    "max_tokens": 700,
+    "temperature": 0,
+    "stream": True,
+}
+NO_CACHE = {"cache-control": "no-cache, no-store"}
+
+
 def _hold_stream(url: str, outcome: StreamOutcome) -> None:
-    body = {
-        "model": "local",
-        "messages": [{"role": "user", "content": "Write a very long essay about the sea."}],
-        "max_tokens": 700,
-        "temperature": 0,
-        "stream": True,
-    }
-    headers = {"cache-control": "no-cache, no-store"}
     try:
         with httpx.stream(
-            "POST", url + "/v1/chat/completions", json=body, headers=headers, timeout=60
+            "POST", url + "/v1/chat/completions", json=LONG_STREAM, headers=NO_CACHE, timeout=60
         ) as response:
             for line in response.iter_lines():
                 if line == "data: [DONE]":
@@ -341,16 +344,8 @@ def test_a_full_engine_answers_429_with_retry_after_and_frees_the_slot_on_hang_u
     local = "n_ctx = 2048\nn_threads = 1\nmax_seqs = 1\nmax_queue = 0"
     with GatewayProcess("--config", _gateway_config(tmp_path, cloud.url, local)) as gateway:
         _wait_engine(gateway, "ready")
-        body = {
-            "model": "local",
-            "messages": [{"role": "user", "content": "Write a very long essay about the sea."}],
-            "max_tokens": 700,
-            "temperature": 0,
-            "stream": True,
-        }
         url = gateway.url + "/v1/chat/completions"
-        headers = {"cache-control": "no-cache, no-store"}
-        with httpx.stream("POST", url, json=body, headers=headers, timeout=60) as held:
+        with httpx.stream("POST", url, json=LONG_STREAM, headers=NO_CACHE, timeout=60) as held:
             assert held.status_code == 200
             lines = held.iter_lines()  # kept: dropping the iterator would close the stream
             assert any('"content":"' in line for line in lines)  # generating
