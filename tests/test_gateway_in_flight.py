@@ -20,6 +20,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from hasten.config import CacheConfig, GatewayConfig, ServerConfig
+from hasten.config.hybrid import HybridConfig
+from hasten.served import served_config
 from hasten.simulator import SimConfig, build_app
 from tests.support.gateway import make_config, running_gateway, sim_stats
 from tests.support.servers import ServerThread
@@ -99,9 +101,11 @@ CHAT = "/v1/chat/completions"
 MESSAGES = "/v1/messages"
 
 
-def ask(gateway: ServerThread, path: str, text: str, **extra: Any) -> httpx.Response:
+def ask(
+    gateway: ServerThread, path: str, text: str, model: str = "sim-model", **extra: Any
+) -> httpx.Response:
     body: dict[str, Any] = {
-        "model": "sim-model",
+        "model": model,
         "messages": [{"role": "user", "content": text}],
         "max_tokens": 16,
         "temperature": 0,
@@ -111,13 +115,16 @@ def ask(gateway: ServerThread, path: str, text: str, **extra: Any) -> httpx.Resp
 
 
 @contextmanager
-def two_in_flight(gateway: ServerThread, path: str, name: str) -> Iterator[list[httpx.Response]]:
+def two_in_flight(
+    gateway: ServerThread, path: str, name: str, model: str = "sim-model"
+) -> Iterator[list[httpx.Response]]:
     """Two slow requests under way (distinct, so no coalescing); their answers once done."""
     answers: list[httpx.Response] = []
-    threads = [
-        threading.Thread(target=lambda i=i: answers.append(ask(gateway, path, f"slow {i}")))
-        for i in range(2)
-    ]
+
+    def send(i: int) -> None:
+        answers.append(ask(gateway, path, f"slow {i}", model))
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(2)]
     for thread in threads:
         thread.start()
     try:
@@ -175,6 +182,29 @@ def test_a_route_with_another_deployment_spills_over_to_it() -> None:
     assert state["sim"]["busy_refusals"] == 1 and state["spill"]["in_flight"] == 0
     # Not held against the busy upstream: no failure, breaker closed.
     assert (routing["failures"], routing["busy"], routing["breaker"]["state"]) == (0, 1, "closed")
+
+
+def test_a_busy_local_engine_spills_hybrid_requests_to_the_cloud() -> None:
+    # The local engine's upstream as `hasten serve` adds it (max_seqs + max_queue = 2),
+    # a slow simulator standing in for llama-server.
+    with simulator(SLOW) as engine, simulator() as cloud:
+        config = make_config({"cloud": cloud.url + "/v1"}, models=("gpt-cloud",))
+        config = replace(
+            config,
+            server=ServerConfig(admin_api_key=ADMIN_KEY),
+            hybrid=HybridConfig(policy="local-first", cloud_model="gpt-cloud"),
+        )
+        config = served_config(config, local_url=engine.url + "/v1", local_max_in_flight=2)
+        with running_gateway(config) as gw:
+            with two_in_flight(gw, CHAT, "local", model="auto") as answers:
+                spilt = ask(gw, CHAT, "one too many", model="auto")
+                refused = ask(gw, CHAT, "no cloud on this route", model="local")
+            wait_until(lambda: in_flight(gw, "local") == 0)
+    assert [a.headers["x-hasten-upstream"] for a in answers] == ["local", "local"]
+    assert spilt.status_code == 200 and spilt.headers["x-hasten-upstream"] == "cloud"
+    assert spilt.headers["x-hasten-hybrid"] == "local; reason=easy"  # chosen local, spilt
+    assert spilt.headers["x-hasten-failover"] == "local=busy"
+    assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
 
 
 @pytest.mark.parametrize("is_cached", [True, False])
