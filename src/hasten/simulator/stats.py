@@ -38,6 +38,7 @@ class SimStats:
     num_completion_tokens: int = 0
     num_embedding_inputs: int = 0
     num_embedding_tokens: int = 0
+    num_stragglers: int = 0  # requests whose latency plan drew a straggler
     # Responses requests continuing a conversation: by naming a previous_response_id (an
     # unknown one included), or by resending it whole (input holding earlier model output).
     num_previous_response_ids: int = 0

@@ -18,7 +18,14 @@ import orjson
 from hasten.apis.api import Api
 from hasten.apis.responses import is_previous_not_found
 from hasten.config import UpstreamConfig
-from hasten.errors import HastenError, UpstreamConnectError, UpstreamError, UpstreamTimeout
+from hasten.errors import (
+    HastenError,
+    UpstreamBusy,
+    UpstreamConnectError,
+    UpstreamError,
+    UpstreamTimeout,
+)
+from hasten.routing.gate import InFlightGate, Slot
 from hasten.upstream.bounded import MAX_ERROR_BODY_BYTES, TOO_LARGE_CODE, read_bounded, too_large
 from hasten.upstream.bridge import Bridging
 from hasten.upstream.integrity import MAX_EVENT_BYTES, check_json_body, malformed
@@ -32,8 +39,36 @@ _log = logging.getLogger("hasten.upstream")
 ERROR_BODY_TIMEOUT_S = 5.0
 # How an upstream answers a previous_response_id it does not hold (OpenAI: 400).
 _UNKNOWN_PREVIOUS_STATUSES = frozenset({400, 404})
+BUSY = "busy"  # the reason of an attempt its upstream's gate refused: nothing was sent
+# What a busy refusal asks the client to wait: no one knows when a slot frees (an answer
+# ends every few seconds when the upstream is full), and a Retry-After is whole seconds, so
+# the least it can say. The SDKs retry after it; longer would leave freed slots idle.
+BUSY_RETRY_AFTER_S = 1.0
 # The APIs whose requests take OpenAI's prompt_cache_key (Anthropic's would refuse it).
 _PROMPT_CACHE_KEY_PATHS = frozenset({"/chat/completions", "/responses"})
+
+
+class HeldResponse:
+    """A response holding its upstream's in-flight slot until it is closed: whoever ends
+    it (the proxy after the last byte, a loser's cancellation, an error read) frees it."""
+
+    __slots__ = ("_response", "_slot", "headers", "status")
+
+    def __init__(self, response: UpstreamResponse, slot: Slot) -> None:
+        self._response, self._slot = response, slot
+        self.status, self.headers = response.status, response.headers
+
+    def iter_chunks(self, idle_timeout_s: float) -> AsyncIterator[bytes]:
+        return self._response.iter_chunks(idle_timeout_s)
+
+    async def read(self, timeout_s: float) -> bytes:
+        return await self._response.read(timeout_s)
+
+    def close(self) -> None:
+        try:
+            self._response.close()
+        finally:
+            self._slot.release()
 
 
 class BufferedResponse:
@@ -161,6 +196,8 @@ class AttemptSpec:
     is_stream: bool
     api: Api  # the client's: how the first token reads
     prompt_cache_key: str | None = None  # OpenAI routes by it too: keeps its cache warm
+    # The upstream's in-flight cap, shared by every route using it (a fresh one: uncounted).
+    gate: InFlightGate = field(default_factory=InFlightGate)
 
 
 async def run_attempt(transport: Transport, spec: AttemptSpec) -> Ready | Failed:
@@ -185,13 +222,17 @@ async def run_attempt(transport: Transport, spec: AttemptSpec) -> Ready | Failed
         connect_timeout_s=min(upstream.timeouts.connect_s, remaining_s),
         first_byte_timeout_s=min(upstream.timeouts.first_byte_s, remaining_s),
     )
+    # Taken where the request is sent, by primaries, hedges, retries and failovers alike.
+    slot = spec.gate.try_acquire()
+    if slot is None:
+        return busy(upstream.name, spec.gate.max_in_flight)
     started_s = time.perf_counter()
-    sent = await _send(transport, request)
+    sent = await _send(transport, request, slot)
     if isinstance(sent, Failed):
         return sent
     response = sent
     if leg.fallback is not None and response.status in _UNKNOWN_PREVIOUS_STATUSES:
-        refused = await buffer_response(
+        refused = await buffer_response(  # closed: its slot given back
             response, spec.deadline_s - time.monotonic(), upstream.timeouts.idle_s
         )
         response = refused
@@ -204,8 +245,11 @@ async def run_attempt(transport: Transport, spec: AttemptSpec) -> Ready | Failed
             fallback = leg.fallback
             if spec.prompt_cache_key is not None:
                 fallback = _with_prompt_cache_key(fallback, spec.prompt_cache_key)
+            slot = spec.gate.try_acquire()
+            if slot is None:
+                return busy(upstream.name, spec.gate.max_in_flight)
             started_s = time.perf_counter()
-            sent = await _send(transport, replace(request, body=fallback))
+            sent = await _send(transport, replace(request, body=fallback), slot)
             if isinstance(sent, Failed):
                 return sent
             response = sent
@@ -226,15 +270,40 @@ async def run_attempt(transport: Transport, spec: AttemptSpec) -> Ready | Failed
     return await _await_first_token(response, upstream, spec.api, started_s)
 
 
-async def _send(transport: Transport, request: UpstreamRequest) -> UpstreamResponse | Failed:
+async def _send(
+    transport: Transport, request: UpstreamRequest, slot: Slot
+) -> UpstreamResponse | Failed:
     try:
-        return await transport.send(request)
+        return await _send_holding(transport, request, slot)
     except UpstreamConnectError as exc:
         return Failed("connect_error", exc, is_retryable_here=True)
     except UpstreamTimeout as exc:
         return Failed("first_byte_timeout", exc)
     except UpstreamError as exc:
         return Failed("upstream_error", exc)
+
+
+async def _send_holding(
+    transport: Transport, request: UpstreamRequest, slot: Slot
+) -> UpstreamResponse:
+    """The response, holding ``slot`` until it is closed; a send that fails or is
+    cancelled (a hedge loser, a client gone) gives the slot back at once."""
+    try:
+        return HeldResponse(await transport.send(request), slot)
+    except BaseException:
+        slot.release()
+        raise
+
+
+def busy(name: str, max_in_flight: int) -> Failed:
+    """An attempt refused by its upstream's full gate: nothing was sent. Not worth retrying
+    here (waiting is the client's choice, told by Retry-After): the router moves on."""
+    error = UpstreamBusy(
+        f"upstream {name!r} is busy: {max_in_flight} requests in flight, its max_in_flight; "
+        f"retry after {BUSY_RETRY_AFTER_S:g} s",
+        retry_after_s=BUSY_RETRY_AFTER_S,
+    )
+    return Failed(BUSY, error, retry_after_s=BUSY_RETRY_AFTER_S)
 
 
 def _with_prompt_cache_key(body: bytes, key: str) -> bytes:
