@@ -108,8 +108,9 @@ def test_a_follow_up_sent_at_once_continues_the_conversation(
 def test_the_expanded_history_reaches_the_upstream(
     sim: ServerThread, apis: tuple[str, ...]
 ) -> None:
-    """The upstream sees the stored turns: the same conversation sent whole gets the same
-    cache entry as its chained form (the key covers the expanded history)."""
+    """The same conversation sent whole gets the same cache entry as its chained form (the
+    key covers the expanded history), whether the chained form reached the upstream
+    expanded (translated) or as the id the upstream holds (native)."""
     with running_gateway(_config(sim.url, apis=apis)) as gateway:
         client = _client(gateway)
         first_raw = client.responses.with_raw_response.create(
