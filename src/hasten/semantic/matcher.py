@@ -94,7 +94,6 @@ class Choice:
     guard_reason: str | None = None
     risk: float | None = None  # calibrated P(wrong) of ``candidate``, when calibrated
     script: str = ""
-    evidence: Evidence | None = None  # what the risk was computed from
 
     @property
     def is_hit(self) -> bool:
@@ -120,7 +119,8 @@ def choose(query: TextSignature, candidates: Sequence[Candidate], policy: MatchP
         return Choice(NO_CANDIDATE if not ordered else BELOW_THRESHOLD, script=script)
     best = compatible[0]
     if policy.calibration is not None:
-        return _calibrated(query, best, compatible, policy.calibration, policy, script)
+        risk = policy.calibration.risk(best_evidence(query, best, compatible), script)
+        return Choice(HIT if risk < policy.max_risk else RISKY, best, risk=risk, script=script)
     if best.similarity < policy.min_similarity:
         return Choice(BELOW_THRESHOLD, best, script=script)
     runner_up = next((c for c in compatible[1:] if _conflicts(best, c)), None)
@@ -130,20 +130,6 @@ def choose(query: TextSignature, candidates: Sequence[Candidate], policy: MatchP
     ):
         return Choice(AMBIGUOUS, best, script=script)
     return Choice(HIT, best, guard_reason=first_guard_reason, script=script)
-
-
-def _calibrated(
-    query: TextSignature,
-    best: Candidate,
-    compatible: Sequence[Candidate],
-    calibration: Calibration,
-    policy: MatchPolicy,
-    script: str,
-) -> Choice:
-    item = best_evidence(query, best, compatible)
-    risk = calibration.risk(item, script)
-    reason = HIT if risk < policy.max_risk else RISKY
-    return Choice(reason, best, risk=risk, script=script, evidence=item)
 
 
 def best_evidence(
