@@ -131,9 +131,6 @@ class VectorIndex:
             return 0
         return index.num_rows if isinstance(index, _Flat) else len(index)
 
-    def __len__(self) -> int:
-        return sum(self.partition_size(name) for name in self._partitions)
-
     def load_partition(
         self, partition: str, ids: Sequence[int] | npt.NDArray[np.int64], vectors: Vector
     ) -> None:
