@@ -216,7 +216,8 @@ class _Gateway:
 
     def __init__(self, path: Path, *, join_classes: bool = True) -> None:
         self.exact = TieredCache(MemoryLRU(1 << 20))
-        self.tier = SemanticTier(make_cache(path), self.exact, join_classes=join_classes)
+        self.tier = SemanticTier(make_cache(path), self.exact)
+        self.join_classes = join_classes  # False: remembered without the near miss
 
     async def ask(self, text: str, key: str, answer: str) -> bool:
         """Served by meaning (True), or answered "upstream" and remembered (False)."""
@@ -225,7 +226,8 @@ class _Gateway:
             return True
         body = orjson.dumps(completion(answer))
         self.exact.put(key, CachedAnswer.from_body(body, endpoint="chat", ttl_s=60))
-        self.tier.remember(chat(text), model="m", tenant="t", key=key, ttl_s=60, near=found.near)
+        near = found.near if self.join_classes else None
+        self.tier.remember(chat(text), model="m", tenant="t", key=key, ttl_s=60, near=near)
         await self.tier.drain()
         return False
 

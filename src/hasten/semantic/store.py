@@ -1,31 +1,19 @@
 """SemanticCache: finds a cached answer to a question asked in other words.
 
-Request path (the gateway calls it after an exact-cache miss)::
-
-    match = await semantic.lookup(body, model=resolved_model, tenant=tenant)
-    if match is not None:
-        answer = await exact_cache.get(match.answer_key)   # serve it if still there
-    ...after an upstream answer stored under ``key``:
-    await semantic.insert(body, model=resolved_model, tenant=tenant, answer_key=key)
-    # lookup_near also names the entry a miss came close to; if that entry's cached answer
-    # agrees with the fresh one, insert(..., answer_class=near.answer_class) (``near``)
-
-Only the final user turn is compared by meaning; everything else must match exactly (see
-``partition``). Embedding runs on its own worker thread; SQLite and the vector index on
-another, so the event loop never blocks. Vectors and metadata live in one SQLite file
-(beside the exact cache); HNSW graphs of large partitions are saved next to it and rebuilt
-from the stored vectors whenever missing or stale.
-
-With ``redis_url`` set (the gateway does so when its exact cache is in Redis), that file is
-this replica's copy of a shared tier: entries are also written to Redis and its
-``SharedReplica`` applies the other replicas' inserts and invalidations in the background
-(see ``redis_tier``).
+``tier.SemanticTier`` asks it after an exact-cache miss (``lookup_near``) and tells it each
+fresh answer's exact-cache key (``insert``). Only the final user turn is compared by meaning;
+everything else must match exactly (see ``partition``). Embedding runs on its own worker
+thread; SQLite and the vector index on another, so the event loop never blocks. Vectors and
+metadata live in one SQLite file (beside the exact cache); HNSW graphs of large partitions
+are saved next to it and rebuilt from the stored vectors whenever missing or stale.
 
 What the store owns and who does what: the rows (``Records``), the vector index and its
 saved graphs are the store's, touched on its one worker thread; ``Upkeep`` keeps their
 totals, signatures, expiry and eviction in step (called from the store's worker-thread
-methods); ``SharedReplica`` (None without ``redis_url``) owns the Redis side and the
-following task, and reaches the rows only through the store's ``ReplicaStore`` methods.
+methods); with ``redis_url`` set (the gateway does so when its exact cache is in Redis) the
+file is this replica's copy of a shared tier, and ``SharedReplica`` owns the Redis side and
+the following task (``replica``), reaching the rows only through the store's
+``ReplicaStore`` methods.
 """
 
 from __future__ import annotations
@@ -231,7 +219,12 @@ class SemanticCache:
         ``answer_class``: another entry's, when this answer was seen to agree with that
         entry's (None: its own). Returns the entry id, or None if not cacheable by meaning.
         """
-        row = self._prepare(NewEntry(body, model, tenant, answer_key, ttl_s))
+        entry = NewEntry(body, model, tenant, answer_key, ttl_s)
+        return await self.insert_entry(entry, answer_class=answer_class)
+
+    async def insert_entry(self, item: NewEntry, *, answer_class: int | None = None) -> int | None:
+        """``insert`` of a ``NewEntry``."""
+        row = self._prepare(item)
         if row is None:
             return None
         row = replace(row, answer_class=answer_class)
@@ -296,11 +289,8 @@ class SemanticCache:
             queries = [split_chat(i.body, model=i.model, tenant=i.tenant) for i in chunk]
             with contextlib.suppress(Exception):  # each insert below embeds (or fails) alone
                 await self.embedder.embed_many([q.text for q in queries if q is not None])
-            for i in chunk:
-                entry_id = await self.insert(
-                    i.body, model=i.model, tenant=i.tenant, answer_key=i.answer_key, ttl_s=i.ttl_s
-                )
-                num_inserted += entry_id is not None
+            for item in chunk:
+                num_inserted += await self.insert_entry(item) is not None
         return num_inserted
 
     def _prepare(self, item: NewEntry) -> Row | None:
@@ -379,14 +369,10 @@ class SemanticCache:
 
     def script_stats(self) -> dict[str, dict[str, int]]:
         """Lookups by the question's script (latin, cjk, other): hits, misses, reasons."""
-        return {name: self._script_stats(name) for name in sorted(self._by_script)}
-
-    def _script_stats(self, script: str) -> dict[str, int]:
-        """Hits and misses of one script's lookups (and each miss reason)."""
-        reasons = self._by_script.get(script, Counter())
-        num_hits = reasons.get(matcher.HIT, 0)
-        num_lookups = sum(reasons.values())
-        return {"hits": num_hits, "misses": num_lookups - num_hits, **reasons}
+        return {
+            name: {"hits": r[matcher.HIT], "misses": r.total() - r[matcher.HIT], **r}
+            for name, r in sorted(self._by_script.items())
+        }
 
     async def close(self) -> None:
         """Stops following and filling vectors (rows still waiting get theirs after the next

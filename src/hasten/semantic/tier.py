@@ -63,16 +63,11 @@ _NOT_FOUND = Found()
 
 
 class SemanticTier:
-    """Glue between the gateway's ``exact`` cache and the semantic ``cache``.
+    """Glue between the gateway's ``exact`` cache and the semantic ``cache``."""
 
-    ``join_classes`` False keeps every entry in its own answer class, as before classes
-    existed (bench/semantic/live.py compares the two).
-    """
-
-    def __init__(self, cache: SemanticCache, exact: TieredCache, *, join_classes: bool = True):
+    def __init__(self, cache: SemanticCache, exact: TieredCache) -> None:
         self.cache = cache
         self._exact = exact
-        self._join_classes = join_classes
         self._tasks: set[asyncio.Task[Any]] = set()
 
     async def find(
@@ -91,9 +86,9 @@ class SemanticTier:
         except Exception:
             _log.exception("semantic lookup failed; answering from upstream")
             return _NOT_FOUND
-        match, near = result.match, result.near if self._join_classes else None
+        match = result.match
         if match is None:
-            return Found(near=near)
+            return Found(near=result.near)
         entry = await self._exact.get(match.answer_key, max_age_s=max_age_s)
         if entry is None:
             return _NOT_FOUND  # the answer expired or was evicted from the exact tiers
@@ -111,7 +106,7 @@ class SemanticTier:
     ) -> None:
         """Indexes a freshly stored answer by meaning, in the background: in ``near``'s
         answer class if the two answers agree."""
-        self._spawn(self._remember(body, model, tenant, key, ttl_s, near))
+        self._spawn(self._remember(NewEntry(body, model, tenant, key, ttl_s), near))
 
     async def remember_many(self, entries: Sequence[NewEntry]) -> int:
         """Indexes many stored answers now (an import), in batches; how many were indexed.
@@ -119,27 +114,12 @@ class SemanticTier:
         background tasks (each line its own task dropped lines past ``MAX_BACKGROUND_TASKS``)."""
         return await self.cache.insert_many(entries)
 
-    async def _remember(
-        self,
-        body: dict[str, Any],
-        model: str,
-        tenant: str,
-        key: str,
-        ttl_s: float,
-        near: NearMiss | None,
-    ) -> None:
+    async def _remember(self, entry: NewEntry, near: NearMiss | None) -> None:
         # Compared before the insert, so the class travels with it (one row write, one
         # shared-tier event, no update to follow); the cost: the entry becomes searchable
         # one answer comparison later, which only matters after a near miss.
-        answer_class = None if near is None else await self._joined_class(near, key)
-        await self.cache.insert(
-            body,
-            model=model,
-            tenant=tenant,
-            answer_key=key,
-            ttl_s=ttl_s,
-            answer_class=answer_class,
-        )
+        answer_class = None if near is None else await self._joined_class(near, entry.answer_key)
+        await self.cache.insert_entry(entry, answer_class=answer_class)
 
     async def _joined_class(self, near: NearMiss, fresh_key: str) -> int | None:
         counters = self.cache.counters
