@@ -7,7 +7,7 @@ just below the cut-off, is answered upstream and stored under its own answer; fr
 every paraphrase near both is refused, and the more paraphrases arrive the fewer hit.
 
 The gateway has the evidence to tell that case from a real conflict: it holds both answers.
-So a lookup that serves nothing reports the closest entry it refused (``NearMiss``); once the
+So a lookup that serves nothing reports the closest candidate it refused; once the
 fresh answer is in, ``SemanticTier`` compares it with that entry's cached answer and, if they
 agree, stores the new entry in the near entry's answer class. Entries of one class never
 make each other ambiguous. Without that evidence every entry is its own class (its id), so
@@ -36,31 +36,13 @@ class SemanticMatch:
 
 
 @dataclass(frozen=True, slots=True)
-class NearMiss:
-    """A stored question close to one that was not served from it."""
-
-    entry_id: int
-    similarity: float
-    answer_key: str
-    answer_class: int
-
-
-@dataclass(frozen=True, slots=True)
 class LookupResult:
     """``match``: as ``SemanticCache.lookup`` returns it. ``near``: when nothing is served,
     the closest entry whose answer the fresh one should be compared with, if any is within
     the candidate floor."""
 
     match: SemanticMatch | None = None
-    near: NearMiss | None = None
+    near: Candidate | None = None
 
 
 NOTHING = LookupResult()
-
-
-def near_miss(candidate: Candidate | None, floor: float) -> NearMiss | None:
-    if candidate is None or candidate.similarity < floor:
-        return None
-    return NearMiss(
-        candidate.entry_id, candidate.similarity, candidate.answer_key, candidate.answer_class
-    )

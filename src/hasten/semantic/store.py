@@ -39,7 +39,7 @@ from hasten.semantic.embedder import AsyncEmbedder, Embedder
 from hasten.semantic.graphs import GraphFiles
 from hasten.semantic.guard import signature
 from hasten.semantic.index import VectorIndex
-from hasten.semantic.near import NOTHING, LookupResult, SemanticMatch, near_miss
+from hasten.semantic.near import NOTHING, LookupResult, SemanticMatch
 from hasten.semantic.partition import split_chat
 from hasten.semantic.records import Records, Row, StoredEntry, vector_bytes, vector_of
 from hasten.semantic.redis_tier import LOCAL_ID_BASE, DeleteEvent, Event, RedisTier, SharedEntry
@@ -463,7 +463,8 @@ class SemanticCache:
             self.counters[f"guard_{choice.guard_reason}"] += 1
         best = choice.candidate
         if not choice.is_hit or best is None:
-            return LookupResult(None, near_miss(best, floor))
+            is_near = best is not None and best.similarity >= floor
+            return LookupResult(None, best if is_near else None)
         match = SemanticMatch(
             best.entry_id,
             best.similarity,

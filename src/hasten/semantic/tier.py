@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +19,8 @@ from hasten.apis import messages, responses
 from hasten.apis.known import MESSAGES, RESPONSES, api_named
 from hasten.cache import CachedAnswer, TieredCache
 from hasten.cache.replay import answer_body
-from hasten.semantic.near import NearMiss, SemanticMatch
+from hasten.semantic.matcher import Candidate
+from hasten.semantic.near import SemanticMatch
 from hasten.semantic.partition import trimmed
 from hasten.semantic.store import NewEntry, SemanticCache
 from hasten.values.stage import NO_STAGE, Stage
@@ -56,7 +57,7 @@ class Found:
     join the answer class of (``near``)."""
 
     hit: SemanticHit | None = None
-    near: NearMiss | None = None
+    near: Candidate | None = None
 
 
 _NOT_FOUND = Found()
@@ -102,26 +103,20 @@ class SemanticTier:
         tenant: str,
         key: str,
         ttl_s: float,
-        near: NearMiss | None = None,
+        near: Candidate | None = None,
     ) -> None:
         """Indexes a freshly stored answer by meaning, in the background: in ``near``'s
         answer class if the two answers agree."""
         self._spawn(self._remember(NewEntry(body, model, tenant, key, ttl_s), near))
 
-    async def remember_many(self, entries: Sequence[NewEntry]) -> int:
-        """Indexes many stored answers now (an import), in batches; how many were indexed.
-        Awaited, not spawned: an import of thousands of lines must not overflow the
-        background tasks (each line its own task dropped lines past ``MAX_BACKGROUND_TASKS``)."""
-        return await self.cache.insert_many(entries)
-
-    async def _remember(self, entry: NewEntry, near: NearMiss | None) -> None:
+    async def _remember(self, entry: NewEntry, near: Candidate | None) -> None:
         # Compared before the insert, so the class travels with it (one row write, one
         # shared-tier event, no update to follow); the cost: the entry becomes searchable
         # one answer comparison later, which only matters after a near miss.
         answer_class = None if near is None else await self._joined_class(near, entry.answer_key)
         await self.cache.insert_entry(entry, answer_class=answer_class)
 
-    async def _joined_class(self, near: NearMiss, fresh_key: str) -> int | None:
+    async def _joined_class(self, near: Candidate, fresh_key: str) -> int | None:
         counters = self.cache.counters
         try:
             agrees = await self._agree(near.answer_key, fresh_key)
