@@ -236,8 +236,7 @@ async def test_insert_many_indexes_a_large_import_in_batches(tmp_path: Path) -> 
         for i in range(num_entries)
     ]
     skipped = NewEntry(chat("What time is it now?"), "m", "t", "volatile")  # freshness: never
-    tier = SemanticTier(cache, TieredCache(MemoryLRU(1024 * 1024)))
-    assert await tier.remember_many([*entries, skipped]) == num_entries
+    assert await cache.insert_many([*entries, skipped]) == num_entries
     assert cache.stats()["entries"] == num_entries == cache.counters["inserts"]
     assert len(embedder.batches) < num_entries // 16  # batches, not a call per question
     last = await cache.lookup(
