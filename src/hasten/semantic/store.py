@@ -36,7 +36,6 @@ from hasten.semantic import freshness, matcher
 from hasten.semantic.calibrated import CALIBRATIONS
 from hasten.semantic.calibration import SCRIPTS, Calibration, script_of
 from hasten.semantic.embedder import AsyncEmbedder, Embedder
-from hasten.semantic.graphs import GraphFiles
 from hasten.semantic.guard import signature
 from hasten.semantic.index import VectorIndex
 from hasten.semantic.near import NOTHING, LookupResult, SemanticMatch
@@ -118,8 +117,11 @@ class SemanticCache:
         self._by_script: defaultdict[str, Counter[str]] = defaultdict(Counter)
         # Worker-thread state below.
         self._records: Records | None = None
-        self._graphs = GraphFiles(config.path.with_name(config.path.name + ".graphs"))
-        self._index = VectorIndex(self._dim, max_flat_entries=config.max_flat_entries)
+        self._index = VectorIndex(
+            self._dim,
+            max_flat_entries=config.max_flat_entries,
+            graph_dir=config.path.with_name(config.path.name + ".graphs"),
+        )
         self._loaded: set[str] = set()
         self._upkeep = Upkeep(config, self._index, self.counters, dim=self._dim)
         # Rows waiting for their vector (an import's, where only repeats are served): counted
@@ -419,7 +421,7 @@ class SemanticCache:
         if stored_name is not None and stored_name != identity:
             _LOG.warning("semantic cache: embedder changed, dropping vectors of %s", stored_name)
             records.clear()
-            self._graphs.clear()
+            self._index.drop_saved()
         records.set_meta("embedder", identity)
         self._upkeep.recount(records)
         self._num_pending = records.count_pending()
@@ -434,8 +436,7 @@ class SemanticCache:
         digest = records.partition_digest(partition)
         if digest[0] == 0:
             return
-        saved = self._graphs.find(partition, digest)
-        if saved is not None and self._index.attach_graph(partition, saved):
+        if self._index.load_saved(partition, digest):
             return
         ids, vectors = records.partition_vectors(partition, self._dim)
         self._index.load_partition(partition, ids, vectors)
@@ -605,8 +606,6 @@ class SemanticCache:
     def _close_sync(self) -> None:
         if self._records is None:
             return
-        for partition in self._index.graph_partitions():
-            digest = self._records.partition_digest(partition)
-            self._graphs.save(self._index, partition, digest)
+        self._index.save_graphs(self._records.partition_digest)
         self._records.close()
         self._records = None
