@@ -5,7 +5,7 @@
 ``bench/semantic/evaluate.py`` stores every ``a`` question, then looks up every ``b``: nothing is
 ever stored after a near miss, so it cannot show what live traffic does (a paraphrase just
 below the cut-off is stored under its own answer and makes later paraphrases ambiguous;
-see ``hasten.semantic.near``). Here each text of gptcache_mock_pairs arrives once, in a
+see ``hasten.semantic.tier``). Here each text of gptcache_mock_pairs arrives once, in a
 seeded shuffled order, at a ``SemanticTier`` in front of an in-memory exact cache, exactly
 as the gateway drives it: a hit is correct if the served answer was stored for a question
 of the same cluster; a miss is answered "upstream" with the cluster's canonical answer (its

@@ -1,7 +1,8 @@
 """Which cached question, if any, answers a new one: near-miss guard, then either the
 calibrated risk (the default: ``calibration``) or a cosine cut-off with the ambiguity test.
 
-Pure: it sees candidates (already found by the index and read from the store) and decides.
+Pure: it sees candidates (already found by the index and read from the store) and decides;
+a lookup returns a ``LookupResult``: the match, or the near miss (see ``tier``).
 """
 
 from __future__ import annotations
@@ -98,6 +99,33 @@ class Choice:
     @property
     def is_hit(self) -> bool:
         return self.reason == HIT
+
+
+@dataclass(frozen=True, slots=True)
+class SemanticMatch:
+    """A cached question close enough to the request.
+
+    ``answer_key`` is the exact-cache key its answer was stored under.
+    """
+
+    entry_id: int
+    similarity: float
+    answer_key: str
+    risk: float | None = None  # calibrated chance the answer is wrong (precision-first mode)
+    script: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LookupResult:
+    """``match``: as ``SemanticCache.lookup`` returns it. ``near``: when nothing is served,
+    the closest entry whose answer the fresh one should be compared with, if any is within
+    the candidate floor."""
+
+    match: SemanticMatch | None = None
+    near: Candidate | None = None
+
+
+NOTHING = LookupResult()
 
 
 def choose(query: TextSignature, candidates: Sequence[Candidate], policy: MatchPolicy) -> Choice:

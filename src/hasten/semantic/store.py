@@ -38,7 +38,7 @@ from hasten.semantic.calibration import SCRIPTS, Calibration, script_of
 from hasten.semantic.embedder import AsyncEmbedder, Embedder
 from hasten.semantic.guard import signature
 from hasten.semantic.index import VectorIndex
-from hasten.semantic.near import NOTHING, LookupResult, SemanticMatch
+from hasten.semantic.matcher import NOTHING, LookupResult, SemanticMatch
 from hasten.semantic.partition import split_chat
 from hasten.semantic.records import Records, Row, StoredEntry, vector_bytes, vector_of
 from hasten.semantic.redis_tier import LOCAL_ID_BASE, DeleteEvent, Event, RedisTier, SharedEntry

@@ -1,8 +1,19 @@
 """The semantic cache on the request path: after an exact miss, find an answer by meaning.
 
 A semantic entry only points at an exact-cache key, so an answer is stored once and every
-tier's freshness rules still apply. After a near miss the fresh answer is compared with the
-near entry's, and joins its answer class when they agree (``semantic.near``).
+tier's freshness rules still apply.
+
+Answer classes. The ambiguity rule (``matcher``) refuses a lookup when two close entries
+have different answers. Live traffic creates such pairs by itself: Q1 is cached, its
+paraphrase Q2 lands just below the cut-off, is answered upstream and stored under its own
+answer; from then on every paraphrase near both is refused, and the more paraphrases arrive
+the fewer hit. The gateway has the evidence to tell that case from a real conflict: it holds
+both answers. So a lookup that serves nothing reports the closest candidate it refused
+(``LookupResult.near``); once the fresh answer is in, it is compared with that entry's
+cached answer and, if they agree, the new entry is stored in the near entry's answer class.
+Entries of one class never make each other ambiguous. Without that evidence every entry is
+its own class (its id), so an insert-only workload (bench/semantic/evaluate.py) decides
+exactly as before classes existed.
 """
 
 from __future__ import annotations
@@ -19,8 +30,7 @@ from hasten.apis import messages, responses
 from hasten.apis.known import MESSAGES, RESPONSES, api_named
 from hasten.cache import CachedAnswer, TieredCache
 from hasten.cache.replay import answer_body
-from hasten.semantic.matcher import Candidate
-from hasten.semantic.near import SemanticMatch
+from hasten.semantic.matcher import Candidate, SemanticMatch
 from hasten.semantic.partition import trimmed
 from hasten.semantic.store import NewEntry, SemanticCache
 from hasten.values.stage import NO_STAGE, Stage
