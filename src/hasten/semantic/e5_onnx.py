@@ -43,7 +43,6 @@ _MAX_BATCH_TOKENS = 8192
 # token for 32 windows of 45 tokens and for one of 36), so padding is pure loss.
 _MAX_PADDING_RATIO = 1.1
 _MAX_TUNED_THREADS = 4
-_MAX_PROBE_EVERY_BATCHES = 64
 # A run this long after the previous one ended starts cold: on a virtual machine an idle
 # core is slow to wake, the second one more so. Measured (2 threads, 17-token questions,
 # p50), on an AVX2 AMD machine: 8.5-9.3 ms back to back or 5-10 ms apart, 13.4 ms 20 ms
@@ -215,8 +214,8 @@ def build_graph(model: E5File, *, matmul: MatMul = _matmul) -> bytes:
     ``matmul``: another way to apply the weights (bench/semantic/e5_onnx.py's fp32)."""
     dim = model.dim
     graph = GraphWriter("e5")
-    graph.float_input("emb", ("batch", "seq", dim))
-    graph.int32_input("mask", ("batch", "seq"))
+    graph.input("emb", np.float32, ("batch", "seq", dim))
+    graph.input("mask", np.int32, ("batch", "seq"))
     x = _layer_norm(graph, model, "emb", "emb.ln", "x0")
     graph.const("qkv_sizes", np.array([dim, dim, dim], np.int64))
     for layer in range(model.num_layers):
@@ -243,7 +242,7 @@ def build_graph(model: E5File, *, matmul: MatMul = _matmul) -> bytes:
         out = matmul(graph, gelu, model.q4_rows(w + "fo.w", model.ffn), p + "fo")
         x = _residual_norm(graph, model, out, x, w + "fo", w + "oln", p + "n2")
     graph.node("Identity", [x], "hidden")
-    graph.float_output("hidden", ("batch", "seq", dim))
+    graph.output("hidden", np.float32, ("batch", "seq", dim))
     return graph.model_bytes()
 
 
@@ -288,14 +287,9 @@ class E5OnnxEmbedder:
         self._positions = model.f32("emb.pos").reshape(-1, model.dim)[: model.max_positions]
         self._type0 = model.f32("emb.type")[: model.dim]
         max_threads = num_threads or max(1, min(os.cpu_count() or 1, _MAX_TUNED_THREADS))
-        self.tuner, self.cold_tuner = (
-            ThreadTuner(
-                max_threads,
-                probe_every=0 if num_threads else 8,
-                max_probe_every=_MAX_PROBE_EVERY_BATCHES,
-            )
-            for _ in range(2)
-        )
+        probe_every = 0 if num_threads else 8  # a fixed count is never measured
+        self.tuner = ThreadTuner(max_threads, probe_every=probe_every)
+        self.cold_tuner = ThreadTuner(max_threads, probe_every=probe_every)
         self._last_run_end_s = -math.inf
         graph = build_graph(model)
         counts = [num_threads] if num_threads else list(range(1, max_threads + 1))

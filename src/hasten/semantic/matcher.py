@@ -154,7 +154,7 @@ def choose(query: TextSignature, candidates: Sequence[Candidate], policy: MatchP
     runner_up = next((c for c in compatible[1:] if _conflicts(best, c)), None)
     if runner_up is not None and (
         runner_up.similarity >= (policy.qualifying_similarity or policy.min_similarity)
-        or not is_unambiguous(best.similarity, runner_up.similarity, policy.max_distance_ratio)
+        or (1.0 - best.similarity) >= policy.max_distance_ratio * (1.0 - runner_up.similarity)
     ):
         return Choice(AMBIGUOUS, best, script=script)
     return Choice(HIT, best, guard_reason=first_guard_reason, script=script)
@@ -176,8 +176,3 @@ def best_evidence(
 
 def _conflicts(best: Candidate, other: Candidate) -> bool:
     return other.answer_key != best.answer_key and other.answer_class != best.answer_class
-
-
-def is_unambiguous(best: float, runner_up: float, max_distance_ratio: float) -> bool:
-    """Whether the best cosine is clearly closer than the runner-up's (strictly)."""
-    return (1.0 - best) < max_distance_ratio * (1.0 - runner_up)

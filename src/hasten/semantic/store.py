@@ -233,7 +233,7 @@ class SemanticCache:
         self.start()
         try:
             vector = await self.embedder.embed(row.text)
-            shared_id = None if self.replica is None else await self.replica.next_id()
+            shared_id = None if self.replica is None else await self.replica.shared.next_id()
             entry_id = await self._run(self._insert_sync, row, vector, shared_id)
         except Exception:
             self._note_error("insert")
@@ -340,7 +340,7 @@ class SemanticCache:
 
     async def count_entries(self, *, tenant: str | None = None, entry_id: int | None = None) -> int:
         """Entries matching every given condition (a tenant's, or one id within a tenant)."""
-        return await self._run(self._count_sync, tenant, entry_id)
+        return await self._run(lambda: self._open().count_where(tenant=tenant, entry_id=entry_id))
 
     def _note_error(self, operation: str) -> None:
         self.counters[f"{operation}_errors"] += 1
@@ -599,9 +599,6 @@ class SemanticCache:
         rows = records.select_where(created_before=event.created_before, **event.where)
         self._upkeep.remove(records, rows, reason)
         return rows
-
-    def _count_sync(self, tenant: str | None, entry_id: int | None) -> int:
-        return self._open().count_where(tenant=tenant, entry_id=entry_id)
 
     def _close_sync(self) -> None:
         if self._records is None:
