@@ -188,11 +188,13 @@ class VectorIndex:
         manifest = self._saved(graph_dir)
         for partition, index in self._partitions.items():
             if isinstance(index, _Hnsw):
-                graph_dir.mkdir(parents=True, exist_ok=True)
                 # Each file written beside and renamed: a crash never leaves half a graph.
-                _write_atomically(graph_dir / f"{partition}.usearch", index.index.save)
+                graph_dir.mkdir(parents=True, exist_ok=True)
+                index.index.save(str(graph_dir / f"{partition}.usearch.tmp"))
+                (graph_dir / f"{partition}.usearch.tmp").replace(graph_dir / f"{partition}.usearch")
                 manifest[partition] = list(digest(partition))
-                _write_atomically(graph_dir / _MANIFEST, orjson.dumps(manifest))
+                (graph_dir / f"{_MANIFEST}.tmp").write_bytes(orjson.dumps(manifest))
+                (graph_dir / f"{_MANIFEST}.tmp").replace(graph_dir / _MANIFEST)
 
     def drop_saved(self) -> None:
         """Deletes every saved graph (the vectors they index are gone)."""
@@ -236,13 +238,3 @@ class VectorIndex:
         if index is None:
             return []
         return index.search(np.asarray(vector, dtype=np.float32), k)
-
-
-def _write_atomically(path: Path, content: bytes | Callable[[str], object]) -> None:
-    """``content`` (bytes, or a writer given a file name) to ``path`` via a renamed file."""
-    temporary = path.with_name(path.name + ".tmp")
-    if isinstance(content, bytes):
-        temporary.write_bytes(content)
-    else:
-        content(str(temporary))
-    temporary.replace(path)
