@@ -21,7 +21,10 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("wire", ("hasten.wire",)),
     ("config", ("hasten.config",)),
     ("values", ("hasten.apis", "hasten.values")),
-    ("parts", ("hasten.cache", "hasten.upstream", "hasten.routing", "hasten.semantic")),
+    (
+        "parts",
+        ("hasten.cache", "hasten.upstream", "hasten.routing", "hasten.semantic", "hasten.storage"),
+    ),
     ("pipeline", ("hasten.proxy",)),
     (
         "services",

@@ -9,7 +9,10 @@ phases, each alternating its targets task by task so machine noise lands on all 
   direct to the simulator's native endpoint and through hasten on the native path (the
   upstream speaks the API) and the translated one (a chat-only upstream); hasten as a user
   configures it: hedging ``enabled = true`` at its defaults (5% budget), three deployments.
-  Per-turn TTFT (to the first output token) and end-to-end p50/p99, whole-task time.
+  Per-turn TTFT (to the first output token) and end-to-end p50/p99, whole-task time. The
+  simulator draws each turn's latency from the turn's trace id (``draw_by = "trace"``), so a
+  turn is a straggler direct and on hasten's first attempt alike, and hasten's hedge draws
+  afresh: direct's p99 and hasten's come from the same stragglers, not from two samples.
 - repeat: the first tasks again, identical (as CI re-runs an agent task): hasten answers
   from its cache (``deterministic_only = false`` on these models); direct pays again.
 - overhead: against a zero-latency simulator, fresh tasks (every turn a miss): what hasten
@@ -156,9 +159,10 @@ class Runner:
         the native route's model name, so both see the same text."""
         native_model = ROUTES["native"][phase]
         if target == DIRECT:
-            return run_task(self.client, self.direct_url, api, native_model, seed, self.num_turns)
-        model = ROUTES[target][phase]
-        return run_task(self.client, self.hasten_url, api, model, seed, self.num_turns)
+            url, model = self.direct_url, native_model
+        else:
+            url, model = self.hasten_url, ROUTES[target][phase]
+        return run_task(self.client, url, api, model, seed, self.num_turns, caller=target)
 
 
 def tail_phase(

@@ -9,6 +9,7 @@ the answers are the same (the simulator's are: its text is a hash of the prompt)
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Iterator
@@ -350,11 +351,26 @@ def sse_events(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
             event_type = ""
 
 
+def traceparent(api: str, seed: int, turn: int, caller: str) -> str:
+    """The W3C traceparent of one turn: its trace id names the turn (the same whoever sends
+    it), its parent span the caller. The tail simulator draws latency by trace, so a turn
+    sent direct and the same turn sent through hasten meet the same straggler (hasten's hedge
+    of it, its second sending, draws afresh): the comparison measures the systems, not which
+    of them happened to draw the slower stragglers."""
+    trace_id = hashlib.blake2b(f"{api}:{seed}:{turn}".encode(), digest_size=16).hexdigest()
+    span_id = hashlib.blake2b(caller.encode(), digest_size=8).hexdigest()
+    return f"00-{trace_id}-{span_id}-01"
+
+
 def run_turn(
-    client: httpx.Client, base_url: str, dialect: Dialect, body: dict[str, Any]
+    client: httpx.Client,
+    base_url: str,
+    dialect: Dialect,
+    body: dict[str, Any],
+    trace: str,
 ) -> tuple[Turn, Answer]:
     content = json.dumps(body).encode()
-    headers = {**dialect.headers(), "content-type": "application/json"}
+    headers = {**dialect.headers(), "content-type": "application/json", "traceparent": trace}
     started_s = time.perf_counter()
     ttft_ms: float | None = None
     events: list[tuple[str, dict[str, Any]]] = []
@@ -386,16 +402,25 @@ class TaskRun:
 
 
 def run_task(
-    client: httpx.Client, base_url: str, api: str, model: str, seed: int, num_turns: int
+    client: httpx.Client,
+    base_url: str,
+    api: str,
+    model: str,
+    seed: int,
+    num_turns: int,
+    caller: str,
 ) -> TaskRun:
-    """The whole task, turn after turn: a bounded loop of ``num_turns`` requests."""
+    """The whole task, turn after turn: a bounded loop of ``num_turns`` requests, each traced
+    as ``caller``'s (``traceparent``)."""
     dialect = DIALECTS[api]
     history = dialect.first_turn(seed)
     turns: list[Turn] = []
     answers: list[Answer] = []
     started_s = time.perf_counter()
     for index in range(num_turns):
-        turn, answer = run_turn(client, base_url, dialect, dialect.body(model, seed, history))
+        body = dialect.body(model, seed, history)
+        trace = traceparent(api, seed, index, caller)
+        turn, answer = run_turn(client, base_url, dialect, body, trace)
         turns.append(turn)
         answers.append(answer)
         dialect.append(history, answer, seed, index)

@@ -73,6 +73,8 @@ def simulator_toml(shape: TailShape | None, seed: int) -> str:
             f"straggler_mult = {shape.straggler_mult}",
             f"decode_ms_per_token = {shape.decode_ms}",
             f"output_tokens = {shape.output_tokens}",
+            # Direct and hasten meet the same stragglers turn by turn (conversation.traceparent).
+            'draw_by = "trace"',
         ]
     return "\n".join(lines) + "\n"
 

@@ -24,6 +24,8 @@ Our exception hierarchy::
     +-- RateLimited              429 rate_limit_error, Retry-After when known
     |   +-- TooManyConnections
     |   +-- BudgetExceeded       429 insufficient_quota: a key's spend budget is used up
+    |   +-- UpstreamBusy         429 upstream_busy: every deployment able to take the
+    |                            request is at its max_in_flight (nothing was sent)
     +-- UpstreamError            502 upstream_error
     |   +-- UpstreamConnectError 502 upstream_unreachable: nothing was sent, safe to retry
     |   +-- UpstreamTimeout      504 timeout_error
@@ -205,6 +207,14 @@ class BudgetExceeded(RateLimited):
 
     error_type = "insufficient_quota"
     default_code = "insufficient_quota"
+
+
+class UpstreamBusy(RateLimited):
+    """An attempt refused before sending: its upstream is at ``max_in_flight``
+    (``hasten.routing.gate``). The router tries another deployment; with none left, the
+    client gets this 429 (with Retry-After) in its own API's shape, as an upstream's 429."""
+
+    default_code = "upstream_busy"
 
 
 class UpstreamError(HastenError):

@@ -53,6 +53,7 @@ def served_config(
     *,
     local_url: str | None = None,
     local_has_tools: bool = False,
+    local_max_in_flight: int = 0,
     demo_url: str | None = None,
 ) -> GatewayConfig:
     """``config`` as served: overrides, then the local engine at ``local_url`` or (with no
@@ -60,7 +61,9 @@ def served_config(
     if overrides is not None:
         config = _overridden(config, overrides)
     if local_url is not None:
-        config = with_local_upstream(config, local_url, has_tools=local_has_tools)
+        config = with_local_upstream(
+            config, local_url, has_tools=local_has_tools, max_in_flight=local_max_in_flight
+        )
     elif demo_url is not None and config.is_simulated:
         config = _with_demo_upstream(config, demo_url)
     return with_hybrid_routes(config)

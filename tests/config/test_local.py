@@ -41,7 +41,9 @@ def test_local_config_table_keys_and_errors(tmp_path: Path) -> None:
         ({"model_path": 1}, "local.model_path: expected a string, got int 1"),
         ({"n_ctx": True}, "local.n_ctx: expected an integer, got bool True"),
         ({"cache_ram_mib": -1}, "local.cache_ram_mib: must be >= 0, got -1"),
-        ({"max_queue": "32"}, "local.max_queue: expected an integer"),  # retired, still checked
+        ({"max_queue": "32"}, "local.max_queue: expected an integer"),
+        ({"max_queue": -1}, "local.max_queue: must be >= 0, got -1"),
+        ({"max_step_tokens": "x"}, "local.max_step_tokens: expected an integer"),  # retired
     ]
     for values, message in bad:
         with pytest.raises(ConfigError) as info:
@@ -60,9 +62,22 @@ def test_a_retired_engine_setting_is_ignored_with_a_warning(
     # A config written for the engine before llama-server still starts, and says why its
     # setting no longer does anything; a misspelt key is still an error.
     with caplog.at_level("WARNING", logger="hasten.local"):
-        config = parse_local(TomlTable({"max_queue": 32, "num_cache_slots": 4}, "local"))
+        config = parse_local(TomlTable({"max_step_tokens": 512, "num_cache_slots": 4}, "local"))
     assert config == LocalServerConfig()
-    assert "[local] max_queue is no longer used" in caplog.text
+    assert "[local] max_step_tokens is no longer used" in caplog.text
     assert "num_cache_slots" in caplog.text and "cache_ram_mib" in caplog.text
     with pytest.raises(ConfigError, match="max_queues"):
         parse_local(TomlTable({"max_queues": 32}, "local"))
+
+
+def test_max_queue_bounds_the_local_upstream_past_its_sequences(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # No longer retired (llama-server would queue without a bound): read without a warning,
+    # and the local upstream's in-flight cap is the sequences plus the queue.
+    with caplog.at_level("WARNING", logger="hasten.local"):
+        config = parse_local(TomlTable({"max_seqs": 3, "max_queue": 0}, "local"))
+    assert "max_queue" not in caplog.text
+    assert (config.max_queue, config.max_in_flight) == (0, 3)
+    default = LocalServerConfig()
+    assert (default.max_queue, default.max_in_flight) == (32, 8 + 32)

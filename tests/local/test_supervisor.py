@@ -178,18 +178,21 @@ class StreamOutcome:
     has_started: threading.Event = field(default_factory=threading.Event)
 
 
+# A stream the engine is busy with for a while (700 tokens), never answered from the cache.
+LONG_STREAM = {
+    "model": "local",
+    "messages": [{"role": "user", "content": "Write a very long essay about the sea."}],
+    "max_tokens": 700,
+    "temperature": 0,
+    "stream": True,
+}
+NO_CACHE = {"cache-control": "no-cache, no-store"}
+
+
 def _hold_stream(url: str, outcome: StreamOutcome) -> None:
-    body = {
-        "model": "local",
-        "messages": [{"role": "user", "content": "Write a very long essay about the sea."}],
-        "max_tokens": 700,
-        "temperature": 0,
-        "stream": True,
-    }
-    headers = {"cache-control": "no-cache, no-store"}
     try:
         with httpx.stream(
-            "POST", url + "/v1/chat/completions", json=body, headers=headers, timeout=60
+            "POST", url + "/v1/chat/completions", json=LONG_STREAM, headers=NO_CACHE, timeout=60
         ) as response:
             for line in response.iter_lines():
                 if line == "data: [DONE]":
@@ -330,3 +333,32 @@ def test_the_engine_has_no_amx_kernels_and_dies_with_the_gateway(
         while not _is_gone(pid):
             assert time.monotonic() < deadline, f"llama-server {pid} outlived the gateway"
             time.sleep(0.05)
+
+
+def test_a_full_engine_answers_429_with_retry_after_and_frees_the_slot_on_hang_up(
+    tmp_path: Path, cloud: ServerThread
+) -> None:
+    # llama-server would queue the second request without a bound; the gateway's cap for
+    # upstream local (max_seqs + max_queue = 1) refuses it instead, and the cloud route,
+    # which does not use the engine, is not held up by it.
+    local = "n_ctx = 2048\nn_threads = 1\nmax_seqs = 1\nmax_queue = 0"
+    with GatewayProcess("--config", _gateway_config(tmp_path, cloud.url, local)) as gateway:
+        _wait_engine(gateway, "ready")
+        url = gateway.url + "/v1/chat/completions"
+        with httpx.stream("POST", url, json=LONG_STREAM, headers=NO_CACHE, timeout=60) as held:
+            assert held.status_code == 200
+            lines = held.iter_lines()  # kept: dropping the iterator would close the stream
+            assert any('"content":"' in line for line in lines)  # generating
+            refused = _ask(gateway.url, "local", "Name a colour.")
+            cloud_answer = _ask(gateway.url, "gpt-cloud", "Hello?")
+        # Hung up mid-stream: the slot comes back once the gateway sees it (bounded wait).
+        deadline = time.monotonic() + 60
+        while (again := _ask(gateway.url, "local", "Name a colour.")).status_code == 429:
+            assert time.monotonic() < deadline, "the hung-up stream's slot never came back"
+            time.sleep(0.1)
+    assert refused.status_code == 429, refused.text
+    assert refused.headers["retry-after"] == "1"
+    error = refused.json()["error"]
+    assert (error["type"], error["code"]) == ("rate_limit_error", "upstream_busy")
+    assert cloud_answer.status_code == 200
+    assert again.status_code == 200 and again.json()["choices"][0]["message"]["content"]

@@ -499,3 +499,42 @@ async def test_concurrent_streams_and_an_abandoned_one(
         await abandoned.close()
     data = await asyncio.to_thread(wait_for_stats, http, num_cancelled=1, num_in_flight=0)
     assert data["num_completed"] == 20 and data["num_stream_requests"] == 21
+
+
+def straggled_by_trace(http: httpx.Client, parent_id: str, num_traces: int) -> list[int]:
+    """For each of ``num_traces`` traced requests sent by caller ``parent_id``: 1 if the
+    simulator drew a straggler for it (read from /sim/stats, not from any clock)."""
+    drawn = []
+    for index in range(num_traces):
+        before = stats(http)["num_stragglers"]
+        traceparent = f"00-{index + 1:032x}-{parent_id}-01"
+        http.post(
+            "/v1/chat/completions",
+            json={"model": MODEL, "messages": MESSAGES},
+            headers={"traceparent": traceparent},
+        ).raise_for_status()
+        drawn.append(stats(http)["num_stragglers"] - before)
+    return drawn
+
+
+def test_drawing_by_trace_pairs_two_callers_and_a_second_sending_draws_afresh(
+    http: httpx.Client,
+) -> None:
+    http.post(
+        "/sim/config",
+        json={"ttft_base_ms": 0.1, "straggler_prob": 0.5, "straggler_mult": 2, "draw_by": "trace"},
+    ).raise_for_status()
+    caller_a = straggled_by_trace(http, "00f067aa0ba902b7", 40)
+    assert 0 < sum(caller_a) < 40
+    # Another system sending the same traces meets the same stragglers...
+    assert straggled_by_trace(http, "1111111111111111", 40) == caller_a
+    # ... while the first caller's second sending (a hedge, a retry) draws afresh.
+    assert straggled_by_trace(http, "00f067aa0ba902b7", 40) != caller_a
+
+
+def test_drawing_by_arrival_ignores_the_trace(http: httpx.Client) -> None:
+    http.post(
+        "/sim/config", json={"ttft_base_ms": 0.1, "straggler_prob": 0.5, "straggler_mult": 2}
+    ).raise_for_status()
+    caller_a = straggled_by_trace(http, "00f067aa0ba902b7", 40)
+    assert straggled_by_trace(http, "1111111111111111", 40) != caller_a

@@ -13,6 +13,8 @@ from hasten.simulator.config import config_from_mapping, load_toml_config
 def test_config_updates_are_validated() -> None:
     config = config_from_mapping({"decode_ms_per_token": 2, "models": "a, b"})
     assert config.decode_ms_per_token == 2.0 and config.models == ("a", "b")
+    assert config.draw_by == "arrival"
+    assert config.updated({"draw_by": "trace"}).draw_by == "trace"
     bad_changes: list[dict[str, object]] = [
         {"no_such_field": 1},
         {"error_rate": 1.5},
@@ -26,6 +28,8 @@ def test_config_updates_are_validated() -> None:
         {"output_tokens": True},
         {"prefill_cached_ms_per_token": 1},  # cached prefill may not cost more than uncached
         {"models": []},
+        {"draw_by": "random"},
+        {"draw_by": 1},
     ]
     for changes in bad_changes:
         with pytest.raises(ConfigError):

@@ -75,3 +75,32 @@ def test_embedding_inputs_are_bounded() -> None:
     with pytest.raises(InvalidRequest) as info:
         parse_embedding_request({"model": "m", "input": [*inputs, "a"]})
     assert info.value.param == "input"
+
+
+# --- traceparent (draw_by = "trace") -------------------------------------------------------
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT_ID = "00f067aa0ba902b7"
+
+
+def test_a_traceparent_is_read_as_trace_id_and_parent() -> None:
+    value = f"00-{TRACE_ID}-{PARENT_ID}-01".encode()
+    overrides = parse_overrides([(b"traceparent", value)])
+    assert overrides.trace == (TRACE_ID.encode(), PARENT_ID.encode())
+    assert overrides.first_token_ms is None
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        f"01-{TRACE_ID}-{PARENT_ID}-01",  # another version
+        f"00-{TRACE_ID.upper()}-{PARENT_ID}-01",  # W3C ids are lower-case hex
+        f"00-{'0' * 32}-{PARENT_ID}-01",  # all-zero trace id
+        f"00-{TRACE_ID}-{'0' * 16}-01",  # all-zero parent id
+        f"00-{TRACE_ID[:-1]}-{PARENT_ID}-011",
+        f"00-{TRACE_ID}-{PARENT_ID}",
+        "garbage",
+    ],
+)
+def test_an_invalid_traceparent_is_ignored_as_w3c_says(value: str) -> None:
+    assert parse_overrides([(b"traceparent", value.encode())]) is NO_OVERRIDES

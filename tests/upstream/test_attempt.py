@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections.abc import Mapping
@@ -10,8 +11,10 @@ from dataclasses import replace
 import pytest
 
 from hasten.apis.chat import CHAT_API
-from hasten.errors import HastenError, UpstreamConnectError, UpstreamTimeout
+from hasten.errors import HastenError, UpstreamBusy, UpstreamConnectError, UpstreamTimeout
+from hasten.routing.gate import InFlightGate
 from hasten.upstream.attempt import (
+    BUSY_RETRY_AFTER_S,
     AttemptSpec,
     BufferedResponse,
     Failed,
@@ -27,7 +30,13 @@ from tests.support.scripted import Reply, ScriptedTransport, delta, sse, upstrea
 ROLE_ONLY = {"choices": [{"index": 0, "delta": {"role": "assistant"}}]}
 
 
-def _spec(*, is_stream: bool, deadline_in_s: float = 10.0, body: bytes = b"{}") -> AttemptSpec:
+def _spec(
+    *,
+    is_stream: bool,
+    deadline_in_s: float = 10.0,
+    body: bytes = b"{}",
+    gate: InFlightGate | None = None,
+) -> AttemptSpec:
     return AttemptSpec(
         upstream("a"),
         NativeOnly("/chat/completions", body, {"content-type": "application/json"}),
@@ -35,6 +44,7 @@ def _spec(*, is_stream: bool, deadline_in_s: float = 10.0, body: bytes = b"{}") 
         time.monotonic() + deadline_in_s,
         is_stream,
         CHAT_API,
+        gate=gate or InFlightGate(),
     )
 
 
@@ -220,3 +230,84 @@ async def test_a_stream_that_holds_too_much_before_its_first_token_fails() -> No
     assert isinstance(outcome, Failed) and outcome.reason == "malformed"
     assert outcome.error is not None and "before the first token" in outcome.error.message
     assert transport.responses[0].is_closed
+
+
+# --- the upstream's in-flight gate ------------------------------------------------------
+
+
+async def test_a_full_upstream_refuses_at_once_as_busy_and_sends_nothing() -> None:
+    gate = InFlightGate(1)
+    held = gate.try_acquire()
+    transport = ScriptedTransport({"a": [Reply(chunks=sse(ROLE_ONLY, delta("hi"), "[DONE]"))]})
+    outcome = await run_attempt(transport, _spec(is_stream=True, gate=gate))
+    assert isinstance(outcome, Failed) and outcome.reason == "busy"
+    assert not outcome.is_retryable_here  # the router moves on; waiting is the client's call
+    assert isinstance(outcome.error, UpstreamBusy)
+    assert outcome.error.status_code == 429 and outcome.error.error_type == "rate_limit_error"
+    assert outcome.error.retry_after_s == outcome.retry_after_s == BUSY_RETRY_AFTER_S
+    assert "'a' is busy" in outcome.error.message
+    assert transport.sent == [] and gate.num_refused == 1
+    assert held is not None
+    held.release()
+    assert isinstance(await run_attempt(transport, _spec(is_stream=True, gate=gate)), Ready)
+
+
+async def test_a_ready_stream_holds_its_slot_until_the_response_is_closed() -> None:
+    gate = InFlightGate(2)
+    transport = ScriptedTransport({"a": [Reply(chunks=sse(ROLE_ONLY, delta("hi"), "[DONE]"))]})
+    outcome = await run_attempt(transport, _spec(is_stream=True, gate=gate))
+    assert isinstance(outcome, Ready) and gate.num_in_flight == 1
+    assert outcome.rest is not None
+    assert [chunk async for chunk in outcome.rest]  # read to its end: still held
+    assert gate.num_in_flight == 1
+    outcome.response.close()
+    outcome.response.close()  # closed twice: given back once
+    assert gate.num_in_flight == 0 and transport.responses[0].is_closed
+
+
+@pytest.mark.parametrize(
+    ("reply", "is_stream", "reason"),
+    [
+        (Reply(error=UpstreamConnectError("refused")), False, "connect_error"),
+        (Reply(error=UpstreamTimeout("no first byte")), False, "first_byte_timeout"),
+        (Reply(status=503, chunks=(b"{}",)), False, "503"),
+        (Reply(chunks=sse(ROLE_ONLY)), True, "stream_ended"),
+        (Reply(chunks=(b'{"cut": ',)), False, "malformed"),
+    ],
+)
+async def test_every_failure_gives_its_slot_back(
+    reply: Reply, is_stream: bool, reason: str
+) -> None:
+    gate = InFlightGate(1)
+    transport = ScriptedTransport({"a": [reply]})
+    outcome = await run_attempt(transport, _spec(is_stream=is_stream, gate=gate))
+    assert isinstance(outcome, Failed) and outcome.reason == reason
+    assert gate.num_in_flight == 0
+
+
+async def test_a_whole_answer_gives_its_slot_back_once_read() -> None:
+    gate = InFlightGate(1)
+    transport = ScriptedTransport({"a": [Reply()]})
+    outcome = await run_attempt(transport, _spec(is_stream=False, gate=gate))
+    # The upstream is done with it: the client still gets the body, the slot is free.
+    assert isinstance(outcome, Ready) and outcome.is_token and gate.num_in_flight == 0
+
+
+@pytest.mark.parametrize("where", ["sending", "awaiting the first token"])
+async def test_a_cancelled_attempt_gives_its_slot_back(where: str) -> None:
+    # A hedge loser, a client gone, a TTFT timeout: the attempt's task is cancelled.
+    gate = InFlightGate(1)
+    slow = (
+        Reply(head_delay_s=30.0)
+        if where == "sending"
+        else Reply(chunks=sse(ROLE_ONLY, delta("late")), chunk_delay_s=30.0)
+    )
+    transport = ScriptedTransport({"a": [slow]})
+    task = asyncio.create_task(run_attempt(transport, _spec(is_stream=True, gate=gate)))
+    while not transport.sent or (where != "sending" and not transport.responses):
+        await asyncio.sleep(0)
+    assert gate.num_in_flight == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert gate.num_in_flight == 0

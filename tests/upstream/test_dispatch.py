@@ -16,7 +16,9 @@ import pytest
 from hasten.apis.chat import CHAT_API
 from hasten.config import UpstreamConfig
 from hasten.config.routing import DeploymentConfig, HedgeConfig, RoutingConfig
-from hasten.errors import UpstreamConnectError, UpstreamError, UpstreamTimeout
+from hasten.errors import UpstreamBusy, UpstreamConnectError, UpstreamError, UpstreamTimeout
+from hasten.routing.breaker import BreakerState
+from hasten.routing.gate import UpstreamGates
 from hasten.routing.pool import DeploymentPool
 from hasten.upstream.attempt import BufferedResponse
 from hasten.upstream.bridge import NativeOnly
@@ -41,6 +43,7 @@ def _dispatch(
     request: RequestTraits | None = None,
     deployments: tuple[DeploymentConfig, ...] | None = None,
     body: dict[str, Any] | None = None,
+    gates: UpstreamGates | None = None,
 ) -> tuple[Dispatch, DeploymentPool]:
     tiers = deployments or tuple(
         DeploymentConfig(upstream=name, priority=i) for i, name in enumerate(upstreams)
@@ -56,6 +59,7 @@ def _dispatch(
         ),
         api=CHAT_API,
         rng=random.Random(1),
+        gates=gates,
     )
     return dispatch, pool
 
@@ -390,3 +394,119 @@ async def test_excluded_deployments_are_left_out_of_the_ranking() -> None:
     pool.on_attempt_end("b")
     with pytest.raises(UpstreamError, match="no deployment is left"):
         await dispatch(frozenset({"a", "b"})).run()
+
+
+# --- upstreams at their max_in_flight ---------------------------------------------------
+
+
+def _capped(name: str, max_in_flight: int) -> UpstreamConfig:
+    return dataclasses.replace(upstream(name), max_in_flight=max_in_flight)
+
+
+def _gates(**held: int) -> UpstreamGates:
+    """Gates with ``held`` slots already taken (by other requests) on each named upstream."""
+    gates = UpstreamGates()
+    for name, num in held.items():
+        gate = gates.gate(name, num)
+        for _ in range(num):
+            assert gate.try_acquire() is not None
+    return gates
+
+
+async def test_a_full_upstream_fails_over_at_once_without_a_failure_to_learn() -> None:
+    stream = Reply(chunks=sse(delta("hi"), "[DONE]"))
+    transport = ScriptedTransport({"a": [stream], "b": [stream]})
+    gates = _gates(a=1)
+    dispatch, pool = _dispatch(
+        transport,
+        {"a": _capped("a", 1), "b": upstream("b")},
+        gates=gates,
+        request=RequestTraits(is_stream=True),
+    )
+    outcome = await dispatch.run()
+    assert isinstance(outcome, Won) and outcome.name == "b"
+    assert outcome.headers["x-hasten-failover"] == "a=busy"
+    assert transport.sent_to("a") == []
+    a = pool.deployments["a"]
+    # Not the upstream's fault: no breaker failure, no latency sample, nothing waiting.
+    assert (a.num_failures, a.num_busy, a.estimate.num_samples) == (0, 1, 0)
+    assert a.breaker.state(time.monotonic()) is BreakerState.CLOSED
+    assert a.waiting_since_s == [] and _in_flight(pool) == {"a": 0, "b": 1}
+    assert gates.snapshot()["a"] == {"in_flight": 1, "max_in_flight": 1, "busy_refusals": 1}
+    assert gates.snapshot()["b"]["in_flight"] == 1  # the winner's, until its reader closes it
+    outcome.ready.response.close()
+    assert gates.snapshot()["b"]["in_flight"] == 0
+
+
+async def test_a_full_upstream_with_nothing_else_gives_up_busy() -> None:
+    transport = ScriptedTransport({"a": [Reply()]})
+    capped = dataclasses.replace(_capped("a", 2), retry=QUICK_RETRY)
+    dispatch, pool = _dispatch(transport, {"a": capped}, gates=_gates(a=2))
+    outcome = await dispatch.run()
+    assert isinstance(outcome, GaveUp) and isinstance(outcome.last, UpstreamBusy)
+    assert outcome.last.retry_after_s == 1.0
+    assert outcome.headers["x-hasten-failover"] == "a=busy"  # not retried: refused at once
+    assert transport.sent == [] and _in_flight(pool) == {"a": 0}
+
+
+async def test_the_cap_is_shared_by_every_route_using_the_upstream() -> None:
+    gates = UpstreamGates()
+    stream = Reply(chunks=sse(delta("hi"), "[DONE]"))
+    transport = ScriptedTransport({"a": [stream]})
+    traits = RequestTraits(is_stream=True)
+    # Two routes (two pools) over one upstream capped at 1.
+    first, _ = _dispatch(transport, {"a": _capped("a", 1)}, gates=gates, request=traits)
+    second, _ = _dispatch(transport, {"a": _capped("a", 1)}, gates=gates, request=traits)
+    held = await first.run()
+    assert isinstance(held, Won)
+    refused = await second.run()
+    assert isinstance(refused, GaveUp) and isinstance(refused.last, UpstreamBusy)
+    held.ready.response.close()
+    third, _ = _dispatch(transport, {"a": _capped("a", 1)}, gates=gates, request=traits)
+    again = await third.run()
+    assert isinstance(again, Won)
+    again.ready.response.close()
+    assert gates.snapshot()["a"] == {"in_flight": 0, "max_in_flight": 1, "busy_refusals": 1}
+
+
+async def test_a_hedge_loser_and_the_winner_give_their_slots_back() -> None:
+    gates = UpstreamGates()
+    transport = ScriptedTransport(
+        {"a": [Reply(head_delay_s=5.0)], "b": [Reply(chunks=sse(delta("hi"), "[DONE]"))]}
+    )
+    dispatch, _ = _dispatch(
+        transport,
+        {"a": _capped("a", 5), "b": _capped("b", 5)},
+        routing=RoutingConfig(hedge=HEDGE_SOON),
+        deployments=PRIMARY_THEN_HEDGE,
+        request=RequestTraits(is_stream=True),
+        gates=gates,
+    )
+    outcome = await dispatch.run()
+    assert isinstance(outcome, Won) and outcome.name == "b"
+    assert outcome.headers["x-hasten-hedge"] == "won"
+    assert gates.snapshot()["a"]["in_flight"] == 0  # the cancelled primary's
+    assert gates.snapshot()["b"]["in_flight"] == 1
+    outcome.ready.response.close()
+    assert {name: gate.num_in_flight for name, gate in gates.items()} == {"a": 0, "b": 0}
+
+
+async def test_a_ttft_timeout_and_a_client_gone_give_the_slots_back() -> None:
+    gates = UpstreamGates()
+    slow = Reply(chunks=sse(delta("late")), chunk_delay_s=5.0)
+    transport = ScriptedTransport({"a": [slow], "b": [Reply(head_delay_s=30.0)]})
+    dispatch, _ = _dispatch(
+        transport,
+        {"a": _capped("a", 1), "b": _capped("b", 1)},
+        routing=RoutingConfig(ttft_timeout_s=0.05),
+        request=RequestTraits(is_stream=True),
+        gates=gates,
+    )
+    task = asyncio.create_task(dispatch.run())
+    while not transport.sent_to("b"):  # a timed out; b is being sent to
+        await asyncio.sleep(0.01)
+    assert gates.snapshot()["a"]["in_flight"] == 0
+    task.cancel()  # the client left
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert {name: gate.num_in_flight for name, gate in gates.items()} == {"a": 0, "b": 0}

@@ -257,7 +257,10 @@ async def _json(send: Send, payload: dict[str, Any]) -> None:
 
 
 def _routing(gateway: Gateway) -> dict[str, object]:
-    state: dict[str, object] = {"models": gateway.client.routing_state()}
+    state: dict[str, object] = {
+        "models": gateway.client.routing_state(),
+        "upstreams": gateway.client.upstreams_state(),
+    }
     if gateway.fleet_routing is not None:
         state["fleet"] = gateway.fleet_routing.snapshot()
     return state

@@ -8,13 +8,12 @@ import time
 from collections.abc import Callable
 
 from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from hasten.cache.entry import CachedAnswer
 from hasten.errors import OutdatedCacheEntry
+from hasten.storage.redis import redis_client
 
 _LOG = logging.getLogger("hasten.cache")
 
@@ -42,15 +41,8 @@ class RedisStore:
         self.namespace = namespace
         self._retry_backoff_s = retry_backoff_s
         self._clock = clock
-        # One immediate retry, on a dropped connection only: after a Redis restart every
-        # pooled connection is dead, and each would otherwise cost a failure of its own
-        # (seconds apart, as the pool hands them out). A timeout is not retried: a miss is
-        # cheaper than waiting twice on a struggling Redis.
-        self._client: Redis = Redis.from_url(
-            url,
-            socket_connect_timeout=connect_timeout_s,
-            socket_timeout=op_timeout_s,
-            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+        self._client: Redis = redis_client(
+            url, connect_timeout_s=connect_timeout_s, op_timeout_s=op_timeout_s
         )
         self._is_healthy = True
         self._retry_at = 0.0  # time.monotonic() before which we don't contact Redis

@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
 import sqlite3
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
 
 from hasten.cache.entry import CachedAnswer
 from hasten.errors import OutdatedCacheEntry
+from hasten.storage.budget import TableBudget
+from hasten.storage.sqlite import Failure, SQLiteThread, open_database
 
 _LOG = logging.getLogger("hasten.cache")
-_A = TypeVar("_A")
-_R = TypeVar("_R")
 
 _TABLE = "hasten_cache_v1"
 _SCHEMA = f"""
@@ -41,9 +38,6 @@ _UPSERT = (
 )
 _TOUCH = f"UPDATE {_TABLE} SET accessed_at = ? WHERE key = ?"
 _DELETE = f"DELETE FROM {_TABLE} WHERE key = ?"
-_PURGE = f"DELETE FROM {_TABLE} WHERE expires_at <= ?"
-_TOTAL = f"SELECT total(size_bytes) FROM {_TABLE}"
-_OLDEST = f"SELECT key, size_bytes FROM {_TABLE} ORDER BY accessed_at"
 
 # Errors that will not go away by waiting: stop touching the file until restart.
 _PERMANENT_ERRORS = frozenset(
@@ -57,8 +51,6 @@ _SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 # LRU order only needs to be roughly right; don't turn every hit into a write.
 _TOUCH_INTERVAL_S = 60.0
 _PURGE_EVERY_PUTS = 512
-# Evict down to this fraction of the budget so eviction does not run on every put.
-_LOW_WATER_FRACTION = 0.9
 
 
 class SQLiteStore:
@@ -85,27 +77,33 @@ class SQLiteStore:
         self.path = Path(path)
         self.max_bytes = max_bytes
         self._busy_timeout_s = busy_timeout_s
-        self._retry_backoff_s = retry_backoff_s
         self._clock = clock
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hasten-sqlite")
-        self._is_closed = False
+        self._file = SQLiteThread(
+            self.path,
+            self._open,
+            thread_name="hasten-sqlite",
+            label="SQLite cache",
+            logger=_LOG,
+            retry_backoff_s=retry_backoff_s,
+            on_failure=self._on_failure,
+        )
         # Everything below is only written from the worker thread.
-        self._conn: sqlite3.Connection | None = None
-        self._is_healthy = True
-        self._is_disabled = False
-        self._retry_at = 0.0  # time.monotonic() before which we don't touch the file
-        self._approx_bytes = 0.0
-        self._puts_since_purge = 0
+        self._budget = TableBudget(
+            _TABLE,
+            key_columns=("key",),
+            evict_order="accessed_at",  # least recently used first
+            max_bytes=max_bytes,
+            purge_every_puts=_PURGE_EVERY_PUTS,
+        )
         self._num_bad_entries = 0
         self._num_outdated_entries = 0
         self._num_corruptions = 0
         self._moved_aside: list[Path] = []
-        # Opened now, off the loop: a corrupt file is found (and replaced) at startup.
-        self._executor.submit(self._guarded, _open_only, None, None)
+        self._file.open_soon()  # a corrupt file is found (and replaced) at startup
 
     @property
     def is_healthy(self) -> bool:
-        return self._is_healthy
+        return self._file.is_healthy
 
     def counters(self) -> dict[str, int]:
         """Entries dropped for a bad checksum or an old format; corrupt files replaced."""
@@ -122,109 +120,49 @@ class SQLiteStore:
 
     async def get(self, key: str) -> CachedAnswer | None:
         """The stored entry if present and unexpired; None on a miss or any failure."""
-        if not self._is_usable():
-            return None
-        return await self._submit(self._get_sync, key, None)
+        return await self._file.run_soft(self._get_sync, key, None)
 
     async def put(self, key: str, entry: CachedAnswer) -> bool:
         """Stores ``entry`` until it expires; False if the write was dropped."""
-        if not self._is_usable():
-            return False
-        return await self._submit(self._put_sync, (key, entry), False)
+        return await self._file.run_soft(self._put_sync, (key, entry), False)
 
     async def delete(self, key: str) -> bool:
         """Removes ``key``; True if a row was deleted."""
-        if not self._is_usable():
-            return False
-        return await self._submit(self._delete_sync, key, False)
+        return await self._file.run_soft(self._delete_sync, key, False)
 
     async def close(self) -> None:
         """Closes the database; later calls miss."""
-        if self._is_closed:
-            return
-        self._is_closed = True
-        await asyncio.get_running_loop().run_in_executor(self._executor, self._close_sync)
-        self._executor.shutdown(wait=False)
-
-    def _is_usable(self) -> bool:
-        return not (self._is_closed or self._is_disabled or time.monotonic() < self._retry_at)
-
-    async def _submit(
-        self, operation: Callable[[sqlite3.Connection, _A], _R], arg: _A, default: _R
-    ) -> _R:
-        loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(
-                self._executor, self._guarded, operation, arg, default
-            )
-        except RuntimeError:  # executor shut down by a concurrent close()
-            return default
+        await self._file.close()
 
     # --- worker thread only below ---
 
-    def _guarded(
-        self, operation: Callable[[sqlite3.Connection, _A], _R], arg: _A, default: _R
-    ) -> _R:
-        if self._is_closed or self._is_disabled or time.monotonic() < self._retry_at:
-            return default
-        try:
-            if self._conn is None:
-                self._conn = self._open()
-            result = operation(self._conn, arg)
-        except (sqlite3.Error, OSError) as exc:
-            self._on_failure(exc)
-            return default
-        if not self._is_healthy:
-            self._is_healthy = True
-            _LOG.info("SQLite cache at %s recovered", self.path)
-        return result
-
     def _open(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # Autocommit: each statement is its own short transaction unless we BEGIN explicitly.
-        conn = sqlite3.connect(self.path, timeout=self._busy_timeout_s, isolation_level=None)
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            # A cache can lose the last writes on power loss; it cannot afford an fsync per put.
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.executescript(_SCHEMA)
-            self._approx_bytes = conn.execute(_TOTAL).fetchone()[0]
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+        return open_database(
+            self.path,
+            schema=_SCHEMA,
+            busy_timeout_s=self._busy_timeout_s,
+            prepare=self._budget.recount,
+        )
 
-    def _on_failure(self, exc: BaseException) -> None:
+    def _on_failure(self, exc: BaseException) -> Failure:
         error_name = _primary_error_name(exc)
         if error_name in _CORRUPTION_ERRORS:
             self._num_corruptions += 1
             if len(self._moved_aside) < _MAX_FILES_MOVED_ASIDE and self._move_aside(exc):
-                return
-        is_permanent = isinstance(exc, OSError) or error_name in _PERMANENT_ERRORS
-        if is_permanent:
-            self._is_disabled = True
-            self._close_sync()
+                return Failure.REPLACED
+        if isinstance(exc, OSError) or error_name in _PERMANENT_ERRORS:
+            return Failure.PERMANENT
+        if error_name == "SQLITE_READONLY":
+            # SQLite opens a file it cannot write read-only and stays so: only a new
+            # connection sees the file writable again (permissions fixed, disk remounted).
+            self._file.drop_connection()
         else:
-            self._retry_at = time.monotonic() + self._retry_backoff_s
-            if error_name == "SQLITE_READONLY":
-                # SQLite opens a file it cannot write read-only and stays so: only a new
-                # connection sees the file writable again (permissions fixed, disk remounted).
-                self._close_sync()
-            elif self._conn is not None and self._conn.in_transaction:
-                self._rollback()
-        if self._is_healthy:
-            self._is_healthy = False
-            _LOG.warning(
-                "SQLite cache at %s unavailable (%s: %s); serving misses and dropping writes%s",
-                self.path,
-                getattr(exc, "sqlite_errorname", None) or type(exc).__name__,
-                exc,
-                " until restart" if is_permanent else "",
-            )
+            self._rollback()
+        return Failure.TRANSIENT
 
     def _move_aside(self, exc: BaseException) -> bool:
         """Renames the corrupt file (and its WAL) for inspection; the next call starts anew."""
-        self._close_sync()
+        self._file.drop_connection()
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         kept = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
         suffix = 1
@@ -245,8 +183,6 @@ class SQLiteStore:
             )
             return False
         self._moved_aside.append(kept)
-        self._is_healthy = False  # until the new file answers
-        self._retry_at = 0.0
         _LOG.warning(
             "SQLite cache at %s is corrupt (%s: %s); moved it to %s for inspection and "
             "started a new one",
@@ -258,11 +194,14 @@ class SQLiteStore:
         return True
 
     def _rollback(self) -> None:
-        assert self._conn is not None
+        """Ends a transaction the failure left open; a connection that cannot is dropped."""
+        conn = self._file.connection
+        if conn is None or not conn.in_transaction:
+            return
         try:
-            self._conn.execute("ROLLBACK")
+            conn.execute("ROLLBACK")
         except sqlite3.Error:
-            self._close_sync()
+            self._file.drop_connection()
 
     def _get_sync(self, conn: sqlite3.Connection, key: str) -> CachedAnswer | None:
         row = conn.execute(_SELECT, (key,)).fetchone()
@@ -298,37 +237,8 @@ class SQLiteStore:
         if size_bytes > self.max_bytes:
             return False
         conn.execute(_UPSERT, (key, value, entry.expires_at, now, size_bytes))
-        self._approx_bytes += size_bytes
-        self._puts_since_purge += 1
-        if self._puts_since_purge >= _PURGE_EVERY_PUTS:
-            self._puts_since_purge = 0
-            conn.execute(_PURGE, (now,))
-            self._approx_bytes = conn.execute(_TOTAL).fetchone()[0]
-        if self._approx_bytes > self.max_bytes:
-            self._evict(conn, now)
+        self._budget.note_put(conn, size_bytes, now)
         return True
-
-    def _evict(self, conn: sqlite3.Connection, now: float) -> None:
-        """Purges expired rows, then least recently used ones down to the low-water mark."""
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.execute(_PURGE, (now,))
-            total_bytes = conn.execute(_TOTAL).fetchone()[0]
-            target_bytes = self.max_bytes * _LOW_WATER_FRACTION
-            victims: list[tuple[str]] = []
-            if total_bytes > self.max_bytes:
-                for key, size_bytes in conn.execute(_OLDEST):
-                    if total_bytes <= target_bytes:
-                        break
-                    victims.append((key,))
-                    total_bytes -= size_bytes
-            conn.executemany(_DELETE, victims)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        self._approx_bytes = total_bytes
 
     def _delete_sync(self, conn: sqlite3.Connection, key: str) -> bool:
         return conn.execute(_DELETE, (key,)).rowcount > 0
@@ -338,12 +248,6 @@ class SQLiteStore:
         with contextlib.suppress(sqlite3.OperationalError):
             conn.execute(sql, params)
 
-    def _close_sync(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(sqlite3.Error):
-                self._conn.close()
-            self._conn = None
-
 
 def _primary_error_name(exc: BaseException) -> str | None:
     """``SQLITE_CORRUPT`` for ``SQLITE_CORRUPT_INDEX`` too: SQLite reports extended codes
@@ -352,7 +256,3 @@ def _primary_error_name(exc: BaseException) -> str | None:
     if not isinstance(name, str):
         return None
     return "_".join(name.split("_")[:2])
-
-
-def _open_only(conn: sqlite3.Connection, arg: None) -> None:
-    return None

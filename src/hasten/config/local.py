@@ -97,6 +97,19 @@ class LocalServerConfig:
     # max_restarts_per_minute times a minute; then it stays down and says so.
     restart_backoff_s: float = 0.5
     max_restarts_per_minute: int = 5
+    # Requests the engine may hold waiting for a sequence beyond max_seqs: the gateway's
+    # upstream ``local`` gets max_in_flight = max_seqs + max_queue, and refuses the next as
+    # busy (another deployment, or a 429 with Retry-After), where llama-server would queue
+    # without a bound. 32 is what the engine before llama-server refused at: four rounds of
+    # the default 8 sequences, enough for a burst to keep every slot busy, while the last
+    # one queued gets its first token after about four answers (~30 s for 128-token
+    # answers at 8 streams on 2 cores: docs/local.md).
+    max_queue: int = 32
+
+    @property
+    def max_in_flight(self) -> int:
+        """The local upstream's cap: the sequences decoded at once plus the queue."""
+        return self.engine.max_seqs + self.max_queue
 
 
 ENGINE_INTEGERS = (
@@ -112,7 +125,6 @@ ENGINE_INTEGERS = (
 # Settings of the engine hasten ran before llama-server (issue 42): a file that still names
 # one starts, with a warning saying what took its place, instead of failing on an unknown key.
 RETIRED_KEYS = {
-    "max_queue": "llama-server queues every request past max_seqs itself, without a bound",
     "max_step_tokens": "llama-server sizes its own batches",
     "num_cache_slots": "cache_ram_mib keeps finished prompts' KV instead",
     "n_threads_single_token": "n_threads is used for every step",
@@ -143,6 +155,7 @@ def parse_local(table: TomlTable) -> LocalServerConfig:
         max_restarts_per_minute=table.integer(
             "max_restarts_per_minute", d.max_restarts_per_minute, minimum=0
         ),
+        max_queue=table.integer("max_queue", d.max_queue, minimum=0),
     )
     table.finish()
     return config

@@ -111,6 +111,10 @@ class UpstreamConfig:
     timeouts: TimeoutConfig = TimeoutConfig()
     retry: RetryConfig = RetryConfig()
     max_connections: int = 256
+    # Attempts in flight to it at once, across every route that uses it (each gateway
+    # process counts its own); one more is refused at once as busy: another deployment
+    # takes it, or the client gets a 429 with Retry-After (hasten.routing.gate). 0: no cap.
+    max_in_flight: int = 0
     # False for servers that reject ``stream_options`` (older Azure OpenAI API versions):
     # hasten then never adds it, and streams cached from them replay without usage.
     has_stream_options: bool = True
@@ -315,6 +319,7 @@ def _upstream(name: str, table: TomlTable, env: Mapping[str, str]) -> UpstreamCo
         timeouts=_timeouts(table),
         retry=_retry(table),
         max_connections=table.integer("max_connections", 256, minimum=1),
+        max_in_flight=table.integer("max_in_flight", 0, minimum=0),
         has_stream_options=table.get("stream_options", bool, True),
         is_stream_upstream=table.get("stream_upstream", bool, True),
         prefill=table.choice("prefill", "none", PREFILL_MECHANISMS),

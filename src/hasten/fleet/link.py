@@ -15,15 +15,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from hasten.config.fleet import FleetConfig
 from hasten.config.tables import redact_url
 from hasten.errors import FleetUnavailable
 from hasten.fleet.resp import RespConnection, ScriptRun
+from hasten.storage.redis import redis_client
 
 _log = logging.getLogger("hasten.fleet")
 
@@ -40,11 +38,10 @@ class FleetLink:
         self.prefix = config.key_prefix
         self._url = redact_url(config.redis_url)
         self._clock = clock
-        self.client: Redis = Redis.from_url(
+        self.client: Redis = redis_client(
             config.redis_url,
-            socket_connect_timeout=config.connect_timeout_s,
-            socket_timeout=config.op_timeout_s,
-            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+            connect_timeout_s=config.connect_timeout_s,
+            op_timeout_s=config.op_timeout_s,
         )
         # The request path's commands: pipelined, a third of redis-py's CPU per command.
         self.fast = RespConnection(

@@ -9,17 +9,16 @@ Writes are synchronous (``synchronous=FULL``): a key the admin API confirmed is 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sqlite3
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
 from hasten.errors import DamagedKeyRecord, KeyStoreUnavailable
 from hasten.keys.codec import decode, encode
 from hasten.keys.record import KeyRecord
+from hasten.storage.sqlite import SQLiteThread, open_database, transaction
 
 _log = logging.getLogger("hasten.keys")
 
@@ -42,8 +41,7 @@ class SqliteKeyStore:
     def __init__(self, path: str | Path, *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S):
         self.path = Path(path)
         self._busy_timeout_s = busy_timeout_s
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hasten-keys")
-        self._conn: sqlite3.Connection | None = None  # touched only on the worker thread
+        self._file = SQLiteThread(self.path, self._open, thread_name="hasten-keys")
 
     async def find(self, digest: bytes) -> KeyRecord | None:
         row = await self._run("find", _select_digest, digest)
@@ -74,41 +72,19 @@ class SqliteKeyStore:
         return await self._run("replace", _update, (old, new))
 
     async def aclose(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(self._executor, self._close)
-        self._executor.shutdown(wait=False)
+        await self._file.close()
 
     async def _run(self, what: str, op: Callable[[sqlite3.Connection, A], R], arg: A) -> R:
-        loop = asyncio.get_running_loop()
         try:
-            result = await loop.run_in_executor(self._executor, self._call, op, arg)
+            return await self._file.run(op, arg)
         except (sqlite3.Error, OSError, RuntimeError) as exc:
             _log.warning("virtual keys: SQLite %s failed (%s): %s", self.path, what, exc)
             raise KeyStoreUnavailable(f"the key store could not {what}; retry") from None
-        return result
 
-    # --- worker thread only below ---
-
-    def _call(self, op: Callable[[sqlite3.Connection, A], R], arg: A) -> R:
-        if self._conn is None:
-            self._conn = self._open()
-        return op(self._conn, arg)
-
-    def _open(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, timeout=self._busy_timeout_s, isolation_level=None)
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.executescript(_SCHEMA)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    def _close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+    def _open(self) -> sqlite3.Connection:  # on the worker thread
+        return open_database(
+            self.path, schema=_SCHEMA, synchronous="FULL", busy_timeout_s=self._busy_timeout_s
+        )
 
 
 def _checked(row: _Row) -> KeyRecord:
@@ -144,21 +120,15 @@ def _select_all(conn: sqlite3.Connection, _: None) -> list[_Row]:
 
 def _insert(conn: sqlite3.Connection, arg: tuple[KeyRecord, int]) -> bool:
     record, max_keys = arg
-    conn.execute("BEGIN IMMEDIATE")  # the count and the insert, with no writer between
-    try:
+    with transaction(conn, is_immediate=True):  # the count and the insert, no writer between
         (count,) = conn.execute("SELECT COUNT(*) FROM virtual_keys").fetchone()
         if count >= max_keys:
-            conn.execute("ROLLBACK")
             return False
         digest = None if record.is_revoked else record.secret_sha256
         conn.execute(
             "INSERT INTO virtual_keys (id, digest, record) VALUES (?, ?, ?)",
             (record.key_id, digest, encode(record)),
         )
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
     return True
 
 

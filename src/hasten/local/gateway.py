@@ -49,15 +49,17 @@ def is_local_available() -> bool:
 
 
 def with_local_upstream(
-    config: GatewayConfig, url: str, *, has_tools: bool = False
+    config: GatewayConfig, url: str, *, has_tools: bool = False, max_in_flight: int = 0
 ) -> GatewayConfig:
     """Adds upstream and model ``local`` (and the hybrid routes) for an engine at ``url``;
-    ``has_tools`` when its model's chat template takes tools (the supervisor asks)."""
+    ``has_tools`` when its model's chat template takes tools (the supervisor asks);
+    ``max_in_flight``: ``[local]`` max_seqs + max_queue (llama-server never refuses)."""
     upstream = UpstreamConfig(
         name=LOCAL,
         url=url,
         timeouts=LOCAL_TIMEOUTS,
         retry=LOCAL_RETRY,
+        max_in_flight=max_in_flight,
         apis=LOCAL_APIS,
         has_tools=has_tools,
     )

@@ -139,8 +139,15 @@ class GatewayCollector(Collector):
             "hasten_hedges", "Hedges fired, won (the hedge answered first), lost (the "
             "primary did) and denied (no budget left)", labels=["model", "outcome"],
         )  # fmt: skip
+        busy = CounterMetricFamily(
+            "hasten_upstream_busy_refusals", "Attempts refused before sending because the "
+            "upstream was at its max_in_flight", labels=["upstream"],
+        )  # fmt: skip
         outcomes = self._metrics.hedges
-        for model, pool in self._pipeline.client.pools().items():
+        client = self._pipeline.client
+        for upstream, gate in client.gates.items():
+            busy.add_metric([upstream], gate.num_refused)
+        for model, pool in client.pools().items():
             for name, d in pool.deployments.items():
                 in_flight.add_metric([model, name], d.num_in_flight)
                 state = d.breaker.state(now_s).value
@@ -152,7 +159,7 @@ class GatewayCollector(Collector):
             hedges.add_metric([model, "won"], outcomes[(model, "won")])
             hedges.add_metric([model, "lost"], outcomes[(model, "lost")])
             hedges.add_metric([model, "denied"], pool.budget.num_denied)
-        yield from (in_flight, breaker, trips, budget, hedges)
+        yield from (in_flight, breaker, trips, budget, hedges, busy)
 
 
 def _engine(sample: EngineSample) -> Iterator[Metric]:

@@ -33,6 +33,7 @@ class Deployment:
         self.num_wins = 0
         self.num_failures = 0
         self.num_cancelled = 0
+        self.num_busy = 0  # attempts refused by the upstream's in-flight cap (never sent)
         self.explored_s: float | None = None  # when an avoided self last got a request
 
     def is_eligible(self, now_s: float) -> bool:
@@ -91,5 +92,6 @@ class Deployment:
             "wins": self.num_wins,
             "failures": self.num_failures,
             "cancelled": self.num_cancelled,
+            "busy": self.num_busy,
             "breaker": self.breaker.snapshot(now_s),
         }

@@ -413,6 +413,15 @@ class DeploymentPool:
             )
             self.outbox.trip(trip)
 
+    def on_busy(self, name: str, *, is_probe: bool, started_s: float | None = None) -> None:
+        """An attempt its upstream's in-flight cap refused before sending: no failure for
+        the breaker, no latency for the estimates (the upstream never saw it)."""
+        self.version += 1
+        deployment = self.deployments[name]
+        deployment.stop_waiting(started_s)
+        deployment.num_busy += 1
+        deployment.breaker.release_probe(is_probe)
+
     def on_cancelled(
         self,
         name: str,

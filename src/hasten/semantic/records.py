@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from hasten.storage.sqlite import open_database, transaction
 
 _TABLE = "hasten_semantic_v1"
 _SCHEMA = f"""
@@ -94,41 +96,16 @@ class Records:
     """Rows of the semantic cache in one SQLite file (WAL mode)."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=NORMAL")
-        self.conn.executescript(_SCHEMA)
-        self._add_missing_columns()
-        self.conn.execute(_TEXT_INDEX)
-        self.conn.execute(_PENDING_INDEX)
-
-    def _add_missing_columns(self) -> None:
-        for column, kind in _ADDED_COLUMNS.items():
-            if column in self._columns():
-                continue
-            try:
-                self.conn.execute(f"ALTER TABLE {_TABLE} ADD COLUMN {column} {kind}")
-            except sqlite3.OperationalError:
-                if column not in self._columns():  # else another process added it first
-                    raise
-
-    def _columns(self) -> set[str]:
-        return {row[1] for row in self.conn.execute(f"PRAGMA table_info({_TABLE})")}
+        self.conn = open_database(
+            path, schema=_SCHEMA, check_same_thread=False, prepare=_add_missing_columns
+        )
 
     def close(self) -> None:
         self.conn.close()
 
-    @contextmanager
-    def transaction(self) -> Iterator[None]:
+    def transaction(self) -> AbstractContextManager[None]:
         """Groups writes into one commit (the connection commits each statement otherwise)."""
-        self.conn.execute("BEGIN")
-        try:
-            yield
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        self.conn.execute("COMMIT")
+        return transaction(self.conn)
 
     def get_meta(self, name: str) -> bytes | None:
         row = self.conn.execute(f"SELECT value FROM {_TABLE}_meta WHERE name = ?", (name,))
@@ -300,6 +277,24 @@ def text_key(text: str) -> int:
     """A 64-bit key of the question's text (a signed SQLite integer)."""
     digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
+
+
+def _add_missing_columns(conn: sqlite3.Connection) -> None:
+    """Columns and indexes added after the first release, on a file written before them."""
+    for column, kind in _ADDED_COLUMNS.items():
+        if column in _columns(conn):
+            continue
+        try:
+            conn.execute(f"ALTER TABLE {_TABLE} ADD COLUMN {column} {kind}")
+        except sqlite3.OperationalError:
+            if column not in _columns(conn):  # else another process added it first
+                raise
+    conn.execute(_TEXT_INDEX)
+    conn.execute(_PENDING_INDEX)
+
+
+def _columns(conn: sqlite3.Connection) -> set[str]:
+    return {row[1] for row in conn.execute(f"PRAGMA table_info({_TABLE})")}
 
 
 def _where(*conditions: tuple[str, str, object]) -> tuple[str, list[object]]:

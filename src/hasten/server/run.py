@@ -169,7 +169,10 @@ async def _serve(config: GatewayConfig, *, is_simulator_default: bool) -> None:
         ).start()
         await supervisor.wait_first_outcome(supervisor.start_timeout_s)
         config = served_config(
-            config, local_url=supervisor.url, local_has_tools=supervisor.info.get("tools") is True
+            config,
+            local_url=supervisor.url,
+            local_has_tools=supervisor.info.get("tools") is True,
+            local_max_in_flight=local.max_in_flight,
         )
     elif config.is_simulated:
         sim_sock = bind("127.0.0.1", 0)

@@ -65,6 +65,13 @@ it); /v1/models[/{id}] and every /v1 error answer wait it alone (unjittered), as
 network, so a client can tell the round trip from the TTFT. /sim/* paths never wait. The
 Responses and Messages streams open (response.created, message_start) after `rtt_ms`.
 
+Latency draws (`draw_by`): "arrival" (the default) draws each request's jitter and straggler
+from one seeded stream in arrival order; "trace" draws them from the request's W3C
+`traceparent` trace id and how many times that caller (trace id and parent span) has sent it.
+Two systems sent the same traced request then face the same draw (a direct call and a
+gateway's first attempt: the same straggler), and a gateway's hedge or retry of it, the same
+caller sending again, draws afresh. Requests without a valid traceparent draw by arrival.
+
 Per-request override headers (invalid values, or unknown `x-sim-*` names, give a 400):
     x-sim-ttft-ms: MS             exact delay before the first token (replaces rtt + ttft; no
                                   jitter or straggler); for embeddings the whole delay

@@ -261,14 +261,16 @@ class SimulatorApp:
             and overrides.decode_ms is None
         ):
             return ZERO_LATENCY_PLAN  # skip RNG draws: nothing would be slowed anyway
-        return plan_latency(
+        plan = plan_latency(
             config,
-            self.state.rng,
+            self.state.latency_rng(overrides.trace),
             num_prompt_tokens,
             num_cached,
             first_token_override_ms=overrides.first_token_ms,
             decode_override_ms=overrides.decode_ms,
         )
+        self.state.stats.num_stragglers += plan.is_straggler
+        return plan
 
     async def _send_fault(
         self,

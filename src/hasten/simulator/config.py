@@ -31,6 +31,13 @@ DEFAULT_RETRY_AFTER_S = 1.0
 DEFAULT_MESSAGES_CACHE_MIN_TOKENS = 1024
 # Stored Responses (previous_response_id, GET /v1/responses/{id}): at most this many bytes.
 DEFAULT_RESPONSE_STORE_BYTES = 64 * 1024 * 1024
+# How a request's latency (jitter, straggler) is drawn: "arrival", from one seeded stream in
+# the order requests arrive; "trace", from the request's W3C trace id and how many times the
+# same caller (trace id and parent span) has sent it. "trace" gives two systems sent the same
+# traced requests the same draws (common random numbers: a direct call and a gateway's
+# first attempt see the same straggler), while a gateway's hedge or retry, the same caller's
+# second sending, draws afresh.
+DRAW_BY_CHOICES = ("arrival", "trace")
 
 _FAULT_RATE_FIELDS = (
     "error_rate",
@@ -98,6 +105,7 @@ class SimConfig:
     retry_after_s: float = DEFAULT_RETRY_AFTER_S
 
     seed: int = 0
+    draw_by: str = "arrival"
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -158,6 +166,9 @@ def _validate(config: SimConfig) -> None:
         raise error("error_rate", f"the fault rates ({', '.join(_FAULT_RATE_FIELDS)}) sum above 1")
     if config.prefill_cached_ms_per_token > config.prefill_ms_per_token:
         raise error("prefill_cached_ms_per_token", "must not exceed prefill_ms_per_token")
+    if config.draw_by not in DRAW_BY_CHOICES:
+        choices = ", ".join(DRAW_BY_CHOICES)
+        raise error("draw_by", f"must be one of {choices}, got {config.draw_by!r}")
 
 
 def read_simulator(table: TomlTable, base: SimConfig) -> SimConfig:
@@ -195,6 +206,7 @@ def read_simulator(table: TomlTable, base: SimConfig) -> SimConfig:
         truncate_rate=table.real("truncate_rate", b.truncate_rate),
         retry_after_s=table.real("retry_after_s", b.retry_after_s),
         seed=int(table.get("seed", int, b.seed)),
+        draw_by=str(table.get("draw_by", str, b.draw_by)),
     )
     table.finish()
     return config

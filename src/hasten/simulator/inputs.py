@@ -30,6 +30,10 @@ MAX_CHAT_TOP_LOGPROBS = 20  # OpenAI's limits: top_logprobs on chat, logprobs on
 MAX_COMPLETION_LOGPROBS = 5
 MAX_TOOL_CALLS = 8  # parallel calls one choice makes at most
 HEADER_PREFIX = b"x-sim-"
+TRACEPARENT = b"traceparent"
+# version 00: "00-" trace id (32 hex) "-" parent id (16 hex) "-" flags (2 hex), 55 bytes.
+_TRACEPARENT_BYTES = 55
+_HEX = frozenset(b"0123456789abcdef")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +46,8 @@ class Overrides:
     fail_after_chunks: int | None = None
     retry_after_s: float | None = None
     num_tokens: int | None = None
+    # The W3C traceparent's trace id and parent span id ([simulator] draw_by = "trace").
+    trace: tuple[bytes, bytes] | None = None
 
 
 NO_OVERRIDES = Overrides()
@@ -112,10 +118,31 @@ def _header_fault(raw: bytes) -> FaultKind:
         ) from None
 
 
+def _trace(raw: bytes) -> tuple[bytes, bytes] | None:
+    """(trace id, parent id) of a version-00 traceparent; None for anything else, which W3C
+    says a receiver ignores (all-zero ids included)."""
+    value = raw.strip()
+    if len(value) != _TRACEPARENT_BYTES or not value.startswith(b"00-"):
+        return None
+    parts = value.split(b"-")
+    if len(parts) != 4 or [len(part) for part in parts] != [2, 32, 16, 2]:
+        return None
+    _, trace_id, parent_id, flags = parts
+    if not _HEX.issuperset(trace_id + parent_id + flags):
+        return None
+    if trace_id == b"0" * 32 or parent_id == b"0" * 16:
+        return None
+    return trace_id, parent_id
+
+
 def parse_overrides(headers: Iterable[tuple[bytes, bytes]]) -> Overrides:
     """Reads the `x-sim-*` headers; returns the shared NO_OVERRIDES when there are none."""
     found: dict[str, Any] = {}
     for raw_name, raw_value in headers:
+        if raw_name == TRACEPARENT:
+            if (trace := _trace(raw_value)) is not None:
+                found["trace"] = trace
+            continue
         if not raw_name.startswith(HEADER_PREFIX):
             continue
         name = raw_name.decode("latin-1")

@@ -5,18 +5,25 @@ It lives on the app instance (never at module level) so several simulators can s
 
 from __future__ import annotations
 
+import hashlib
 import random
+from collections import OrderedDict
 
 from hasten.simulator.config import SimConfig
 from hasten.simulator.latency import BreakpointCache, PrefixCache
 from hasten.simulator.response_store import ResponseStore
 from hasten.simulator.stats import SimStats
 
+# Callers (trace id, parent span) whose sendings are counted for draw_by = "trace": the
+# oldest are forgotten past this many (a forgotten caller's next sending counts as its first).
+MAX_TRACED_CALLERS = 65_536
+
 
 class SimState:
     def __init__(self, config: SimConfig) -> None:
         self.config = config
         self.rng = random.Random(config.seed)
+        self._num_sent: OrderedDict[tuple[bytes, bytes], int] = OrderedDict()
         self.prefix_cache = PrefixCache(config.prefix_block_tokens, config.prefix_cache_blocks)
         # The Messages API's cache (written at cache_control breakpoints only) and the
         # Responses API's stored answers.
@@ -43,6 +50,18 @@ class SimState:
         """``msg_01`` and 22 characters, as Anthropic's look (the last ones count)."""
         self._num_ids += 1
         return f"msg_01Sim{self._num_ids:019d}"
+
+    def latency_rng(self, trace: tuple[bytes, bytes] | None) -> random.Random:
+        """Where a request's latency is drawn from (``SimConfig.draw_by``): the shared stream,
+        or one seeded by the seed, the trace id and how many times this caller sent it."""
+        if self.config.draw_by != "trace" or trace is None:
+            return self.rng
+        num_sent = self._num_sent.pop(trace, 0) + 1
+        self._num_sent[trace] = num_sent
+        if len(self._num_sent) > MAX_TRACED_CALLERS:
+            self._num_sent.popitem(last=False)
+        material = b"%d:%s:%d" % (self.config.seed, trace[0], num_sent)
+        return random.Random(int.from_bytes(hashlib.blake2b(material, digest_size=8).digest()))
 
     def arm_burst(self, num_requests: int, status: int) -> None:
         self.num_burst_left = num_requests
@@ -74,6 +93,7 @@ class SimState:
         self.stats.reset()
         self.num_burst_left = 0
         self.rng.seed(self.config.seed)
+        self._num_sent.clear()
         if clear_prefix_cache:
             self.prefix_cache.clear()
             self.breakpoint_cache.clear()

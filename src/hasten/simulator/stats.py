@@ -38,6 +38,7 @@ class SimStats:
     num_completion_tokens: int = 0
     num_embedding_inputs: int = 0
     num_embedding_tokens: int = 0
+    num_stragglers: int = 0  # requests whose latency plan drew a straggler
 
     def record_request(self, endpoint: str) -> None:
         self.num_requests += 1

@@ -16,7 +16,14 @@ import orjson
 
 from hasten.apis.api import Api
 from hasten.config import UpstreamConfig
-from hasten.errors import HastenError, UpstreamConnectError, UpstreamError, UpstreamTimeout
+from hasten.errors import (
+    HastenError,
+    UpstreamBusy,
+    UpstreamConnectError,
+    UpstreamError,
+    UpstreamTimeout,
+)
+from hasten.routing.gate import InFlightGate, Slot
 from hasten.upstream.bounded import MAX_ERROR_BODY_BYTES, TOO_LARGE_CODE, read_bounded, too_large
 from hasten.upstream.bridge import Bridging
 from hasten.upstream.integrity import MAX_EVENT_BYTES, check_json_body, malformed
@@ -26,8 +33,36 @@ from hasten.wire import exactjson
 from hasten.wire.sse import DONE, SSEDecoder, event_data
 
 ERROR_BODY_TIMEOUT_S = 5.0
+BUSY = "busy"  # the reason of an attempt its upstream's gate refused: nothing was sent
+# What a busy refusal asks the client to wait: no one knows when a slot frees (an answer
+# ends every few seconds when the upstream is full), and a Retry-After is whole seconds, so
+# the least it can say. The SDKs retry after it; longer would leave freed slots idle.
+BUSY_RETRY_AFTER_S = 1.0
 # The APIs whose requests take OpenAI's prompt_cache_key (Anthropic's would refuse it).
 _PROMPT_CACHE_KEY_PATHS = frozenset({"/chat/completions", "/responses"})
+
+
+class HeldResponse:
+    """A response holding its upstream's in-flight slot until it is closed: whoever ends
+    it (the proxy after the last byte, a loser's cancellation, an error read) frees it."""
+
+    __slots__ = ("_response", "_slot", "headers", "status")
+
+    def __init__(self, response: UpstreamResponse, slot: Slot) -> None:
+        self._response, self._slot = response, slot
+        self.status, self.headers = response.status, response.headers
+
+    def iter_chunks(self, idle_timeout_s: float) -> AsyncIterator[bytes]:
+        return self._response.iter_chunks(idle_timeout_s)
+
+    async def read(self, timeout_s: float) -> bytes:
+        return await self._response.read(timeout_s)
+
+    def close(self) -> None:
+        try:
+            self._response.close()
+        finally:
+            self._slot.release()
 
 
 class BufferedResponse:
@@ -155,6 +190,8 @@ class AttemptSpec:
     is_stream: bool
     api: Api  # the client's: how the first token reads
     prompt_cache_key: str | None = None  # OpenAI routes by it too: keeps its cache warm
+    # The upstream's in-flight cap, shared by every route using it (a fresh one: uncounted).
+    gate: InFlightGate = field(default_factory=InFlightGate)
 
 
 async def run_attempt(transport: Transport, spec: AttemptSpec) -> Ready | Failed:
@@ -179,9 +216,13 @@ async def run_attempt(transport: Transport, spec: AttemptSpec) -> Ready | Failed
         connect_timeout_s=min(upstream.timeouts.connect_s, remaining_s),
         first_byte_timeout_s=min(upstream.timeouts.first_byte_s, remaining_s),
     )
+    # Taken where the request is sent, by primaries, hedges, retries and failovers alike.
+    slot = spec.gate.try_acquire()
+    if slot is None:
+        return busy(upstream.name, spec.gate.max_in_flight)
     started_s = time.perf_counter()
     try:
-        response = await transport.send(request)
+        response = await _send_holding(transport, request, slot)
     except UpstreamConnectError as exc:
         return Failed("connect_error", exc, is_retryable_here=True)
     except UpstreamTimeout as exc:
@@ -203,6 +244,29 @@ async def run_attempt(transport: Transport, spec: AttemptSpec) -> Ready | Failed
     if not spec.is_stream:
         return await _read_whole(response, upstream, spec.deadline_s, started_s)
     return await _await_first_token(response, upstream, spec.api, started_s)
+
+
+async def _send_holding(
+    transport: Transport, request: UpstreamRequest, slot: Slot
+) -> UpstreamResponse:
+    """The response, holding ``slot`` until it is closed; a send that fails or is
+    cancelled (a hedge loser, a client gone) gives the slot back at once."""
+    try:
+        return HeldResponse(await transport.send(request), slot)
+    except BaseException:
+        slot.release()
+        raise
+
+
+def busy(name: str, max_in_flight: int) -> Failed:
+    """An attempt refused by its upstream's full gate: nothing was sent. Not worth retrying
+    here (waiting is the client's choice, told by Retry-After): the router moves on."""
+    error = UpstreamBusy(
+        f"upstream {name!r} is busy: {max_in_flight} requests in flight, its max_in_flight; "
+        f"retry after {BUSY_RETRY_AFTER_S:g} s",
+        retry_after_s=BUSY_RETRY_AFTER_S,
+    )
+    return Failed(BUSY, error, retry_after_s=BUSY_RETRY_AFTER_S)
 
 
 def _with_prompt_cache_key(body: bytes, key: str) -> bytes:

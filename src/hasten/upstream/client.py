@@ -23,6 +23,7 @@ from hasten.config import UpstreamConfig
 from hasten.config.routing import DeploymentConfig, RoutingConfig
 from hasten.errors import HastenError, UpstreamTimeout
 from hasten.routing.affinity import prefix_key
+from hasten.routing.gate import UpstreamGates
 from hasten.routing.models import ResolvedModel, Route
 from hasten.routing.pool import DeploymentPool
 from hasten.upstream.bounded import (
@@ -253,6 +254,8 @@ class UpstreamClient:
         self._transport = transport
         self._rng = rng or random.Random()
         self._pools: dict[str, DeploymentPool] = {}
+        # One in-flight gate per upstream for every route (``max_in_flight``).
+        self.gates = UpstreamGates()
         self._probes: list[asyncio.Task[None]] = []
 
     async def aclose(self) -> None:
@@ -304,13 +307,15 @@ class UpstreamClient:
             rng=self._rng,
             trace=trace,
             excluded=excluded,
+            gates=self.gates,
         )
         return _call(await dispatch.run(), pool, route.upstreams, is_stream, is_routed=True)
 
     async def get(
         self, upstream: UpstreamConfig, path: str, headers: Mapping[str, str]
     ) -> UpstreamCall:
-        """A GET outside any model route (listing models): retried, never remembered."""
+        """A GET outside any model route (listing models): retried, never remembered, and
+        not under the upstream's ``max_in_flight`` (it takes no generation slot)."""
         deployment = DeploymentConfig(upstream=upstream.name)
         pool = DeploymentPool([deployment], RoutingConfig(), self._rng)
         upstreams = {upstream.name: upstream}
@@ -352,6 +357,10 @@ class UpstreamClient:
         """Every model's pool as JSON-ready data, for ``GET /admin/routing``."""
         now_s = time.monotonic()
         return {name: pool.snapshot(now_s) for name, pool in self._pools.items()}
+
+    def upstreams_state(self) -> dict[str, dict[str, int]]:
+        """Every upstream's in-flight gate so far (count, cap, busy refusals), by name."""
+        return self.gates.snapshot()
 
     def _start_probes(
         self, pool: DeploymentPool, upstreams: Mapping[str, UpstreamConfig], routing: RoutingConfig

@@ -27,8 +27,16 @@ from dataclasses import dataclass, field
 from hasten.apis.api import Api
 from hasten.config import UpstreamConfig
 from hasten.errors import HastenError, UpstreamError, UpstreamTimeout
+from hasten.routing.gate import UpstreamGates
 from hasten.routing.pool import DeploymentPool
-from hasten.upstream.attempt import AttemptSpec, BufferedResponse, Failed, Ready, run_attempt
+from hasten.upstream.attempt import (
+    BUSY,
+    AttemptSpec,
+    BufferedResponse,
+    Failed,
+    Ready,
+    run_attempt,
+)
 from hasten.upstream.bridge import Bridging
 from hasten.upstream.retry import retry_delay_s
 from hasten.upstream.spans import end_attempt, start_attempt
@@ -124,8 +132,11 @@ class Dispatch:
         rng: random.Random,
         trace: Stage = NO_STAGE,
         excluded: frozenset[str] = frozenset(),
+        gates: UpstreamGates | None = None,
     ) -> None:
         self._transport, self._pool, self._upstreams = transport, pool, upstreams
+        # Each upstream's in-flight cap, shared with every other route's dispatches.
+        self._gates = gates or UpstreamGates()
         self._excluded = excluded  # deployments this request must not go to (a resumed stream)
         self._trace = trace  # the request's span: each attempt is a child
         self._request = request
@@ -242,15 +253,19 @@ class Dispatch:
     def _record_failure(self, info: _Running, failed: Failed, now_s: float) -> None:
         elapsed_ms = (now_s - info.started_s) * 1000.0
         is_slow = failed.reason in ("ttft_timeout", "first_byte_timeout")
-        self._pool.on_failure(
-            info.name,
-            now_s,
-            is_probe=info.is_probe,
-            reason=failed.reason,
-            elapsed_ms=elapsed_ms if is_slow else None,
-            retry_after_s=failed.retry_after_s if failed.reason == "429" else None,
-            started_s=info.started_s,
-        )
+        if failed.reason == BUSY:
+            # Refused before sending: says nothing of the upstream's health or latency.
+            self._pool.on_busy(info.name, is_probe=info.is_probe, started_s=info.started_s)
+        else:
+            self._pool.on_failure(
+                info.name,
+                now_s,
+                is_probe=info.is_probe,
+                reason=failed.reason,
+                elapsed_ms=elapsed_ms if is_slow else None,
+                retry_after_s=failed.retry_after_s if failed.reason == "429" else None,
+                started_s=info.started_s,
+            )
         self._pool.on_attempt_end(info.name)
         self._decision.failovers.append(f"{info.name}={failed.reason}")
         self._last = (info.name, failed)
@@ -296,14 +311,16 @@ class Dispatch:
         cache_key = None
         if deployment.is_prompt_cache_key and key is not None:
             cache_key = f"hasten-{key:016x}"
+        upstream = self._upstreams[name]
         return AttemptSpec(
-            self._upstreams[name],
+            upstream,
             self._legs,
             trace_headers,
             self._deadline_s,
             self._request.is_stream,
             self._api,
             cache_key,
+            self._gates.gate(upstream.name, upstream.max_in_flight),
         )
 
     def _next_untried(self, *, is_eligible_only: bool) -> str | None:
