@@ -117,9 +117,9 @@ class SemanticMatch:
 
 @dataclass(frozen=True, slots=True)
 class LookupResult:
-    """``match``: as ``SemanticCache.lookup`` returns it. ``near``: when nothing is served,
-    the closest entry whose answer the fresh one should be compared with, if any is within
-    the candidate floor."""
+    """What ``SemanticCache.lookup_near`` returns: the ``match`` served, or None; ``near``:
+    when nothing is served, the closest entry whose answer the fresh one should be compared
+    with, if any is within the candidate floor."""
 
     match: SemanticMatch | None = None
     near: Candidate | None = None

@@ -160,13 +160,6 @@ class SemanticCache:
             await asyncio.shield(self._filler)
             self.start()  # rows that came while it finished
 
-    async def lookup(
-        self, body: Mapping[str, Any], *, model: str, tenant: str
-    ) -> SemanticMatch | None:
-        """A cached question meaning the same as the request's last user turn, or None."""
-        result = await self.lookup_near(body, model=model, tenant=tenant)
-        return result.match
-
     async def lookup_near(
         self,
         body: Mapping[str, Any],
@@ -175,7 +168,8 @@ class SemanticCache:
         tenant: str,
         trace: Stage = NO_STAGE,
     ) -> LookupResult:
-        """``lookup``, plus the entry it came close to when it serves nothing (``near``).
+        """A cached question meaning the same as the request's last user turn (``match``),
+        or the entry it came close to when it serves nothing (``near``).
 
         In a script where the target admits only a repeated question, the lookup is decided
         by the question's text: a repeat is served and a miss is final, without an embedding
