@@ -258,7 +258,7 @@ async def _embed_plus_search(num_entries: int, dim: int) -> dict[str, Any]:
         for text in texts:
             body = {"model": "m", "messages": [{"role": "user", "content": text}]}
             started = time.perf_counter()
-            await cache.lookup(body, model="m", tenant="t")
+            await cache.lookup_near(body, model="m", tenant="t")
             latencies.append((time.perf_counter() - started) * 1000)
         await cache.close()
         files = Path(directory).glob("s.sqlite3*")
@@ -343,7 +343,7 @@ async def _eviction_run(policy: str, args: argparse.Namespace) -> dict[str, floa
         num_hits = 0
         for question in stream:
             body = {"model": "m", "messages": [{"role": "user", "content": f"q {question}"}]}
-            if await cache.lookup(body, model="m", tenant="t") is not None:
+            if (await cache.lookup_near(body, model="m", tenant="t")).match is not None:
                 num_hits += 1
             else:
                 await cache.insert(body, model="m", tenant="t", answer_key=str(question))

@@ -5,13 +5,13 @@
 ``bench/semantic/evaluate.py`` stores every ``a`` question, then looks up every ``b``: nothing is
 ever stored after a near miss, so it cannot show what live traffic does (a paraphrase just
 below the cut-off is stored under its own answer and makes later paraphrases ambiguous;
-see ``hasten.semantic.near``). Here each text of gptcache_mock_pairs arrives once, in a
+see ``hasten.semantic.tier``). Here each text of gptcache_mock_pairs arrives once, in a
 seeded shuffled order, at a ``SemanticTier`` in front of an in-memory exact cache, exactly
 as the gateway drives it: a hit is correct if the served answer was stored for a question
 of the same cluster; a miss is answered "upstream" with the cluster's canonical answer (its
 first ``a`` text) and remembered together with the lookup's near miss. Clusters: each row's
 ``a`` and ``b``, merged across rows that share a text. Both modes, answer classes on and off
-(``SemanticTier(join_classes=...)``), see the same order.
+(off: each miss remembered without its near miss, so it joins no class), see the same order.
 
 live recall = correct hits / texts whose cluster already had an earlier member;
 precision = correct hits / hits. ``--limit N`` keeps a seeded sample of N clusters.
@@ -98,8 +98,10 @@ def _completion(answer: str) -> bytes:
 class _Stream:
     """Feeds texts through the tier as the gateway would, tallying against the clusters."""
 
-    def __init__(self, tier: SemanticTier, exact: TieredCache, clusters: list[Cluster]) -> None:
-        self.tier, self.exact, self.clusters = tier, exact, clusters
+    def __init__(
+        self, tier: SemanticTier, exact: TieredCache, clusters: list[Cluster], *, join: bool
+    ) -> None:
+        self.tier, self.exact, self.clusters, self.join = tier, exact, clusters, join
         self.cluster_of_key: dict[str, int] = {}
         self.arrivals: Counter[int] = Counter()
         self.tally: Counter[str] = Counter()
@@ -114,6 +116,7 @@ class _Stream:
             self.tally["eligible" + position] += 1
         body = _body(text)
         found = await self.tier.find(body, model=_MODEL, tenant=_TENANT, max_age_s=None)
+        near = found.near if self.join else None
         if found.hit is not None:
             is_correct = self.cluster_of_key[found.hit.match.answer_key] == cluster
             self.tally["hits"] += 1
@@ -130,10 +133,10 @@ class _Stream:
         counters = self.tier.cache.counters
         num_joined = counters["answer_class_joined"]
         self.tier.remember(body, model=_MODEL, tenant=_TENANT, key=key, ttl_s=_TTL_S,
-                           near=found.near)  # fmt: skip
+                           near=near)  # fmt: skip
         await self.tier.drain()  # in order: the next text sees this one indexed
-        if found.near is not None and counters["answer_class_joined"] > num_joined:
-            is_same = self.cluster_of_key[found.near.answer_key] == cluster
+        if near is not None and counters["answer_class_joined"] > num_joined:
+            is_same = self.cluster_of_key[near.answer_key] == cluster
             self.tally["joins_same_cluster" if is_same else "joins_across_clusters"] += 1
 
 
@@ -150,8 +153,8 @@ async def run_stream(
         # Answer classes matter under the cosine cut-off and its ambiguity test (0.96).
         config = SemanticStoreConfig(path=Path(directory) / "semantic.sqlite3", min_similarity=0.96)
         semantic = SemanticCache(build_embedder(embedder), config)
-        tier = SemanticTier(semantic, exact, join_classes=join)
-        run = _Stream(tier, exact, clusters)
+        tier = SemanticTier(semantic, exact)
+        run = _Stream(tier, exact, clusters, join=join)
         started = time.perf_counter()
         for text, cluster in stream:
             await run.ask(text, cluster)

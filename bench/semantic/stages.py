@@ -120,7 +120,7 @@ async def _import_once(
     tier = SemanticTier(cache, TieredCache(MemoryLRU(256 * 1024 * 1024)))
     started, started_cpu = time.perf_counter(), time.process_time()
     if is_batched:
-        await tier.remember_many(
+        await cache.insert_many(
             [NewEntry(_body(q), MODEL, TENANT, f"key-{i}", 3600.0) for i, q in enumerate(questions)]
         )
     else:  # what admin import did before: one background task per line, then drain
@@ -137,11 +137,11 @@ async def _import_once(
 async def _import_compare(
     directory: Path, embedder: Any, questions: list[str], num_rounds: int
 ) -> dict[str, Any]:
-    """Old (task per line) and new (``remember_many``) import, alternating, same questions."""
+    """Old (task per line) and new (``insert_many``, awaited) import, alternating."""
     shared = AsyncEmbedder(embedder, num_remembered=0)
-    results: dict[str, list[dict[str, float]]] = {"per_line_tasks": [], "remember_many": []}
+    results: dict[str, list[dict[str, float]]] = {"per_line_tasks": [], "insert_many": []}
     for _ in range(num_rounds):
-        for name, is_batched in (("per_line_tasks", False), ("remember_many", True)):
+        for name, is_batched in (("per_line_tasks", False), ("insert_many", True)):
             results[name].append(
                 await _import_once(directory, shared, questions, is_batched=is_batched)
             )
@@ -156,7 +156,7 @@ async def _import_compare(
             "indexed": [int(r["indexed"]) for r in rounds],
         }
     report["ratio_new_over_old"] = round(
-        report["remember_many"]["entries_per_s_median"]
+        report["insert_many"]["entries_per_s_median"]
         / report["per_line_tasks"]["entries_per_s_median"],
         2,
     )
@@ -280,8 +280,8 @@ def main() -> None:
         f"{args.pairs} ({report['mean_chars']} chars): find p50 {lookup['wall_p50_ms']} ms"
         f" (cpu {lookup['process_cpu_p50_ms']} ms, {lookup['hits']}/{lookup['n']} hits);"
         f" embed {stages['embed']['wall_us']} us;"
-        f" import with e5 {report['import_e5']['remember_many']['entries_per_s_median']}/s,"
-        f" store side {report['import_store_side']['remember_many']['entries_per_s_median']}/s"
+        f" import with e5 {report['import_e5']['insert_many']['entries_per_s_median']}/s,"
+        f" store side {report['import_store_side']['insert_many']['entries_per_s_median']}/s"
         f" ({report['import_store_side']['ratio_new_over_old']}x the old path)"
     )
     print(json.dumps(report, indent=2))

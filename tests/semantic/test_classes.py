@@ -20,7 +20,7 @@ from hasten.semantic.redis_tier import SharedEntry, decode_entry, encode_entry
 from hasten.semantic.store import SemanticCache, SemanticStoreConfig
 from hasten.semantic.tier import SemanticTier
 from tests.support.gateway import completion
-from tests.support.semantic import WordsEmbedder, chat, eventually, make_cache, rebuilt
+from tests.support.semantic import WordsEmbedder, chat, eventually, lookup, make_cache, rebuilt
 
 # With WordsEmbedder and min_similarity 0.9 (floor 0.7): Q2 is a near miss of Q1 (0.845);
 # Q3 is above the cut-off to both (0.926 to Q2, 0.913 to Q1), so it hits only if they agree.
@@ -97,11 +97,11 @@ async def test_near_miss_reported_and_a_joined_entry_is_served(tmp_path: Path) -
     hit = await cache.lookup_near(chat(Q1), model="m", tenant="t")
     assert hit.match is not None and hit.near is None
     await cache.insert(chat(Q2), model="m", tenant="t", answer_key="k2", answer_class=first)
-    match = await cache.lookup(chat(Q3), model="m", tenant="t")
+    match = await lookup(cache, chat(Q3), model="m", tenant="t")
     assert match is not None and match.answer_key == "k2"
     await cache.close()
     again = make_cache(tmp_path)  # the class is in the file
-    assert await again.lookup(chat(Q3), model="m", tenant="t") is not None
+    assert await lookup(again, chat(Q3), model="m", tenant="t") is not None
     await again.close()
 
 
@@ -158,7 +158,7 @@ async def test_an_old_file_still_serves(tmp_path: Path) -> None:
     conn.commit()
     conn.close()
     again = make_cache(tmp_path)
-    match = await again.lookup(chat("how do i COOK rice"), model="m", tenant="t")
+    match = await lookup(again, chat("how do i COOK rice"), model="m", tenant="t")
     assert match is not None and match.answer_key == "k1"
     await again.close()
 
@@ -200,7 +200,7 @@ async def test_answer_class_travels_to_other_replicas(tmp_path: Path, redis_url:
 
     async def serves_the_joined_entry(cache: SemanticCache) -> bool:
         # Q1 alone would serve Q3 too: only Q2's answer shows that both were applied.
-        match = await cache.lookup(chat(Q3), model="m", tenant="t")
+        match = await lookup(cache, chat(Q3), model="m", tenant="t")
         return match is not None and match.answer_key == "k2"
 
     await eventually(lambda: serves_the_joined_entry(two))
@@ -216,7 +216,8 @@ class _Gateway:
 
     def __init__(self, path: Path, *, join_classes: bool = True) -> None:
         self.exact = TieredCache(MemoryLRU(1 << 20))
-        self.tier = SemanticTier(make_cache(path), self.exact, join_classes=join_classes)
+        self.tier = SemanticTier(make_cache(path), self.exact)
+        self.join_classes = join_classes  # False: remembered without the near miss
 
     async def ask(self, text: str, key: str, answer: str) -> bool:
         """Served by meaning (True), or answered "upstream" and remembered (False)."""
@@ -225,7 +226,8 @@ class _Gateway:
             return True
         body = orjson.dumps(completion(answer))
         self.exact.put(key, CachedAnswer.from_body(body, endpoint="chat", ttl_s=60))
-        self.tier.remember(chat(text), model="m", tenant="t", key=key, ttl_s=60, near=found.near)
+        near = found.near if self.join_classes else None
+        self.tier.remember(chat(text), model="m", tenant="t", key=key, ttl_s=60, near=near)
         await self.tier.drain()
         return False
 

@@ -171,7 +171,7 @@ def test_freshness_classes() -> None:
     ],
 )
 def test_live_as_in_broadcast_is_volatile(text: str) -> None:
-    assert freshness.classify(text) == freshness.VOLATILE
+    assert freshness.ttl_s(text, policy=freshness.FreshnessPolicy()) == 0
 
 
 @pytest.mark.parametrize(
@@ -180,7 +180,8 @@ def test_live_as_in_broadcast_is_volatile(text: str) -> None:
      "Is 80,000 pounds enough to live in london?", "I live in a live music town"],
 )  # fmt: skip
 def test_live_the_verb_is_not(text: str) -> None:
-    assert freshness.classify(text) == freshness.STABLE
+    policy = freshness.FreshnessPolicy(default_ttl_s=3600, short_ttl_s=300)
+    assert freshness.ttl_s(text, policy=policy) == 3600  # not volatile, not short-lived
 
 
 POLAR_DIFFERENT = [

@@ -15,8 +15,8 @@ def _session(graph: GraphWriter) -> onnxruntime.InferenceSession:
 
 def test_nodes_initialisers_attributes_and_several_outputs() -> None:
     graph = GraphWriter("t")
-    graph.float_input("x", ("batch", 4))
-    graph.int32_input("m", ("batch", 4))
+    graph.input("x", np.float32, ("batch", 4))
+    graph.input("m", np.int32, ("batch", 4))
     shifted = graph.node("Add", ["x", graph.const("b", np.arange(4, dtype=np.float32))], "s")
     scale = graph.const("g", np.full(4, 2.0, np.float32))
     offset = graph.const("be", np.zeros(4, np.float32))
@@ -27,7 +27,7 @@ def test_nodes_initialisers_attributes_and_several_outputs() -> None:
     graph.node("Mul", ["r", graph.const("three", np.array([3.0], np.float32))], "r3")
     graph.node("Gelu", ["mf"], "g_out", domain=CONTRIB_DOMAIN)
     for name in ("l", "r3", "g_out"):
-        graph.float_output(name, ("batch", "n"))
+        graph.output(name, np.float32, ("batch", "n"))
     x = np.array([[1.0, -2.0, 0.5, 4.0], [0.0, 0.0, 0.0, 1.0]], np.float32)
     m = np.array([[1, 0, 1, 0], [0, 0, 1, 1]], np.int32)
     left, right, gelu = _session(graph).run(None, {"x": x, "m": m})

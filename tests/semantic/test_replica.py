@@ -113,7 +113,7 @@ async def test_redis_away_gives_no_id_and_drops_the_insert(
     away: tuple[SharedReplica, MemoryStore, Counter[str]],
 ) -> None:
     replica, _, counters = away
-    assert await replica.next_id() is None
+    assert await replica.shared.next_id() is None
     await replica.publish_insert(
         SharedEntry(1, Row("p", "t", "m", "q", "k", 1.0, 2.0), b"\x00\x00")
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hasten.cache import CachedAnswer
-from hasten.semantic.near import SemanticMatch
+from hasten.semantic.matcher import SemanticMatch
 from hasten.semantic.tier import SemanticHit
 
 ENTRY = CachedAnswer("json", "chat", 0.0, 60.0, body=b"{}")

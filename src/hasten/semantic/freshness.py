@@ -11,10 +11,6 @@ from dataclasses import dataclass
 
 from hasten.semantic import lexicon
 
-STABLE = "stable"
-SHORT = "short"
-VOLATILE = "volatile"
-
 
 @dataclass(frozen=True, slots=True)
 class FreshnessPolicy:
@@ -25,20 +21,11 @@ class FreshnessPolicy:
     short_ttl_s: float = 300.0
 
 
-def classify(text: str) -> str:
-    """``volatile`` (changes within minutes), ``short`` (within a day) or ``stable``."""
-    if lexicon.VOLATILE_WORDS.search(text):
-        return VOLATILE
-    if lexicon.SHORT_LIVED_WORDS.search(text):
-        return SHORT
-    return STABLE
-
-
 def ttl_s(text: str, *, policy: FreshnessPolicy) -> float:
-    """Seconds an answer to ``text`` may be served by meaning; 0 means do not cache it."""
-    kind = classify(text)
-    if kind == VOLATILE:
+    """Seconds an answer to ``text`` may be served by meaning: 0 (do not cache it) when it
+    changes within minutes, ``short_ttl_s`` when within a day or so."""
+    if lexicon.VOLATILE_WORDS.search(text):
         return 0.0
-    if kind == SHORT:
+    if lexicon.SHORT_LIVED_WORDS.search(text):
         return min(policy.default_ttl_s, policy.short_ttl_s)
     return policy.default_ttl_s

@@ -135,7 +135,7 @@ def compare(first: TextSignature, second: TextSignature) -> str | None:
         return DATES
     if not _is_mentioned(first.code, second) or not _is_mentioned(second.code, first):
         return CODE
-    if _has_entity_swap(first, second):
+    if _has_unmentioned(first.entities, second) or _has_unmentioned(second.entities, first):
         return ENTITIES
     if _is_respaced(first, second):
         return SPACING
@@ -188,18 +188,10 @@ def _has_unit_swap(first: TextSignature, second: TextSignature) -> bool:
     return False
 
 
-def _has_entity_swap(first: TextSignature, second: TextSignature) -> bool:
-    """An entity of one text that the other never mentions, in either direction.
-
-    Capitalisation is unreliable in user text ("google" / "Google"), so an entity counts as
-    mentioned when the other text has the word in any case.
-    """
-    return _has_unmentioned(first.entities, second) or _has_unmentioned(second.entities, first)
-
-
 def _has_unmentioned(entities: frozenset[str], other: TextSignature) -> bool:
     """An entity the other text has neither as a word nor, if long enough, inside its text
-    ("Cepsa SA" / "CepsaSA", "Bhagavad Gita" / "Bhagavad-Gita")."""
+    ("Cepsa SA" / "CepsaSA", "Bhagavad Gita" / "Bhagavad-Gita"). Capitalisation is
+    unreliable in user text ("google" / "Google"): a word in any case is a mention."""
     return any(
         entity not in other.words
         and (len(entity) < _MIN_CONTAINED_ENTITY_CHARS or _squash(entity) not in other.squashed)

@@ -6,22 +6,31 @@ conversation's follow-ups) and an exact dot product over a few thousand rows tak
 microseconds; partitions beyond ``max_flat_entries`` move to a usearch HNSW graph, which
 answers in well under a millisecond at a million entries. Not thread-safe: the store calls
 it from one worker thread.
+
+HNSW graphs are saved in ``graph_dir`` (one ``<partition>.usearch`` file each, and a
+manifest of the row count and id sum each was saved at). A graph is only a faster way to
+search vectors that SQLite already holds, so a missing, corrupt or stale file is never an
+error: the partition is rebuilt from the stored vectors.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+import shutil
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import orjson
 
 Vector = npt.NDArray[np.float32]
 
 DEFAULT_MAX_FLAT_ENTRIES = 4096
+_MANIFEST = "manifest.json"
 
 
 @dataclass(slots=True)
@@ -120,19 +129,24 @@ class _Hnsw:
 class VectorIndex:
     """Per-partition nearest-neighbour search over unit vectors (dot product = cosine)."""
 
-    def __init__(self, dim: int, *, max_flat_entries: int = DEFAULT_MAX_FLAT_ENTRIES) -> None:
+    def __init__(
+        self,
+        dim: int,
+        *,
+        max_flat_entries: int = DEFAULT_MAX_FLAT_ENTRIES,
+        graph_dir: Path | None = None,
+    ) -> None:
         self.dim = dim
         self.max_flat_entries = max_flat_entries
+        self.graph_dir = graph_dir  # None: graphs are never saved
         self._partitions: dict[str, _Flat | _Hnsw] = {}
+        self._manifest: dict[str, list[int]] | None = None
 
     def partition_size(self, partition: str) -> int:
         index = self._partitions.get(partition)
         if index is None:
             return 0
         return index.num_rows if isinstance(index, _Flat) else len(index)
-
-    def __len__(self) -> int:
-        return sum(self.partition_size(name) for name in self._partitions)
 
     def load_partition(
         self, partition: str, ids: Sequence[int] | npt.NDArray[np.int64], vectors: Vector
@@ -150,31 +164,53 @@ class VectorIndex:
             flat.add(int(entry_id), vector)
         self._partitions[partition] = flat
 
-    def attach_graph(self, partition: str, path: Path) -> bool:
-        """Uses a saved graph for ``partition``; False if the file cannot be read."""
+    def load_saved(self, partition: str, digest: tuple[int, int]) -> bool:
+        """Uses the graph saved for ``partition`` if it was saved at exactly these rows
+        (``Records.partition_digest``); False if there is none or it cannot be read."""
+        graph_dir = self.graph_dir
+        if graph_dir is None or tuple(self._saved(graph_dir).get(partition, ())) != digest:
+            return False
         graph = _Hnsw(self.dim)
         try:
-            graph.index.load(str(path))
-        except Exception:  # corrupt or foreign file: the caller rebuilds from stored vectors
+            graph.index.load(str(graph_dir / f"{partition}.usearch"))
+        except Exception:  # missing, corrupt or foreign file: the caller rebuilds
             return False
         if graph.index.ndim != self.dim:
             return False
         self._partitions[partition] = graph
         return True
 
-    def save_graph(self, partition: str, path: Path) -> bool:
-        """Writes a partition's HNSW graph; False if the partition is flat or absent."""
-        index = self._partitions.get(partition)
-        if not isinstance(index, _Hnsw):
-            return False
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(".tmp")
-        index.index.save(str(temporary))
-        temporary.replace(path)  # atomic: a crash never leaves a half-written graph
-        return True
+    def save_graphs(self, digest: Callable[[str], tuple[int, int]]) -> None:
+        """Writes every HNSW partition's graph, recorded with ``digest(partition)``."""
+        graph_dir = self.graph_dir
+        if graph_dir is None:
+            return
+        manifest = self._saved(graph_dir)
+        for partition, index in self._partitions.items():
+            if isinstance(index, _Hnsw):
+                # Each file written beside and renamed: a crash never leaves half a graph.
+                graph_dir.mkdir(parents=True, exist_ok=True)
+                index.index.save(str(graph_dir / f"{partition}.usearch.tmp"))
+                (graph_dir / f"{partition}.usearch.tmp").replace(graph_dir / f"{partition}.usearch")
+                manifest[partition] = list(digest(partition))
+                (graph_dir / f"{_MANIFEST}.tmp").write_bytes(orjson.dumps(manifest))
+                (graph_dir / f"{_MANIFEST}.tmp").replace(graph_dir / _MANIFEST)
 
-    def graph_partitions(self) -> list[str]:
-        return [name for name, index in self._partitions.items() if isinstance(index, _Hnsw)]
+    def drop_saved(self) -> None:
+        """Deletes every saved graph (the vectors they index are gone)."""
+        self._manifest = {}
+        if self.graph_dir is not None:
+            shutil.rmtree(self.graph_dir, ignore_errors=True)
+
+    def _saved(self, graph_dir: Path) -> dict[str, list[int]]:
+        """The manifest: the digest each saved graph was saved at, by partition."""
+        if self._manifest is None:
+            self._manifest = {}
+            with contextlib.suppress(OSError, orjson.JSONDecodeError):
+                loaded = orjson.loads((graph_dir / _MANIFEST).read_bytes())
+                if isinstance(loaded, dict):
+                    self._manifest = loaded
+        return self._manifest
 
     def add(self, partition: str, entry_id: int, vector: Vector) -> None:
         index = self._partitions.get(partition)

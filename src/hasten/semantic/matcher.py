@@ -1,7 +1,8 @@
 """Which cached question, if any, answers a new one: near-miss guard, then either the
 calibrated risk (the default: ``calibration``) or a cosine cut-off with the ambiguity test.
 
-Pure: it sees candidates (already found by the index and read from the store) and decides.
+Pure: it sees candidates (already found by the index and read from the store) and decides;
+a lookup returns a ``LookupResult``: the match, or the near miss (see ``tier``).
 """
 
 from __future__ import annotations
@@ -94,11 +95,37 @@ class Choice:
     guard_reason: str | None = None
     risk: float | None = None  # calibrated P(wrong) of ``candidate``, when calibrated
     script: str = ""
-    evidence: Evidence | None = None  # what the risk was computed from
 
     @property
     def is_hit(self) -> bool:
         return self.reason == HIT
+
+
+@dataclass(frozen=True, slots=True)
+class SemanticMatch:
+    """A cached question close enough to the request.
+
+    ``answer_key`` is the exact-cache key its answer was stored under.
+    """
+
+    entry_id: int
+    similarity: float
+    answer_key: str
+    risk: float | None = None  # calibrated chance the answer is wrong (precision-first mode)
+    script: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LookupResult:
+    """What ``SemanticCache.lookup_near`` returns: the ``match`` served, or None; ``near``:
+    when nothing is served, the closest entry whose answer the fresh one should be compared
+    with, if any is within the candidate floor."""
+
+    match: SemanticMatch | None = None
+    near: Candidate | None = None
+
+
+NOTHING = LookupResult()
 
 
 def choose(query: TextSignature, candidates: Sequence[Candidate], policy: MatchPolicy) -> Choice:
@@ -120,30 +147,17 @@ def choose(query: TextSignature, candidates: Sequence[Candidate], policy: MatchP
         return Choice(NO_CANDIDATE if not ordered else BELOW_THRESHOLD, script=script)
     best = compatible[0]
     if policy.calibration is not None:
-        return _calibrated(query, best, compatible, policy.calibration, policy, script)
+        risk = policy.calibration.risk(best_evidence(query, best, compatible), script)
+        return Choice(HIT if risk < policy.max_risk else RISKY, best, risk=risk, script=script)
     if best.similarity < policy.min_similarity:
         return Choice(BELOW_THRESHOLD, best, script=script)
     runner_up = next((c for c in compatible[1:] if _conflicts(best, c)), None)
     if runner_up is not None and (
         runner_up.similarity >= (policy.qualifying_similarity or policy.min_similarity)
-        or not is_unambiguous(best.similarity, runner_up.similarity, policy.max_distance_ratio)
+        or (1.0 - best.similarity) >= policy.max_distance_ratio * (1.0 - runner_up.similarity)
     ):
         return Choice(AMBIGUOUS, best, script=script)
     return Choice(HIT, best, guard_reason=first_guard_reason, script=script)
-
-
-def _calibrated(
-    query: TextSignature,
-    best: Candidate,
-    compatible: Sequence[Candidate],
-    calibration: Calibration,
-    policy: MatchPolicy,
-    script: str,
-) -> Choice:
-    item = best_evidence(query, best, compatible)
-    risk = calibration.risk(item, script)
-    reason = HIT if risk < policy.max_risk else RISKY
-    return Choice(reason, best, risk=risk, script=script, evidence=item)
 
 
 def best_evidence(
@@ -162,8 +176,3 @@ def best_evidence(
 
 def _conflicts(best: Candidate, other: Candidate) -> bool:
     return other.answer_key != best.answer_key and other.answer_class != best.answer_class
-
-
-def is_unambiguous(best: float, runner_up: float, max_distance_ratio: float) -> bool:
-    """Whether the best cosine is clearly closer than the runner-up's (strictly)."""
-    return (1.0 - best) < max_distance_ratio * (1.0 - runner_up)

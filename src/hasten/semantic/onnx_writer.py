@@ -125,14 +125,11 @@ class GraphWriter:
             body += _str_field(7, domain)
         self._nodes.append(body)
 
-    def float_input(self, name: str, shape: tuple[int | str, ...]) -> None:
-        self._inputs.append(_value_info(name, 1, shape))
+    def input(self, name: str, dtype: type, shape: tuple[int | str, ...]) -> None:
+        self._inputs.append(_value_info(name, _DATA_TYPES[np.dtype(dtype)], shape))
 
-    def int32_input(self, name: str, shape: tuple[int | str, ...]) -> None:
-        self._inputs.append(_value_info(name, 6, shape))
-
-    def float_output(self, name: str, shape: tuple[int | str, ...]) -> None:
-        self._outputs.append(_value_info(name, 1, shape))
+    def output(self, name: str, dtype: type, shape: tuple[int | str, ...]) -> None:
+        self._outputs.append(_value_info(name, _DATA_TYPES[np.dtype(dtype)], shape))
 
     def model_bytes(self, *, opset: int = 17) -> bytes:
         """The ``ModelProto``: this graph, the default opset and Microsoft's contrib ops."""

@@ -27,7 +27,7 @@ _PARTITION_VERSION = 2
 _LEADING_BLANK_LINES = re.compile(r"\A(?:[^\S\n]*\n)+")
 # Long prompts are documents, not questions: a near-duplicate document with one changed
 # paragraph embeds almost identically, so they are never matched by meaning.
-DEFAULT_MAX_TEXT_CHARS = 2000
+_MAX_TEXT_CHARS = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,14 +38,7 @@ class SemanticQuery:
     text: str
 
 
-def split_chat(
-    body: Mapping[str, Any],
-    *,
-    model: str,
-    tenant: str,
-    endpoint: str = "/v1/chat/completions",
-    max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
-) -> SemanticQuery | None:
+def split_chat(body: Mapping[str, Any], *, model: str, tenant: str) -> SemanticQuery | None:
     """The partition key and final user text of a chat body; None when it is not cacheable
     by meaning (no messages, last turn not from the user, non-text content, too long)."""
     messages = body.get("messages")
@@ -56,7 +49,7 @@ def split_chat(
         return None
     content = last.get("content")
     text = _user_text(content)
-    if text is None or not text or len(text) > max_text_chars:
+    if text is None or not text or len(text) > _MAX_TEXT_CHARS:
         return None
     # The exact-cache key of the body with the last turn's text taken out: the same canonical
     # form (key order, 0 vs 0.0, transport fields ignored) as the exact cache. Parts keep
@@ -68,7 +61,7 @@ def split_chat(
     context = dict(body)
     context["messages"] = [*messages[:-1], last_rest]
     context[_PARTITION_MARKER] = _PARTITION_VERSION
-    key = cache_key(context, endpoint=endpoint, model=model, tenant=tenant)
+    key = cache_key(context, endpoint="/v1/chat/completions", model=model, tenant=tenant)
     return SemanticQuery(partition_key=key, text=text)
 
 

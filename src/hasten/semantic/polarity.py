@@ -90,25 +90,19 @@ _MOVE_VERBS = frozenset(
 )
 # A particle may follow its verb's object ("turn the kitchen lights off").
 _PARTICLE_WINDOW = 4
-_ENGLISH_SIDES = MappingProxyType(
+# Each polar word's (axis, side): English words are looked up by token, Chinese ones found by
+# ``_HAN_POLARITY`` (a word is one or the other: tokens are ASCII).
+_SIDES = MappingProxyType(
     {
         word: (axis, side)
         for axis, sides in POLARITY_AXES.items()
         for side in (0, 1)
         for word in sides[side]
-        if word.isascii()
     }
 )
-_HAN_SIDES = MappingProxyType(
-    {
-        word: (axis, side)
-        for axis, sides in POLARITY_AXES.items()
-        for side in (0, 1)
-        for word in sides[side]
-        if not word.isascii()
-    }
+_HAN_POLARITY = re.compile(
+    "|".join(sorted((w for w in _SIDES if not w.isascii()), key=len, reverse=True))
 )
-_HAN_POLARITY = re.compile("|".join(sorted(_HAN_SIDES, key=len, reverse=True)))
 # Chinese words that contain a polar word without taking a side ("买卖" trade, "开关" switch,
 # "加密货币" cryptocurrency, "拍卖" auction, "出卖" betray).
 _HAN_NOT_POLAR = re.compile(r"买卖|开关|加密货币|加密币|拍卖|出卖|多多少少|以前以后|之前之后")
@@ -120,7 +114,7 @@ def polarity_sides(lowered: str) -> frozenset[str]:
     found: set[tuple[str, int]] = set()
     tokens = _ENGLISH_TOKEN.findall(lowered)
     for position, token in enumerate(tokens):
-        side = _ENGLISH_SIDES.get(token)
+        side = _SIDES.get(token)
         if side is not None and not (token == "min" and _follows_number(tokens, position)):
             found.add(side)
             continue
@@ -131,9 +125,7 @@ def polarity_sides(lowered: str) -> frozenset[str]:
         particle = _DIRECTION_PARTICLES.get(token)
         if particle is not None and _has_verb_before(tokens, position, _MOVE_VERBS):
             found.add(particle)
-    found.update(
-        _HAN_SIDES[word] for word in _HAN_POLARITY.findall(_HAN_NOT_POLAR.sub(" ", lowered))
-    )
+    found.update(_SIDES[word] for word in _HAN_POLARITY.findall(_HAN_NOT_POLAR.sub(" ", lowered)))
     return frozenset(f"{axis}:{side}" for axis, side in found)
 
 

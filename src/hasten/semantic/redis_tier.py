@@ -11,17 +11,11 @@ model never read these vectors):
 - ``<ns>events``: a stream of ``insert <id>`` and ``delete <filter>`` events, capped at
   ``max_events`` (``XADD MAXLEN ~``).
 
-Each replica keeps its own SQLite file and in-memory index as before, as a local copy: its
-writes go to its copy and then to Redis; a background task (``SharedReplica``) reads the stream
-with a short blocking XREAD and applies the other replicas' events to the local copy. The
-stream position is saved in the local file; a replica that starts without one, or whose
-position has been trimmed off the stream, rebuilds its copy from the hashes (SCAN) first.
-
-Redis down never fails a request: lookups use the local copy, an insert gets a local-only
-id (from ``LOCAL_ID_BASE`` up, never published) and the follower retries with a backoff,
-then catches up from where it stopped; invalidations made meanwhile wait in the local file
-and are published first (``SharedReplica.share_delete``). What is not shared: evictions
-(each replica enforces its own limits), hit counts, and inserts made while Redis was down.
+Each replica's SQLite file and index are its local copy, kept in step by ``replica``'s
+``SharedReplica`` (following, rebuilds, invalidations waiting for Redis). Redis down never
+fails a request: lookups use the local copy and an insert gets a local-only id (from
+``LOCAL_ID_BASE`` up, never published). What is not shared: evictions (each replica
+enforces its own limits), hit counts, and inserts made while Redis was down.
 """
 
 from __future__ import annotations
@@ -112,8 +106,11 @@ def _delete_event(fields: Mapping[bytes, bytes]) -> DeleteEvent | None:
         return None
 
 
-def _reconnect_once() -> Retry:
-    return Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
+def _connect(url: str, connect_timeout_s: float, timeout_s: float) -> Redis:
+    retry = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
+    return Redis.from_url(
+        url, socket_connect_timeout=connect_timeout_s, socket_timeout=timeout_s, retry=retry
+    )
 
 
 def is_before(first: bytes, second: bytes) -> bool:
@@ -143,19 +140,9 @@ class RedisTier:
         # store): after a Redis restart every pooled connection is dead, and the first use
         # of each would otherwise cost an insert its shared id. A timeout is not retried: a
         # local-only entry is cheaper than waiting twice on a struggling Redis.
-        self._client: Redis = Redis.from_url(
-            url,
-            socket_connect_timeout=op_timeout_s,
-            socket_timeout=op_timeout_s,
-            retry=_reconnect_once(),
-        )
+        self._client = _connect(url, op_timeout_s, op_timeout_s)
         # The follower's blocking reads need a socket timeout longer than the block.
-        self._reader: Redis = Redis.from_url(
-            url,
-            socket_connect_timeout=op_timeout_s,
-            socket_timeout=op_timeout_s + block_ms / 1000,
-            retry=_reconnect_once(),
-        )
+        self._reader = _connect(url, op_timeout_s, op_timeout_s + block_ms / 1000)
         self._retry_at = 0.0  # time.monotonic() before which writers leave Redis alone
 
     @property

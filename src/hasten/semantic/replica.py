@@ -131,10 +131,6 @@ class SharedReplica:
             await asyncio.wait({self._follow_task}, timeout=_STOP_WAIT_S)
         await self.shared.aclose()
 
-    async def next_id(self) -> int | None:
-        """A cluster-wide id for a new entry, or None while Redis is away."""
-        return await self.shared.next_id()
-
     async def publish_insert(self, entry: SharedEntry) -> None:
         is_published = await self.shared.publish_insert(entry)
         self._counters["shared_published" if is_published else "shared_publish_dropped"] += 1

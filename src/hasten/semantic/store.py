@@ -1,31 +1,19 @@
 """SemanticCache: finds a cached answer to a question asked in other words.
 
-Request path (the gateway calls it after an exact-cache miss)::
-
-    match = await semantic.lookup(body, model=resolved_model, tenant=tenant)
-    if match is not None:
-        answer = await exact_cache.get(match.answer_key)   # serve it if still there
-    ...after an upstream answer stored under ``key``:
-    await semantic.insert(body, model=resolved_model, tenant=tenant, answer_key=key)
-    # lookup_near also names the entry a miss came close to; if that entry's cached answer
-    # agrees with the fresh one, insert(..., answer_class=near.answer_class) (``near``)
-
-Only the final user turn is compared by meaning; everything else must match exactly (see
-``partition``). Embedding runs on its own worker thread; SQLite and the vector index on
-another, so the event loop never blocks. Vectors and metadata live in one SQLite file
-(beside the exact cache); HNSW graphs of large partitions are saved next to it and rebuilt
-from the stored vectors whenever missing or stale.
-
-With ``redis_url`` set (the gateway does so when its exact cache is in Redis), that file is
-this replica's copy of a shared tier: entries are also written to Redis and its
-``SharedReplica`` applies the other replicas' inserts and invalidations in the background
-(see ``redis_tier``).
+``tier.SemanticTier`` asks it after an exact-cache miss (``lookup_near``) and tells it each
+fresh answer's exact-cache key (``insert``). Only the final user turn is compared by meaning;
+everything else must match exactly (see ``partition``). Embedding runs on its own worker
+thread; SQLite and the vector index on another, so the event loop never blocks. Vectors and
+metadata live in one SQLite file (beside the exact cache); HNSW graphs of large partitions
+are saved next to it and rebuilt from the stored vectors whenever missing or stale.
 
 What the store owns and who does what: the rows (``Records``), the vector index and its
 saved graphs are the store's, touched on its one worker thread; ``Upkeep`` keeps their
 totals, signatures, expiry and eviction in step (called from the store's worker-thread
-methods); ``SharedReplica`` (None without ``redis_url``) owns the Redis side and the
-following task, and reaches the rows only through the store's ``ReplicaStore`` methods.
+methods); with ``redis_url`` set (the gateway does so when its exact cache is in Redis) the
+file is this replica's copy of a shared tier, and ``SharedReplica`` owns the Redis side and
+the following task (``replica``), reaching the rows only through the store's
+``ReplicaStore`` methods.
 """
 
 from __future__ import annotations
@@ -48,10 +36,9 @@ from hasten.semantic import freshness, matcher
 from hasten.semantic.calibrated import CALIBRATIONS
 from hasten.semantic.calibration import SCRIPTS, Calibration, script_of
 from hasten.semantic.embedder import AsyncEmbedder, Embedder
-from hasten.semantic.graphs import GraphFiles
 from hasten.semantic.guard import signature
 from hasten.semantic.index import VectorIndex
-from hasten.semantic.near import NOTHING, LookupResult, SemanticMatch, near_miss
+from hasten.semantic.matcher import NOTHING, LookupResult, SemanticMatch
 from hasten.semantic.partition import split_chat
 from hasten.semantic.records import Records, Row, StoredEntry, vector_bytes, vector_of
 from hasten.semantic.redis_tier import LOCAL_ID_BASE, DeleteEvent, Event, RedisTier, SharedEntry
@@ -130,8 +117,11 @@ class SemanticCache:
         self._by_script: defaultdict[str, Counter[str]] = defaultdict(Counter)
         # Worker-thread state below.
         self._records: Records | None = None
-        self._graphs = GraphFiles(config.path.with_name(config.path.name + ".graphs"))
-        self._index = VectorIndex(self._dim, max_flat_entries=config.max_flat_entries)
+        self._index = VectorIndex(
+            self._dim,
+            max_flat_entries=config.max_flat_entries,
+            graph_dir=config.path.with_name(config.path.name + ".graphs"),
+        )
         self._loaded: set[str] = set()
         self._upkeep = Upkeep(config, self._index, self.counters, dim=self._dim)
         # Rows waiting for their vector (an import's, where only repeats are served): counted
@@ -170,13 +160,6 @@ class SemanticCache:
             await asyncio.shield(self._filler)
             self.start()  # rows that came while it finished
 
-    async def lookup(
-        self, body: Mapping[str, Any], *, model: str, tenant: str
-    ) -> SemanticMatch | None:
-        """A cached question meaning the same as the request's last user turn, or None."""
-        result = await self.lookup_near(body, model=model, tenant=tenant)
-        return result.match
-
     async def lookup_near(
         self,
         body: Mapping[str, Any],
@@ -185,7 +168,8 @@ class SemanticCache:
         tenant: str,
         trace: Stage = NO_STAGE,
     ) -> LookupResult:
-        """``lookup``, plus the entry it came close to when it serves nothing (``near``).
+        """A cached question meaning the same as the request's last user turn (``match``),
+        or the entry it came close to when it serves nothing (``near``).
 
         In a script where the target admits only a repeated question, the lookup is decided
         by the question's text: a repeat is served and a miss is final, without an embedding
@@ -231,14 +215,19 @@ class SemanticCache:
         ``answer_class``: another entry's, when this answer was seen to agree with that
         entry's (None: its own). Returns the entry id, or None if not cacheable by meaning.
         """
-        row = self._prepare(NewEntry(body, model, tenant, answer_key, ttl_s))
+        entry = NewEntry(body, model, tenant, answer_key, ttl_s)
+        return await self.insert_entry(entry, answer_class=answer_class)
+
+    async def insert_entry(self, item: NewEntry, *, answer_class: int | None = None) -> int | None:
+        """``insert`` of a ``NewEntry``."""
+        row = self._prepare(item)
         if row is None:
             return None
         row = replace(row, answer_class=answer_class)
         self.start()
         try:
             vector = await self.embedder.embed(row.text)
-            shared_id = None if self.replica is None else await self.replica.next_id()
+            shared_id = None if self.replica is None else await self.replica.shared.next_id()
             entry_id = await self._run(self._insert_sync, row, vector, shared_id)
         except Exception:
             self._note_error("insert")
@@ -296,11 +285,8 @@ class SemanticCache:
             queries = [split_chat(i.body, model=i.model, tenant=i.tenant) for i in chunk]
             with contextlib.suppress(Exception):  # each insert below embeds (or fails) alone
                 await self.embedder.embed_many([q.text for q in queries if q is not None])
-            for i in chunk:
-                entry_id = await self.insert(
-                    i.body, model=i.model, tenant=i.tenant, answer_key=i.answer_key, ttl_s=i.ttl_s
-                )
-                num_inserted += entry_id is not None
+            for item in chunk:
+                num_inserted += await self.insert_entry(item) is not None
         return num_inserted
 
     def _prepare(self, item: NewEntry) -> Row | None:
@@ -348,7 +334,7 @@ class SemanticCache:
 
     async def count_entries(self, *, tenant: str | None = None, entry_id: int | None = None) -> int:
         """Entries matching every given condition (a tenant's, or one id within a tenant)."""
-        return await self._run(self._count_sync, tenant, entry_id)
+        return await self._run(lambda: self._open().count_where(tenant=tenant, entry_id=entry_id))
 
     def _note_error(self, operation: str) -> None:
         self.counters[f"{operation}_errors"] += 1
@@ -379,14 +365,10 @@ class SemanticCache:
 
     def script_stats(self) -> dict[str, dict[str, int]]:
         """Lookups by the question's script (latin, cjk, other): hits, misses, reasons."""
-        return {name: self._script_stats(name) for name in sorted(self._by_script)}
-
-    def _script_stats(self, script: str) -> dict[str, int]:
-        """Hits and misses of one script's lookups (and each miss reason)."""
-        reasons = self._by_script.get(script, Counter())
-        num_hits = reasons.get(matcher.HIT, 0)
-        num_lookups = sum(reasons.values())
-        return {"hits": num_hits, "misses": num_lookups - num_hits, **reasons}
+        return {
+            name: {"hits": r[matcher.HIT], "misses": r.total() - r[matcher.HIT], **r}
+            for name, r in sorted(self._by_script.items())
+        }
 
     async def close(self) -> None:
         """Stops following and filling vectors (rows still waiting get theirs after the next
@@ -433,7 +415,7 @@ class SemanticCache:
         if stored_name is not None and stored_name != identity:
             _LOG.warning("semantic cache: embedder changed, dropping vectors of %s", stored_name)
             records.clear()
-            self._graphs.clear()
+            self._index.drop_saved()
         records.set_meta("embedder", identity)
         self._upkeep.recount(records)
         self._num_pending = records.count_pending()
@@ -448,8 +430,7 @@ class SemanticCache:
         digest = records.partition_digest(partition)
         if digest[0] == 0:
             return
-        saved = self._graphs.find(partition, digest)
-        if saved is not None and self._index.attach_graph(partition, saved):
+        if self._index.load_saved(partition, digest):
             return
         ids, vectors = records.partition_vectors(partition, self._dim)
         self._index.load_partition(partition, ids, vectors)
@@ -477,7 +458,8 @@ class SemanticCache:
             self.counters[f"guard_{choice.guard_reason}"] += 1
         best = choice.candidate
         if not choice.is_hit or best is None:
-            return LookupResult(None, near_miss(best, floor))
+            is_near = best is not None and best.similarity >= floor
+            return LookupResult(None, best if is_near else None)
         match = SemanticMatch(
             best.entry_id,
             best.similarity,
@@ -612,14 +594,9 @@ class SemanticCache:
         self._upkeep.remove(records, rows, reason)
         return rows
 
-    def _count_sync(self, tenant: str | None, entry_id: int | None) -> int:
-        return self._open().count_where(tenant=tenant, entry_id=entry_id)
-
     def _close_sync(self) -> None:
         if self._records is None:
             return
-        for partition in self._index.graph_partitions():
-            digest = self._records.partition_digest(partition)
-            self._graphs.save(self._index, partition, digest)
+        self._index.save_graphs(self._records.partition_digest)
         self._records.close()
         self._records = None

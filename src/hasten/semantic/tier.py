@@ -1,15 +1,26 @@
 """The semantic cache on the request path: after an exact miss, find an answer by meaning.
 
 A semantic entry only points at an exact-cache key, so an answer is stored once and every
-tier's freshness rules still apply. After a near miss the fresh answer is compared with the
-near entry's, and joins its answer class when they agree (``semantic.near``).
+tier's freshness rules still apply.
+
+Answer classes. The ambiguity rule (``matcher``) refuses a lookup when two close entries
+have different answers. Live traffic creates such pairs by itself: Q1 is cached, its
+paraphrase Q2 lands just below the cut-off, is answered upstream and stored under its own
+answer; from then on every paraphrase near both is refused, and the more paraphrases arrive
+the fewer hit. The gateway has the evidence to tell that case from a real conflict: it holds
+both answers. So a lookup that serves nothing reports the closest candidate it refused
+(``LookupResult.near``); once the fresh answer is in, it is compared with that entry's
+cached answer and, if they agree, the new entry is stored in the near entry's answer class.
+Entries of one class never make each other ambiguous. Without that evidence every entry is
+its own class (its id), so an insert-only workload (bench/semantic/evaluate.py) decides
+exactly as before classes existed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +30,7 @@ from hasten.apis import messages, responses
 from hasten.apis.known import MESSAGES, RESPONSES, api_named
 from hasten.cache import CachedAnswer, TieredCache
 from hasten.cache.replay import answer_body
-from hasten.semantic.near import NearMiss, SemanticMatch
+from hasten.semantic.matcher import Candidate, SemanticMatch
 from hasten.semantic.partition import trimmed
 from hasten.semantic.store import NewEntry, SemanticCache
 from hasten.values.stage import NO_STAGE, Stage
@@ -56,23 +67,18 @@ class Found:
     join the answer class of (``near``)."""
 
     hit: SemanticHit | None = None
-    near: NearMiss | None = None
+    near: Candidate | None = None
 
 
 _NOT_FOUND = Found()
 
 
 class SemanticTier:
-    """Glue between the gateway's ``exact`` cache and the semantic ``cache``.
+    """Glue between the gateway's ``exact`` cache and the semantic ``cache``."""
 
-    ``join_classes`` False keeps every entry in its own answer class, as before classes
-    existed (bench/semantic/live.py compares the two).
-    """
-
-    def __init__(self, cache: SemanticCache, exact: TieredCache, *, join_classes: bool = True):
+    def __init__(self, cache: SemanticCache, exact: TieredCache) -> None:
         self.cache = cache
         self._exact = exact
-        self._join_classes = join_classes
         self._tasks: set[asyncio.Task[Any]] = set()
 
     async def find(
@@ -91,9 +97,9 @@ class SemanticTier:
         except Exception:
             _log.exception("semantic lookup failed; answering from upstream")
             return _NOT_FOUND
-        match, near = result.match, result.near if self._join_classes else None
+        match = result.match
         if match is None:
-            return Found(near=near)
+            return Found(near=result.near)
         entry = await self._exact.get(match.answer_key, max_age_s=max_age_s)
         if entry is None:
             return _NOT_FOUND  # the answer expired or was evicted from the exact tiers
@@ -107,41 +113,20 @@ class SemanticTier:
         tenant: str,
         key: str,
         ttl_s: float,
-        near: NearMiss | None = None,
+        near: Candidate | None = None,
     ) -> None:
         """Indexes a freshly stored answer by meaning, in the background: in ``near``'s
         answer class if the two answers agree."""
-        self._spawn(self._remember(body, model, tenant, key, ttl_s, near))
+        self._spawn(self._remember(NewEntry(body, model, tenant, key, ttl_s), near))
 
-    async def remember_many(self, entries: Sequence[NewEntry]) -> int:
-        """Indexes many stored answers now (an import), in batches; how many were indexed.
-        Awaited, not spawned: an import of thousands of lines must not overflow the
-        background tasks (each line its own task dropped lines past ``MAX_BACKGROUND_TASKS``)."""
-        return await self.cache.insert_many(entries)
-
-    async def _remember(
-        self,
-        body: dict[str, Any],
-        model: str,
-        tenant: str,
-        key: str,
-        ttl_s: float,
-        near: NearMiss | None,
-    ) -> None:
+    async def _remember(self, entry: NewEntry, near: Candidate | None) -> None:
         # Compared before the insert, so the class travels with it (one row write, one
         # shared-tier event, no update to follow); the cost: the entry becomes searchable
         # one answer comparison later, which only matters after a near miss.
-        answer_class = None if near is None else await self._joined_class(near, key)
-        await self.cache.insert(
-            body,
-            model=model,
-            tenant=tenant,
-            answer_key=key,
-            ttl_s=ttl_s,
-            answer_class=answer_class,
-        )
+        answer_class = None if near is None else await self._joined_class(near, entry.answer_key)
+        await self.cache.insert_entry(entry, answer_class=answer_class)
 
-    async def _joined_class(self, near: NearMiss, fresh_key: str) -> int | None:
+    async def _joined_class(self, near: Candidate, fresh_key: str) -> int | None:
         counters = self.cache.counters
         try:
             agrees = await self._agree(near.answer_key, fresh_key)

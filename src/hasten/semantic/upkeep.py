@@ -42,23 +42,14 @@ class Upkeep:
         self._counters = counters
         self._bytes_per_vector = 2 * dim
         self._signatures: dict[int, TextSignature] = {}
-        self._num_entries = 0
-        self._num_bytes = 0
+        # Rows in the file and the bytes they take, approximately (exact after ``recount``).
+        self.num_entries = 0
+        self.num_bytes = 0
         self._inserts_since_purge = 0
-
-    @property
-    def num_entries(self) -> int:
-        """Rows in the file, approximately (exact after ``recount``)."""
-        return self._num_entries
-
-    @property
-    def num_bytes(self) -> int:
-        """Bytes the rows take, approximately."""
-        return self._num_bytes
 
     def recount(self, records: Records) -> None:
         """Takes the totals from the file (when it is opened)."""
-        self._num_entries, self._num_bytes = records.totals()
+        self.num_entries, self.num_bytes = records.totals()
 
     def signature(self, entry: StoredEntry) -> TextSignature:
         """The guard's signature of a stored question, computed once while memory allows."""
@@ -71,9 +62,9 @@ class Upkeep:
 
     def note_insert(self, records: Records, text: str, now: float) -> None:
         """A row was added (and indexed): purges expired rows now and then, evicts if over."""
-        self._num_entries += 1
+        self.num_entries += 1
         # Besides the text: the float16 vector, 2 bytes a dimension, and a row's overhead.
-        self._num_bytes += len(text.encode()) + self._bytes_per_vector + ROW_OVERHEAD_BYTES
+        self.num_bytes += len(text.encode()) + self._bytes_per_vector + ROW_OVERHEAD_BYTES
         self._inserts_since_purge += 1
         if self._inserts_since_purge >= PURGE_EVERY_INSERTS:
             self._inserts_since_purge = 0
@@ -99,19 +90,19 @@ class Upkeep:
             self._signatures.pop(entry_id, None)
         self._counters[reason] += len(rows)
         # Approximate bookkeeping: a full count is O(entries); _evict re-counts when it acts.
-        average_bytes = self._num_bytes / max(1, self._num_entries)
-        self._num_entries = max(0, self._num_entries - len(rows))
-        self._num_bytes = max(0, int(self._num_bytes - average_bytes * len(rows)))
+        average_bytes = self.num_bytes / max(1, self.num_entries)
+        self.num_entries = max(0, self.num_entries - len(rows))
+        self.num_bytes = max(0, int(self.num_bytes - average_bytes * len(rows)))
 
     def _evict(self, records: Records) -> None:
         config = self._config
-        if self._num_entries <= config.max_entries and self._num_bytes <= config.max_bytes:
+        if self.num_entries <= config.max_entries and self.num_bytes <= config.max_bytes:
             return
         self.recount(records)
         target_entries = int(config.max_entries * LOW_WATER_FRACTION)
-        over_entries = self._num_entries - target_entries
-        average_bytes = self._num_bytes / max(1, self._num_entries)
-        over_bytes = (self._num_bytes - config.max_bytes * LOW_WATER_FRACTION) / average_bytes
+        over_entries = self.num_entries - target_entries
+        average_bytes = self.num_bytes / max(1, self.num_entries)
+        over_bytes = (self.num_bytes - config.max_bytes * LOW_WATER_FRACTION) / average_bytes
         # Rounded up: rounding down left the file up to a row above the low-water mark, and
         # with rows large next to max_bytes, above max_bytes itself.
         num_victims = math.ceil(max(over_entries, over_bytes, 0))
