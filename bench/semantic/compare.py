@@ -1,10 +1,9 @@
-"""Semantic-cache benchmarks: embedders, ANN libraries, scale, eviction.
+"""Semantic-cache benchmarks: embedders, ANN libraries, scale, the guard.
 
     python bench/semantic/compare.py embedders [--limit 2000]  # quality + latency per embedder
     python bench/semantic/compare.py ann [--entries 100000]    # usearch, hnswlib, faiss, exact
     python bench/semantic/compare.py scale [--entries 1000000] # search at 1M, embed+search 100k
     python bench/semantic/compare.py guard                     # near-miss guard speed, vetoes
-    python bench/semantic/compare.py eviction                  # LRU vs LFU hit ratio (Zipf)
 
 Each prints one summary line, then JSON. Data: ../shared/data/semcache (evaluation only).
 GPTCache with the same embedder: bench/semantic/quality.py (gptcache_env.py).
@@ -258,7 +257,7 @@ async def _embed_plus_search(num_entries: int, dim: int) -> dict[str, Any]:
         for text in texts:
             body = {"model": "m", "messages": [{"role": "user", "content": text}]}
             started = time.perf_counter()
-            await cache.lookup_near(body, model="m", tenant="t")
+            await cache.lookup(body, model="m", tenant="t")
             latencies.append((time.perf_counter() - started) * 1000)
         await cache.close()
         files = Path(directory).glob("s.sqlite3*")
@@ -306,59 +305,13 @@ def bench_guard(args: argparse.Namespace) -> None:
     )
 
 
-def bench_eviction(args: argparse.Namespace) -> None:
-    report = {policy: asyncio.run(_eviction_run(policy, args)) for policy in ("lru", "lfu")}
-    _emit(
-        f"eviction: hit ratio LRU {report['lru']['hit_ratio']:.3f},"
-        f" LFU {report['lfu']['hit_ratio']:.3f} (Zipf 1.1 with popularity drift)",
-        report,
-    )
-
-
-async def _eviction_run(policy: str, args: argparse.Namespace) -> dict[str, float]:
-    from collections.abc import Sequence
-
-    from hasten.semantic.embedder import Vectors, normalize
-    from hasten.semantic.store import SemanticCache, SemanticStoreConfig
-
-    class OneHot:
-        """Each question its own direction: isolates eviction from matching."""
-
-        name, dim = "bench/onehot", 64
-
-        def embed(self, texts: Sequence[str]) -> Vectors:
-            rng = [np.random.default_rng(int(t.split()[1])) for t in texts]
-            rows = np.stack([r.standard_normal(self.dim) for r in rng]).astype(np.float32)
-            return normalize(rows)
-
-    rng = np.random.default_rng(0)
-    num_questions, capacity = 5000, 500
-    ranks = rng.zipf(1.1, args.requests) % num_questions
-    shift = np.where(np.arange(args.requests) < args.requests // 2, 0, num_questions // 2)
-    stream = (ranks + shift) % num_questions  # popularity moves halfway through
-    with tempfile.TemporaryDirectory() as directory:
-        config = SemanticStoreConfig(path=Path(directory) / "e.sqlite3", min_similarity=0.99,
-                                max_entries=capacity, eviction=policy)  # fmt: skip
-        cache = SemanticCache(OneHot(), config)
-        num_hits = 0
-        for question in stream:
-            body = {"model": "m", "messages": [{"role": "user", "content": f"q {question}"}]}
-            if (await cache.lookup_near(body, model="m", tenant="t")).match is not None:
-                num_hits += 1
-            else:
-                await cache.insert(body, model="m", tenant="t", answer_key=str(question))
-        await cache.close()
-    return {"hit_ratio": num_hits / len(stream), "capacity": capacity, "requests": len(stream)}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("which", choices=("embedders", "ann", "scale", "guard", "eviction"))
+    parser.add_argument("which", choices=("embedders", "ann", "scale", "guard"))
     parser.add_argument("--limit", type=int, default=2000, help="qqp_dev sample size")
     parser.add_argument("--entries", type=int, default=None)
-    parser.add_argument("--requests", type=int, default=20_000)
     args = parser.parse_args()
     if args.entries is None:
         args.entries = 1_000_000 if args.which == "scale" else 100_000
@@ -367,7 +320,6 @@ def main() -> None:
         "ann": bench_ann,
         "scale": bench_scale,
         "guard": bench_guard,
-        "eviction": bench_eviction,
     }
     benches[args.which](args)
 

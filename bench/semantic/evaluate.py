@@ -244,7 +244,7 @@ async def _lookup_one(
     # The model's own time inside the lookup (none when the text alone decides it).
     embed_s = cache.embedder.embed_s
     started = time.perf_counter()
-    match = (await cache.lookup_near(_body(pair.b), model=_MODEL, tenant=_TENANT)).match
+    match = await cache.lookup(_body(pair.b), model=_MODEL, tenant=_TENANT)
     lookup_ms = (time.perf_counter() - started) * 1000
     embed_ms = min(lookup_ms, (cache.embedder.embed_s - embed_s) * 1000)
     outcomes.embed_ms.append(embed_ms)

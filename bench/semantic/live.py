@@ -1,17 +1,15 @@
-"""Live recall of the semantic cache: paraphrases arriving one by one, answer classes on/off.
+"""Live recall of the semantic cache: paraphrases arriving one by one.
 
     python bench/semantic/live.py [--limit N] [--seed S] [--embedder e5|minilm]
 
 ``bench/semantic/evaluate.py`` stores every ``a`` question, then looks up every ``b``: nothing is
-ever stored after a near miss, so it cannot show what live traffic does (a paraphrase just
-below the cut-off is stored under its own answer and makes later paraphrases ambiguous;
-see ``hasten.semantic.tier``). Here each text of gptcache_mock_pairs arrives once, in a
-seeded shuffled order, at a ``SemanticTier`` in front of an in-memory exact cache, exactly
-as the gateway drives it: a hit is correct if the served answer was stored for a question
-of the same cluster; a miss is answered "upstream" with the cluster's canonical answer (its
-first ``a`` text) and remembered together with the lookup's near miss. Clusters: each row's
-``a`` and ``b``, merged across rows that share a text. Both modes, answer classes on and off
-(off: each miss remembered without its near miss, so it joins no class), see the same order.
+ever stored after a miss, so it cannot show what live traffic does (a paraphrase just below
+the cut-off is stored under its own answer, and later paraphrases near both are ambiguous).
+Here each text of gptcache_mock_pairs arrives once, in a seeded shuffled order, at a
+``SemanticTier`` in front of an in-memory exact cache, exactly as the gateway drives it: a
+hit is correct if the served answer was stored for a question of the same cluster; a miss is
+answered "upstream" with the cluster's canonical answer (its first ``a`` text) and
+remembered. Clusters: each row's ``a`` and ``b``, merged across rows that share a text.
 
 live recall = correct hits / texts whose cluster already had an earlier member;
 precision = correct hits / hits. ``--limit N`` keeps a seeded sample of N clusters.
@@ -46,10 +44,7 @@ DATA = Path(os.environ.get("HASTEN_SEMCACHE_DATA", "/work/shared/data/semcache")
 PAIRS = DATA / "gptcache_mock_pairs.jsonl"
 _MODEL, _TENANT = "bench-model", "bench"
 _TTL_S = 86_400.0
-_COUNTERS = (
-    "lookup_hit", "lookup_below_threshold", "lookup_ambiguous", "lookup_guard",
-    "answer_class_joined", "answer_class_disagreed", "answer_class_unchecked",
-)  # fmt: skip
+_COUNTERS = ("lookup_hit", "lookup_below_threshold", "lookup_ambiguous", "lookup_guard")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,10 +93,8 @@ def _completion(answer: str) -> bytes:
 class _Stream:
     """Feeds texts through the tier as the gateway would, tallying against the clusters."""
 
-    def __init__(
-        self, tier: SemanticTier, exact: TieredCache, clusters: list[Cluster], *, join: bool
-    ) -> None:
-        self.tier, self.exact, self.clusters, self.join = tier, exact, clusters, join
+    def __init__(self, tier: SemanticTier, exact: TieredCache, clusters: list[Cluster]) -> None:
+        self.tier, self.exact, self.clusters = tier, exact, clusters
         self.cluster_of_key: dict[str, int] = {}
         self.arrivals: Counter[int] = Counter()
         self.tally: Counter[str] = Counter()
@@ -115,10 +108,9 @@ class _Stream:
             self.tally["eligible"] += 1
             self.tally["eligible" + position] += 1
         body = _body(text)
-        found = await self.tier.find(body, model=_MODEL, tenant=_TENANT, max_age_s=None)
-        near = found.near if self.join else None
-        if found.hit is not None:
-            is_correct = self.cluster_of_key[found.hit.match.answer_key] == cluster
+        hit = await self.tier.find(body, model=_MODEL, tenant=_TENANT, max_age_s=None)
+        if hit is not None:
+            is_correct = self.cluster_of_key[hit.match.answer_key] == cluster
             self.tally["hits"] += 1
             self.tally["correct" if is_correct else "wrong"] += 1
             if is_correct:  # only ever after an earlier member: its answer was served
@@ -130,14 +122,8 @@ class _Stream:
         answer = _completion(self.clusters[cluster].answer)
         self.exact.put(key, CachedAnswer.from_body(answer, endpoint="chat", ttl_s=_TTL_S))
         self.cluster_of_key[key] = cluster
-        counters = self.tier.cache.counters
-        num_joined = counters["answer_class_joined"]
-        self.tier.remember(body, model=_MODEL, tenant=_TENANT, key=key, ttl_s=_TTL_S,
-                           near=near)  # fmt: skip
+        self.tier.remember(body, model=_MODEL, tenant=_TENANT, key=key, ttl_s=_TTL_S)
         await self.tier.drain()  # in order: the next text sees this one indexed
-        if near is not None and counters["answer_class_joined"] > num_joined:
-            is_same = self.cluster_of_key[near.answer_key] == cluster
-            self.tally["joins_same_cluster" if is_same else "joins_across_clusters"] += 1
 
 
 async def run_stream(
@@ -145,16 +131,16 @@ async def run_stream(
     clusters: list[Cluster],
     *,
     embedder: str,
-    join: bool,
 ) -> dict[str, Any]:
     """One pass of the stream through a fresh cache."""
     exact = TieredCache(MemoryLRU(1 << 30))
     with tempfile.TemporaryDirectory(prefix="hasten-live-") as directory:
-        # Answer classes matter under the cosine cut-off and its ambiguity test (0.96).
+        # The cosine cut-off and its ambiguity test (0.96): at the default target only
+        # repeats are served, and this stream has none.
         config = SemanticStoreConfig(path=Path(directory) / "semantic.sqlite3", min_similarity=0.96)
         semantic = SemanticCache(build_embedder(embedder), config)
         tier = SemanticTier(semantic, exact)
-        run = _Stream(tier, exact, clusters, join=join)
+        run = _Stream(tier, exact, clusters)
         started = time.perf_counter()
         for text, cluster in stream:
             await run.ask(text, cluster)
@@ -180,8 +166,6 @@ def _summary(tally: Counter[str], stats: dict[str, Any], elapsed_s: float) -> di
         "eligible_third_on": tally["eligible_third_on"],
         "precision": round(correct / hits, 4) if hits else 1.0,
         "entries": stats["entries"],
-        "joins_same_cluster": tally["joins_same_cluster"],
-        "joins_across_clusters": tally["joins_across_clusters"],
         "counters": {name: stats.get(name, 0) for name in _COUNTERS},
         "min_similarity": stats["min_similarity"],
         "elapsed_s": round(elapsed_s, 1),
@@ -209,8 +193,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "texts": len(stream),
         "cluster_sizes": dict(sorted(Counter(len(c.texts) for c in clusters).items())),
     }
-    for name, join in (("classes_on", True), ("classes_off", False)):
-        report[name] = await run_stream(stream, clusters, embedder=args.embedder, join=join)
+    report["live"] = await run_stream(stream, clusters, embedder=args.embedder)
     return report
 
 
@@ -224,16 +207,13 @@ def main() -> None:
     parser.add_argument("--embedder", default="e5", choices=("e5", "minilm"))
     args = parser.parse_args()
     report = asyncio.run(main_async(args))
-    on, off = report["classes_on"], report["classes_off"]
+    live = report["live"]
     print(
         f"semantic live ({args.embedder}, {report['texts']} texts in {report['clusters']}"
-        f" clusters, seed {args.seed}, identical answers agree):"
-        f" classes on recall {on['live_recall']:.3f} precision"
-        f" {on['precision']:.3f} ({on['hits']} hits, {on['wrong']} wrong); off recall"
-        f" {off['live_recall']:.3f} precision {off['precision']:.3f} ({off['hits']} hits,"
-        f" {off['wrong']} wrong); ambiguous {on['counters']['lookup_ambiguous']} vs"
-        f" {off['counters']['lookup_ambiguous']}; recall from the third paraphrase on"
-        f" {on['live_recall_third_on']:.3f} vs {off['live_recall_third_on']:.3f}"
+        f" clusters, seed {args.seed}): recall {live['live_recall']:.3f} precision"
+        f" {live['precision']:.3f} ({live['hits']} hits, {live['wrong']} wrong); ambiguous"
+        f" {live['counters']['lookup_ambiguous']}; recall from the third paraphrase on"
+        f" {live['live_recall_third_on']:.3f}"
     )
     print(json.dumps(report, indent=2))
 

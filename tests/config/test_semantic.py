@@ -26,14 +26,13 @@ def test_semantic_table_keys_and_defaults() -> None:
             "path": "s.sqlite3",
             "min_similarity": 0.9,
             "max_entries": 10,
-            "eviction": "lfu",
             "default_ttl_s": 60,
             "short_ttl_s": 5.5,
             "num_threads": 2,
             "target_precision": 0.99,
         }
     )
-    assert config == SemanticConfig(True, "e5", "s.sqlite3", 0.9, 10, "lfu", 60, 5.5, 2, 0.99)
+    assert config == SemanticConfig(True, "e5", "s.sqlite3", 0.9, 10, 60, 5.5, 2, 0.99)
     assert SemanticConfig().target_precision == 0.95
     assert parse_config({"semantic": {"enabled": True}}, {}).semantic.is_enabled is True
 
@@ -44,7 +43,7 @@ def test_semantic_table_keys_and_defaults() -> None:
         ({"enabld": True}, "semantic.enabld: unknown key (known: default_ttl_s, embedder, enabled"),
         ({"enabled": 1}, "semantic.enabled: expected true or false, got int 1"),
         ({"embedder": "minilm"}, "semantic.embedder: expected one of e5, got 'minilm'"),
-        ({"eviction": "fifo"}, "semantic.eviction: expected one of lru, lfu, got 'fifo'"),
+        ({"eviction": 1}, "semantic.eviction: expected a string, got int 1"),
         ({"min_similarity": 1}, "semantic.min_similarity: must be between 0 and 1"),
         ({"max_error_rate": 0.01}, "semantic.max_error_rate: unknown key"),
         ({"num_threads": -1}, "semantic.num_threads: must be >= 0, got -1"),
@@ -57,6 +56,14 @@ def test_semantic_table_errors_name_their_key(table: dict[str, Any], message: st
     with pytest.raises(ConfigError) as info:
         _parse(table)
     assert str(info.value).startswith(message), str(info.value)
+
+
+@pytest.mark.parametrize("policy", ["lru", "lfu"])
+def test_the_removed_eviction_key_starts_with_a_warning(
+    policy: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert _parse({"eviction": policy}) == SemanticConfig()
+    assert "[semantic] eviction is no longer used and is ignored" in caplog.text
 
 
 @pytest.mark.parametrize("key", ["judge", "judge_model", "judge_band"])

@@ -19,15 +19,15 @@ from hasten.semantic.partition import split_chat
 from hasten.semantic.records import Row
 from hasten.semantic.store import NewEntry, SemanticCache, SemanticStoreConfig
 from hasten.semantic.tier import MAX_BACKGROUND_TASKS, SemanticTier
-from tests.support.semantic import Clock, WordsEmbedder, chat, lookup, make_cache
+from tests.support.semantic import Clock, WordsEmbedder, chat, make_cache
 
 
 async def test_paraphrase_hits_and_unrelated_misses(tmp_path: Path) -> None:
     cache = make_cache(tmp_path)
     await cache.insert(chat("How do I cook rice?"), model="m", tenant="t", answer_key="k1")
-    match = await lookup(cache, chat("how do i COOK rice"), model="m", tenant="t")
+    match = await cache.lookup(chat("how do i COOK rice"), model="m", tenant="t")
     assert match is not None and match.answer_key == "k1" and match.similarity > 0.99
-    assert await lookup(cache, chat("Who painted the Mona Lisa?"), model="m", tenant="t") is None
+    assert await cache.lookup(chat("Who painted the Mona Lisa?"), model="m", tenant="t") is None
     await cache.close()
 
 
@@ -36,8 +36,8 @@ async def test_follow_up_never_hits_another_conversation(tmp_path: Path) -> None
     ada = chat("Who was Ada Lovelace?", "A mathematician.", "How old was she when she died?")
     curie = chat("Who was Marie Curie?", "A physicist.", "How old was she when she died?")
     await cache.insert(ada, model="m", tenant="t", answer_key="ada-age")
-    assert await lookup(cache, curie, model="m", tenant="t") is None
-    same = await lookup(cache, ada, model="m", tenant="t")
+    assert await cache.lookup(curie, model="m", tenant="t") is None
+    same = await cache.lookup(ada, model="m", tenant="t")
     assert same is not None and same.answer_key == "ada-age"
     await cache.close()
 
@@ -72,22 +72,20 @@ def test_partition_covers_everything_but_the_last_user_turn() -> None:
 async def test_tenants_are_isolated(tmp_path: Path) -> None:
     cache = make_cache(tmp_path)
     await cache.insert(chat("What is our refund policy?"), model="m", tenant="a", answer_key="a1")
-    assert await lookup(cache, chat("What is our refund policy?"), model="m", tenant="b") is None
-    assert (
-        await lookup(cache, chat("What is our refund policy?"), model="m", tenant="a") is not None
-    )
+    assert await cache.lookup(chat("What is our refund policy?"), model="m", tenant="b") is None
+    assert await cache.lookup(chat("What is our refund policy?"), model="m", tenant="a") is not None
     await cache.close()
 
 
 async def test_guard_and_ambiguity_reject(tmp_path: Path) -> None:
     cache = make_cache(tmp_path, min_similarity=0.5)
     await cache.insert(chat("learn python in 3 months"), model="m", tenant="t", answer_key="k3")
-    assert await lookup(cache, chat("learn python in 6 months"), model="m", tenant="t") is None
+    assert await cache.lookup(chat("learn python in 6 months"), model="m", tenant="t") is None
     assert cache.counters["guard_numbers"] == 1
     # Two stored questions with different answers, equally close: refuse to pick one.
     await cache.insert(chat("best rice cooker brand"), model="m", tenant="t", answer_key="x")
     await cache.insert(chat("best rice cooker brand"), model="m", tenant="t", answer_key="y")
-    assert await lookup(cache, chat("brand best rice cooker"), model="m", tenant="t") is None
+    assert await cache.lookup(chat("brand best rice cooker"), model="m", tenant="t") is None
     assert cache.counters["lookup_ambiguous"] == 1
     await cache.close()
 
@@ -105,13 +103,13 @@ async def test_ttl_freshness_and_invalidation(tmp_path: Path) -> None:
     # A model's own TTL comes with the insert (the exact cache's), the smaller one counts.
     await cache.insert(chat("who wrote hamlet"), model="fast", tenant="t", answer_key="f", ttl_s=5)
     clock.now += 6
-    assert await lookup(cache, chat("who wrote hamlet"), model="fast", tenant="t") is None
-    assert await lookup(cache, chat("latest news headlines"), model="m", tenant="t") is not None
+    assert await cache.lookup(chat("who wrote hamlet"), model="fast", tenant="t") is None
+    assert await cache.lookup(chat("latest news headlines"), model="m", tenant="t") is not None
     clock.now += 5
-    assert await lookup(cache, chat("latest news headlines"), model="m", tenant="t") is None
-    assert await lookup(cache, chat("who wrote hamlet"), model="m", tenant="t") is not None
+    assert await cache.lookup(chat("latest news headlines"), model="m", tenant="t") is None
+    assert await cache.lookup(chat("who wrote hamlet"), model="m", tenant="t") is not None
     clock.now += 100
-    assert await lookup(cache, chat("who wrote hamlet"), model="m", tenant="t") is None
+    assert await cache.lookup(chat("who wrote hamlet"), model="m", tenant="t") is None
     await cache.close()
 
 
@@ -125,8 +123,8 @@ async def test_invalidate_by_id_tenant_model_age(tmp_path: Path) -> None:
     await cache.insert(chat("delta question"), model="m2", tenant="a", answer_key="4")
     assert first is not None and await cache.invalidate(entry_id=first) == 1
     assert await cache.invalidate(tenant="b", model="m1") == 1
-    assert await lookup(cache, chat("beta question"), model="m1", tenant="b") is None
-    assert await lookup(cache, chat("gamma question"), model="m2", tenant="b") is not None
+    assert await cache.lookup(chat("beta question"), model="m1", tenant="b") is None
+    assert await cache.lookup(chat("gamma question"), model="m2", tenant="b") is not None
     clock.now += 10
     assert await cache.invalidate(older_than_s=5) == 2
     assert await cache.invalidate() == 0
@@ -138,28 +136,27 @@ async def test_wrong_hit_report_removes_entry_of_its_tenant_only(tmp_path: Path)
     tier = SemanticTier(make_cache(tmp_path), TieredCache(MemoryLRU(1 << 20)))
     cache = tier.cache
     await cache.insert(chat("capital of australia"), model="m", tenant="t", answer_key="c")
-    match = await lookup(cache, chat("capital of australia"), model="m", tenant="t")
+    match = await cache.lookup(chat("capital of australia"), model="m", tenant="t")
     assert match is not None
     assert not await tier.report_wrong(match.entry_id, "another tenant")
     assert await tier.report_wrong(match.entry_id, "t")
-    assert await lookup(cache, chat("capital of australia"), model="m", tenant="t") is None
+    assert await cache.lookup(chat("capital of australia"), model="m", tenant="t") is None
     assert cache.counters["reported_wrong"] == 1
     await tier.aclose()
 
 
-@pytest.mark.parametrize("policy", ["lru", "lfu"])
-async def test_eviction_keeps_the_used_entries(tmp_path: Path, policy: str) -> None:
+async def test_eviction_keeps_the_used_entries(tmp_path: Path) -> None:
     clock = Clock()
-    cache = make_cache(tmp_path, clock, max_entries=10, eviction=policy)
+    cache = make_cache(tmp_path, clock, max_entries=10)
     await cache.insert(chat("popular question zero"), model="m", tenant="t", answer_key="hot")
     for index in range(30):
         clock.now += 1
-        assert await lookup(cache, chat("popular question zero"), model="m", tenant="t")
+        assert await cache.lookup(chat("popular question zero"), model="m", tenant="t")
         await cache.insert(
             chat(f"filler {index} text"), model="m", tenant="t", answer_key=str(index)
         )
     assert cache.stats()["entries"] <= 10
-    assert await lookup(cache, chat("popular question zero"), model="m", tenant="t") is not None
+    assert await cache.lookup(chat("popular question zero"), model="m", tenant="t") is not None
     await cache.close()
 
 
@@ -174,14 +171,14 @@ async def test_persistence_across_restart_and_graph_rebuild(tmp_path: Path) -> N
     assert len(graphs) == 1
 
     reopened = make_cache(tmp_path, max_flat_entries=8)
-    match = await lookup(reopened, chat("topic 7 question"), model="m", tenant="t")
+    match = await reopened.lookup(chat("topic 7 question"), model="m", tenant="t")
     assert match is not None and match.answer_key == "7"
     assert reopened.counters["partitions_rebuilt"] == 0  # the saved graph was used
     await reopened.close()
 
     graphs[0].unlink()
     rebuilt = make_cache(tmp_path, max_flat_entries=8)
-    match = await lookup(rebuilt, chat("topic 13 question"), model="m", tenant="t")
+    match = await rebuilt.lookup(chat("topic 13 question"), model="m", tenant="t")
     assert match is not None and match.answer_key == "13"
     assert rebuilt.counters["partitions_rebuilt"] == 1
     await rebuilt.close()
@@ -223,7 +220,7 @@ async def test_embedder_failure_is_a_miss_not_an_error(tmp_path: Path) -> None:
     config = SemanticStoreConfig(path=tmp_path / "s.sqlite3", min_similarity=0.9)
     cache = SemanticCache(Broken(), config)
     assert await cache.insert(chat("q one"), model="m", tenant="t", answer_key="k") is None
-    assert await lookup(cache, chat("q one"), model="m", tenant="t") is None
+    assert await cache.lookup(chat("q one"), model="m", tenant="t") is None
     assert cache.stats()["lookup_errors"] == 1 and cache.stats()["insert_errors"] == 1
     await cache.close()
 
@@ -241,8 +238,8 @@ async def test_insert_many_indexes_a_large_import_in_batches(tmp_path: Path) -> 
     assert await cache.insert_many([*entries, skipped]) == num_entries
     assert cache.stats()["entries"] == num_entries == cache.counters["inserts"]
     assert len(embedder.batches) < num_entries // 16  # batches, not a call per question
-    last = await lookup(
-        cache, chat(f"imported question number {num_entries - 1}"), model="m", tenant="t"
+    last = await cache.lookup(
+        chat(f"imported question number {num_entries - 1}"), model="m", tenant="t"
     )
     assert last is not None and last.answer_key == f"k{num_entries - 1}"
     await cache.close()
@@ -270,7 +267,7 @@ async def test_insert_many_rolls_a_failed_chunk_back_from_file_and_index(
     assert await cache.insert_many(entries) == 0
     assert cache.stats()["insert_errors"] == 1
     assert await cache.count_entries(tenant="t") == 1  # the first two rows were rolled back
-    assert await lookup(cache, chat("new question 0"), model="m", tenant="t") is None
-    old = await lookup(cache, chat("already stored question"), model="m", tenant="t")
+    assert await cache.lookup(chat("new question 0"), model="m", tenant="t") is None
+    old = await cache.lookup(chat("already stored question"), model="m", tenant="t")
     assert old is not None and old.answer_key == "old"
     await cache.close()

@@ -352,8 +352,8 @@ def test_replicas_share_semantic_entries_through_redis(
         assert sim_stats(sim.url)["num_requests"] == 1
 
 
-# e5: FAR is 0.945 to NEAR (below the 0.96 cut-off, a near miss); BETWEEN is 0.963 to FAR and
-# 0.986 to NEAR, so it is served only if the two stored answers were seen to agree.
+# e5: FAR is 0.945 to NEAR (below the 0.96 cut-off); BETWEEN is 0.963 to FAR and 0.986 to
+# NEAR, two stored questions with different answers: it is ambiguous, never served.
 FAR = "Tell me the capital city of France."
 NEAR = "What is the capital of France?"
 BETWEEN = "Name the capital of France."
@@ -373,17 +373,11 @@ def _three_paraphrases(tmp_path: Path, answers: list[str]) -> tuple[list[str], d
     return outcomes, stats
 
 
-def test_paraphrase_stored_after_a_near_miss_joins_when_answers_agree(tmp_path: Path) -> None:
-    outcomes, stats = _three_paraphrases(tmp_path, ["Paris."])  # every call: the same answer
-    assert outcomes == ["miss", "miss", "semantic"]
-    assert stats["answer_class_joined"] == 1 and "lookup_ambiguous" not in stats
-
-
 def test_paraphrases_with_disagreeing_answers_stay_ambiguous(tmp_path: Path) -> None:
     answers = ["Paris.", "The Eiffel Tower is 330 metres tall.", "Paris."]
     outcomes, stats = _three_paraphrases(tmp_path, answers)
     assert outcomes == ["miss", "miss", "miss"]
-    assert stats["answer_class_disagreed"] >= 1 and stats["lookup_ambiguous"] == 1
+    assert stats["lookup_ambiguous"] == 1
 
 
 def test_a_paraphrase_hits_on_the_responses_api(sim: ServerThread, tmp_path: Path) -> None:

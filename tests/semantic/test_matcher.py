@@ -1,5 +1,5 @@
-"""The matcher's calibrated path: the risk decides, the guard still vetoes, answer classes
-are no conflict, and the cosine path is unchanged when no calibration is given."""
+"""The matcher's calibrated path: the risk decides, the guard still vetoes, and the cosine
+path is unchanged when no calibration is given."""
 
 from __future__ import annotations
 
@@ -13,9 +13,8 @@ MODEL = ScriptModel((-2.0, 1.0, 3.0, 0.0, 0.0), ((0.0, 0.0), (0.9, 0.97)), 0.9, 
 CALIBRATED = MatchPolicy(1.0, calibration=Calibration("e", {calibration.LATIN: MODEL}))
 
 
-def _candidate(entry_id: int, similarity: float, text: str, answer_class: int = -1) -> Candidate:
-    cls = entry_id if answer_class < 0 else answer_class
-    return Candidate(entry_id, similarity, signature(text), f"k{entry_id}", cls)
+def _candidate(entry_id: int, similarity: float, text: str, key: str = "") -> Candidate:
+    return Candidate(entry_id, similarity, signature(text), key or f"k{entry_id}")
 
 
 def test_a_clear_best_is_served_with_its_risk() -> None:
@@ -30,9 +29,9 @@ def test_a_close_runner_up_with_another_answer_makes_it_risky() -> None:
     close = [_candidate(1, 0.97, "how to cook rice"), _candidate(2, 0.965, "how to cook pasta")]
     choice = matcher.choose(query, close, CALIBRATED)
     assert choice.reason == matcher.RISKY and choice.candidate is not None
-    # The same runner-up in the best's answer class is no conflict.
-    joined = [close[0], _candidate(2, 0.965, "how to cook pasta", answer_class=1)]
-    assert matcher.choose(query, joined, CALIBRATED).is_hit
+    # A runner-up stored under the best's own answer is no conflict.
+    same = [close[0], _candidate(2, 0.965, "how to cook pasta", key="k1")]
+    assert matcher.choose(query, same, CALIBRATED).is_hit
 
 
 def test_the_guard_still_vetoes() -> None:

@@ -6,10 +6,11 @@ import time
 import uuid
 from pathlib import Path
 
-from hasten.semantic.redis_tier import LOCAL_ID_BASE
+from hasten.semantic.records import Row
+from hasten.semantic.redis_tier import LOCAL_ID_BASE, SharedEntry, decode_entry, encode_entry
 from hasten.semantic.replica import needs_rebuild
 from hasten.semantic.store import NewEntry, SemanticCache, SemanticStoreConfig
-from tests.support.semantic import WordsEmbedder, chat, eventually, lookup, rebuilt
+from tests.support.semantic import WordsEmbedder, chat, eventually, rebuilt
 from tests.support.servers import free_port, redis_server
 
 QUESTION = chat("How do I cook rice?")
@@ -34,14 +35,14 @@ async def test_insert_on_one_replica_hits_on_the_other(tmp_path: Path, redis_url
     two.start()
     entry_id = await one.insert(QUESTION, model="m", tenant="t", answer_key="rice")
     assert entry_id is not None and entry_id < LOCAL_ID_BASE
-    match = await eventually(lambda: lookup(two, PARAPHRASE, model="m", tenant="t"))
+    match = await eventually(lambda: two.lookup(PARAPHRASE, model="m", tenant="t"))
     assert (match.entry_id, match.answer_key) == (entry_id, "rice")
-    assert await lookup(two, PARAPHRASE, model="m", tenant="other") is None  # tenants still apart
+    assert await two.lookup(PARAPHRASE, model="m", tenant="other") is None  # tenants still apart
     # An invalidation on the replica that served the hit removes the entry everywhere.
     assert await two.invalidate(entry_id=entry_id) == 1
 
     async def is_gone() -> bool:
-        return await lookup(one, PARAPHRASE, model="m", tenant="t") is None
+        return await one.lookup(PARAPHRASE, model="m", tenant="t") is None
 
     await eventually(is_gone)
     assert one.stats()["invalidated_shared"] == 1
@@ -56,15 +57,15 @@ async def test_filter_invalidation_reaches_other_replicas(tmp_path: Path, redis_
     two.start()
     await one.insert(QUESTION, model="m", tenant="t", answer_key="rice")
     await one.insert(chat("Who wrote Hamlet?"), model="other", tenant="t", answer_key="hamlet")
-    await eventually(lambda: lookup(two, chat("who wrote hamlet"), model="other", tenant="t"))
-    await eventually(lambda: lookup(two, PARAPHRASE, model="m", tenant="t"))
+    await eventually(lambda: two.lookup(chat("who wrote hamlet"), model="other", tenant="t"))
+    await eventually(lambda: two.lookup(PARAPHRASE, model="m", tenant="t"))
     assert await one.invalidate(model="m") == 1
 
     async def is_gone() -> bool:
-        return await lookup(two, PARAPHRASE, model="m", tenant="t") is None
+        return await two.lookup(PARAPHRASE, model="m", tenant="t") is None
 
     await eventually(is_gone)
-    assert await lookup(two, chat("who wrote hamlet"), model="other", tenant="t") is not None
+    assert await two.lookup(chat("who wrote hamlet"), model="other", tenant="t") is not None
     await one.close()
     await two.close()
 
@@ -76,12 +77,12 @@ async def test_new_replica_rebuilds_then_restarts_from_its_position(
     writer = _replica(tmp_path / "writer", redis_url, namespace)
     await writer.insert(QUESTION, model="m", tenant="t", answer_key="rice")
     late = _replica(tmp_path / "late", redis_url, namespace)  # joins after the insert
-    await eventually(lambda: lookup(late, PARAPHRASE, model="m", tenant="t"))
+    await eventually(lambda: late.lookup(PARAPHRASE, model="m", tenant="t"))
     await eventually(rebuilt(late, num_rebuilds=1))
     await late.close()
     await writer.insert(chat("Who wrote Hamlet?"), model="m", tenant="t", answer_key="hamlet")
     again = _replica(tmp_path / "late", redis_url, namespace)  # same file: resumes the stream
-    await eventually(lambda: lookup(again, chat("who wrote hamlet"), model="m", tenant="t"))
+    await eventually(lambda: again.lookup(chat("who wrote hamlet"), model="m", tenant="t"))
     assert again.replica is not None and again.replica.is_following
     assert again.replica.num_rebuilds == 0
     await again.close()
@@ -92,10 +93,10 @@ async def test_redis_unreachable_degrades_to_the_local_index(tmp_path: Path) -> 
     cache = _replica(tmp_path, f"redis://127.0.0.1:{free_port()}/0", "test:")
     entry_id = await cache.insert(QUESTION, model="m", tenant="t", answer_key="rice")
     assert entry_id is not None and entry_id >= LOCAL_ID_BASE  # never published
-    match = await lookup(cache, PARAPHRASE, model="m", tenant="t")
+    match = await cache.lookup(PARAPHRASE, model="m", tenant="t")
     assert match is not None and match.entry_id == entry_id
     assert await cache.invalidate(entry_id=entry_id) == 1
-    assert await lookup(cache, PARAPHRASE, model="m", tenant="t") is None
+    assert await cache.lookup(PARAPHRASE, model="m", tenant="t") is None
     await cache.close()
 
 
@@ -106,14 +107,14 @@ async def test_redis_going_away_and_back(tmp_path: Path) -> None:
         two = _replica(tmp_path / "two", url, namespace)
         two.start()
         await one.insert(QUESTION, model="m", tenant="t", answer_key="rice")
-        await eventually(lambda: lookup(two, PARAPHRASE, model="m", tenant="t"))
+        await eventually(lambda: two.lookup(PARAPHRASE, model="m", tenant="t"))
     # Redis is gone: both keep serving from their local copies and accept local inserts.
-    assert await lookup(two, PARAPHRASE, model="m", tenant="t") is not None
+    assert await two.lookup(PARAPHRASE, model="m", tenant="t") is not None
     hamlet = chat("Who wrote Hamlet?")
     local_id = await one.insert(hamlet, model="m", tenant="t", answer_key="hamlet")
     assert local_id is not None and local_id >= LOCAL_ID_BASE
-    assert await lookup(one, chat("who wrote hamlet"), model="m", tenant="t") is not None
-    assert await lookup(two, chat("who wrote hamlet"), model="m", tenant="t") is None
+    assert await one.lookup(chat("who wrote hamlet"), model="m", tenant="t") is not None
+    assert await two.lookup(chat("who wrote hamlet"), model="m", tenant="t") is None
     await eventually(lambda: _has_failed(two))
     await one.close()
     await two.close()
@@ -130,15 +131,15 @@ async def test_invalidation_while_redis_is_away_is_shared_when_it_returns(
         one.start()
         two.start()
         entry_id = await one.insert(QUESTION, model="m", tenant="t", answer_key="rice")
-        await eventually(lambda: lookup(two, PARAPHRASE, model="m", tenant="t"))
+        await eventually(lambda: two.lookup(PARAPHRASE, model="m", tenant="t"))
     # Redis is away: the invalidation holds locally and waits in one's file.
     assert await one.invalidate(entry_id=entry_id) == 1
     assert one.stats()["shared_publish_queued"] == 1
-    assert await lookup(one, PARAPHRASE, model="m", tenant="t") is None
-    assert await lookup(two, PARAPHRASE, model="m", tenant="t") is not None  # cannot know yet
+    assert await one.lookup(PARAPHRASE, model="m", tenant="t") is None
+    assert await two.lookup(PARAPHRASE, model="m", tenant="t") is not None  # cannot know yet
 
     async def is_gone_on_two() -> bool:
-        return await lookup(two, PARAPHRASE, model="m", tenant="t") is None
+        return await two.lookup(PARAPHRASE, model="m", tenant="t") is None
 
     with redis_server(port, workdir) as url:  # back, with its data
         await eventually(is_gone_on_two, num_tries=1000)
@@ -156,8 +157,8 @@ async def test_invalidation_while_redis_is_away_is_shared_when_it_returns(
         three.start()
         hamlet = chat("Who wrote Hamlet?")
         await one.insert(hamlet, model="m", tenant="t", answer_key="hamlet")
-        await eventually(lambda: lookup(three, chat("who wrote hamlet"), model="m", tenant="t"))
-        assert await lookup(three, PARAPHRASE, model="m", tenant="t") is None
+        await eventually(lambda: three.lookup(chat("who wrote hamlet"), model="m", tenant="t"))
+        assert await three.lookup(PARAPHRASE, model="m", tenant="t") is None
         for cache in (one, two, three):
             await cache.close()
 
@@ -188,7 +189,7 @@ async def test_malformed_event_is_skipped(tmp_path: Path, redis_url: str) -> Non
     await client.xadd(events_key, {"op": "insert", "id": "x"})
     await client.aclose()
     await one.insert(QUESTION, model="m", tenant="t", answer_key="rice")
-    assert await eventually(lambda: lookup(two, PARAPHRASE, model="m", tenant="t"))
+    assert await eventually(lambda: two.lookup(PARAPHRASE, model="m", tenant="t"))
     await one.close()
     await two.close()
 
@@ -206,14 +207,14 @@ async def test_a_restarted_redis_costs_no_insert_its_share(tmp_path: Path) -> No
         two.start()
         first = await one.insert(QUESTION, model="m", tenant="t", answer_key="rice")
         assert first is not None and first < LOCAL_ID_BASE
-        await eventually(lambda: lookup(two, PARAPHRASE, model="m", tenant="t"))
+        await eventually(lambda: two.lookup(PARAPHRASE, model="m", tenant="t"))
     with redis_server(port, workdir):  # back, with its data
         hamlet = chat("Who wrote Hamlet?")
         entry_id = await one.insert(hamlet, model="m", tenant="t", answer_key="hamlet")
         assert entry_id is not None and entry_id < LOCAL_ID_BASE  # shared, not local-only
         assert one.stats()["shared_published"] == 2
         match = await eventually(
-            lambda: lookup(two, chat("who wrote hamlet"), model="m", tenant="t")
+            lambda: two.lookup(chat("who wrote hamlet"), model="m", tenant="t")
         )
         assert match.entry_id == entry_id
         await one.close()
@@ -234,8 +235,21 @@ async def test_insert_many_shares_every_entry_and_embeds_them_together(
     assert isinstance(embedder, WordsEmbedder) and sum(embedder.batches) == 20
     assert len(embedder.batches) == 1  # embedded together, then inserted one by one
     match = await eventually(
-        lambda: lookup(two, chat("shared import question 7"), model="m", tenant="t")
+        lambda: two.lookup(chat("shared import question 7"), model="m", tenant="t")
     )
     assert match.answer_key == "k7"
     await one.close()
     await two.close()
+
+
+def test_an_entry_hash_with_an_answer_class_still_decodes() -> None:
+    # Replicas before issue 40 wrote an entry's answer class into its hash: read, ignored.
+    entry = SharedEntry(5, Row("p", "t", "m", "q", "k", 1.0, 2.0), b"\x00\x00")
+    fields = {
+        name.encode(): value if isinstance(value, bytes) else str(value).encode()
+        for name, value in encode_entry(entry).items()
+    }
+    assert decode_entry(5, fields) == entry
+    assert decode_entry(5, {**fields, b"answer_class": b"3"}) == entry
+    del fields[b"answer_key"]
+    assert decode_entry(5, fields) is None  # malformed: a row field is missing

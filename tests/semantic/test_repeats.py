@@ -17,7 +17,7 @@ from hasten.semantic.calibration import CJK, LATIN, OTHER, Calibration, ScriptMo
 from hasten.semantic.embedder import Vectors
 from hasten.semantic.records import text_key
 from hasten.semantic.store import NewEntry, SemanticCache, SemanticStoreConfig
-from tests.support.semantic import Clock, WordsEmbedder, chat, lookup
+from tests.support.semantic import Clock, WordsEmbedder, chat
 
 # Like the shipped tables: no non-identical evidence is ever better than 0.85 precise.
 MODEL = ScriptModel(
@@ -43,15 +43,15 @@ async def test_a_repeated_question_hits_without_embedding(tmp_path: Path) -> Non
     cache, embedder = make(tmp_path)
     await cache.insert(chat("How do I cook rice?"), model="m", tenant="t", answer_key="k1")
     num_embedded = len(embedder.batches)
-    match = await lookup(cache, chat("\nHow do I cook rice?  \n"), model="m", tenant="t")
+    match = await cache.lookup(chat("\nHow do I cook rice?  \n"), model="m", tenant="t")
     assert match is not None and match.answer_key == "k1"
     assert match.similarity == 1.0 and match.risk == pytest.approx(0.03)
     assert match.script == LATIN
     # A paraphrase, or the same words cased or spaced otherwise, is not served: and not
     # embedded.
-    assert await lookup(cache, chat("how do i cook rice?"), model="m", tenant="t") is None
-    assert await lookup(cache, chat("How do I  cook rice?"), model="m", tenant="t") is None
-    assert await lookup(cache, chat("Rice: how do I cook it?"), model="m", tenant="t") is None
+    assert await cache.lookup(chat("how do i cook rice?"), model="m", tenant="t") is None
+    assert await cache.lookup(chat("How do I  cook rice?"), model="m", tenant="t") is None
+    assert await cache.lookup(chat("Rice: how do I cook it?"), model="m", tenant="t") is None
     assert len(embedder.batches) == num_embedded
     assert cache.counters["lookup_hit"] == 1 and cache.counters["hits"] == 1
     assert cache.counters["lookup_not_repeated"] == 3
@@ -64,18 +64,18 @@ async def test_the_embedding_path_decides_the_same(tmp_path: Path) -> None:
     repeat is served there as the text path serves it at 0.95."""
     cache, _ = make(tmp_path)
     await cache.insert(chat("How do I cook rice?"), model="m", tenant="t", answer_key="k1")
-    by_text = await lookup(cache, chat("How do I cook rice?\t"), model="m", tenant="t")
+    by_text = await cache.lookup(chat("How do I cook rice?\t"), model="m", tenant="t")
     await cache.close()
     reopened, embedder = make(tmp_path, target=0.8)  # nothing embedded yet
-    result = await reopened.lookup_near(chat("How do I cook rice?\t"), model="m", tenant="t")
+    result = await reopened.lookup(chat("How do I cook rice?\t"), model="m", tenant="t")
     assert embedder.batches == [1]
-    assert by_text is not None and result.match is not None
-    assert (result.match.entry_id, result.match.answer_key, result.match.risk) == (
+    assert by_text is not None and result is not None
+    assert (result.entry_id, result.answer_key, result.risk) == (
         by_text.entry_id,
         by_text.answer_key,
         by_text.risk,
     )
-    assert result.match.similarity == pytest.approx(1.0, abs=1e-3)  # stored as float16
+    assert result.similarity == pytest.approx(1.0, abs=1e-3)  # stored as float16
     await reopened.close()
 
 
@@ -83,7 +83,7 @@ async def test_a_lower_target_embeds(tmp_path: Path) -> None:
     cache, embedder = make(tmp_path, target=0.8)
     await cache.insert(chat("How do I cook rice?"), model="m", tenant="t", answer_key="k1")
     num_embedded = len(embedder.batches)
-    await lookup(cache, chat("How do I cook brown rice?"), model="m", tenant="t")
+    await cache.lookup(chat("How do I cook brown rice?"), model="m", tenant="t")
     assert len(embedder.batches) == num_embedded + 1
     await cache.close()
 
@@ -92,11 +92,11 @@ async def test_repeats_stay_in_their_partition(tmp_path: Path) -> None:
     cache, _ = make(tmp_path)
     question = "What is our refund policy?"
     await cache.insert(chat(question), model="m", tenant="a", answer_key="a1")
-    assert await lookup(cache, chat(question), model="m", tenant="b") is None
-    assert await lookup(cache, chat(question), model="m2", tenant="a") is None
-    assert await lookup(cache, chat(question, system="Be terse."), model="m", tenant="a") is None
-    assert await lookup(cache, chat(question, temperature=0.5), model="m", tenant="a") is None
-    found = await lookup(cache, chat(question), model="m", tenant="a")
+    assert await cache.lookup(chat(question), model="m", tenant="b") is None
+    assert await cache.lookup(chat(question), model="m2", tenant="a") is None
+    assert await cache.lookup(chat(question, system="Be terse."), model="m", tenant="a") is None
+    assert await cache.lookup(chat(question, temperature=0.5), model="m", tenant="a") is None
+    found = await cache.lookup(chat(question), model="m", tenant="a")
     assert found is not None and found.answer_key == "a1"
     await cache.close()
 
@@ -108,14 +108,14 @@ async def test_the_oldest_live_repeat_wins_and_expired_ones_go(tmp_path: Path) -
     await cache.insert(
         chat("Capital of Peru?\n"), model="m", tenant="t", answer_key="new", ttl_s=60
     )
-    first = await lookup(cache, chat("Capital of Peru?"), model="m", tenant="t")
+    first = await cache.lookup(chat("Capital of Peru?"), model="m", tenant="t")
     assert first is not None and first.answer_key == "old"
     clock.now += 30
-    second = await lookup(cache, chat("Capital of Peru?"), model="m", tenant="t")
+    second = await cache.lookup(chat("Capital of Peru?"), model="m", tenant="t")
     assert second is not None and second.answer_key == "new"
     assert cache.counters["expired"] == 1 and await cache.count_entries() == 1
     clock.now += 60
-    assert await lookup(cache, chat("Capital of Peru?"), model="m", tenant="t") is None
+    assert await cache.lookup(chat("Capital of Peru?"), model="m", tenant="t") is None
     await cache.close()
 
 
@@ -128,7 +128,7 @@ async def test_rows_without_a_text_key_are_never_served_by_text(tmp_path: Path) 
     with sqlite3.connect(tmp_path / "semantic.sqlite3") as conn:  # as before the column
         conn.execute("UPDATE hasten_semantic_v1 SET text_key = NULL")
     reopened, _ = make(tmp_path)
-    assert await lookup(reopened, chat("How do I cook rice?"), model="m", tenant="t") is None
+    assert await reopened.lookup(chat("How do I cook rice?"), model="m", tenant="t") is None
     await reopened.close()
 
 
@@ -139,7 +139,7 @@ async def test_a_text_key_collision_is_not_a_hit(tmp_path: Path) -> None:
     with sqlite3.connect(tmp_path / "semantic.sqlite3") as conn:
         conn.execute("UPDATE hasten_semantic_v1 SET text_key = ?", (text_key("Other text"),))
     reopened, _ = make(tmp_path)
-    assert await lookup(reopened, chat("Other text"), model="m", tenant="t") is None
+    assert await reopened.lookup(chat("Other text"), model="m", tenant="t") is None
     await reopened.close()
 
 
@@ -167,7 +167,7 @@ async def test_a_target_above_the_repeat_bound_serves_nothing(tmp_path: Path) ->
     cache, embedder = make(tmp_path, target=0.99)
     await cache.insert(chat("How do I cook rice?"), model="m", tenant="t", answer_key="k1")
     num_embedded = len(embedder.batches)
-    assert await lookup(cache, chat("How do I cook rice?"), model="m", tenant="t") is None
+    assert await cache.lookup(chat("How do I cook rice?"), model="m", tenant="t") is None
     assert len(embedder.batches) == num_embedded
     await cache.close()
 
@@ -186,16 +186,16 @@ async def test_an_import_is_served_by_text_at_once_and_by_meaning_once_filled(
     cache, embedder = make(tmp_path)
     assert await cache.insert_many(_imports(40)) == 40
     assert embedder.batches == [] and cache.stats()["vectors_pending"] == 40
-    found = await lookup(cache, chat("Imported question number 7?\n"), model="m", tenant="t")
+    found = await cache.lookup(chat("Imported question number 7?\n"), model="m", tenant="t")
     assert found is not None and found.answer_key == "k7" and found.similarity == 1.0
     await cache.wait_for_vectors()
     assert cache.stats()["vectors_pending"] == 0 and cache.counters["vectors_filled"] == 40
     assert sum(embedder.batches) == 40 and max(embedder.batches) <= 8
     await cache.close()
     lower, _ = make(tmp_path, target=0.8)  # every lookup embeds: the vectors must be right
-    result = await lower.lookup_near(chat("Imported question number 33?"), model="m", tenant="t")
-    assert result.match is not None and result.match.answer_key == "k33"
-    assert result.match.similarity == pytest.approx(1.0, abs=1e-3)
+    result = await lower.lookup(chat("Imported question number 33?"), model="m", tenant="t")
+    assert result is not None and result.answer_key == "k33"
+    assert result.similarity == pytest.approx(1.0, abs=1e-3)
     await lower.close()
 
 
@@ -213,12 +213,12 @@ async def test_rows_still_waiting_at_close_get_their_vectors_after_a_restart(
     await cache.insert_many(_imports(30))
     await cache.close()  # before the filler ran
     reopened, embedder = make(tmp_path, target=0.8)
-    result = await reopened.lookup_near(chat("Imported question number 3?"), model="m", tenant="t")
-    assert result.match is None  # not in the index until filled: a lost hit, never a wrong one
+    result = await reopened.lookup(chat("Imported question number 3?"), model="m", tenant="t")
+    assert result is None  # not in the index until filled: a lost hit, never a wrong one
     await reopened.wait_for_vectors()
     assert reopened.stats()["vectors_pending"] == 0 and reopened.counters["vectors_filled"] == 30
     assert sum(embedder.batches) == 30  # the lookup's embedding is remembered for its row
-    again = await lookup(reopened, chat("Imported question number 3?"), model="m", tenant="t")
+    again = await reopened.lookup(chat("Imported question number 3?"), model="m", tenant="t")
     assert again is not None and again.answer_key == "k3"
     await reopened.close()
 
@@ -247,7 +247,7 @@ async def test_a_broken_model_leaves_the_rows_waiting_and_is_not_asked_per_looku
     await cache.wait_for_vectors()
     assert cache.counters["vector_fill_errors"] == 1 and cache.stats()["vectors_pending"] == 12
     for _ in range(5):  # served by text meanwhile; no fill retried on each lookup
-        found = await lookup(cache, chat("Imported question number 1?"), model="m", tenant="t")
+        found = await cache.lookup(chat("Imported question number 1?"), model="m", tenant="t")
         assert found is not None and found.answer_key == "k1"
     await asyncio.sleep(0)
     assert embedder.batches == [8]
@@ -272,10 +272,10 @@ NOT_REPEATS = [
 async def test_a_repeat_is_the_same_text(tmp_path: Path, stored: str, asked: str) -> None:
     cache, _ = make(tmp_path)
     await cache.insert(chat(stored), model="m", tenant="t", answer_key="k1")
-    assert await lookup(cache, chat(asked), model="m", tenant="t") is None
+    assert await cache.lookup(chat(asked), model="m", tenant="t") is None
     await cache.insert(chat(asked), model="m", tenant="t", answer_key="k2")
     for text, key in ((stored, "k1"), (asked, "k2")):
-        found = await lookup(cache, chat(text), model="m", tenant="t")
+        found = await cache.lookup(chat(text), model="m", tenant="t")
         assert found is not None and found.answer_key == key
     await cache.close()
 
@@ -289,8 +289,8 @@ async def test_the_embedding_path_never_takes_them_for_identical(
     otherwise, the last two pairs, may be served there at a paraphrase's risk.)"""
     cache, _ = make(tmp_path, target=0.8)
     await cache.insert(chat(stored), model="m", tenant="t", answer_key="k1")
-    result = await cache.lookup_near(chat(asked), model="m", tenant="t")
-    assert result.match is None
+    result = await cache.lookup(chat(asked), model="m", tenant="t")
+    assert result is None
     await cache.close()
 
 
@@ -298,10 +298,10 @@ async def test_trailing_whitespace_and_leading_blank_lines_are_a_repeat(tmp_path
     cache, _ = make(tmp_path)
     await cache.insert(chat("    x = 1\nWhat is x?"), model="m", tenant="t", answer_key="k1")
     for asked in ("    x = 1\nWhat is x?\n", "\n  \n    x = 1\nWhat is x?  \t\n"):
-        found = await lookup(cache, chat(asked), model="m", tenant="t")
+        found = await cache.lookup(chat(asked), model="m", tenant="t")
         assert found is not None and found.answer_key == "k1"
     # The first line's own indentation is not trimmed: it may be code's.
-    assert await lookup(cache, chat("x = 1\nWhat is x?"), model="m", tenant="t") is None
+    assert await cache.lookup(chat("x = 1\nWhat is x?"), model="m", tenant="t") is None
     await cache.close()
 
 
@@ -312,8 +312,8 @@ async def test_text_parts_are_a_repeat_only_split_alike(tmp_path: Path) -> None:
 
     cache, _ = make(tmp_path)
     await cache.insert(parts("What is ", "ab?"), model="m", tenant="t", answer_key="k1")
-    assert await lookup(cache, parts("What is a", "b?"), model="m", tenant="t") is None
-    assert await lookup(cache, chat("What is \nab?"), model="m", tenant="t") is None
-    found = await lookup(cache, parts("What is ", "ab?"), model="m", tenant="t")
+    assert await cache.lookup(parts("What is a", "b?"), model="m", tenant="t") is None
+    assert await cache.lookup(chat("What is \nab?"), model="m", tenant="t") is None
+    found = await cache.lookup(parts("What is ", "ab?"), model="m", tenant="t")
     assert found is not None and found.answer_key == "k1"
     await cache.close()

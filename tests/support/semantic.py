@@ -6,14 +6,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from hasten.semantic.embedder import Vectors, normalize
-from hasten.semantic.matcher import SemanticMatch
 from hasten.semantic.store import SemanticCache, SemanticStoreConfig
 
 
@@ -59,13 +58,6 @@ def make_cache(path: Path, clock: Clock | None = None, **overrides: Any) -> Sema
     settings: dict[str, Any] = {"min_similarity": 0.9, **overrides}
     config = SemanticStoreConfig(path=path / "semantic.sqlite3", **settings)
     return SemanticCache(WordsEmbedder(), config, clock=clock or Clock())
-
-
-async def lookup(
-    cache: SemanticCache, body: Mapping[str, Any], *, model: str, tenant: str
-) -> SemanticMatch | None:
-    """The match a lookup serves, or None (``SemanticCache.lookup_near`` without its near)."""
-    return (await cache.lookup_near(body, model=model, tenant=tenant)).match
 
 
 async def eventually(check: Callable[[], Awaitable[Any]], *, num_tries: int = 250) -> Any:

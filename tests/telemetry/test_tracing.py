@@ -255,7 +255,7 @@ async def test_the_semantic_lookup_span_holds_the_embedding(tmp_path: Path) -> N
         scope = {"type": "http", "headers": [], "method": "POST", "path": "/v1/chat/completions"}
         with tracing.start_request(scope, "chat", "r1") as root, root.child("semantic.lookup") as s:
             assert isinstance(s, SpanStage)
-            found = await tier.find(
+            hit = await tier.find(
                 chat("what is the capital of France?"),
                 model="gpt-x",
                 tenant="t",
@@ -265,7 +265,7 @@ async def test_the_semantic_lookup_span_holds_the_embedding(tmp_path: Path) -> N
     finally:
         await tier.aclose()
         await exact.aclose()
-    assert found.hit is None
+    assert hit is None
     spans = list(exporter.get_finished_spans())
     (lookup,) = named(spans, "semantic.lookup")
     (embedding,) = children(spans, lookup)

@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hasten.apis.api import Api
 from hasten.cache import (
@@ -69,9 +69,6 @@ from hasten.wire.asgi import (
     send_response,
     start_stream,
 )
-
-if TYPE_CHECKING:
-    from hasten.semantic.tier import Found
 
 _log = logging.getLogger("hasten.proxy")
 
@@ -373,7 +370,6 @@ async def _lookup_and_serve(
     early: EarlyAsk | None,
 ) -> None:
     assert pipe.cache is not None
-    found = None
     if decision.is_lookup:
         with ex.trace.child("cache.lookup") as lookup:
             on_l1_miss = ex.listen if early is None else early.ask
@@ -400,16 +396,15 @@ async def _lookup_and_serve(
         if pipe.semantic is not None and question is not None:
             looked_s = time.perf_counter()
             with ex.trace.child("semantic.lookup") as lookup:
-                found = await pipe.semantic.find(
+                hit = await pipe.semantic.find(
                     dict(question),
                     model=ex.model.name,
                     tenant=namespace,
                     max_age_s=decision.max_age_s,
                     trace=lookup,
                 )
-                lookup.set("hasten.cache.is_hit", found.hit is not None)
+                lookup.set("hasten.cache.is_hit", hit is not None)
             ex.semantic_s = time.perf_counter() - looked_s
-            hit = found.hit
             replay = None if hit is None else _replay(pipe, ex, hit.entry)
             if hit is not None and replay is None:
                 _note_unservable(pipe, "a semantic hit")  # asked upstream below
@@ -425,7 +420,7 @@ async def _lookup_and_serve(
     pipe.stats.count("miss" if decision.is_lookup else "bypass", tenant=ex.tenant)
     ex.cache_label = MISS if decision.is_lookup else BYPASS
     ex.trace.set("hasten.cache", "miss" if decision.is_lookup else "bypass")
-    stored = _Stored(pipe, ex, key, namespace, found) if decision.is_store else None
+    stored = _Stored(pipe, ex, key, namespace) if decision.is_store else None
     if flight_key is None:
         flight_key = _flight_key(ex, key, decision)
     run = _flight_run(pipe, ex, stored, flight_key, decision.is_lookup, early)
@@ -506,14 +501,11 @@ def _flight_key(ex: Exchange, key: str, decision: CacheDecision) -> str:
 class _Stored:
     """Where a complete answer goes: the exact tiers, then the semantic index."""
 
-    __slots__ = ("_ex", "_found", "_key", "_pipe", "_tenant", "recorder")
+    __slots__ = ("_ex", "_key", "_pipe", "_tenant", "recorder")
 
-    def __init__(
-        self, pipe: Pipeline, ex: Exchange, key: str, tenant: str, found: Found | None
-    ) -> None:
+    def __init__(self, pipe: Pipeline, ex: Exchange, key: str, tenant: str) -> None:
         assert pipe.cache is not None
         self._pipe, self._ex, self._key, self._tenant = pipe, ex, key, tenant
-        self._found = found  # what the semantic lookup saw, if one ran
         ttl_s = ex.model.cache.ttl_s
         self.recorder = Recorder(pipe.cache, key, ex.api, ex.is_upstream_stream, ttl_s=ttl_s)
 
@@ -524,14 +516,12 @@ class _Stored:
         question = None if semantic is None else self._ex.chat_view
         if semantic is None or question is None:
             return
-        found = self._found
         semantic.remember(
             dict(question),
             model=self._ex.model.name,
             tenant=self._tenant,
             key=self._key,
             ttl_s=self._ex.model.cache.ttl_s,
-            near=None if found is None else found.near,
         )
 
 

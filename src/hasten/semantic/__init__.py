@@ -7,8 +7,8 @@ The gateway's view of it::
 
     require_extra(settings)                   # ConfigError naming the extra if it is missing
     tier = build_tier(settings, exact_cache)  # semantic/tier.py's SemanticTier
-    found = await tier.find(body, model=..., tenant=..., max_age_s=...)  # after an exact miss
-    tier.remember(body, model=..., tenant=..., key=exact_key, ttl_s=..., near=found.near)
+    hit = await tier.find(body, model=..., tenant=..., max_age_s=...)  # after an exact miss
+    tier.remember(body, model=..., tenant=..., key=exact_key, ttl_s=...)  # after a miss
     await tier.aclose()
 
 ``tier.cache`` is the store (``store.SemanticCache``): lookups, inserts, imports

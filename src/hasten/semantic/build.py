@@ -65,7 +65,6 @@ def build_tier(
             min_similarity=settings.min_similarity,
             target_precision=settings.target_precision,
             max_entries=settings.max_entries,
-            eviction=settings.eviction,
             freshness=FreshnessPolicy(
                 default_ttl_s=settings.default_ttl_s, short_ttl_s=settings.short_ttl_s
             ),

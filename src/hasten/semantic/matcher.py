@@ -2,7 +2,7 @@
 calibrated risk (the default: ``calibration``) or a cosine cut-off with the ambiguity test.
 
 Pure: it sees candidates (already found by the index and read from the store) and decides;
-a lookup returns a ``LookupResult``: the match, or the near miss (see ``tier``).
+a lookup returns the ``SemanticMatch`` served, or None.
 """
 
 from __future__ import annotations
@@ -27,17 +27,12 @@ NOT_REPEATED = "not_repeated"
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """A stored question near the query.
-
-    ``answer_class``: entries whose answers were seen to agree share one (see ``near``);
-    an entry nobody joined is its own class (its id).
-    """
+    """A stored question near the query."""
 
     entry_id: int
     similarity: float
     signature: TextSignature
     answer_key: str
-    answer_class: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,11 +40,10 @@ class MatchPolicy:
     """``min_similarity``: cosine cut-off (depends on the embedder's score range).
 
     Ambiguity: two stored questions with different answers that are both close to the query
-    mean the cache once judged them different (or their answers disagreed), so it cannot know
-    which one the query means. The best is served only if no other answer qualifies and its
-    cosine distance is clearly smaller than the runner-up's (``max_distance_ratio``, as in
-    Lowe's ratio test for matching image features). A runner-up in the best's answer class
-    is no conflict: its answer was seen to agree, so either would be served correctly.
+    mean the cache once judged them different, so it cannot know which one the query means.
+    The best is served only if no other answer qualifies and its cosine distance is clearly
+    smaller than the runner-up's (``max_distance_ratio``, as in Lowe's ratio test for
+    matching image features).
     """
 
     min_similarity: float
@@ -115,19 +109,6 @@ class SemanticMatch:
     script: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class LookupResult:
-    """What ``SemanticCache.lookup_near`` returns: the ``match`` served, or None; ``near``:
-    when nothing is served, the closest entry whose answer the fresh one should be compared
-    with, if any is within the candidate floor."""
-
-    match: SemanticMatch | None = None
-    near: Candidate | None = None
-
-
-NOTHING = LookupResult()
-
-
 def choose(query: TextSignature, candidates: Sequence[Candidate], policy: MatchPolicy) -> Choice:
     """The candidate to serve, or why none is served. Candidates may come in any order."""
     ordered = sorted(candidates, key=lambda item: (-item.similarity, item.entry_id))
@@ -151,7 +132,7 @@ def choose(query: TextSignature, candidates: Sequence[Candidate], policy: MatchP
         return Choice(HIT if risk < policy.max_risk else RISKY, best, risk=risk, script=script)
     if best.similarity < policy.min_similarity:
         return Choice(BELOW_THRESHOLD, best, script=script)
-    runner_up = next((c for c in compatible[1:] if _conflicts(best, c)), None)
+    runner_up = next((c for c in compatible[1:] if c.answer_key != best.answer_key), None)
     if runner_up is not None and (
         runner_up.similarity >= (policy.qualifying_similarity or policy.min_similarity)
         or (1.0 - best.similarity) >= policy.max_distance_ratio * (1.0 - runner_up.similarity)
@@ -164,7 +145,7 @@ def best_evidence(
     query: TextSignature, best: Candidate, compatible: Sequence[Candidate]
 ) -> Evidence:
     """What the calibration judges ``best`` by (shared with bench/semantic/calibrate.py)."""
-    runner_up = next((c for c in compatible[1:] if _conflicts(best, c)), None)
+    runner_up = next((c for c in compatible[1:] if c.answer_key != best.answer_key), None)
     return evidence(
         query.squashed,
         best.signature.squashed,
@@ -172,7 +153,3 @@ def best_evidence(
         None if runner_up is None else runner_up.similarity,
         is_identical=query.text == best.signature.text,
     )
-
-
-def _conflicts(best: Candidate, other: Candidate) -> bool:
-    return other.answer_key != best.answer_key and other.answer_class != best.answer_class

@@ -36,19 +36,19 @@ CREATE TABLE IF NOT EXISTS {_TABLE} (
     accessed_at REAL NOT NULL,
     num_hits INTEGER NOT NULL DEFAULT 0,
     size_bytes INTEGER NOT NULL,
-    observations BLOB,  -- unused since issue 40 (error-budget mode); kept for old files
-    answer_class INTEGER
+    observations BLOB  -- unused since issue 40 (error-budget mode); kept for old files
 );
 CREATE INDEX IF NOT EXISTS {_TABLE}_partition ON {_TABLE} (partition);
 CREATE INDEX IF NOT EXISTS {_TABLE}_tenant ON {_TABLE} (tenant);
 CREATE INDEX IF NOT EXISTS {_TABLE}_model ON {_TABLE} (model);
 CREATE INDEX IF NOT EXISTS {_TABLE}_expires ON {_TABLE} (expires_at);
 CREATE INDEX IF NOT EXISTS {_TABLE}_accessed ON {_TABLE} (accessed_at);
-CREATE INDEX IF NOT EXISTS {_TABLE}_hits ON {_TABLE} (num_hits, accessed_at);
 CREATE TABLE IF NOT EXISTS {_TABLE}_meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
 """
-# Columns added after the first release: files written before them get them on open.
-_ADDED_COLUMNS = {"answer_class": "INTEGER", "text_key": "INTEGER"}
+# Columns added after the first release: files written before them get them on open. Files
+# written before issue 40 may have an ``answer_class`` column too (answer classes, removed):
+# nothing reads or writes it.
+_ADDED_COLUMNS = {"text_key": "INTEGER"}
 # A repeated question (``text_key``: its text's hash) is found without a vector. Rows
 # written before the column have none: they are in partitions of an older form
 # (``partition``), which no lookup reads.
@@ -59,16 +59,14 @@ _PENDING_INDEX = (
 )
 # Rough per-row overhead of SQLite plus the in-memory index (graph links, id maps).
 ROW_OVERHEAD_BYTES = 256
-# What a lookup reads of a row (``StoredEntry``): a row nobody joined is its own class.
-_SELECT_ENTRIES = (
-    f"SELECT id, partition, text, answer_key, expires_at, coalesce(answer_class, id) FROM {_TABLE}"
-)
+# What a lookup reads of a row (``StoredEntry``).
+_SELECT_ENTRIES = f"SELECT id, partition, text, answer_key, expires_at FROM {_TABLE}"
 
 
 @dataclass(frozen=True, slots=True)
 class Row:
     """A question to store: its partition (and so its tenant's), text, where its answer is,
-    when it was stored and when it expires; ``answer_class`` None: its own (its id)."""
+    when it was stored and when it expires."""
 
     partition: str
     tenant: str
@@ -77,7 +75,6 @@ class Row:
     answer_key: str
     created_at: float
     expires_at: float
-    answer_class: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +86,6 @@ class StoredEntry:
     text: str
     answer_key: str
     expires_at: float
-    answer_class: int
 
 
 class Records:
@@ -132,12 +128,11 @@ class Records:
         size_bytes = len(blob) + len(text.encode()) + len(answer_key) + ROW_OVERHEAD_BYTES
         cursor = self.conn.execute(
             f"INSERT INTO {_TABLE} (id, partition, tenant, model, text, vector, answer_key,"
-            " created_at, expires_at, accessed_at, size_bytes, answer_class, text_key)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " created_at, expires_at, accessed_at, size_bytes, text_key)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 *(entry_id, row.partition, row.tenant, row.model, text, blob, answer_key),
-                *(row.created_at, row.expires_at, row.created_at, size_bytes, row.answer_class),
-                text_key(text),
+                *(row.created_at, row.expires_at, row.created_at, size_bytes, text_key(text)),
             ),
         )
         return int(cursor.lastrowid or 0)
@@ -223,11 +218,10 @@ class Records:
         count, size_bytes = row.fetchone()
         return int(count), int(size_bytes)
 
-    def select_victims(self, *, policy: str, num_rows: int) -> list[tuple[int, str]]:
-        """The ``num_rows`` least recently (LRU) or least frequently (LFU) used rows."""
-        order = "accessed_at" if policy == "lru" else "num_hits, accessed_at"
+    def select_victims(self, num_rows: int) -> list[tuple[int, str]]:
+        """The ``num_rows`` least recently used rows."""
         rows = self.conn.execute(
-            f"SELECT id, partition FROM {_TABLE} ORDER BY {order} LIMIT ?", (num_rows,)
+            f"SELECT id, partition FROM {_TABLE} ORDER BY accessed_at LIMIT ?", (num_rows,)
         )
         return [(int(row[0]), row[1]) for row in rows]
 
@@ -291,6 +285,8 @@ def _add_missing_columns(conn: sqlite3.Connection) -> None:
                 raise
     conn.execute(_TEXT_INDEX)
     conn.execute(_PENDING_INDEX)
+    # LFU eviction's order, gone with it (issue 40): a hit no longer pays for its update.
+    conn.execute(f"DROP INDEX IF EXISTS {_TABLE}_hits")
 
 
 def _columns(conn: sqlite3.Connection) -> set[str]:
@@ -309,12 +305,5 @@ def _where(*conditions: tuple[str, str, object]) -> tuple[str, list[object]]:
 
 
 def _stored_entry(row: tuple[Any, ...]) -> StoredEntry:
-    entry_id, partition, text, answer_key, expires_at, answer_class = row
-    return StoredEntry(
-        int(entry_id),
-        partition,
-        text,
-        answer_key,
-        float(expires_at),
-        int(answer_class),
-    )
+    entry_id, partition, text, answer_key, expires_at = row
+    return StoredEntry(int(entry_id), partition, text, answer_key, float(expires_at))

@@ -6,7 +6,7 @@ model never read these vectors):
 - ``<ns>next_id``: a counter (INCR) handing out entry ids that are unique across replicas, so
   an id in ``x-hasten-semantic-entry`` means the same entry on every replica;
 - ``<ns>e:<id>``: one hash per entry (partition key, tenant, model, text, float16 vector,
-  answer key, created/expiry times, and the answer class when it joined another entry's),
+  answer key, created/expiry times),
   expiring in Redis when the entry does (PEXPIREAT);
 - ``<ns>events``: a stream of ``insert <id>`` and ``delete <filter>`` events, capped at
   ``max_events`` (``XADD MAXLEN ~``).
@@ -46,8 +46,7 @@ _SCAN_BATCH = 500
 
 @dataclass(frozen=True, slots=True)
 class SharedEntry:
-    """One semantic-cache entry as stored in Redis: its id, its row (an ``answer_class`` of
-    None is its own: hashes written before answer classes have no such field) and vector."""
+    """One semantic-cache entry as stored in Redis: its id, its row and its vector."""
 
     entry_id: int
     row: Row
@@ -66,24 +65,21 @@ Event = SharedEntry | DeleteEvent | None  # None: an insert whose hash is alread
 
 
 # How each ``Row`` field is read back from an entry hash, by its annotation.
-_READERS: dict[str, Callable[[bytes], Any]] = {"str": bytes.decode, "float": float, "int": int}
-_ROW_READERS = {f.name: _READERS[str(f.type).split(" |")[0]] for f in dataclasses.fields(Row)}
+_READERS: dict[str, Callable[[bytes], Any]] = {"str": bytes.decode, "float": float}
+_ROW_READERS = {f.name: _READERS[str(f.type)] for f in dataclasses.fields(Row)}
 
 
 def encode_entry(entry: SharedEntry) -> dict[str, bytes | str | float | int]:
     """The entry's hash: its row's fields (redis-py writes a number as its ``repr``, which
-    reads back exactly) and its vector; a field that is None (``answer_class``) is left out."""
-    row = {
-        name: value for name, value in dataclasses.asdict(entry.row).items() if value is not None
-    }
-    return {**row, "vector": entry.vector_f16}
+    reads back exactly) and its vector."""
+    return {**dataclasses.asdict(entry.row), "vector": entry.vector_f16}
 
 
 def decode_entry(entry_id: int, hashed: Mapping[bytes, bytes]) -> SharedEntry | None:
-    """None for a missing (expired, deleted) or malformed hash."""
+    """None for a missing (expired, deleted) or malformed hash. Fields that are not the
+    row's are ignored (``answer_class``, written by replicas before issue 40)."""
     try:
-        values = {name: hashed[name.encode()] for name in _ROW_READERS if name.encode() in hashed}
-        row = Row(**{name: _ROW_READERS[name](value) for name, value in values.items()})
+        row = Row(**{name: read(hashed[name.encode()]) for name, read in _ROW_READERS.items()})
         return SharedEntry(entry_id, row, bytes(hashed[b"vector"]))
     except (KeyError, TypeError, ValueError, UnicodeDecodeError):
         return None

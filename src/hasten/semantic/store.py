@@ -1,6 +1,6 @@
 """SemanticCache: finds a cached answer to a question asked in other words.
 
-``tier.SemanticTier`` asks it after an exact-cache miss (``lookup_near``) and tells it each
+``tier.SemanticTier`` asks it after an exact-cache miss (``lookup``) and tells it each
 fresh answer's exact-cache key (``insert``). Only the final user turn is compared by meaning;
 everything else must match exactly (see ``partition``). Embedding runs on its own worker
 thread; SQLite and the vector index on another, so the event loop never blocks. Vectors and
@@ -25,7 +25,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
@@ -38,7 +38,7 @@ from hasten.semantic.calibration import SCRIPTS, Calibration, script_of
 from hasten.semantic.embedder import AsyncEmbedder, Embedder
 from hasten.semantic.guard import signature
 from hasten.semantic.index import VectorIndex
-from hasten.semantic.matcher import NOTHING, LookupResult, SemanticMatch
+from hasten.semantic.matcher import SemanticMatch
 from hasten.semantic.partition import split_chat
 from hasten.semantic.records import Records, Row, StoredEntry, vector_bytes, vector_of
 from hasten.semantic.redis_tier import LOCAL_ID_BASE, DeleteEvent, Event, RedisTier, SharedEntry
@@ -160,27 +160,26 @@ class SemanticCache:
             await asyncio.shield(self._filler)
             self.start()  # rows that came while it finished
 
-    async def lookup_near(
+    async def lookup(
         self,
         body: Mapping[str, Any],
         *,
         model: str,
         tenant: str,
         trace: Stage = NO_STAGE,
-    ) -> LookupResult:
-        """A cached question meaning the same as the request's last user turn (``match``),
-        or the entry it came close to when it serves nothing (``near``).
+    ) -> SemanticMatch | None:
+        """A cached question meaning the same as the request's last user turn, or None.
 
         In a script where the target admits only a repeated question, the lookup is decided
-        by the question's text: a repeat is served and a miss is final, without an embedding
-        (``near`` is then None)."""
+        by the question's text: a repeat is served and a miss is final, without an
+        embedding."""
         query = split_chat(body, model=model, tenant=tenant)
         if query is None:
             self.counters["skipped_not_cacheable"] += 1
-            return NOTHING
+            return None
         if freshness.ttl_s(query.text, policy=self.config.freshness) <= 0:
             self.counters["skipped_volatile"] += 1
-            return NOTHING
+            return None
         self.start()
         try:
             if self._repeat_only_scripts:
@@ -190,14 +189,14 @@ class SemanticCache:
                     repeat = await self._run(self._repeat_lookup_sync, *args)
                     if repeat is None:
                         self._count_decision(script, matcher.NOT_REPEATED)
-                    return repeat or NOTHING
+                    return repeat
             with trace.child("embedding") as embedding:
                 vector = await self.embedder.embed(query.text)
                 embedding.set("hasten.embedder", self._embedder_name)
             return await self._run(self._lookup_sync, query.partition_key, query.text, vector)
         except Exception:  # a cache must never fail the request it could not speed up
             self._note_error("lookup")
-            return NOTHING
+            return None
 
     async def insert(
         self,
@@ -207,23 +206,19 @@ class SemanticCache:
         tenant: str,
         answer_key: str,
         ttl_s: float | None = None,
-        answer_class: int | None = None,
     ) -> int | None:
         """Remembers the request's last user turn as answered under ``answer_key``.
 
-        The TTL is the smaller of ``ttl_s`` (the model's) and the question's freshness TTL;
-        ``answer_class``: another entry's, when this answer was seen to agree with that
-        entry's (None: its own). Returns the entry id, or None if not cacheable by meaning.
+        The TTL is the smaller of ``ttl_s`` (the model's) and the question's freshness TTL.
+        Returns the entry id, or None if not cacheable by meaning.
         """
-        entry = NewEntry(body, model, tenant, answer_key, ttl_s)
-        return await self.insert_entry(entry, answer_class=answer_class)
+        return await self.insert_entry(NewEntry(body, model, tenant, answer_key, ttl_s))
 
-    async def insert_entry(self, item: NewEntry, *, answer_class: int | None = None) -> int | None:
+    async def insert_entry(self, item: NewEntry) -> int | None:
         """``insert`` of a ``NewEntry``."""
         row = self._prepare(item)
         if row is None:
             return None
-        row = replace(row, answer_class=answer_class)
         self.start()
         try:
             vector = await self.embedder.embed(row.text)
@@ -233,9 +228,6 @@ class SemanticCache:
             self._note_error("insert")
             return None
         if self.replica is not None and shared_id is not None:
-            # Local-only ids name unrelated entries on other replicas: such a class stays here.
-            if answer_class is not None and answer_class >= LOCAL_ID_BASE:
-                row = replace(row, answer_class=None)
             await self.replica.publish_insert(SharedEntry(entry_id, row, vector_bytes(vector)))
         return entry_id
 
@@ -436,40 +428,31 @@ class SemanticCache:
         self._index.load_partition(partition, ids, vectors)
         self.counters["partitions_rebuilt"] += 1
 
-    def _lookup_sync(self, partition: str, text: str, vector: Vector) -> LookupResult:
+    def _lookup_sync(self, partition: str, text: str, vector: Vector) -> SemanticMatch | None:
         records = self._open()
         self._partition(records, partition)
         now = self._clock()
         found = self._index.search(partition, vector, self.config.num_candidates)
-        floor = self.policy.floor
-        stored = records.entries([entry_id for entry_id, sim in found if sim >= floor])
+        stored = records.entries([i for i, sim in found if sim >= self.policy.floor])
         live = {e.entry_id: e for e in self._upkeep.live(records, stored.values(), now)}
         candidates = [
-            matcher.Candidate(
-                i, sim, self._upkeep.signature(live[i]), live[i].answer_key, live[i].answer_class
-            )
+            matcher.Candidate(i, sim, self._upkeep.signature(live[i]), live[i].answer_key)
             for i, sim in found
             if i in live
         ]
-        policy = self.policy
-        choice = matcher.choose(signature(text), candidates, policy)
+        choice = matcher.choose(signature(text), candidates, self.policy)
         self._count_decision(choice.script or "latin", choice.reason)
         if choice.guard_reason is not None:
             self.counters[f"guard_{choice.guard_reason}"] += 1
         best = choice.candidate
         if not choice.is_hit or best is None:
-            is_near = best is not None and best.similarity >= floor
-            return LookupResult(None, best if is_near else None)
+            return None
         match = SemanticMatch(
-            best.entry_id,
-            best.similarity,
-            best.answer_key,
-            risk=choice.risk,
-            script=choice.script,
+            best.entry_id, best.similarity, best.answer_key, risk=choice.risk, script=choice.script
         )
         return self._served(records, live[best.entry_id], match, now)
 
-    def _repeat_lookup_sync(self, partition: str, text: str, script: str) -> LookupResult | None:
+    def _repeat_lookup_sync(self, partition: str, text: str, script: str) -> SemanticMatch | None:
         """The hit where only a repeated question can be served: the oldest live entry whose
         question is ``text`` too (both ``partition.trimmed``); None if there is none. The
         embedding path serves the same row: an equal text is its nearest (ties go to the
@@ -494,11 +477,11 @@ class SemanticCache:
 
     def _served(
         self, records: Records, entry: StoredEntry, match: SemanticMatch, now: float
-    ) -> LookupResult:
+    ) -> SemanticMatch:
         """A hit on ``entry``: touched and counted."""
         records.touch(entry.entry_id, now)
         self.counters["hits"] += 1
-        return LookupResult(match)
+        return match
 
     def _insert_sync(self, row: Row, vector: Vector, entry_id: int | None) -> int:
         records = self._open()

@@ -26,7 +26,6 @@ class SemanticStoreConfig:
     num_candidates: int = 8
     max_entries: int = 1_000_000
     max_bytes: int = 2 * 1024**3
-    eviction: str = "lru"
     freshness: FreshnessPolicy = field(default_factory=FreshnessPolicy)
     max_flat_entries: int = DEFAULT_MAX_FLAT_ENTRIES
     # Shared tier: entries in this Redis, every replica's index kept in step (``redis_tier``).

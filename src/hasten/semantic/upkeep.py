@@ -107,5 +107,4 @@ class Upkeep:
         # with rows large next to max_bytes, above max_bytes itself.
         num_victims = math.ceil(max(over_entries, over_bytes, 0))
         if num_victims > 0:
-            victims = records.select_victims(policy=config.eviction, num_rows=num_victims)
-            self.remove(records, victims, "evicted")
+            self.remove(records, records.select_victims(num_victims), "evicted")
