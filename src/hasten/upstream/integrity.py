@@ -95,20 +95,22 @@ class StreamGuard:
                 raise malformed(f"an event of over {MAX_EVENT_BYTES} bytes")
             if not data:
                 return data
-        if b"[DONE]" in data and (done_at := done_end(data)) is not None:
-            # The stream's end: nothing after it is an event of this answer.
-            self.is_over = True
-            self.has_extra = bool(data[done_at:].strip() or self._tail.strip())
-            data, self._tail = data[:done_at], b""
         if b"\r" in data:  # CR line ends: the decoder knows them
-            self._check_all(self._decoder.feed(data))
-            return data
+            if b"[DONE]" in data and (done_at := done_end(data)) is not None:
+                data = self._over(data, done_at)
+            if b"\r" in data:  # (else only what followed the [DONE] had them)
+                self._check_all(self._decoder.feed(data))
+                return data
+        # One walk over the events checks each and finds the first ``[DONE]``: the stream's
+        # end, after which nothing is an event of this answer.
+        end = 0
         for event in data.split(b"\n\n"):
+            end += len(event) + 2
             # One-line ``data:`` events, bare or after an ``event:`` line, are checked here
             # (the decoder's own fast path, with or without the optional space); multi-line
             # data and comments go through the decoder.
             if event.startswith(b"data:") and b"\n" not in event:
-                self._check(event[6:] if event.startswith(b"data: ") else event[5:])
+                payload = event[6:] if event.startswith(b"data: ") else event[5:]
             elif (
                 event.startswith(b"event:")
                 and (line := event.find(b"\n") + 1)
@@ -116,11 +118,26 @@ class StreamGuard:
                 and event.find(b"\n", line) < 0
             ):
                 # A named event, one line of data (every Responses and Messages event).
-                at = line + 6 if event.startswith(b"data: ", line) else line + 5
-                self._check(event[at:])
+                payload = event[line + 6 if event.startswith(b"data: ", line) else line + 5 :]
             elif event:
                 self._check_all(self._decoder.feed(event + b"\n\n"))
+                if event_data(event) == DONE:
+                    return self._over(data, end)
+                continue
+            else:
+                continue
+            self._check(payload)
+            if payload == DONE:
+                return self._over(data, end)
         return data
+
+    def _over(self, data: bytes, done_at: int) -> bytes:
+        """``data`` up to its first ``[DONE]`` event, which ends at ``done_at``; what follows
+        is noted (``has_extra``) and dropped, never forwarded or checked."""
+        self.is_over = True
+        self.has_extra = self.has_extra or bool(data[done_at:].strip() or self._tail.strip())
+        self._tail = b""
+        return data[:done_at]
 
     def _check_all(self, payloads: list[bytes]) -> None:
         for payload in payloads:
