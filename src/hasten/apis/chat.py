@@ -52,27 +52,29 @@ def chunks_to_body(chunks: Iterable[bytes], endpoint: str) -> bytes:
 class BodyMerge:
     """``chunks_to_body`` one parsed chunk at a time, for a stream assembled as it arrives."""
 
-    __slots__ = ("_choices", "_endpoint", "_head", "_num_missing", "_usage")
+    __slots__ = ("_choices", "_endpoint", "_head", "_missing", "_usage")
 
     def __init__(self, endpoint: str) -> None:
         _check_endpoint(endpoint)
         self._endpoint = endpoint
         self._head: dict[str, Any] = {}
-        self._num_missing = len(_HEAD_FIELDS)  # head fields not seen yet: 0 skips the scan
+        # Head fields not seen yet, the only ones a chunk is searched for: a field no chunk
+        # has (service_tier, from most upstreams) costs one lookup a chunk, not five.
+        self._missing: tuple[str, ...] = _HEAD_FIELDS
         self._choices: dict[int, _ChoiceMerge] = {}
         self._usage: Any = None
 
     def add(self, chunk: Any) -> None:
         """One parsed chunk; raises ``ValueError`` for one without the OpenAI shape."""
         try:
-            if self._num_missing:
-                head = self._head
-                for name in _HEAD_FIELDS:
-                    if head.get(name) is None and chunk.get(name) is not None:
-                        head[name] = chunk[name]
-                        self._num_missing -= 1
-            if chunk.get("usage") is not None:
-                self._usage = chunk["usage"]
+            for name in self._missing:
+                value = chunk.get(name)
+                if value is not None:  # the first value a field has is the body's
+                    self._head[name] = value
+                    self._missing = tuple([other for other in self._missing if other != name])
+            usage = chunk.get("usage")
+            if usage is not None:
+                self._usage = usage
             choices = self._choices
             for choice in chunk.get("choices") or ():
                 index = choice.get("index", 0)
@@ -589,16 +591,16 @@ class ChoicesEnding:
         if not isinstance(choices, list):
             self._is_broken = True
             return
-        opened, finished = self._opened, self._finished
-        for choice in choices:
-            try:
+        opened = self._opened
+        try:
+            for choice in choices:
                 index = choice.get("index", 0)
                 opened.add(index)
                 if choice.get("finish_reason") is not None:
-                    finished.add(index)
-            except (AttributeError, TypeError):  # not an object, an unhashable index
-                self._is_broken = True
-                return
+                    self._finished.add(index)
+        except (AttributeError, TypeError):  # not an object, an unhashable index
+            self._is_broken = True
+            return
         # Past this many choices the stream is not whole (the merge refuses it too), and
         # the record of which choices finished stays bounded whatever an upstream sends.
         if len(opened) > MAX_CHOICES:
@@ -683,11 +685,9 @@ class _ChoicesApi:
     def affinity_view(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
         return body  # its messages or prompt as they are
 
-    def is_output(self, event: Any) -> bool:
-        return is_output(event)
-
-    def event_error(self, event: Any) -> UpstreamError | None:
-        return event_error(event)
+    # Asked of every event of a stream: the module's functions themselves, no frame between.
+    is_output = staticmethod(is_output)
+    event_error = staticmethod(event_error)
 
     def ending(self) -> ChoicesEnding:
         return ChoicesEnding()

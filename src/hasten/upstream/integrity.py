@@ -103,9 +103,8 @@ class StreamGuard:
                 return data
         # One walk over the events checks each and finds the first ``[DONE]``: the stream's
         # end, after which nothing is an event of this answer.
-        end = 0
-        for event in data.split(b"\n\n"):
-            end += len(event) + 2
+        events = data.split(b"\n\n")
+        for event in events:
             # One-line ``data:`` events, bare or after an ``event:`` line, are checked here
             # (the decoder's own fast path, with or without the optional space); multi-line
             # data and comments go through the decoder.
@@ -122,13 +121,12 @@ class StreamGuard:
             elif event:
                 self._check_all(self._decoder.feed(event + b"\n\n"))
                 if event_data(event) == DONE:
-                    return self._over(data, end)
+                    return self._over(data, _end_of(events, event))
                 continue
             else:
                 continue
-            self._check(payload)
-            if payload == DONE:
-                return self._over(data, end)
+            if self._check(payload):
+                return self._over(data, _end_of(events, event))
         return data
 
     def _over(self, data: bytes, done_at: int) -> bytes:
@@ -143,20 +141,21 @@ class StreamGuard:
         for payload in payloads:
             self._check(payload)
 
-    def _check(self, payload: bytes) -> None:
-        """One event's data: JSON (or ``[DONE]``), handed to the sink when there is one."""
+    def _check(self, payload: bytes) -> bool:
+        """One event's data: JSON (or ``[DONE]``: True), handed to the sink when there is one."""
         self.num_events += 1
         sink = self._sink
         if payload == DONE:
             if sink is not None:
                 sink.done()
-            return
+            return True
         try:
             parsed = orjson.loads(payload)
         except orjson.JSONDecodeError:
             raise malformed(f"an event that is not JSON: {payload[:40]!r}") from None
         if sink is not None:
             sink.event(payload, parsed)
+        return False
 
     def finish(self) -> bytes:
         """What is left at the end of the stream, as it came: comments, or a last event
@@ -172,6 +171,12 @@ class StreamGuard:
         if self._sink is not None:
             self._sink.end(tail)
         return tail
+
+
+def _end_of(events: list[bytes], event: bytes) -> int:
+    """Where ``event``, the first of ``events`` (split at blank lines) with its bytes, ends."""
+    i = events.index(event)
+    return sum(map(len, events[: i + 1])) + 2 * (i + 1)
 
 
 def done_end(data: bytes) -> int | None:
