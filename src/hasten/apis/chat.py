@@ -606,7 +606,7 @@ class ChoicesEnding:
         if len(opened) > MAX_CHOICES:
             self._is_broken = True
             opened.clear()
-            finished.clear()
+            self._finished.clear()
 
     def done(self) -> None:
         if self._is_done:
