@@ -44,6 +44,10 @@ class Ending(Protocol):
     """Fed a stream's events as they come; says whether it ended properly (what the cache
     stores and a non-stream client is answered from)."""
 
+    # Something no whole answer has came. Every event the API's ``event_error`` reports
+    # breaks it, so a reader looks for the error only once it is set.
+    is_broken: bool
+
     def event(self, parsed: Any) -> None:
         """A data event other than ``[DONE]`` (any non-dict if it was not JSON)."""
 

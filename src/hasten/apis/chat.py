@@ -573,23 +573,23 @@ class ChoicesEnding:
     other event, no event an error or anything but a JSON object, and every choice it
     opened given a ``finish_reason`` (a stream cut short can still end with ``[DONE]``)."""
 
-    __slots__ = ("_finished", "_is_broken", "_is_done", "_opened")
+    __slots__ = ("_finished", "_is_done", "_opened", "is_broken")
 
     def __init__(self) -> None:
         self._opened: set[Any] = set()  # choice indexes seen
         self._finished: set[Any] = set()  # those that had a finish_reason
         self._is_done = False
-        self._is_broken = False  # something no whole answer has
+        self.is_broken = False  # something no whole answer has
 
     def event(self, parsed: Any) -> None:
         if self._is_done or not isinstance(parsed, dict) or "error" in parsed:
-            self._is_broken = True  # after [DONE], not a JSON object, or an error
+            self.is_broken = True  # after [DONE], not a JSON object, or an error
             return
         choices = parsed.get("choices")
         if not choices:
             return
         if not isinstance(choices, list):
-            self._is_broken = True
+            self.is_broken = True
             return
         opened = self._opened
         try:
@@ -599,30 +599,30 @@ class ChoicesEnding:
                 if choice.get("finish_reason") is not None:
                     self._finished.add(index)
         except (AttributeError, TypeError):  # not an object, an unhashable index
-            self._is_broken = True
+            self.is_broken = True
             return
         # Past this many choices the stream is not whole (the merge refuses it too), and
         # the record of which choices finished stays bounded whatever an upstream sends.
         if len(opened) > MAX_CHOICES:
-            self._is_broken = True
+            self.is_broken = True
             opened.clear()
             self._finished.clear()
 
     def done(self) -> None:
         if self._is_done:
-            self._is_broken = True  # a second [DONE]
+            self.is_broken = True  # a second [DONE]
         self._is_done = True
 
     @property
     def is_ended(self) -> bool:
-        return self._is_done and not self._is_broken
+        return self._is_done and not self.is_broken
 
     @property
     def is_finished(self) -> bool:
         return bool(self._opened) and self._opened <= self._finished
 
     def is_whole(self, has_pending: bool) -> bool:
-        return not has_pending and not self._is_broken and self._is_done and self.is_finished
+        return not has_pending and not self.is_broken and self._is_done and self.is_finished
 
 
 # --- the two APIs ----------------------------------------------------------------------
