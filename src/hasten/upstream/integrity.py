@@ -108,8 +108,10 @@ class StreamGuard:
             # One-line ``data:`` events, bare or after an ``event:`` line, are checked here
             # (the decoder's own fast path, with or without the optional space); multi-line
             # data and comments go through the decoder.
-            if event.startswith(b"data:") and b"\n" not in event:
-                payload = event[6:] if event.startswith(b"data: ") else event[5:]
+            if event.startswith(b"data: ") and b"\n" not in event:
+                payload = event[6:]
+            elif event.startswith(b"data:") and b"\n" not in event:
+                payload = event[5:]
             elif (
                 event.startswith(b"event:")
                 and (line := event.find(b"\n") + 1)
