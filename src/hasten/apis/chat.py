@@ -182,8 +182,11 @@ class _ChoiceMerge:
         for name, value in delta.items():
             if value is None:
                 continue
-            if name == "content":
-                self._append_text(value)
+            if name == "content":  # nearly every chunk's one field: appended here, no call
+                if self.parts is None:
+                    self.parts = [value]
+                else:
+                    self.parts.append(value)
             elif name == "role":
                 self.role = value
             elif name == "refusal":
