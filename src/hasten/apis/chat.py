@@ -598,18 +598,20 @@ class ChoicesEnding:
         try:
             for choice in choices:
                 index = choice.get("index", 0)
-                opened.add(index)
+                if index not in opened:
+                    opened.add(index)
+                    # Past this many choices the stream is not whole (the merge refuses it
+                    # too), and the record of which choices finished stays bounded
+                    # whatever an upstream sends.
+                    if len(opened) > MAX_CHOICES:
+                        self.is_broken = True
+                        opened.clear()
+                        self._finished.clear()
+                        return
                 if choice.get("finish_reason") is not None:
                     self._finished.add(index)
         except (AttributeError, TypeError):  # not an object, an unhashable index
             self.is_broken = True
-            return
-        # Past this many choices the stream is not whole (the merge refuses it too), and
-        # the record of which choices finished stays bounded whatever an upstream sends.
-        if len(opened) > MAX_CHOICES:
-            self.is_broken = True
-            opened.clear()
-            self._finished.clear()
 
     def done(self) -> None:
         if self._is_done:
