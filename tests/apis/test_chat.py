@@ -14,6 +14,7 @@ from hasten.apis.chat import (
     MAX_EXTRA_FIELDS,
     MAX_TOOL_CALLS,
     BodyMerge,
+    ChoicesEnding,
     body_to_chunks,
     chunks_to_body,
     sse_frames,
@@ -457,6 +458,21 @@ def _chunk(choice: dict[str, Any]) -> dict[str, Any]:
         "model": "m",
         "choices": [choice],
     }
+
+
+def test_an_ending_past_the_most_choices_is_broken_and_holds_none() -> None:
+    # Each choice finished, then [DONE]: whole up to MAX_CHOICES; one more breaks it, and
+    # what it recorded of the choices is dropped (bounded whatever an upstream sends).
+    whole, over = ChoicesEnding(), ChoicesEnding()
+    for index in range(MAX_CHOICES):
+        for ending in (whole, over):
+            ending.event(_chunk({"index": index, "delta": {}, "finish_reason": "stop"}))
+    over.event(_chunk({"index": MAX_CHOICES, "delta": {}, "finish_reason": "stop"}))
+    for ending in (whole, over):
+        ending.done()
+    assert whole.is_whole(False)
+    assert not over.is_whole(False) and not over.is_ended
+    assert not over.is_finished  # nothing kept of what it opened
 
 
 def test_what_a_merge_opens_is_bounded() -> None:

@@ -18,8 +18,12 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from hasten.apis.api import Api
 from hasten.apis.chat import CHAT_API, body_to_chunks, sse_frames
+from hasten.apis.known import MESSAGES_API, RESPONSES_API
 from hasten.cache import replay
 from hasten.config import CacheConfig
 from hasten.errors import UpstreamError
@@ -511,3 +515,43 @@ def test_a_stored_answer_with_no_form_for_the_next_client_is_dropped_not_served(
     assert upstream.num_calls == 2
     assert stats["unservable_entries"] == 1
     assert stats["hit"] == 1
+
+
+_EVENTS: list[Any] = [
+    {"choices": [{"index": 0, "delta": {"content": "a"}, "finish_reason": None}]},
+    {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+    {"error": {"message": "overloaded", "code": "busy"}},
+    {"error": "plain"},
+    {"error": None},
+    {"type": "response.output_text.delta", "delta": "a"},
+    {"type": "response.completed", "response": {}},
+    {"type": "response.failed", "response": {"error": {"message": "no"}}},
+    {"type": "response.failed"},
+    {"type": "error", "message": "bad", "code": "x"},
+    {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}},
+    {"type": "message_delta", "delta": {"stop_reason": "end_turn"}},
+    {"type": "message_stop"},
+    [1, 2],
+    "text",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from([CHAT_API, RESPONSES_API, MESSAGES_API]),
+    st.lists(st.sampled_from(_EVENTS), max_size=4),
+    st.sampled_from(_EVENTS),
+    st.booleans(),
+)
+def test_every_event_an_api_reports_as_an_error_breaks_its_ending(
+    api: Api, before: list[Any], event: Any, is_done_before: bool
+) -> None:
+    # Assembly asks for an event's error only once the ending is broken: that finds the
+    # first error event only if each one breaks the ending, whatever came before it.
+    ending = api.ending()
+    for earlier in before:
+        ending.event(earlier)
+    if is_done_before:
+        ending.done()
+    ending.event(event)
+    assert api.event_error(event) is None or ending.is_broken

@@ -14,6 +14,7 @@ from hasten.upstream.integrity import (
     MAX_EVENT_BYTES,
     StreamGuard,
     check_json_body,
+    done_end,
     is_event_stream,
 )
 from hasten.wire.sse import SSEDecoder
@@ -161,3 +162,64 @@ def test_a_named_event_that_is_not_json_is_an_error() -> None:
     with pytest.raises(UpstreamError) as caught:
         guard.feed(b'event: response.created\ndata: {"type": "resp\n\n')
     assert caught.value.code == "upstream_malformed"
+
+
+_EVENTS = st.sampled_from(
+    [
+        b"data: {}",
+        b'data:{"a": 1}',
+        b"data: [DONE]",
+        b"data:[DONE]",
+        b"event: done\ndata: [DONE]",
+        b"id: 3\ndata: [DONE]",
+        b": keep-alive",
+        b'data: {"a":\ndata: 2}',
+        b'data: "[DONE]"',  # a JSON string, not the end
+        b"event: e\ndata: {}",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(_EVENTS, max_size=8),
+    st.sampled_from([b"\n", b"\r\n"]),
+    st.sampled_from([b"", b"\n", b"  \n", b"not an event", b"data: {}\n\n"]),
+    st.lists(st.integers(min_value=1, max_value=30), max_size=6),
+)
+def test_the_stream_ends_at_its_first_done_however_it_is_cut(
+    events: list[bytes], line_end: bytes, trailer: bytes, cuts: list[int]
+) -> None:
+    # Whatever the events, line ends and cuts: the guard forwards the stream up to the end
+    # of its first [DONE] event (as done_end finds it in the whole stream), hands its sink
+    # what the spec's decoder reads of that much, and notes anything but blank lines after.
+    stream = b"".join(event.replace(b"\n", line_end) + line_end * 2 for event in events)
+    stream += trailer
+    lf_stream = stream.replace(b"\r\n", b"\n")
+    done_at = done_end(lf_stream)
+    sink = _Sink()
+    guard = StreamGuard(sink)
+    out, start = b"", 0
+    for cut in cuts:
+        out += guard.feed(stream[start : start + cut])
+        start += cut
+    out += guard.feed(stream[start:])
+    if done_at is None:
+        try:
+            out += guard.finish()
+        except UpstreamError:
+            return  # the trailer cut an event midway: refused, as it should be
+        assert out == stream
+        assert not guard.is_over
+        return
+    # The same events with CRLF line ends end at the same place, in CRLF bytes.
+    forwarded = stream[: len(lf_stream[:done_at].replace(b"\n", line_end))]
+    out += guard.finish()
+    if out != forwarded and out + b"\n" == forwarded:
+        # A cut between a CRLF's two halves: its CR already ended the line (the SSE spec),
+        # so the [DONE] event ended there and the LF after it is past the stream's end.
+        forwarded = out
+    assert out == forwarded
+    assert guard.is_over
+    assert guard.has_extra == bool(stream[len(forwarded) :].strip())
+    assert [payload for payload, _ in sink.events] == SSEDecoder().feed(forwarded)

@@ -44,6 +44,10 @@ class Ending(Protocol):
     """Fed a stream's events as they come; says whether it ended properly (what the cache
     stores and a non-stream client is answered from)."""
 
+    # Set once an event no whole answer has came (an error, one after the end...). Every
+    # event the API's ``event_error`` reports sets it: a reader asks for the error only then.
+    is_broken: bool
+
     def event(self, parsed: Any) -> None:
         """A data event other than ``[DONE]`` (any non-dict if it was not JSON)."""
 

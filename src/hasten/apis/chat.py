@@ -52,27 +52,29 @@ def chunks_to_body(chunks: Iterable[bytes], endpoint: str) -> bytes:
 class BodyMerge:
     """``chunks_to_body`` one parsed chunk at a time, for a stream assembled as it arrives."""
 
-    __slots__ = ("_choices", "_endpoint", "_head", "_num_missing", "_usage")
+    __slots__ = ("_choices", "_endpoint", "_head", "_missing", "_usage")
 
     def __init__(self, endpoint: str) -> None:
         _check_endpoint(endpoint)
         self._endpoint = endpoint
         self._head: dict[str, Any] = {}
-        self._num_missing = len(_HEAD_FIELDS)  # head fields not seen yet: 0 skips the scan
+        # Head fields not seen yet, the only ones a chunk is searched for: a field no chunk
+        # has (service_tier, from most upstreams) costs one lookup a chunk, not five.
+        self._missing: tuple[str, ...] = _HEAD_FIELDS
         self._choices: dict[int, _ChoiceMerge] = {}
         self._usage: Any = None
 
     def add(self, chunk: Any) -> None:
         """One parsed chunk; raises ``ValueError`` for one without the OpenAI shape."""
         try:
-            if self._num_missing:
-                head = self._head
-                for name in _HEAD_FIELDS:
-                    if head.get(name) is None and chunk.get(name) is not None:
-                        head[name] = chunk[name]
-                        self._num_missing -= 1
-            if chunk.get("usage") is not None:
-                self._usage = chunk["usage"]
+            for name in self._missing:
+                value = chunk.get(name)
+                if value is not None:  # the first value a field has is the body's
+                    self._head[name] = value
+                    self._missing = tuple([other for other in self._missing if other != name])
+            usage = chunk.get("usage")
+            if usage is not None:
+                self._usage = usage
             choices = self._choices
             for choice in chunk.get("choices") or ():
                 index = choice.get("index", 0)
@@ -180,8 +182,11 @@ class _ChoiceMerge:
         for name, value in delta.items():
             if value is None:
                 continue
-            if name == "content":
-                self._append_text(value)
+            if name == "content":  # nearly every chunk's one field: appended here, no call
+                if self.parts is None:
+                    self.parts = [value]
+                else:
+                    self.parts.append(value)
             elif name == "role":
                 self.role = value
             elif name == "refusal":
@@ -571,56 +576,58 @@ class ChoicesEnding:
     other event, no event an error or anything but a JSON object, and every choice it
     opened given a ``finish_reason`` (a stream cut short can still end with ``[DONE]``)."""
 
-    __slots__ = ("_finished", "_is_broken", "_is_done", "_opened")
+    __slots__ = ("_finished", "_is_done", "_opened", "is_broken")
 
     def __init__(self) -> None:
         self._opened: set[Any] = set()  # choice indexes seen
         self._finished: set[Any] = set()  # those that had a finish_reason
         self._is_done = False
-        self._is_broken = False  # something no whole answer has
+        self.is_broken = False  # something no whole answer has
 
     def event(self, parsed: Any) -> None:
         if self._is_done or not isinstance(parsed, dict) or "error" in parsed:
-            self._is_broken = True  # after [DONE], not a JSON object, or an error
+            self.is_broken = True  # after [DONE], not a JSON object, or an error
             return
         choices = parsed.get("choices")
         if not choices:
             return
         if not isinstance(choices, list):
-            self._is_broken = True
+            self.is_broken = True
             return
-        opened, finished = self._opened, self._finished
-        for choice in choices:
-            try:
+        opened = self._opened
+        try:
+            for choice in choices:
                 index = choice.get("index", 0)
-                opened.add(index)
+                if index not in opened:
+                    opened.add(index)
+                    # Past this many choices the stream is not whole (the merge refuses it
+                    # too), and the record of which choices finished stays bounded
+                    # whatever an upstream sends.
+                    if len(opened) > MAX_CHOICES:
+                        self.is_broken = True
+                        opened.clear()
+                        self._finished.clear()
+                        return
                 if choice.get("finish_reason") is not None:
-                    finished.add(index)
-            except (AttributeError, TypeError):  # not an object, an unhashable index
-                self._is_broken = True
-                return
-        # Past this many choices the stream is not whole (the merge refuses it too), and
-        # the record of which choices finished stays bounded whatever an upstream sends.
-        if len(opened) > MAX_CHOICES:
-            self._is_broken = True
-            opened.clear()
-            finished.clear()
+                    self._finished.add(index)
+        except (AttributeError, TypeError):  # not an object, an unhashable index
+            self.is_broken = True
 
     def done(self) -> None:
         if self._is_done:
-            self._is_broken = True  # a second [DONE]
+            self.is_broken = True  # a second [DONE]
         self._is_done = True
 
     @property
     def is_ended(self) -> bool:
-        return self._is_done and not self._is_broken
+        return self._is_done and not self.is_broken
 
     @property
     def is_finished(self) -> bool:
         return bool(self._opened) and self._opened <= self._finished
 
     def is_whole(self, has_pending: bool) -> bool:
-        return not has_pending and not self._is_broken and self._is_done and self.is_finished
+        return not has_pending and not self.is_broken and self._is_done and self.is_finished
 
 
 # --- the two APIs ----------------------------------------------------------------------
@@ -683,11 +690,9 @@ class _ChoicesApi:
     def affinity_view(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
         return body  # its messages or prompt as they are
 
-    def is_output(self, event: Any) -> bool:
-        return is_output(event)
-
-    def event_error(self, event: Any) -> UpstreamError | None:
-        return event_error(event)
+    # Asked of every event of a stream: the module's functions themselves, no frame between.
+    is_output = staticmethod(is_output)
+    event_error = staticmethod(event_error)
 
     def ending(self) -> ChoicesEnding:
         return ChoicesEnding()

@@ -28,6 +28,7 @@ class _NoEnding:
     """An embeddings answer is one body: nothing streams to end."""
 
     __slots__ = ()
+    is_broken = False
 
     def event(self, parsed: Any) -> None:
         return None

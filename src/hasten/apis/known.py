@@ -92,19 +92,19 @@ class ResponsesEnding:
     whole answer to its request) came last, and no event was an error, a failure or not a
     JSON object. A ``[DONE]`` some servers add after the end changes nothing."""
 
-    __slots__ = ("_is_broken", "_is_complete")
+    __slots__ = ("_is_complete", "is_broken")
 
     def __init__(self) -> None:
         self._is_complete = False
-        self._is_broken = False
+        self.is_broken = False
 
     def event(self, parsed: Any) -> None:
         if not isinstance(parsed, dict) or self._is_complete:
-            self._is_broken = True  # not JSON, or anything after the end
+            self.is_broken = True  # not JSON, or anything after the end
             return
         kind = parsed.get("type")
         if kind in (responses.FAILED, responses.ERROR):
-            self._is_broken = True
+            self.is_broken = True
         elif kind in responses.COMPLETE_EVENTS:
             self._is_complete = True
 
@@ -113,34 +113,34 @@ class ResponsesEnding:
 
     @property
     def is_ended(self) -> bool:
-        return self._is_complete and not self._is_broken
+        return self._is_complete and not self.is_broken
 
     @property
     def is_finished(self) -> bool:
         return self._is_complete
 
     def is_whole(self, has_pending: bool) -> bool:
-        return not has_pending and not self._is_broken and self._is_complete
+        return not has_pending and not self.is_broken and self._is_complete
 
 
 class MessagesEnding:
     """A Messages stream ended properly: ``message_stop`` came last, after the
     ``message_delta`` that gives the stop reason, and no event was an ``error``."""
 
-    __slots__ = ("_has_stop_reason", "_is_broken", "_is_stopped")
+    __slots__ = ("_has_stop_reason", "_is_stopped", "is_broken")
 
     def __init__(self) -> None:
         self._has_stop_reason = False
         self._is_stopped = False
-        self._is_broken = False
+        self.is_broken = False
 
     def event(self, parsed: Any) -> None:
         if not isinstance(parsed, dict) or self._is_stopped:
-            self._is_broken = True
+            self.is_broken = True
             return
         kind = parsed.get("type")
         if kind == messages.ERROR:
-            self._is_broken = True
+            self.is_broken = True
         elif kind == messages.MESSAGE_DELTA:
             delta = parsed.get("delta")
             if isinstance(delta, dict) and delta.get("stop_reason") is not None:
@@ -153,14 +153,14 @@ class MessagesEnding:
 
     @property
     def is_ended(self) -> bool:
-        return self._is_stopped and not self._is_broken
+        return self._is_stopped and not self.is_broken
 
     @property
     def is_finished(self) -> bool:
         return self._is_stopped and self._has_stop_reason
 
     def is_whole(self, has_pending: bool) -> bool:
-        return not has_pending and not self._is_broken and self.is_finished
+        return not has_pending and not self.is_broken and self.is_finished
 
 
 class _EventApi:

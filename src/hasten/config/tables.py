@@ -7,6 +7,7 @@ the dataclasses that hold them exclude the secret from ``repr``.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -137,7 +138,7 @@ class UpstreamConfig:
     # (a local model whose chat template has none): such a request fails over, or is a 400.
     has_tools: bool = True
 
-    @property
+    @functools.cached_property  # asked on every attempt: its host read once
     def speaks(self) -> tuple[str, ...]:
         """The APIs this upstream speaks: as configured, else by its host (Anthropic's
         speaks Messages only, OpenAI's Chat Completions and Responses too, any other

@@ -101,8 +101,9 @@ class Assembly:
         if self._is_after_done:
             return  # not of this answer
         self._num_events += 1
-        self._end.event(parsed)
-        if self._error is None:
+        end = self._end
+        end.event(parsed)
+        if self._error is None and end.is_broken:  # (an error event always breaks it)
             self._error = self._api.event_error(parsed)
         if not self._is_misshapen:
             try:

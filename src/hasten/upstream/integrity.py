@@ -95,20 +95,23 @@ class StreamGuard:
                 raise malformed(f"an event of over {MAX_EVENT_BYTES} bytes")
             if not data:
                 return data
-        if b"[DONE]" in data and (done_at := done_end(data)) is not None:
-            # The stream's end: nothing after it is an event of this answer.
-            self.is_over = True
-            self.has_extra = bool(data[done_at:].strip() or self._tail.strip())
-            data, self._tail = data[:done_at], b""
         if b"\r" in data:  # CR line ends: the decoder knows them
-            self._check_all(self._decoder.feed(data))
-            return data
-        for event in data.split(b"\n\n"):
+            if b"[DONE]" in data and (done_at := done_end(data)) is not None:
+                data = self._over(data, done_at)
+            if b"\r" in data:  # (else only what followed the [DONE] had them)
+                self._check_all(self._decoder.feed(data))
+                return data
+        # One walk over the events checks each and finds the first ``[DONE]``: the stream's
+        # end, after which nothing is an event of this answer.
+        events = data.split(b"\n\n")
+        for event in events:
             # One-line ``data:`` events, bare or after an ``event:`` line, are checked here
             # (the decoder's own fast path, with or without the optional space); multi-line
             # data and comments go through the decoder.
-            if event.startswith(b"data:") and b"\n" not in event:
-                self._check(event[6:] if event.startswith(b"data: ") else event[5:])
+            if event.startswith(b"data: ") and b"\n" not in event:
+                payload = event[6:]
+            elif event.startswith(b"data:") and b"\n" not in event:
+                payload = event[5:]
             elif (
                 event.startswith(b"event:")
                 and (line := event.find(b"\n") + 1)
@@ -116,30 +119,45 @@ class StreamGuard:
                 and event.find(b"\n", line) < 0
             ):
                 # A named event, one line of data (every Responses and Messages event).
-                at = line + 6 if event.startswith(b"data: ", line) else line + 5
-                self._check(event[at:])
+                payload = event[line + 6 if event.startswith(b"data: ", line) else line + 5 :]
             elif event:
                 self._check_all(self._decoder.feed(event + b"\n\n"))
+                if event_data(event) == DONE:
+                    return self._over(data, _end_of(events, event))
+                continue
+            else:
+                continue
+            if self._check(payload):
+                return self._over(data, _end_of(events, event))
         return data
+
+    def _over(self, data: bytes, done_at: int) -> bytes:
+        """``data`` up to its first ``[DONE]`` event, which ends at ``done_at``; what follows
+        is noted (``has_extra``) and dropped, never forwarded or checked."""
+        self.is_over = True
+        self.has_extra = self.has_extra or bool(data[done_at:].strip() or self._tail.strip())
+        self._tail = b""
+        return data[:done_at]
 
     def _check_all(self, payloads: list[bytes]) -> None:
         for payload in payloads:
             self._check(payload)
 
-    def _check(self, payload: bytes) -> None:
-        """One event's data: JSON (or ``[DONE]``), handed to the sink when there is one."""
+    def _check(self, payload: bytes) -> bool:
+        """One event's data: JSON (or ``[DONE]``: True), handed to the sink when there is one."""
         self.num_events += 1
         sink = self._sink
         if payload == DONE:
             if sink is not None:
                 sink.done()
-            return
+            return True
         try:
             parsed = orjson.loads(payload)
         except orjson.JSONDecodeError:
             raise malformed(f"an event that is not JSON: {payload[:40]!r}") from None
         if sink is not None:
             sink.event(payload, parsed)
+        return False
 
     def finish(self) -> bytes:
         """What is left at the end of the stream, as it came: comments, or a last event
@@ -155,6 +173,12 @@ class StreamGuard:
         if self._sink is not None:
             self._sink.end(tail)
         return tail
+
+
+def _end_of(events: list[bytes], event: bytes) -> int:
+    """Where ``event``, the first of ``events`` (split at blank lines) with its bytes, ends."""
+    i = events.index(event)
+    return sum(map(len, events[: i + 1])) + 2 * (i + 1)
 
 
 def done_end(data: bytes) -> int | None:
