@@ -234,9 +234,7 @@ async def _embed_plus_search(num_entries: int, dim: int) -> dict[str, Any]:
 
     texts = [json.loads(line)["b"] for line in (DATA_DIR / "qqp_dev.jsonl").open()][:300]
     with tempfile.TemporaryDirectory() as directory:
-        cache = SemanticCache(
-            E5Embedder(), SemanticStoreConfig(path=Path(directory) / "s.sqlite3")
-        )
+        cache = SemanticCache(E5Embedder(), SemanticStoreConfig(path=Path(directory) / "s.sqlite3"))
         probe = {"model": "m", "messages": [{"role": "user", "content": "probe"}]}
         query = split_chat(probe, model="m", tenant="t")
         assert query is not None

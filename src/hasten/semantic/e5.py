@@ -90,4 +90,4 @@ def omp_thread_setter() -> Callable[[int], None] | None:
     setter = ctypes.CDLL(libs[0]).omp_set_num_threads
     setter.argtypes = [ctypes.c_int]
     setter.restype = None
-    return setter  # type: ignore[no-any-return]
+    return setter

@@ -1,4 +1,5 @@
-"""bench/semantic/onnx_writer.py's hand-written ONNX bytes: onnxruntime loads them and computes what the nodes say."""
+"""bench/semantic/onnx_writer.py's hand-written ONNX bytes: onnxruntime loads them and
+computes what the nodes say."""
 
 from __future__ import annotations
 
