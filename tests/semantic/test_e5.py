@@ -5,8 +5,6 @@ the tuner chooses applied per batch, and no crash beside usearch or without libg
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,6 +12,7 @@ import pytest
 from hasten.semantic import e5
 from hasten.semantic.e5 import E5Embedder
 from hasten.semantic.threads import ThreadTuner
+from tests.support.semantic import python_stdout
 
 TEXTS = [
     "How do I cook rice in a pot?",
@@ -144,8 +143,4 @@ def test_usearch_and_the_embedder_share_a_gateway_process() -> None:
         "from hasten.semantic.e5 import E5Embedder\n"
         "print(E5Embedder(num_threads=1).embed(['ok']).shape, 'onnxruntime' in sys.modules)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "(1, 384) False"
+    assert python_stdout(script) == "(1, 384) False"

