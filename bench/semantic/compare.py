@@ -227,16 +227,14 @@ def bench_scale(args: argparse.Namespace) -> None:
 
 async def _embed_plus_search(num_entries: int, dim: int) -> dict[str, Any]:
     """Full lookups (split, embed, search, guard) against 100k stored synthetic entries."""
-    from hasten.semantic.e5_onnx import E5OnnxEmbedder
+    from hasten.semantic.e5 import E5Embedder
     from hasten.semantic.partition import split_chat
     from hasten.semantic.records import Row
     from hasten.semantic.store import SemanticCache, SemanticStoreConfig
 
     texts = [json.loads(line)["b"] for line in (DATA_DIR / "qqp_dev.jsonl").open()][:300]
     with tempfile.TemporaryDirectory() as directory:
-        cache = SemanticCache(
-            E5OnnxEmbedder(), SemanticStoreConfig(path=Path(directory) / "s.sqlite3")
-        )
+        cache = SemanticCache(E5Embedder(), SemanticStoreConfig(path=Path(directory) / "s.sqlite3"))
         probe = {"model": "m", "messages": [{"role": "user", "content": "probe"}]}
         query = split_chat(probe, model="m", tenant="t")
         assert query is not None

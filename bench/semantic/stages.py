@@ -6,7 +6,8 @@ The ``a`` question of every positive pair is imported as the admin import does
 (``SemanticTier.remember`` per line, then ``drain``; entries/s reported), then every ``b``
 paraphrase is looked up once through ``SemanticTier.find`` in front of an in-memory exact
 cache, as the gateway does after an exact miss. Each stage of the lookup is also timed on
-its own, on the same texts: the chat split, tokenisation, the embedding (wall and the
+its own, on the same texts: the chat split, tokenisation (where the engine exposes it), the
+embedding (wall and the
 embedding thread's CPU), normalisation, the hand-off to and from a worker thread, the index
 search, the SQLite row read, the guard and matcher, the hit's row touch, the exact-cache
 read and the replay (JSON body and SSE frames). Medians in µs. Prints one summary line,
@@ -32,7 +33,7 @@ from hasten.cache import CachedAnswer, TieredCache
 from hasten.cache.memory import MemoryLRU
 from hasten.cache.replay import answer_body, answer_frames
 from hasten.cache.request_key import cache_key
-from hasten.semantic.e5_onnx import E5OnnxEmbedder
+from hasten.semantic.e5 import E5Embedder
 from hasten.semantic.embedder import AsyncEmbedder, normalize
 from hasten.semantic.guard import signature
 from hasten.semantic.partition import split_chat
@@ -211,7 +212,7 @@ def _stages(cache: SemanticCache, exact: TieredCache, texts: list[str]) -> dict[
         "signature": _timed(signature, texts),
         "touch": _timed(lambda t: records.touch(found[t][0][0], time.time()), texts),
     }
-    token_ids = getattr(model, "token_ids", None)  # the default engine's tokeniser
+    token_ids = getattr(model, "token_ids", None)  # an engine whose tokeniser is ours
     if token_ids is not None:
         stages["tokenize"] = _timed(token_ids, texts)
     keys = [cache_key(_body(text), endpoint="chat", model=MODEL, tenant=TENANT) for text in texts]
@@ -239,7 +240,7 @@ async def run(
     store_questions = [f"{q} (variant {n})" for n in range(3000) for q in questions][:3000]
     with tempfile.TemporaryDirectory(prefix="hasten-semstages-") as directory:
         config = SemanticStoreConfig(path=Path(directory) / "semantic.sqlite3")
-        cache = SemanticCache(E5OnnxEmbedder(num_threads=num_threads), config)
+        cache = SemanticCache(E5Embedder(num_threads=num_threads), config)
         exact = TieredCache(MemoryLRU(256 * 1024 * 1024))
         tier = SemanticTier(cache, exact)
         await cache.embedder.embed("warm-up: load the embedder")
@@ -251,7 +252,7 @@ async def run(
         store_side = await _import_compare(Path(directory), _RandomEmbedder(), store_questions, 3)
         e5_import = await _import_compare(
             Path(directory),
-            E5OnnxEmbedder(num_threads=num_threads),
+            E5Embedder(num_threads=num_threads),
             questions[:e5_import_size],
             1,
         )

