@@ -207,3 +207,65 @@ def test_the_router_reads_each_apis_output_bound() -> None:
     assert expected(RESPONSES_API, {**CODEX, "max_output_tokens": 777}) == 777
     assert expected(RESPONSES_API, CODEX) == 0
     assert expected(MESSAGES_API, CLAUDE) == 32000
+
+
+MARK = {"type": "ephemeral"}
+# Where Anthropic reads a breakpoint: a tool, a system block, a message's content block, and
+# a block inside a tool result.
+MARKED_PATHS: tuple[tuple[Any, ...], ...] = (
+    ("tools", 0, "cache_control"),
+    ("system", 0, "cache_control"),
+    ("messages", 0, "content", 0, "cache_control"),
+    ("messages", 2, "content", 0, "cache_control"),
+    ("messages", 2, "content", 0, "content", 0, "cache_control"),
+)
+AGENT_TURN: dict[str, Any] = {
+    "model": "claude-sonnet-4-5",
+    "max_tokens": 1024,
+    "system": [{"type": "text", "text": "You are Claude Code."}],
+    "tools": [{"name": "Bash", "input_schema": {"type": "object"}}],
+    "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "run the tests"}]},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {"c": "ls"}}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "t1",
+                    "content": [{"type": "text", "text": "ok"}],
+                }
+            ],
+        },
+    ],
+}
+
+
+@given(marked=st.sets(st.sampled_from(range(len(MARKED_PATHS)))))
+def test_breakpoints_wherever_anthropic_reads_them_leave_the_key(marked: set[int]) -> None:
+    body = AGENT_TURN
+    for index in marked:
+        body = _changed(body, MARKED_PATHS[index], MARK)
+    assert MESSAGES_API.key_view(body) == MESSAGES_API.key_view(AGENT_TURN)
+
+
+def test_a_cache_control_inside_a_tool_input_is_the_input_and_keyed() -> None:
+    path = ("messages", 1, "content", 0, "input", "cache_control")
+    changed = _changed(AGENT_TURN, path, MARK)
+    assert MESSAGES_API.key_view(changed) != MESSAGES_API.key_view(AGENT_TURN)
+
+
+def test_an_unmarked_history_is_keyed_without_a_copy() -> None:
+    view = MESSAGES_API.key_view(AGENT_TURN)
+    assert view["messages"] is AGENT_TURN["messages"]
+    assert view["system"] is AGENT_TURN["system"] and view["tools"] is AGENT_TURN["tools"]
+
+
+def test_stripping_a_marker_leaves_the_clients_body_as_it_was() -> None:
+    body = _changed(AGENT_TURN, MARKED_PATHS[4], MARK)
+    before = copy.deepcopy(body)
+    MESSAGES_API.key_view(body)
+    assert body == before

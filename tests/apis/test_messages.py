@@ -9,11 +9,16 @@ from typing import Any
 import anthropic
 import orjson
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from hasten.apis.messages import (
     MAX_CACHE_BREAKPOINTS,
     Refresher,
     StreamMerge,
+    _check_message,
+    _is_plain_message,
+    _message_breakpoints,
     body_to_events,
     check_count_request,
     check_request,
@@ -519,3 +524,57 @@ def test_sdk_raises_on_a_mid_stream_error_and_on_an_error_body() -> None:
         "type": "error",
         "error": {"type": "invalid_request_error", "message": "messages.0.role: bad"},
     }
+
+
+# --- the plain-history fast path of the request check -----------------------------------
+
+_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-1, 2),
+    st.sampled_from(["", "x", "t1", "Bash", "ephemeral"]),
+    st.just({}),
+    st.just({"type": "ephemeral"}),
+    st.just({"type": "persistent"}),
+)
+_blocks = st.recursive(
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(["text", "tool_use", "tool_result", "image", "thinking", 3])},
+        optional={
+            "text": _values,
+            "id": _values,
+            "name": _values,
+            "input": _values,
+            "tool_use_id": _values,
+            "is_error": _values,
+            "cache_control": _values,
+        },
+    ),
+    lambda inner: st.fixed_dictionaries(
+        {"type": st.just("tool_result"), "tool_use_id": _values},
+        optional={"content": st.one_of(st.lists(inner, max_size=3), _values)},
+    ),
+    max_leaves=6,
+)
+_messages = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant", "system", "tool", None])},
+    optional={"content": st.one_of(_values, st.lists(st.one_of(_blocks, _values), max_size=4))},
+)
+
+
+_RESULT = {"type": "tool_result", "tool_use_id": "t1", "content": "ok"}
+
+
+@settings(max_examples=400)
+@given(message=_messages)
+@example({"role": "user", "content": [{**_RESULT, "is_error": 1}]})  # 1 == True, not a bool
+@example({"role": "user", "content": [{**_RESULT, "content": [{"type": "text", "text": 1}]}]})
+@example({"role": "user", "content": [{"type": "text", "text": "", "cache_control": {}}]})
+@example({"role": "user", "content": [{"type": "tool_use", "id": "", "name": "x", "input": {}}]})
+def test_the_fast_path_passes_only_messages_the_full_check_passes(message: dict[str, Any]) -> None:
+    """``_is_plain_message`` lets a message skip ``_check_message``: it must never let
+    through one the full check refuses, nor one holding a breakpoint (those are counted
+    only on the full path)."""
+    if _is_plain_message(message):
+        _check_message(message, "messages.0")
+        assert _message_breakpoints(message) == 0

@@ -66,16 +66,6 @@ def _without_item_ids(value: Any) -> Any:
     ]
 
 
-def _without_cache_control(value: Any) -> Any:
-    """``value`` with every ``cache_control`` marker left out: a breakpoint tells the
-    provider what to cache, not what to answer."""
-    if isinstance(value, dict):
-        return {k: _without_cache_control(v) for k, v in value.items() if k != "cache_control"}
-    if isinstance(value, list):
-        return [_without_cache_control(item) for item in value]
-    return value
-
-
 def background_unsupported() -> InvalidRequest:
     """The 400 for background mode (``background: true``, ``/cancel``): hasten answers every
     request while its client waits, and keeps no queue of responses to poll or cancel."""
@@ -295,9 +285,11 @@ class MessagesApi(_EventApi):
 
     def key_view(self, body: Mapping[str, Any]) -> dict[str, Any]:
         view = {k: v for k, v in body.items() if k not in _MESSAGES_UNKEYED}
-        for name in ("system", "messages", "tools"):
+        for name in ("system", "tools"):
             if name in view:
-                view[name] = _without_cache_control(view[name])
+                view[name] = messages.without_breakpoints(view[name])
+        if "messages" in view:
+            view["messages"] = messages.messages_without_breakpoints(view["messages"])
         return view
 
     def max_output_tokens(self, body: Mapping[str, Any]) -> int | None:

@@ -111,8 +111,12 @@ def check_count_request(body: Mapping[str, Any]) -> None:
         raise InvalidRequest(
             "messages: at least one message is required", param="messages", code="invalid_value"
         )
+    # A plain message holds no breakpoint: only the others are counted.
+    num_breakpoints = 0
     for index, message in enumerate(messages):
-        _check_message(message, f"messages.{index}")
+        if not _is_plain_message(message):
+            _check_message(message, f"messages.{index}")
+            num_breakpoints += _message_breakpoints(message)
     _check_system(body.get("system"))
     _check_tools(body.get("tools"))
     _check_tool_choice(body.get("tool_choice"))
@@ -120,7 +124,7 @@ def check_count_request(body: Mapping[str, Any]) -> None:
     cache_control = body.get("cache_control")
     if cache_control is not None:
         check_cache_control(cache_control, "cache_control")
-    num_breakpoints = count_cache_breakpoints(body)
+    num_breakpoints += _breakpoints_outside_messages(body)
     if num_breakpoints > MAX_CACHE_BREAKPOINTS:
         raise InvalidRequest(
             f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
@@ -134,6 +138,44 @@ def check_cache_control(value: Any, param: str) -> None:
     if not isinstance(value, dict) or value.get("type") != "ephemeral":
         raise fields.invalid(param, "{'type': 'ephemeral'} with an optional ttl", value)
     fields.optional(value, "ttl", lambda ttl: ttl in CACHE_TTLS, "'5m' or '1h'", f"{param}.ttl")
+
+
+def _is_plain_message(message: Any) -> bool:
+    """Whether ``message`` is of the shapes an agent's history is made of, and sound: text,
+    tool calls and their results, unmarked. Such a message needs no other check, and the
+    parameter names a 400 would use (``messages.12.content.0.text``) are then never built:
+    on a long history that formatting was most of the check's cost. Anything else, or
+    anything wrong, goes through ``_check_message``, which names what is wrong."""
+    if type(message) is not dict or message.get("role") not in _ROLES:
+        return False
+    content = message.get("content")
+    return type(content) is str or (type(content) is list and all(map(_is_plain_block, content)))
+
+
+def _is_plain_block(block: Any) -> bool:
+    if type(block) is not dict or "cache_control" in block:
+        return False
+    kind = block.get("type")
+    if kind == "text":
+        return type(block.get("text")) is str
+    if kind == "tool_use":
+        return (
+            is_text(block.get("id"))
+            and is_text(block.get("name"))
+            and type(block.get("input")) is dict
+        )
+    if kind == "tool_result":
+        content = block.get("content")
+        return (
+            is_text(block.get("tool_use_id"))
+            and (block.get("is_error") is None or type(block["is_error"]) is bool)
+            and (
+                content is None
+                or type(content) is str
+                or (type(content) is list and all(map(_is_plain_block, content)))
+            )
+        )
+    return False
 
 
 def _check_message(message: Any, param: str) -> None:
@@ -268,18 +310,72 @@ def _check_thinking(thinking: Any) -> None:
 def count_cache_breakpoints(body: Mapping[str, Any]) -> int:
     """Blocks marked with ``cache_control`` (tools, system, messages, tool results' inner
     blocks), the top-level automatic marker counted as one."""
+    count = _breakpoints_outside_messages(body)
+    for message in _objects(body.get("messages")):
+        count += _message_breakpoints(message)
+    return count
+
+
+def _breakpoints_outside_messages(body: Mapping[str, Any]) -> int:
     count = 1 if body.get("cache_control") is not None else 0
     for tool in _objects(body.get("tools")):
         count += tool.get("cache_control") is not None
-    system = body.get("system")
-    for block in _objects(system):
+    for block in _objects(body.get("system")):
         count += block.get("cache_control") is not None
-    for message in _objects(body.get("messages")):
-        for block in _objects(message.get("content")):
-            count += block.get("cache_control") is not None
-            for inner in _objects(block.get("content")):
-                count += inner.get("cache_control") is not None
     return count
+
+
+def _message_breakpoints(message: Mapping[str, Any]) -> int:
+    count = 0
+    for block in _objects(message.get("content")):
+        count += block.get("cache_control") is not None
+        for inner in _objects(block.get("content")):
+            count += inner.get("cache_control") is not None
+    return count
+
+
+def without_breakpoints(blocks: Any) -> Any:
+    """``blocks`` (tools, system blocks, or one message's content) without ``cache_control``
+    where Anthropic reads it: on each block, and on the blocks inside a tool result. A
+    breakpoint tells the provider what to cache, not what to answer; the same key inside a
+    tool's input is the input, and stays. Copied only where a marker is dropped: an agent's
+    long history, with a marker or two, is otherwise shared, not rebuilt."""
+    if not isinstance(blocks, list):
+        return blocks
+    changed: list[Any] | None = None
+    for index, block in enumerate(blocks):
+        if not isinstance(block, dict):
+            continue
+        stripped = block
+        if "cache_control" in block:
+            stripped = {k: v for k, v in block.items() if k != "cache_control"}
+        inner = block.get("content")
+        if block.get("type") == "tool_result" and isinstance(inner, list):
+            stripped_inner = without_breakpoints(inner)
+            if stripped_inner is not inner:
+                stripped = {**stripped, "content": stripped_inner}
+        if stripped is not block:
+            if changed is None:
+                changed = list(blocks)
+            changed[index] = stripped
+    return blocks if changed is None else changed
+
+
+def messages_without_breakpoints(messages: Any) -> Any:
+    """Each message's content without its breakpoints (``without_breakpoints``)."""
+    if not isinstance(messages, list):
+        return messages
+    changed: list[Any] | None = None
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        stripped = without_breakpoints(content)
+        if stripped is not content:
+            if changed is None:
+                changed = list(messages)
+            changed[index] = {**message, "content": stripped}
+    return messages if changed is None else changed
 
 
 def _objects(value: Any) -> Iterable[dict[str, Any]]:
