@@ -7,6 +7,8 @@ from typing import Any
 import openai
 import orjson
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from openai.types.responses import (
     ResponseCompletedEvent,
     ResponseCreatedEvent,
@@ -18,7 +20,9 @@ from openai.types.responses import (
 from hasten.apis.responses import (
     Refresher,
     StreamMerge,
+    _is_plain_item,
     body_to_events,
+    check_input_item,
     check_request,
     error_body,
     event_error,
@@ -434,3 +438,50 @@ def test_sdk_parses_a_whole_response_and_an_error() -> None:
 )
 def test_an_unknown_previous_response_is_recognised(body: bytes, expected: bool) -> None:
     assert is_previous_not_found(body) is expected
+
+
+# --- the plain-history fast path of the request check -----------------------------------
+
+_item_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-1, 2),
+    st.sampled_from(["", "x", "call_1", "shell", "{}"]),
+    st.just({}),
+    st.just([]),
+)
+_parts = st.one_of(
+    _item_values,
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(["input_text", "output_text", "refusal", "input_image", 1])},
+        optional={"text": _item_values, "refusal": _item_values},
+    ),
+)
+_items = st.fixed_dictionaries(
+    {},
+    optional={
+        "type": st.sampled_from(
+            ["message", "function_call", "function_call_output", "reasoning", None, 2]
+        ),
+        "role": st.sampled_from(["user", "assistant", "developer", "system", "tool", None]),
+        "content": st.one_of(_item_values, st.lists(_parts, max_size=3)),
+        "call_id": _item_values,
+        "name": _item_values,
+        "arguments": _item_values,
+        "output": _item_values,
+    },
+)
+_TEXT = {"type": "input_text", "text": "hi"}
+
+
+@settings(max_examples=400)
+@given(item=_items)
+@example({"type": "function_call", "call_id": "c", "name": "", "arguments": "{}"})
+@example({"type": "function_call_output", "call_id": "", "output": "ok"})
+@example({"role": "user", "content": [_TEXT, {"type": "input_text", "text": None}]})
+@example({"type": "message", "role": "tool", "content": "hi"})
+def test_the_fast_path_passes_only_items_the_full_check_passes(item: dict[str, Any]) -> None:
+    """``_is_plain_item`` lets an item skip ``check_input_item``: it must never let through
+    one the full check refuses."""
+    if _is_plain_item(item):
+        check_input_item(item, "input[0]")

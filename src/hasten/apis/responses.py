@@ -213,7 +213,41 @@ def _check_input(body: Mapping[str, Any]) -> None:
     if not isinstance(value, list):
         raise fields.invalid("input", "a string or an array of input items", value)
     for index, item in enumerate(value):
-        check_input_item(item, f"input[{index}]")
+        if not _is_plain_item(item):
+            check_input_item(item, f"input[{index}]")
+
+
+def _is_plain_item(item: Any) -> bool:
+    """Whether ``item`` is of the kinds an agent's history is made of, and sound: a message
+    of text, a function call, its output. Such an item needs no other check, and the
+    parameter names a 400 would use (``input[12].content[0].text``) are then never built:
+    on a long history that formatting was most of the check's cost. Anything else, or
+    anything wrong, goes through ``check_input_item``, which names what is wrong."""
+    if type(item) is not dict:
+        return False
+    kind = item.get("type")
+    if kind == "function_call":
+        return (
+            is_text(item.get("call_id"))
+            and is_text(item.get("name"))
+            and type(item.get("arguments")) is str
+        )
+    if kind == "function_call_output":
+        return is_text(item.get("call_id")) and type(item.get("output")) is str
+    if kind == "message" or (kind is None and "role" in item):
+        if item.get("role") not in _ROLES:
+            return False
+        content = item.get("content")
+        return type(content) is str or (type(content) is list and all(map(_is_text_part, content)))
+    return False
+
+
+def _is_text_part(part: Any) -> bool:
+    return (
+        type(part) is dict
+        and part.get("type") in ("input_text", "output_text")
+        and type(part.get("text")) is str
+    )
 
 
 def is_named_output(item: Mapping[str, Any]) -> bool:
