@@ -28,13 +28,10 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import orjson
-from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from hasten.semantic.records import Row
+from hasten.storage.redis import redis_client
 
 _LOG = logging.getLogger("hasten.semantic")
 FAILURES = (RedisError, OSError, TimeoutError)
@@ -102,13 +99,6 @@ def _delete_event(fields: Mapping[bytes, bytes]) -> DeleteEvent | None:
         return None
 
 
-def _connect(url: str, connect_timeout_s: float, timeout_s: float) -> Redis:
-    retry = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
-    return Redis.from_url(
-        url, socket_connect_timeout=connect_timeout_s, socket_timeout=timeout_s, retry=retry
-    )
-
-
 def is_before(first: bytes, second: bytes) -> bool:
     """Stream id order ("<ms>-<seq>")."""
     one, two = first.split(b"-"), second.split(b"-")
@@ -136,9 +126,11 @@ class RedisTier:
         # store): after a Redis restart every pooled connection is dead, and the first use
         # of each would otherwise cost an insert its shared id. A timeout is not retried: a
         # local-only entry is cheaper than waiting twice on a struggling Redis.
-        self._client = _connect(url, op_timeout_s, op_timeout_s)
+        self._client = redis_client(url, connect_timeout_s=op_timeout_s, op_timeout_s=op_timeout_s)
         # The follower's blocking reads need a socket timeout longer than the block.
-        self._reader = _connect(url, op_timeout_s, op_timeout_s + block_ms / 1000)
+        self._reader = redis_client(
+            url, connect_timeout_s=op_timeout_s, op_timeout_s=op_timeout_s + block_ms / 1000
+        )
         self._retry_at = 0.0  # time.monotonic() before which writers leave Redis alone
 
     @property
